@@ -1,0 +1,35 @@
+# Kernel Workbench. `make lab` opens JupyterLab on notebooks/, `make test` runs the tests.
+# Both create .venv on first use. On a machine without an NVIDIA GPU torch is pinned to the
+# CPU build (TORCH_SPEC), so the install stays small; with a GPU it takes the CUDA build.
+# Machines that already have torch can reuse it: make test VENV_FLAGS=--system-site-packages
+PYTHON ?= python3
+VENV ?= .venv
+VENV_FLAGS ?=
+PY := $(VENV)/bin/python
+HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
+TORCH_SPEC ?= $(if $(HAS_GPU),torch>=2.4,torch==2.13.0)
+PYTEST_ARGS ?=
+
+.PHONY: lab report test lint bench env
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+env: $(VENV)/.installed
+
+lab: $(VENV)/.installed
+	$(VENV)/bin/workbench lab
+
+report: $(VENV)/.installed
+	$(VENV)/bin/workbench report --device auto --quick --out reports/latest
+
+test: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
+
+bench: $(VENV)/.installed
+	$(VENV)/bin/workbench bench rms_norm --device auto --dtype bf16 --hidden 1024,4096,16384 --mode forward,full

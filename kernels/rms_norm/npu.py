@@ -1,0 +1,339 @@
+"""RMSNorm for Ascend NPUs, written to triton-ascend's rules (DESIGN.md, "NPU kernels").
+
+The same kernels run as ordinary Triton on CUDA and in the CPU interpreter, which is where
+their results are tested; ``workbench npu-check`` compiles them for Ascend910B.
+
+- Grid = number of vector cores. Program ``p`` visits row blocks ``p, p + GRID, …``: a
+  grid-stride loop whose stride in rows is ``GRID x BLOCK_SIZE_M``.
+- *Untiled* (hidden up to ``CHUNK_THRESHOLD``, 2048 by default): a block of ``BLOCK_SIZE_M`` whole
+  rows is one ``BLOCK_SIZE_M x BLOCK_SIZE_N`` tile of about 2048 elements, every element read once.
+- *Chunked* (larger hidden): column chunks of ``BLOCK_SIZE_N`` in two passes — sum of squares,
+  then normalise — so any hidden size fits the 192 KB Unified Buffer, at the price of reading
+  each row twice.
+- Padding is zeroed by ``tl.load(..., other=0)``: the vector unit cannot compare integers, so
+  ``tl.where`` over a tile mask turns into scalar code. ``USE_WHERE=True`` keeps that slow form
+  as a switch so the workbench can show its cost.
+- No ``eviction_policy``, no libdevice (``1 / tl.sqrt``), no fp64, int32 offsets.
+- Arithmetic in fp32; casting modes only decide where values are rounded to x's dtype.
+
+Backward, with ``xhat = x * rstd`` and ``m = dy * (offset + w)``::
+
+    dx = rstd * (m - xhat * mean(m * xhat))
+    dw = sum over rows of dy * xhat           (per-program partials, summed on the host)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.device import device_of, launcher
+from kernels.rms_norm.gpu import CASTING_CODES
+
+UB_BYTES = 192 * 1024  # Unified Buffer per core on Ascend 910B
+TILE_ELEMENTS = 2048  # the untiled kernel's target tile: BLOCK_SIZE_M x BLOCK_SIZE_N
+STRATEGIES = ("auto", "untiled", "chunked")
+
+
+@triton.jit
+def _rms_norm_forward_npu_kernel(
+    Y_ptr,
+    X_ptr,
+    W_ptr,
+    RSTD_ptr,
+    n_rows,
+    n_cols,
+    eps,
+    offset,
+    CASTING_MODE: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    BLOCK_SIZE_M: tl.constexpr,
+    BLOCK_SIZE_N: tl.constexpr,
+    CHUNKED: tl.constexpr,
+    USE_WHERE: tl.constexpr,
+):
+    """y = x * rstd * (offset + w); grid-stride over blocks of BLOCK_SIZE_M rows."""
+    pid = tl.program_id(0)
+    n_programs = tl.num_programs(0)
+    n_blocks = tl.cdiv(n_rows, BLOCK_SIZE_M)
+    cols = tl.arange(0, BLOCK_SIZE_N)
+    for block in range(pid, n_blocks, n_programs):
+        rows = block * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+        row_mask = rows < n_rows
+        if CHUNKED:
+            # Pass 1: sum of squares over column chunks.
+            sum_sq = tl.zeros([BLOCK_SIZE_M], dtype=tl.float32)
+            for start in range(0, n_cols, BLOCK_SIZE_N):
+                c = start + cols
+                mask = row_mask[:, None] & (c < n_cols)[None, :]
+                offs = rows[:, None] * n_cols + c[None, :]
+                if USE_WHERE:
+                    x = tl.where(mask, tl.load(X_ptr + offs, mask=mask), 0.0)
+                else:
+                    x = tl.load(X_ptr + offs, mask=mask, other=0.0)
+                xf = x.to(tl.float32)
+                sum_sq += tl.sum(xf * xf, axis=1)
+            rstd = 1.0 / tl.sqrt(sum_sq / n_cols + eps)
+            # Pass 2: normalise chunk by chunk.
+            for start in range(0, n_cols, BLOCK_SIZE_N):
+                c = start + cols
+                col_mask = c < n_cols
+                mask = row_mask[:, None] & col_mask[None, :]
+                offs = rows[:, None] * n_cols + c[None, :]
+                x = tl.load(X_ptr + offs, mask=mask, other=0.0)
+                if CASTING_MODE == 2:
+                    y = x.to(tl.float32) * rstd.to(x.dtype).to(tl.float32)[:, None]
+                else:
+                    y = x.to(tl.float32) * rstd[:, None]
+                if CASTING_MODE != 1:
+                    y = y.to(x.dtype).to(tl.float32)
+                if HAS_WEIGHT:
+                    y = y * (offset + tl.load(W_ptr + c, mask=col_mask, other=0.0).to(tl.float32))[None, :]
+                tl.store(Y_ptr + offs, y.to(Y_ptr.dtype.element_ty), mask=mask)
+        else:
+            col_mask = cols < n_cols
+            mask = row_mask[:, None] & col_mask[None, :]
+            offs = rows[:, None] * n_cols + cols[None, :]
+            if USE_WHERE:
+                x = tl.where(mask, tl.load(X_ptr + offs, mask=mask), 0.0)
+            else:
+                x = tl.load(X_ptr + offs, mask=mask, other=0.0)
+            xf = x.to(tl.float32)
+            rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, axis=1) / n_cols + eps)
+            if CASTING_MODE == 2:
+                y = xf * rstd.to(x.dtype).to(tl.float32)[:, None]
+            else:
+                y = xf * rstd[:, None]
+            if CASTING_MODE != 1:
+                y = y.to(x.dtype).to(tl.float32)
+            if HAS_WEIGHT:
+                y = y * (offset + tl.load(W_ptr + cols, mask=col_mask, other=0.0).to(tl.float32))[None, :]
+            tl.store(Y_ptr + offs, y.to(Y_ptr.dtype.element_ty), mask=mask)
+        tl.store(RSTD_ptr + rows, rstd, mask=row_mask)
+
+
+@triton.jit
+def _rms_norm_backward_npu_kernel(
+    DX_ptr,
+    DY_ptr,
+    X_ptr,
+    W_ptr,
+    RSTD_ptr,
+    DW_partial_ptr,
+    n_rows,
+    n_cols,
+    offset,
+    CASTING_MODE: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    BLOCK_SIZE_M: tl.constexpr,
+    BLOCK_SIZE_N: tl.constexpr,
+    CHUNKED: tl.constexpr,
+):
+    """dx per row; per-program partial dw in row ``pid`` of DW_partial (zeroed by the host)."""
+    pid = tl.program_id(0)
+    n_programs = tl.num_programs(0)
+    n_blocks = tl.cdiv(n_rows, BLOCK_SIZE_M)
+    cols = tl.arange(0, BLOCK_SIZE_N)
+    if CHUNKED:
+        for block in range(pid, n_blocks, n_programs):
+            rows = block * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+            row_mask = rows < n_rows
+            rstd = tl.load(RSTD_ptr + rows, mask=row_mask, other=0.0)
+            # Pass 1: mean(m * xhat) per row, chunk by chunk.
+            dot = tl.zeros([BLOCK_SIZE_M], dtype=tl.float32)
+            for start in range(0, n_cols, BLOCK_SIZE_N):
+                c = start + cols
+                col_mask = c < n_cols
+                mask = row_mask[:, None] & col_mask[None, :]
+                offs = rows[:, None] * n_cols + c[None, :]
+                xhat = tl.load(X_ptr + offs, mask=mask, other=0.0).to(tl.float32) * rstd[:, None]
+                m = tl.load(DY_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+                if HAS_WEIGHT:
+                    m = m * (offset + tl.load(W_ptr + c, mask=col_mask, other=0.0).to(tl.float32))[None, :]
+                dot += tl.sum(m * xhat, axis=1)
+            dot = dot / n_cols
+            # Pass 2: dx, and this program's dw partial updated in place (one owner per row).
+            for start in range(0, n_cols, BLOCK_SIZE_N):
+                c = start + cols
+                col_mask = c < n_cols
+                mask = row_mask[:, None] & col_mask[None, :]
+                offs = rows[:, None] * n_cols + c[None, :]
+                x = tl.load(X_ptr + offs, mask=mask, other=0.0)
+                xhat = x.to(tl.float32) * rstd[:, None]
+                dy = tl.load(DY_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+                m = dy
+                if HAS_WEIGHT:
+                    m = dy * (offset + tl.load(W_ptr + c, mask=col_mask, other=0.0).to(tl.float32))[None, :]
+                dx = rstd[:, None] * (m - xhat * dot[:, None])
+                tl.store(DX_ptr + offs, dx.to(DX_ptr.dtype.element_ty), mask=mask)
+                if HAS_WEIGHT:
+                    if CASTING_MODE == 0:
+                        xhat = xhat.to(x.dtype).to(tl.float32)
+                    partial_ptr = DW_partial_ptr + pid * n_cols + c
+                    acc = tl.load(partial_ptr, mask=col_mask, other=0.0)
+                    tl.store(partial_ptr, acc + tl.sum(dy * xhat, axis=0), mask=col_mask)
+    else:
+        col_mask = cols < n_cols
+        if HAS_WEIGHT:
+            w = offset + tl.load(W_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+        dw_acc = tl.zeros([BLOCK_SIZE_N], dtype=tl.float32)
+        for block in range(pid, n_blocks, n_programs):
+            rows = block * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+            row_mask = rows < n_rows
+            mask = row_mask[:, None] & col_mask[None, :]
+            offs = rows[:, None] * n_cols + cols[None, :]
+            rstd = tl.load(RSTD_ptr + rows, mask=row_mask, other=0.0)
+            x = tl.load(X_ptr + offs, mask=mask, other=0.0)
+            xhat = x.to(tl.float32) * rstd[:, None]
+            dy = tl.load(DY_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+            m = dy
+            if HAS_WEIGHT:
+                m = dy * w[None, :]
+            dot = tl.sum(m * xhat, axis=1) / n_cols
+            dx = rstd[:, None] * (m - xhat * dot[:, None])
+            tl.store(DX_ptr + offs, dx.to(DX_ptr.dtype.element_ty), mask=mask)
+            if HAS_WEIGHT:
+                if CASTING_MODE == 0:
+                    xhat = xhat.to(x.dtype).to(tl.float32)
+                dw_acc += tl.sum(dy * xhat, axis=0)
+        if HAS_WEIGHT:
+            tl.store(DW_partial_ptr + pid * n_cols + cols, dw_acc, mask=col_mask)
+
+
+# --- host side ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NpuTiles:
+    chunked: bool
+    BLOCK_SIZE_M: int
+    BLOCK_SIZE_N: int
+    GRID: int
+    USE_WHERE: bool
+
+
+def _is_power_of_two(v) -> bool:
+    return isinstance(v, int) and v > 0 and (v & (v - 1)) == 0
+
+
+def ub_bytes(block_m: int, block_n: int, elem_bytes: int, backward: bool = False) -> int:
+    """Unified Buffer estimate for one tile, doubled for multi-buffering.
+
+    Live tile buffers: forward holds x, its fp32 copy and y (plus a weight row); backward holds
+    x, dy, their fp32 copies, m and dx. Calibrated against the Ascend compiler by npu-check.
+    """
+    tile = block_m * block_n
+    if backward:
+        per_tile = tile * (3 * elem_bytes + 3 * 4) + block_n * 4 * 2
+    else:
+        per_tile = tile * (2 * elem_bytes + 4) + block_n * (elem_bytes + 4)
+    return 2 * per_tile
+
+
+def resolve_tiles(
+    n_rows: int,
+    n_cols: int,
+    num_cores: int,
+    elem_bytes: int = 2,
+    on_npu: bool = False,
+    strategy="auto",
+    CHUNK_THRESHOLD=2048,
+    BLOCK_SIZE_M="auto",
+    BLOCK_SIZE_N="auto",
+    GRID="auto",
+    USE_WHERE=False,
+) -> NpuTiles:
+    """Pick the strategy and tiles; ValueError names the parameter and what is allowed."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy={strategy!r} is not allowed; use one of {', '.join(STRATEGIES)}")
+    if not (isinstance(CHUNK_THRESHOLD, int) and CHUNK_THRESHOLD >= 1):
+        raise ValueError(f"CHUNK_THRESHOLD={CHUNK_THRESHOLD!r} must be a positive integer (hidden size)")
+    chunked = strategy == "chunked" or (strategy == "auto" and n_cols > CHUNK_THRESHOLD)
+    need = triton.next_power_of_2(n_cols)
+    if BLOCK_SIZE_N == "auto":
+        BLOCK_SIZE_N = min(need, TILE_ELEMENTS) if chunked else need
+    elif not _is_power_of_two(BLOCK_SIZE_N):
+        raise ValueError(f"BLOCK_SIZE_N={BLOCK_SIZE_N!r} must be a power of two (e.g. {min(need, TILE_ELEMENTS)})")
+    elif not chunked and BLOCK_SIZE_N < n_cols:
+        raise ValueError(
+            f"BLOCK_SIZE_N={BLOCK_SIZE_N} is smaller than hidden={n_cols}: the untiled strategy keeps a "
+            f"whole row in one tile; use BLOCK_SIZE_N >= {need} or strategy='chunked'"
+        )
+    if BLOCK_SIZE_M == "auto":
+        BLOCK_SIZE_M = 1 if chunked else max(1, TILE_ELEMENTS // BLOCK_SIZE_N)
+    elif not _is_power_of_two(BLOCK_SIZE_M):
+        raise ValueError(f"BLOCK_SIZE_M={BLOCK_SIZE_M!r} must be a power of two (1, 2, 4, …)")
+    if on_npu:
+        need_ub = ub_bytes(BLOCK_SIZE_M, BLOCK_SIZE_N, elem_bytes, backward=True)
+        if need_ub > UB_BYTES:
+            raise ValueError(
+                f"tile BLOCK_SIZE_M={BLOCK_SIZE_M} x BLOCK_SIZE_N={BLOCK_SIZE_N} needs about {need_ub // 1024} KB "
+                f"of the {UB_BYTES // 1024} KB Unified Buffer (ub overflow predicted); lower BLOCK_SIZE_M or "
+                f"BLOCK_SIZE_N, or use strategy='chunked'"
+            )
+    n_blocks = triton.cdiv(max(n_rows, 1), BLOCK_SIZE_M)
+    if GRID == "auto":
+        GRID = num_cores
+    elif not (isinstance(GRID, int) and GRID >= 1):
+        raise ValueError(f"GRID={GRID!r} must be a positive integer or 'auto'")
+    if USE_WHERE not in (True, False):
+        raise ValueError(f"USE_WHERE={USE_WHERE!r} must be True or False")
+    return NpuTiles(chunked, BLOCK_SIZE_M, BLOCK_SIZE_N, min(GRID, n_blocks), bool(USE_WHERE))
+
+
+def tiles_for(x2d: torch.Tensor, **tiles) -> NpuTiles:
+    dev = device_of(x2d)
+    return resolve_tiles(
+        x2d.shape[0], x2d.shape[1], dev.num_cores, x2d.element_size(), on_npu=dev.kind == "npu", **tiles
+    )
+
+
+def rms_norm_forward(x2d, weight, eps, offset, casting_mode, tiles: NpuTiles):
+    n_rows, n_cols = x2d.shape
+    y = torch.empty_like(x2d)
+    rstd = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
+    launcher(_rms_norm_forward_npu_kernel, x2d)[(tiles.GRID,)](
+        y,
+        x2d,
+        weight if weight is not None else x2d,
+        rstd,
+        n_rows,
+        n_cols,
+        eps,
+        offset,
+        CASTING_MODE=CASTING_CODES[casting_mode],
+        HAS_WEIGHT=weight is not None,
+        BLOCK_SIZE_M=tiles.BLOCK_SIZE_M,
+        BLOCK_SIZE_N=tiles.BLOCK_SIZE_N,
+        CHUNKED=tiles.chunked,
+        USE_WHERE=tiles.USE_WHERE,
+    )
+    return y, rstd
+
+
+def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: NpuTiles, in_place=False):
+    n_rows, n_cols = x2d.shape
+    dy2d = dy2d.contiguous()
+    dx = dy2d if in_place else torch.empty_like(x2d)
+    dw_partial = (
+        torch.zeros((tiles.GRID, n_cols), dtype=torch.float32, device=x2d.device) if weight is not None else rstd
+    )
+    launcher(_rms_norm_backward_npu_kernel, x2d)[(tiles.GRID,)](
+        dx,
+        dy2d,
+        x2d,
+        weight if weight is not None else x2d,
+        rstd,
+        dw_partial,
+        n_rows,
+        n_cols,
+        offset,
+        CASTING_MODE=CASTING_CODES[casting_mode],
+        HAS_WEIGHT=weight is not None,
+        BLOCK_SIZE_M=tiles.BLOCK_SIZE_M,
+        BLOCK_SIZE_N=tiles.BLOCK_SIZE_N,
+        CHUNKED=tiles.chunked,
+    )
+    dw = dw_partial.sum(0).to(weight.dtype) if weight is not None else None
+    return dx, dw

@@ -1,0 +1,248 @@
+"""What a kernel family is, as data: problem knobs, variants, tile parameters, bytes, tolerances.
+
+The harness (:mod:`kernels.bench`), the CLI and every widget work from a :class:`KernelSpec`
+alone; a family registers one spec and needs nothing else from them. A new family is a folder
+with ``spec = KernelSpec(...)`` in its ``__init__`` plus a line in :data:`FAMILY_MODULES`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+DTYPES: dict[str, torch.dtype] = {
+    "fp32": torch.float32,
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+}
+MODES = ("forward", "backward", "full")
+
+# The usual per-dtype tolerances (atol, rtol) for a kernel against an fp32/fp64 reference.
+DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
+    "fp32": (1e-4, 1e-5),
+    "fp16": (2e-2, 1e-2),
+    "bf16": (2e-1, 2e-2),
+}
+
+
+def dtype_name(dtype: str | torch.dtype) -> str:
+    """``"bf16"`` for ``torch.bfloat16`` or ``"bf16"``/``"bfloat16"``; ValueError otherwise."""
+    if isinstance(dtype, torch.dtype):
+        for name, value in DTYPES.items():
+            if value == dtype:
+                return name
+    else:
+        text = str(dtype).lower().replace("torch.", "")
+        aliases = {"float32": "fp32", "float": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
+        text = aliases.get(text, text)
+        if text in DTYPES:
+            return text
+    raise ValueError(f"dtype={dtype!r} is not supported; use one of {', '.join(DTYPES)}")
+
+
+@dataclass(frozen=True)
+class Param:
+    """A tile or launch parameter of a variant, limited to its allowed values.
+
+    ``"auto"`` among the values means "let the host function choose from the problem".
+    """
+
+    name: str
+    values: tuple
+    default: Any
+    doc: str = ""
+
+    def __post_init__(self):
+        if self.default not in self.values:
+            raise ValueError(f"Param {self.name}: default {self.default!r} not in {self.values!r}")
+
+    def validate(self, value):
+        if value not in self.values:
+            raise ValueError(
+                f"{self.name}={value!r} is not allowed; allowed values: {', '.join(map(str, self.values))}"
+            )
+        return value
+
+
+@dataclass(frozen=True)
+class Knob:
+    """A problem-size or problem-setting knob (rows, hidden, casting mode, batch …)."""
+
+    name: str
+    default: Any
+    values: tuple | None = None  # allowed choices, or None for a free integer in [low, high]
+    low: int | None = None
+    high: int | None = None
+    doc: str = ""
+    sweep: tuple = ()  # values a default sweep over this knob visits
+
+    def validate(self, value):
+        if self.values is not None:
+            if value not in self.values:
+                raise ValueError(
+                    f"{self.name}={value!r} is not allowed; allowed values: {', '.join(map(str, self.values))}"
+                )
+            return value
+        if isinstance(self.default, bool):
+            return bool(value)
+        if isinstance(self.default, int):
+            try:
+                value = int(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"{self.name}={value!r} must be an integer") from None
+            if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
+                raise ValueError(f"{self.name}={value} is out of range; allowed {self.low} … {self.high}")
+            return value
+        if isinstance(self.default, float):
+            return float(value)
+        return value
+
+    def parse(self, text: str):
+        """Value from command-line text, typed like the default."""
+        if isinstance(self.default, bool):
+            return text.lower() in ("1", "true", "yes", "on")
+        if isinstance(self.default, int) and not (self.values and isinstance(self.values[0], str)):
+            return int(text)
+        if isinstance(self.default, float):
+            return float(text)
+        return text
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way of computing the family: our GPU or NPU kernel, a torch path, or a peer library.
+
+    ``run(inputs, problem, **params)`` returns the outputs (a tensor or tuple of tensors) for
+    the family's inputs; it must be differentiable through the inputs that require grad when
+    the spec has backward modes. ``check(problem, params, dtype, device)`` raises ValueError
+    for a configuration that cannot run (before anything is launched); ``available()`` returns
+    None or the reason the variant cannot run in this process (e.g. a peer not installed).
+    """
+
+    name: str
+    backend: str  # "gpu" | "npu" | "torch" | "peer"
+    run: Callable[..., Any]
+    params: tuple[Param, ...] = ()
+    devices: tuple[str, ...] = ("cuda", "npu", "cpu")
+    check: Callable[..., None] | None = None
+    available: Callable[[], str | None] | None = None
+    modes: tuple[str, ...] | None = None  # None: the spec's modes
+    doc: str = ""
+
+    def param(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def resolve_params(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Defaults merged with overrides; unknown names and disallowed values are ValueErrors."""
+        overrides = dict(overrides or {})
+        known = {p.name for p in self.params}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            allowed = ", ".join(sorted(known)) or "none"
+            raise ValueError(f"variant {self.name!r} has no parameter {', '.join(unknown)}; its parameters: {allowed}")
+        return {p.name: p.validate(overrides.get(p.name, p.default)) for p in self.params}
+
+    def unavailable_reason(self, device_kind: str | None = None) -> str | None:
+        if device_kind is not None and device_kind not in self.devices:
+            return f"variant {self.name!r} does not run on {device_kind}; it runs on {', '.join(self.devices)}"
+        return self.available() if self.available else None
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """Everything the harness and the Explorer need to know about one kernel family.
+
+    - ``knobs``: problem knobs with defaults (``quick`` overrides make CPU runs small).
+    - ``make_inputs(problem, dtype, device, seed)``: a dict of fresh random tensors (never
+      zeros); tensors that should receive gradients have ``requires_grad`` set.
+    - ``reference(inputs, problem)``: the PyTorch oracle; the harness calls it on inputs
+      upcast to fp32 (fp64 on the CPU).
+    - ``output_names``: names of the outputs, in the order ``run`` returns them.
+    - ``min_bytes(problem, mode, dtype)``: the fewest bytes the mode must move.
+    - ``axis``: the knob plots put on the x axis by default.
+    """
+
+    name: str
+    title: str
+    knobs: tuple[Knob, ...]
+    make_inputs: Callable[..., dict[str, torch.Tensor]]
+    reference: Callable[..., Any]
+    output_names: tuple[str, ...]
+    variants: tuple[Variant, ...]
+    min_bytes: Callable[[Mapping[str, Any], str, str], int]
+    axis: str
+    modes: tuple[str, ...] = MODES
+    dtypes: tuple[str, ...] = tuple(DTYPES)
+    tolerances: Mapping[str, tuple[float, float]] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
+    quick: Mapping[str, Any] = field(default_factory=dict)
+    doc: str = ""
+    # Optional: an estimate of on-chip buffer use for a configuration (issue: UB model).
+    ub_estimate: Callable[..., int | None] | None = None
+
+    def variant(self, name: str) -> Variant:
+        for v in self.variants:
+            if v.name == name:
+                return v
+        raise ValueError(f"{self.name} has no variant {name!r}; variants: {', '.join(v.name for v in self.variants)}")
+
+    def knob(self, name: str) -> Knob:
+        for k in self.knobs:
+            if k.name == name:
+                return k
+        raise KeyError(name)
+
+    def resolve_problem(self, overrides: Mapping[str, Any] | None = None, quick: bool = False) -> dict[str, Any]:
+        """Knob defaults (small ones with ``quick``) merged with overrides, validated."""
+        overrides = dict(overrides or {})
+        known = {k.name for k in self.knobs}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ValueError(f"{self.name} has no problem knob {', '.join(unknown)}; knobs: {', '.join(sorted(known))}")
+        base = {k.name: k.default for k in self.knobs}
+        if quick:
+            base.update(self.quick)
+        base.update(overrides)
+        return {k.name: k.validate(base[k.name]) for k in self.knobs}
+
+    def tolerance(self, dtype: str) -> tuple[float, float]:
+        return tuple(self.tolerances[dtype_name(dtype)])
+
+
+# --- registry ----------------------------------------------------------------------------
+# Family name -> module defining ``spec``; imported lazily so a broken family cannot break the rest.
+FAMILY_MODULES: dict[str, str] = {
+    "rms_norm": "kernels.rms_norm",
+    "fused_add_rms_norm": "kernels.fused_add_rms_norm",
+    "scalar_ops": "kernels.scalar_ops",
+    "block_sparse": "kernels.block_sparse",
+}
+
+
+def families() -> list[str]:
+    """Registered families whose package is present, in registry order."""
+    found = []
+    for name, module in FAMILY_MODULES.items():
+        if importlib.util.find_spec(module) is not None:
+            found.append(name)
+    return found
+
+
+def get(name: str) -> KernelSpec:
+    if name not in FAMILY_MODULES or name not in families():
+        raise ValueError(f"unknown kernel family {name!r}; families: {', '.join(families())}")
+    return importlib.import_module(FAMILY_MODULES[name]).spec
+
+
+def as_tuple(outputs: Any) -> tuple:
+    return tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
+
+
+def ensure_sequence(values: Any) -> Sequence:
+    return values if isinstance(values, (list, tuple)) else [values]

@@ -1,0 +1,165 @@
+"""Results store: every record goes to a SQLite file the moment it is measured.
+
+Each ``append`` is its own committed transaction, so a crash in the middle of a sweep loses
+nothing measured before it. Reading back gives a pandas DataFrame; exports give CSV with the
+common kernel-benchmark columns first (the ones Liger-Kernel's benchmark CSVs use) followed by
+ours, and JSON with the nested fields kept as objects.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Iterable
+
+from kernels.bench import Record
+
+DEFAULT_PATH = Path(os.environ.get("WORKBENCH_STORE", "results/workbench.sqlite"))
+
+COMMON_COLUMNS = (
+    "kernel_name",
+    "kernel_provider",
+    "kernel_operation_mode",
+    "metric_name",
+    "metric_unit",
+    "x_name",
+    "x_value",
+    "y_value_50",
+    "y_value_20",
+    "y_value_80",
+    "extra_benchmark_config_str",
+    "gpu_name",
+    "timestamp",
+)
+OUR_COLUMNS = (
+    "device_kind",
+    "backend",
+    "dtype",
+    "timing_method",
+    "params",
+    "problem",
+    "wall_ms",
+    "launch_overhead_ms",
+    "compile_ms",
+    "min_bytes",
+    "gbps",
+    "pct_copy_bw",
+    "copy_bw_gbps",
+    "peak_mb",
+    "max_abs_err",
+    "max_rel_err",
+    "passed",
+    "error",
+    "torch",
+    "triton",
+    "python",
+    "commit",
+)
+
+
+class Store:
+    """Append-only record store in one SQLite file (``:memory:`` for a throwaway one)."""
+
+    def __init__(self, path: str | os.PathLike = DEFAULT_PATH):
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._conn.execute("PRAGMA journal_mode=WAL" if self.path != ":memory:" else "PRAGMA journal_mode=MEMORY")
+        self._conn.execute(
+            "CREATE TABLE IF NOT EXISTS records (id INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL)"
+        )
+
+    def append(self, record: Record | dict) -> None:
+        body = record.to_dict() if isinstance(record, Record) else dict(record)
+        text = json.dumps(body, default=str)
+        with self._lock:
+            self._conn.execute("INSERT INTO records (body) VALUES (?)", (text,))
+
+    def extend(self, records: Iterable[Record | dict]) -> None:
+        for r in records:
+            self.append(r)
+
+    def records(self) -> list[dict]:
+        with self._lock:
+            rows = self._conn.execute("SELECT body FROM records ORDER BY id").fetchall()
+        return [json.loads(r[0]) for r in rows]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._conn.execute("SELECT COUNT(*) FROM records").fetchone()[0]
+
+    def frame(self):
+        return records_frame(self.records())
+
+    def to_csv(self, path: str | os.PathLike) -> Path:
+        return write_csv(self.records(), path)
+
+    def to_json(self, path: str | os.PathLike) -> Path:
+        return write_json(self.records(), path)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+def records_frame(records: Iterable[Record | dict]):
+    """A DataFrame with one row per record: every Record field, nested ones as objects."""
+    import pandas as pd
+
+    rows = [r.to_dict() if isinstance(r, Record) else dict(r) for r in records]
+    return pd.DataFrame(rows)
+
+
+def _csv_row(rec: dict) -> dict:
+    versions = rec.get("versions") or {}
+    problem = rec.get("problem") or {}
+    extra = {"dtype": rec.get("dtype"), "device": rec.get("device_kind"), **problem}
+    row = {
+        "kernel_name": rec.get("kernel"),
+        "kernel_provider": rec.get("variant"),
+        "kernel_operation_mode": rec.get("mode"),
+        "metric_name": "speed",
+        "metric_unit": "ms",
+        "x_name": rec.get("axis"),
+        "x_value": rec.get("x_value"),
+        "y_value_50": rec.get("ms_p50"),
+        "y_value_20": rec.get("ms_p20"),
+        "y_value_80": rec.get("ms_p80"),
+        "extra_benchmark_config_str": json.dumps(extra, sort_keys=True),
+        "gpu_name": rec.get("device_name"),
+        "timestamp": rec.get("timestamp"),
+    }
+    for col in OUR_COLUMNS:
+        if col in ("torch", "triton", "python"):
+            row[col] = versions.get(col)
+        elif col in ("params", "problem"):
+            row[col] = json.dumps(rec.get(col) or {}, sort_keys=True)
+        else:
+            row[col] = rec.get(col)
+    return row
+
+
+def write_csv(records: Iterable[Record | dict], path: str | os.PathLike) -> Path:
+    import csv
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(COMMON_COLUMNS + OUR_COLUMNS))
+        writer.writeheader()
+        for r in records:
+            writer.writerow(_csv_row(r.to_dict() if isinstance(r, Record) else dict(r)))
+    return path
+
+
+def write_json(records: Iterable[Record | dict], path: str | os.PathLike) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [r.to_dict() if isinstance(r, Record) else dict(r) for r in records]
+    path.write_text(json.dumps(rows, indent=1, default=str))
+    return path
