@@ -246,3 +246,20 @@ def as_tuple(outputs: Any) -> tuple:
 
 def ensure_sequence(values: Any) -> Sequence:
     return values if isinstance(values, (list, tuple)) else [values]
+
+
+@dataclass(frozen=True)
+class NpuCompileCase:
+    """One NPU kernel at one configuration, for ``workbench npu-check``.
+
+    Each family's ``npu.py`` offers ``npu_compile_cases() -> list[NpuCompileCase]``; the checker
+    compiles every case with triton-ascend for Ascend910B and classifies the result.
+    """
+
+    family: str
+    name: str  # readable, e.g. "forward untiled hidden=1024 bf16 M=2"
+    kernel: Any  # the @triton.jit function from npu.py
+    signature: Mapping[str, str]  # runtime args -> Triton types ("*bf16", "*fp32", "i32", "fp32")
+    constants: Mapping[str, Any]  # constexpr args -> values
+    default: bool = False  # one of the family's default configurations (must compile)
+    ub_bytes: int | None = None  # the family's UB model estimate for this case
