@@ -45,10 +45,16 @@ def main(argv=None) -> int:
 def list_main(argv) -> int:
     import kernels
 
+    status = 0
     for name in kernels.families():
-        spec = kernels.get(name)
+        try:
+            spec = kernels.get(name)
+        except Exception as exc:  # a broken family must not hide the others
+            print(f"{name:22s} (cannot load: {type(exc).__name__}: {exc})")
+            status = 1
+            continue
         print(f"{name:22s} {spec.title}: {', '.join(v.name for v in spec.variants)}")
-    return 0
+    return status
 
 
 def _split(text: str) -> list[str]:

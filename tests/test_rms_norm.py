@@ -1,0 +1,210 @@
+"""RMSNorm family: every variant against the reference, forward and both gradients."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kernels
+from kernels.bench import measure
+from kernels.rms_norm import rms_norm, rms_norm_reference, spec
+
+TRITON_VARIANTS = ("gpu_row", "gpu_multirow", "npu")
+TOL = {torch.float32: (1e-4, 1e-4), torch.float16: (2e-2, 1e-2), torch.bfloat16: (1.5e-1, 2e-2)}
+
+
+def _inputs(rows, hidden, dtype, device, seed=0, weight=True, gemma=False):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, hidden, generator=gen).to(device, dtype)
+    w = (0.1 * torch.randn(hidden, generator=gen) + (0.0 if gemma else 1.0)).to(device, dtype) if weight else None
+    return x, w
+
+
+def _check_against_reference(x, w, dy, eps, offset, casting_mode, impl, **tiles):
+    xr = x.detach().double().requires_grad_()
+    wr = w.detach().double().requires_grad_() if w is not None else None
+    ref = rms_norm_reference(xr, wr, eps, offset, casting_mode)
+    ref.backward(dy.double())
+
+    xk = x.detach().clone().requires_grad_()
+    wk = w.detach().clone().requires_grad_() if w is not None else None
+    y = rms_norm(xk, wk, eps=eps, offset=offset, casting_mode=casting_mode, impl=impl, **tiles)
+    assert y.dtype == x.dtype and y.shape == x.shape
+    y.backward(dy)
+    atol, rtol = TOL[x.dtype]
+    torch.testing.assert_close(y.double(), ref.detach(), atol=atol, rtol=rtol)
+    # dw sums over rows: allow its error to grow with the reduction length.
+    torch.testing.assert_close(xk.grad.double(), xr.grad, atol=atol, rtol=rtol)
+    if w is not None:
+        scale = max(1.0, float(wr.grad.abs().max()))
+        torch.testing.assert_close(wk.grad.double(), wr.grad, atol=atol * scale, rtol=rtol)
+
+
+@pytest.mark.parametrize(
+    "impl_tiles", [("gpu", {"BLOCK_SIZE_M": 1}), ("gpu", {}), ("npu", {})], ids=["row", "multi", "npu"]
+)
+@pytest.mark.parametrize("casting_mode", ["llama", "gemma", "none"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
+def test_casting_modes_and_dtypes(device, impl_tiles, casting_mode, dtype):
+    impl, tiles = impl_tiles
+    offset = 1.0 if casting_mode == "gemma" else 0.0
+    x, w = _inputs(5, 123, dtype, device, seed=1, gemma=casting_mode == "gemma")
+    dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(2)).to(device, dtype)
+    _check_against_reference(x, w, dy, 1e-6, offset, casting_mode, impl, **tiles)
+
+
+@pytest.mark.parametrize(
+    "rows,hidden,impl,tiles",
+    [
+        (1, 7, "gpu", {"BLOCK_SIZE_M": 1}),
+        (1, 7, "npu", {}),
+        (3, 7, "gpu", {"BLOCK_SIZE_M": 4}),
+        (9, 123, "gpu", {"BLOCK_SIZE_M": 4, "GRID": 2}),
+        (9, 123, "npu", {"BLOCK_SIZE_M": 4, "GRID": 3}),
+        (3, 2600, "gpu", {}),
+        (3, 2600, "npu", {}),  # auto -> chunked two-pass (hidden > 2048)
+        (5, 300, "npu", {"strategy": "chunked", "BLOCK_SIZE_N": 64, "BLOCK_SIZE_M": 2}),
+        (5, 300, "npu", {"USE_WHERE": True}),
+        (6, 300, "npu", {"strategy": "chunked", "BLOCK_SIZE_N": 128, "USE_WHERE": True}),
+    ],
+)
+def test_odd_shapes_and_tiles(device, rows, hidden, impl, tiles):
+    x, w = _inputs(rows, hidden, torch.float32, device, seed=rows * hidden)
+    dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(3)).to(device)
+    _check_against_reference(x, w, dy, 1e-6, 0.5, "llama", impl, **tiles)
+
+
+@pytest.mark.parametrize("impl", ["gpu", "npu"])
+def test_weight_none_and_offset(device, impl):
+    x, _ = _inputs(4, 300, torch.float32, device, weight=False)
+    dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(4)).to(device)
+    _check_against_reference(x, None, dy, 1e-5, 0.0, "llama", impl)
+    x, w = _inputs(4, 300, torch.float32, device, seed=5)
+    _check_against_reference(x, w, dy, 1e-5, 1.0, "gemma", impl)
+
+
+def test_chunked_equals_untiled(device):
+    x, w = _inputs(7, 1000, torch.float32, device, seed=6)
+    untiled = rms_norm(x, w, impl="npu", strategy="untiled")
+    chunked = rms_norm(x, w, impl="npu", strategy="chunked", BLOCK_SIZE_N=256)
+    torch.testing.assert_close(untiled, chunked, atol=1e-5, rtol=1e-5)
+
+
+def test_three_d_and_non_contiguous_input(device):
+    gen = torch.Generator().manual_seed(7)
+    base = torch.randn(2, 300, 5, generator=gen).to(device)
+    x = base.transpose(1, 2)  # (2, 5, 300), last axis strided
+    assert not x.is_contiguous()
+    w = torch.randn(300, generator=gen).to(device)
+    y = rms_norm(x, w)
+    torch.testing.assert_close(y, rms_norm_reference(x, w), atol=1e-5, rtol=1e-5)
+    assert y.shape == x.shape
+
+
+def test_in_place_backward_reuses_the_incoming_gradient(device):
+    x, w = _inputs(4, 64, torch.float32, device, seed=8)
+    xr = x.clone().requires_grad_()
+    rms_norm_reference(xr, w).backward(torch.ones_like(x))
+    xk = x.clone().requires_grad_()
+    dy = torch.ones_like(x)
+    rms_norm(xk, w, in_place=True).backward(dy)
+    torch.testing.assert_close(xk.grad, xr.grad, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"BLOCK_SIZE": 128, "impl": "gpu"}, r"BLOCK_SIZE=128 is smaller than hidden=300"),
+        ({"BLOCK_SIZE": 500, "impl": "gpu"}, r"BLOCK_SIZE=500 must be a power of two"),
+        ({"BLOCK_SIZE_M": 3, "impl": "gpu"}, r"BLOCK_SIZE_M=3 must be a power of two"),
+        ({"BLOCK_SIZE_M": 512, "impl": "gpu"}, r"exceeds the 65536-element tile"),
+        ({"num_warps": 3, "impl": "gpu"}, r"num_warps=3 is not allowed"),
+        ({"GRID": 0, "impl": "gpu"}, r"GRID=0 must be a positive integer"),
+        ({"TILE_K": 4, "impl": "gpu"}, r"unknown tile parameter TILE_K"),
+        ({"strategy": "fast", "impl": "npu"}, r"strategy='fast' is not allowed"),
+        ({"strategy": "untiled", "BLOCK_SIZE_N": 128, "impl": "npu"}, r"BLOCK_SIZE_N=128 is smaller than hidden=300"),
+        ({"impl": "tpu"}, r"impl='tpu' is not allowed"),
+        ({"casting_mode": "fp8"}, r"casting_mode='fp8' is not allowed"),
+    ],
+)
+def test_bad_tiles_and_options_are_clear_errors(kwargs, match):
+    x, w = _inputs(4, 300, torch.float32, "cpu")
+    with pytest.raises(ValueError, match=match):
+        rms_norm(x, w, **kwargs)
+
+
+def test_bad_inputs_are_clear_errors():
+    x, w = _inputs(4, 300, torch.float32, "cpu")
+    with pytest.raises(ValueError, match=r"weight has shape \(299,\); it must be \(300,\)"):
+        rms_norm(x, w[:299])
+    with pytest.raises(ValueError, match=r"weight has dtype torch.float16 but x has torch.float32"):
+        rms_norm(x, w.half())
+    with pytest.raises(ValueError, match=r"x has dtype torch.int64"):
+        rms_norm(x.long(), None)
+    with pytest.raises(ValueError, match=r"non-empty last"):
+        rms_norm(torch.randn(4, 0), None)
+    with pytest.raises(ValueError, match=r"does not fit the untiled GPU kernel"):
+        rms_norm(torch.randn(1, 70000), None, impl="gpu")
+    # The NPU kernels' chunked path takes any hidden size, also on the CPU / a GPU.
+    big = torch.randn(1, 70000)
+    torch.testing.assert_close(rms_norm(big, None, impl="npu"), rms_norm_reference(big), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.gpu
+def test_mixed_devices_are_rejected():
+    x, w = _inputs(4, 300, torch.float32, "cpu")
+    with pytest.raises(ValueError, match=r"weight is on cpu but x is on cuda"):
+        rms_norm(x.cuda(), w)
+
+
+def test_spec_is_registered():
+    assert "rms_norm" in kernels.families()
+    assert kernels.get("rms_norm") is spec
+    names = [v.name for v in spec.variants]
+    assert {"gpu_row", "gpu_multirow", "npu", "torch_eager", "torch_functional", "torch_compile", "liger"} <= set(names)
+    for v in spec.variants:
+        for p in v.params:
+            assert p.default in p.values
+
+
+@pytest.mark.parametrize("variant", ["gpu_row", "gpu_multirow", "npu", "torch_eager", "torch_functional"])
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_measure_every_cpu_variant_passes(variant, dtype):
+    rec = measure(
+        "rms_norm", variant, device="cpu", dtype=dtype, mode="full", problem={"rows": 3, "hidden": 123}, rep_ms=1
+    )
+    assert rec.error is None
+    assert rec.passed, rec.checks
+    assert {c["name"] for c in rec.checks} == {"y", "dx", "dweight"}
+    assert rec.timing_method in ("interpreter-wall", "cpu-wall")
+    assert rec.gbps is None and rec.peak_mb is None  # never invented on the CPU
+
+
+def test_measure_catches_a_wrong_kernel(monkeypatch):
+    """A kernel that is subtly wrong must fail the check (the check can fail)."""
+    from kernels.rms_norm import gpu
+
+    real = gpu.rms_norm_forward
+
+    def off_by_a_bit(*args, **kwargs):
+        y, rstd = real(*args, **kwargs)
+        return y * 1.01, rstd
+
+    monkeypatch.setattr(gpu, "rms_norm_forward", off_by_a_bit)
+    rec = measure("rms_norm", "gpu_row", device="cpu", dtype="fp32", problem={"rows": 2, "hidden": 64}, rep_ms=1)
+    assert rec.passed is False
+    assert not [c for c in rec.checks if c["name"] == "y"][0]["passed"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "variant", ["gpu_row", "gpu_multirow", "npu", "torch_eager", "torch_functional", "torch_compile"]
+)
+@pytest.mark.parametrize("hidden", [7, 1000, 4096, 32768])
+def test_gpu_measure(variant, hidden):
+    rec = measure(
+        "rms_norm", variant, device="cuda", dtype="bf16", mode="full", problem={"rows": 257, "hidden": hidden}
+    )
+    assert rec.error is None, rec.error
+    assert rec.passed, rec.checks
+    assert rec.ms_p50 > 0 and rec.gbps > 0 and rec.peak_mb is not None
