@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# One call on the lent GPU machine: install carried wheels, run the GPU tests, then the benches.
+# Usage (device machine, repo root): bash benchmarks/gpu_run.sh "<pytest -k expr>" "<bench commands file>"
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
+if [ -n "${1:-}" ]; then
+  python3 -m pytest -q -ra -m gpu -k "$1" -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -25
+fi
+if [ -n "${2:-}" ]; then
+  bash "$2" 2>&1 | tee "$OUT/bench.txt"
+fi
