@@ -1,0 +1,585 @@
+"""Plotly figures and small HTML pieces built from records; no widget state here.
+
+Every function takes records (``kernels.bench.Record`` or their dicts) and returns a plain
+``plotly.graph_objects.Figure`` (or HTML text). The Explorer wraps figures in
+``go.FigureWidget`` to update them live; headless notebooks display them statically with
+:func:`show` (JSON for JupyterLab plus HTML that needs only ``window.Plotly``, which the report
+embeds once per page).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from typing import Any, Iterable, Mapping, Sequence
+
+import plotly.graph_objects as go
+
+from widgets.core import METRICS, short_reason
+
+PALETTE = (
+    "#1f77b4",
+    "#d62728",
+    "#2ca02c",
+    "#9467bd",
+    "#ff7f0e",
+    "#8c564b",
+    "#e377c2",
+    "#17becf",
+    "#7f7f7f",
+    "#bcbd22",
+)
+PEER_BACKENDS = ("torch", "peer")
+
+
+def as_dict(record: Any) -> dict:
+    return record.to_dict() if hasattr(record, "to_dict") else dict(record)
+
+
+def color_for(name: str, order: Sequence[str]) -> str:
+    try:
+        i = list(order).index(name)
+    except ValueError:
+        i = abs(hash(name))
+    return PALETTE[i % len(PALETTE)]
+
+
+def _rgba(hex_color: str, alpha: float) -> str:
+    h = hex_color.lstrip("#")
+    r, g, b = int(h[0:2], 16), int(h[2:4], 16), int(h[4:6], 16)
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def timing_note(records: Iterable[dict]) -> str:
+    methods = {r.get("timing_method") for r in records if r.get("timing_method")}
+    if methods & {"interpreter-wall", "cpu-wall"}:
+        return "CPU: Triton interpreter / CPU wall times, not device times"
+    return ""
+
+
+def metric_values(rec: dict, metric: str) -> tuple[float | None, float | None, float | None]:
+    """(p50, low, high) of ``metric`` for one record; None where the record has no such number."""
+    field = METRICS[metric][0]
+    mid = rec.get(field)
+    if mid is None:
+        return None, None, None
+    if metric == "ms":
+        return mid, rec.get("ms_p20"), rec.get("ms_p80")
+    if metric in ("gbps", "pct_copy_bw"):
+        p20, p80, p50 = rec.get("ms_p20"), rec.get("ms_p80"), rec.get("ms_p50")
+        if p20 and p80 and p50:
+            # faster calls (p20) give the higher bandwidth
+            return mid, mid * p50 / p80, mid * p50 / p20
+    return mid, None, None
+
+
+def usable_metric(records: Sequence[dict], metric: str) -> tuple[str, str]:
+    """``metric`` if any record has it, else ``"ms"`` with a note (GB/s needs device times)."""
+    if metric not in METRICS:
+        raise ValueError(f"metric={metric!r} is not known; use one of {', '.join(METRICS)}")
+    field = METRICS[metric][0]
+    if any(r.get(field) is not None for r in records) or not records:
+        return metric, ""
+    if metric == "ms":
+        return metric, ""
+    return "ms", f"{METRICS[metric][1]} needs device times; showing ms"
+
+
+def speed_figure(
+    records: Iterable[Any],
+    axis: str,
+    metric: str = "ms",
+    *,
+    order: Sequence[str] = (),
+    x_order: Sequence[Any] | None = None,
+    title: str | None = None,
+    highlight: str | None = None,
+    bound: bool = True,
+) -> go.Figure:
+    """p50 with a p20-p80 band against ``axis`` (each record's ``x_value``), one line per
+    variant; peers (torch / peer backends) dashed; a variant measured once (it lacks a swept
+    tile parameter) drawn as a flat reference line; the copy-bandwidth bound when the records
+    carry a device copy bandwidth. Failed records are left out and counted in the title."""
+    recs = [as_dict(r) for r in records]
+    ok = [r for r in recs if not r.get("error") and r.get("ms_p50") is not None]
+    failed = [r for r in recs if r.get("error")]
+    metric, note = usable_metric(ok, metric)
+    field, label, _ = METRICS[metric]
+    xs_all = list(x_order) if x_order is not None else []
+    for r in ok:
+        if r.get("x_value") not in xs_all:
+            xs_all.append(r.get("x_value"))
+    numeric_x = bool(xs_all) and all(_is_number(x) for x in xs_all)
+    if numeric_x:
+        xs_all = sorted(set(xs_all))
+    categories = [str(x) for x in xs_all]
+
+    def xpos(x):
+        return x if numeric_x else str(x)
+
+    names = list(order) + sorted({r["variant"] for r in ok} - set(order))
+    fig = go.Figure()
+    for name in names:
+        rows = [r for r in ok if r["variant"] == name]
+        if not rows:
+            continue
+        color = color_for(name, names)
+        peer = rows[0].get("backend") in PEER_BACKENDS
+        dash = "dash" if peer else "solid"
+        width = 3 if name == highlight else 2
+        distinct_x = {str(r.get("x_value")) for r in rows}
+        if len(distinct_x) == 1 and len(xs_all) > 1:
+            # measured once (no such tile parameter): a flat reference across the axis
+            mid, lo, hi = metric_values(rows[-1], metric)
+            xline = [xpos(xs_all[0]), xpos(xs_all[-1])]
+            fig.add_trace(
+                go.Scatter(
+                    x=xline,
+                    y=[mid, mid],
+                    mode="lines",
+                    name=f"{name} (fixed)",
+                    line=dict(color=color, dash="dot", width=width),
+                    hovertemplate=f"{name}: %{{y:.4g}}<extra></extra>",
+                )
+            )
+            continue
+        rows.sort(key=lambda r: xs_all.index(r.get("x_value")) if r.get("x_value") in xs_all else 0)
+        x = [xpos(r.get("x_value")) for r in rows]
+        trio = [metric_values(r, metric) for r in rows]
+        lows = [t[1] for t in trio]
+        highs = [t[2] for t in trio]
+        if all(v is not None for v in lows + highs):
+            fig.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=highs,
+                    mode="lines",
+                    line=dict(width=0, color=color),
+                    showlegend=False,
+                    legendgroup=name,
+                    hoverinfo="skip",
+                )
+            )
+            fig.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=lows,
+                    mode="lines",
+                    line=dict(width=0, color=color),
+                    fill="tonexty",
+                    fillcolor=_rgba(color, 0.18),
+                    showlegend=False,
+                    legendgroup=name,
+                    hoverinfo="skip",
+                )
+            )
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=[t[0] for t in trio],
+                mode="lines+markers",
+                name=name + (" (peer)" if peer else ""),
+                legendgroup=name,
+                line=dict(color=color, dash=dash, width=width),
+                customdata=[[r.get("ms_p20"), r.get("ms_p80"), r.get("gbps"), r.get("passed")] for r in rows],
+                hovertemplate=(
+                    f"{name}<br>{axis}=%{{x}}<br>{label}: %{{y:.4g}}"
+                    "<br>p20-p80 ms: %{customdata[0]:.4g} - %{customdata[1]:.4g}<br>pass: %{customdata[3]}<extra></extra>"
+                ),
+            )
+        )
+    if bound:
+        _add_bound(fig, ok, metric, xs_all, xpos)
+    parts = [title or f"speed vs {axis}"]
+    if note:
+        parts.append(note)
+    tnote = timing_note(ok)
+    if tnote:
+        parts.append(tnote)
+    if failed:
+        parts.append(f"{len(failed)} configuration(s) failed")
+    fig.update_layout(
+        title=dict(text="<br>".join([parts[0]] + [f"<sup>{p}</sup>" for p in parts[1:]])),
+        xaxis_title=axis,
+        yaxis_title=label,
+        template="plotly_white",
+        height=420,
+        margin=dict(t=90, l=60, r=20, b=50),
+        legend=dict(orientation="v"),
+    )
+    if numeric_x and len(xs_all) > 1 and xs_all[0] > 0 and xs_all[-1] / xs_all[0] >= 8:
+        fig.update_xaxes(type="log")
+    if not numeric_x:
+        fig.update_xaxes(type="category", categoryorder="array", categoryarray=categories)
+    ys = [metric_values(r, metric)[0] for r in ok]
+    ys = [y for y in ys if y]
+    if metric in ("ms", "wall_ms") and ys and min(ys) > 0 and max(ys) / min(ys) >= 20:
+        fig.update_yaxes(type="log")
+    return fig
+
+
+def _add_bound(fig, ok, metric, xs_all, xpos):
+    """Copy-bandwidth bound: the time (or GB/s) of moving the problem's minimum bytes at the
+    device's measured copy bandwidth."""
+    withbw = [r for r in ok if r.get("copy_bw_gbps") and r.get("min_bytes")]
+    if not withbw:
+        return
+    if metric in ("gbps", "pct_copy_bw"):
+        bw = withbw[0]["copy_bw_gbps"]
+        y = bw if metric == "gbps" else 100.0
+        fig.add_hline(
+            y=y,
+            line=dict(color="black", dash="dash", width=1),
+            annotation_text=f"copy bandwidth {bw:.0f} GB/s",
+            annotation_position="top left",
+        )
+        return
+    if metric != "ms":
+        return
+    by_x: dict[str, tuple] = {}
+    for r in withbw:
+        by_x[str(r.get("x_value"))] = (r.get("x_value"), r["min_bytes"] / (r["copy_bw_gbps"] * 1e9) * 1e3)
+    pts = [by_x[str(x)] for x in xs_all if str(x) in by_x]
+    if not pts:
+        return
+    if len(pts) == 1 and len(xs_all) > 1:
+        pts = [(xs_all[0], pts[0][1]), (xs_all[-1], pts[0][1])]
+    fig.add_trace(
+        go.Scatter(
+            x=[xpos(p[0]) for p in pts],
+            y=[p[1] for p in pts],
+            mode="lines",
+            name="copy-bandwidth bound",
+            line=dict(color="black", dash="dash", width=1),
+            hovertemplate="bound: %{y:.4g} ms<extra></extra>",
+        )
+    )
+
+
+def memory_figure(records: Iterable[Any], *, order: Sequence[str] = (), title: str | None = None) -> go.Figure:
+    """Peak memory above baseline (MB) per variant beside the bytes the problem must move."""
+    recs = [as_dict(r) for r in records]
+    names = list(order) + sorted({r["variant"] for r in recs} - set(order))
+    rows = {}
+    for r in recs:
+        if r["variant"] in names:
+            rows[r["variant"]] = r  # last record per variant
+    shown = [n for n in names if n in rows]
+    peaks = [rows[n].get("peak_mb") for n in shown]
+    moves = [(rows[n].get("min_bytes") or 0) / 2**20 if rows[n].get("min_bytes") else None for n in shown]
+    texts = []
+    for n, p in zip(shown, peaks):
+        if rows[n].get("error"):
+            texts.append("failed")
+        elif p is None:
+            texts.append("n/a")
+        else:
+            texts.append(f"{p:.2f}")
+    fig = go.Figure()
+    fig.add_trace(
+        go.Bar(
+            x=shown,
+            y=[p if p is not None else 0 for p in peaks],
+            name="peak allocated above baseline (MB)",
+            text=texts,
+            textposition="outside",
+            marker_color=[color_for(n, names) for n in shown],
+            hovertext=[short_reason(rows[n].get("error")) for n in shown],
+        )
+    )
+    fig.add_trace(
+        go.Bar(
+            x=shown,
+            y=[m if m is not None else 0 for m in moves],
+            name="bytes the problem must move (MB)",
+            marker_color="rgba(0,0,0,0.25)",
+            text=[f"{m:.2f}" if m is not None else "" for m in moves],
+            textposition="outside",
+        )
+    )
+    notes = []
+    if shown and all(p is None for p in peaks):
+        kinds = sorted({rows[n].get("device_kind") or "?" for n in shown})
+        notes.append(f"peak memory unavailable on {', '.join(kinds)} (no allocator statistics); not invented")
+    problem = rows[shown[0]].get("problem") if shown else {}
+    head = title or "memory: " + ", ".join(f"{k}={v}" for k, v in (problem or {}).items())
+    fig.update_layout(
+        title=dict(text="<br>".join([head] + [f"<sup>{n}</sup>" for n in notes])),
+        barmode="group",
+        yaxis_title="MB",
+        template="plotly_white",
+        height=380,
+        margin=dict(t=80, l=60, r=20, b=60),
+    )
+    return fig
+
+
+def heatmap_figure(
+    records: Sequence[Any],
+    x_axis: str,
+    x_values: Sequence[Any],
+    y_axis: str,
+    y_values: Sequence[Any],
+    metric: str = "gbps",
+    *,
+    title: str | None = None,
+) -> tuple[go.Figure, dict | None]:
+    """A ``y_values x x_values`` grid of ``metric``; failed cells drawn as grey crosses whose
+    hover text is the reason; the best passing cell outlined. Returns (figure, best record dict).
+
+    ``records`` are in row-major order over (y, x) or carry the axis values in problem/params."""
+    recs = [as_dict(r) for r in records]
+    metric, note = usable_metric([r for r in recs if not r.get("error")], metric)
+    field, label, higher = METRICS[metric]
+
+    def cell_of(r):
+        def val(axis):
+            if axis in (r.get("params") or {}):
+                return r["params"][axis]
+            return (r.get("problem") or {}).get(axis)
+
+        return val(y_axis), val(x_axis)
+
+    grid = {}
+    for r in recs:
+        y, x = cell_of(r)
+        grid[(str(y), str(x))] = r
+    z, text, hover = [], [], []
+    failed_x, failed_y, failed_text = [], [], []
+    best, best_pos = None, None
+    for iy, yv in enumerate(y_values):
+        zr, tr, hr = [], [], []
+        for ix, xv in enumerate(x_values):
+            r = grid.get((str(yv), str(xv)))
+            v = r.get(field) if r else None
+            bad = r is None or r.get("error") or r.get("passed") is False
+            if r is not None and bad:
+                reason = short_reason(r.get("error")) or "correctness check failed"
+                failed_x.append(ix)
+                failed_y.append(iy)
+                failed_text.append(f"{x_axis}={xv}, {y_axis}={yv}<br>failed: {html.escape(reason)}")
+                zr.append(None)
+                tr.append("✗")
+                hr.append(reason)
+                continue
+            zr.append(v)
+            tr.append("" if v is None else f"{v:.3g}")
+            hr.append("")
+            if v is not None and (best is None or (v > best[field] if higher else v < best[field])):
+                best, best_pos = r, (ix, iy)
+        z.append(zr)
+        text.append(tr)
+        hover.append(hr)
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=list(range(len(x_values))),
+            y=list(range(len(y_values))),
+            text=text,
+            texttemplate="%{text}",
+            customdata=hover,
+            colorscale="Viridis" if higher else "Viridis_r",
+            colorbar=dict(title=dict(text=label)),
+            hovertemplate=f"{x_axis}=%{{x}} {y_axis}=%{{y}}<br>{label}: %{{z:.4g}}<extra></extra>",
+            xgap=2,
+            ygap=2,
+        )
+    )
+    if failed_x:
+        fig.add_trace(
+            go.Scatter(
+                x=failed_x,
+                y=failed_y,
+                mode="markers",
+                marker=dict(symbol="x", size=18, color="rgba(120,120,120,0.9)", line=dict(width=1)),
+                name="failed (hover for the reason)",
+                hovertext=failed_text,
+                hoverinfo="text",
+            )
+        )
+    parts = [title or f"{label}: {y_axis} x {x_axis}"]
+    if note:
+        parts.append(note)
+    tnote = timing_note([r for r in recs if not r.get("error")])
+    if tnote:
+        parts.append(tnote)
+    if best is not None:
+        ix, iy = best_pos
+        fig.add_shape(
+            type="rect",
+            x0=ix - 0.5,
+            x1=ix + 0.5,
+            y0=iy - 0.5,
+            y1=iy + 0.5,
+            line=dict(color="red", width=4),
+        )
+        parts.append(f"best: {x_axis}={x_values[ix]}, {y_axis}={y_values[iy]} ({best[field]:.4g} {label})")
+    if failed_x:
+        parts.append(f"{len(failed_x)} failed cell(s) marked ✗")
+    fig.update_layout(
+        title=dict(text="<br>".join([parts[0]] + [f"<sup>{p}</sup>" for p in parts[1:]])),
+        xaxis=dict(title=x_axis, tickvals=list(range(len(x_values))), ticktext=[str(v) for v in x_values]),
+        yaxis=dict(title=y_axis, tickvals=list(range(len(y_values))), ticktext=[str(v) for v in y_values]),
+        template="plotly_white",
+        height=max(320, 60 * len(y_values) + 160),
+        margin=dict(t=110, l=80, r=20, b=60),
+        showlegend=bool(failed_x),
+        legend=dict(orientation="h", y=-0.2),
+    )
+    return fig, best
+
+
+# --- text pieces --------------------------------------------------------------------------
+def _fmt(v: Any, spec: str = "{:.4g}", unit: str = "") -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "n/a"
+    return spec.format(v) + unit
+
+
+def status_text(
+    record: Any, *, cached: bool = False, ub_bytes: int | None = None, elapsed_s: float | None = None
+) -> str:
+    """One line: compile time, device time, wall per call, launch overhead, GB/s, % copy BW."""
+    r = as_dict(record)
+    if r.get("error"):
+        return f"error: {short_reason(r['error'], 400)}"
+    method = r.get("timing_method") or ""
+    timelabel = (
+        "interpreter time" if method == "interpreter-wall" else ("cpu time" if method == "cpu-wall" else "device time")
+    )
+    bits = [
+        f"{r['variant']} {r['mode']} {r['dtype']} on {r.get('device_kind')}",
+        f"compile+first call {_fmt(r.get('compile_ms'), '{:.1f}', ' ms')}",
+        f"{timelabel} {_fmt(r.get('ms_p50'), '{:.4g}', ' ms')} (p20 {_fmt(r.get('ms_p20'))}, p80 {_fmt(r.get('ms_p80'))})",
+        f"wall/call {_fmt(r.get('wall_ms'), '{:.4g}', ' ms')}",
+        f"launch overhead {_fmt(r.get('launch_overhead_ms'), '{:.3g}', ' ms')}",
+        f"{_fmt(r.get('gbps'), '{:.1f}')} GB/s",
+        f"{_fmt(r.get('pct_copy_bw'), '{:.1f}')}% of copy BW",
+        f"peak {_fmt(r.get('peak_mb'), '{:.2f}', ' MB')}",
+        "pass" if r.get("passed") else "CHECK FAILED",
+    ]
+    if ub_bytes is not None:
+        bits.append(f"UB estimate {ub_bytes / 1024:.1f} KB")
+    if cached:
+        bits.append("cached")
+    if elapsed_s is not None:
+        bits.append(f"relaunch {elapsed_s * 1e3:.0f} ms")
+    return " | ".join(bits)
+
+
+def checks_rows(record: Any) -> list[dict]:
+    r = as_dict(record)
+    rows = []
+    for c in r.get("checks") or []:
+        rows.append(
+            {
+                "variant": r.get("variant"),
+                "tensor": c["name"],
+                "max_abs": c["max_abs"],
+                "max_rel": c["max_rel"],
+                "atol": c["atol"],
+                "rtol": c["rtol"],
+                "nan_inf_mismatch": c["nan_mismatch"],
+                "pass": bool(c["passed"]),
+            }
+        )
+    return rows
+
+
+def checks_html(records: Iterable[Any]) -> str:
+    """Correctness table: every output and gradient, max abs / rel error, tolerance, pass."""
+    head = ["variant", "tensor", "max abs", "max rel", "atol", "rtol", "NaN/Inf mismatch", "pass"]
+    out = [
+        '<table class="wb-checks" style="border-collapse:collapse;font-family:monospace;font-size:12px">',
+        "<tr>" + "".join(f'<th style="border:1px solid #ccc;padding:2px 6px">{h}</th>' for h in head) + "</tr>",
+    ]
+    cell = '<td style="border:1px solid #ccc;padding:2px 6px">{}</td>'
+    for rec in records:
+        r = as_dict(rec)
+        if r.get("error"):
+            out.append(
+                "<tr>"
+                + cell.format(html.escape(str(r.get("variant"))))
+                + f'<td colspan="7" style="border:1px solid #ccc;padding:2px 6px;color:#b00">'
+                f"error: {html.escape(short_reason(r['error'], 400))}</td></tr>"
+            )
+            continue
+        for row in checks_rows(r):
+            ok = row["pass"]
+            verdict = '<b style="color:#080">pass</b>' if ok else '<b style="color:#b00">FAIL</b>'
+            out.append(
+                "<tr>"
+                + "".join(
+                    cell.format(v)
+                    for v in (
+                        html.escape(str(row["variant"])),
+                        html.escape(row["tensor"]),
+                        f"{row['max_abs']:.3g}",
+                        f"{row['max_rel']:.3g}",
+                        f"{row['atol']:.3g}",
+                        f"{row['rtol']:.3g}",
+                        row["nan_inf_mismatch"],
+                        verdict,
+                    )
+                )
+                + "</tr>"
+            )
+    out.append("</table>")
+    return "".join(out)
+
+
+# --- display -----------------------------------------------------------------------------
+def static_bundle(fig: go.Figure) -> dict:
+    """MIME bundle for a static figure: plotly JSON (JupyterLab renders it) and HTML that draws
+    with ``window.Plotly`` (the report page embeds plotly.js once; no CDN, no require.js)."""
+    import plotly.io as pio
+
+    return {
+        "application/vnd.plotly.v1+json": fig.to_plotly_json(),
+        "text/html": pio.to_html(fig, include_plotlyjs=False, full_html=False, config={"responsive": True}),
+        "text/plain": f"<plotly figure: {fig.layout.title.text or ''}>",
+    }
+
+
+def show(fig: go.Figure, headless: bool) -> Any:
+    """Display ``fig``: statically when headless, as a live ``go.FigureWidget`` otherwise.
+    Returns the widget when one was made."""
+    from IPython.display import display
+
+    if not headless:
+        try:
+            widget = go.FigureWidget(fig)
+        except Exception:  # no anywidget / no front end: fall back to the static form
+            widget = None
+        if widget is not None:
+            display(widget)
+            return widget
+    display(static_bundle(fig), raw=True)
+    return None
+
+
+def show_html(text: str) -> None:
+    from IPython.display import HTML, display
+
+    display(HTML(text))
+
+
+def failures_table(records: Iterable[Any], axes: Sequence[str]) -> list[dict]:
+    rows = []
+    for rec in records:
+        r = as_dict(rec)
+        if r.get("error") or r.get("passed") is False:
+            row = {"variant": r.get("variant")}
+            for a in axes:
+                row[a] = (r.get("params") or {}).get(a, (r.get("problem") or {}).get(a))
+            row["reason"] = short_reason(r.get("error")) or "correctness check failed"
+            rows.append(row)
+    return rows
+
+
+def mapping_str(m: Mapping) -> str:
+    return ", ".join(f"{k}={v}" for k, v in m.items())

@@ -1,0 +1,621 @@
+"""Session: what a family notebook talks to, live in JupyterLab or headless under papermill.
+
+A notebook is a ``parameters`` cell followed by calls on one Session::
+
+    # cell tagged "parameters" (papermill overrides these)
+    device = "auto"; dtype = "bf16"; quick = False; headless = False; out_dir = "."
+
+    from widgets import Session
+    s = Session("rms_norm", device=device, dtype=dtype, quick=quick, headless=headless, out_dir=out_dir)
+    s.explorer()        # live: shows the Explorer (controls + live figures); headless: shows nothing, returns None
+    values = [256, 1000, 4096] if not quick else [128, 300]
+    df = s.sweep("hidden", values)                  # every variant runnable here, speed figure, DataFrame
+    df = s.sweep("BLOCK_SIZE", [512, 1024, 2048], variants=["gpu_row"], mode="full")
+    grid = s.sweep2d("BLOCK_SIZE", [256, 512, 1024], "BLOCK_SIZE_M", [1, 4, 16],
+                     variant="gpu_multirow", metric="gbps")   # heatmap, failed cells marked, best outlined
+    s.memory()                                      # peak MB per variant beside the bytes the problem must move
+    s.correctness(mode="full")                      # every output and gradient against the reference
+    s.finish()          # <family>_records.csv/.json into out_dir; AssertionError if any check failed
+
+Rules every method follows:
+
+- Problems start from the spec's knob defaults (``spec.quick`` sizes with ``quick=True``) and are
+  overridden by ``problem=`` and then by the swept value. Sweep *values* are the notebook's
+  choice: keep them small when ``quick`` is set (``values = [...] if not quick else [...]``).
+- ``variants=None`` means every variant of the family that can run on this device; variants that
+  cannot (``Variant.unavailable_reason(device.kind)``, e.g. ``torch_compile`` on the CPU, a peer
+  library not installed) are skipped with a printed note, also when named explicitly.
+- An axis is a problem knob (``"hidden"``, ``"rows"`` …) or a tile Param name (``"BLOCK_SIZE"``
+  …). Sweeping a tile Param sweeps the variants that have it; the others are measured once at
+  the same problem and drawn as flat reference lines (peers overlaid).
+- ``params`` are tile overrides: ``{"BLOCK_SIZE": 1024}`` applies to every variant having that
+  name, ``{"gpu_row": {"BLOCK_SIZE": 1024}}`` to one variant; both forms mix.
+- Every configuration is measured once per session: results are cached by (variant, device,
+  dtype, mode, problem, params) and shared with the Explorer. Newly measured records go to the
+  store (SQLite, ``kernels.store.DEFAULT_PATH`` / ``$WORKBENCH_STORE`` unless ``store=`` says
+  otherwise) the moment they are measured.
+- A configuration that cannot run (tile too small, impossible size) is never an exception: it
+  becomes a record with ``.error`` (a failed cell or a missing point, reason shown).
+- ``s.records`` is every record the session's sweeps / measurements returned (copies whose
+  ``axis``/``x_value`` say what was swept), ``s.figures`` every figure shown (plotly
+  ``go.Figure``; live ones are also displayed as ``go.FigureWidget``).
+- ``finish()`` fails the notebook (AssertionError listing them) when a record's correctness check
+  failed, or when one of our own kernels (backend gpu / npu) failed to run at its default tile
+  configuration — errors of explicitly chosen tiles are exploration results, not failures.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from kernels.bench import Record, measure
+from kernels.device import Device, get_device
+from kernels.spec import KernelSpec, Variant, dtype_name, get
+from kernels.store import Store, records_frame, write_csv, write_json
+from widgets import figures as F
+from widgets.core import (
+    axis_kind,
+    config_key,
+    default_values,
+    resolve_config,
+    short_reason,
+    split_params,
+    with_axis,
+)
+
+__all__ = ["Session"]
+
+Progress = Callable[[int, int, str], None]
+
+
+class Session:
+    """One family on one device: measure, sweep, plot, check; see the module docstring.
+
+    Parameters
+    ----------
+    family: a registered family name (``kernels.families()``) or a :class:`KernelSpec`.
+    device: ``"auto"`` (cuda, then npu, then cpu), ``"cuda"``, ``"npu"`` or ``"cpu"``.
+    dtype: ``"fp32"``, ``"fp16"`` or ``"bf16"`` (the default for every method).
+    quick: problems default to ``spec.quick`` (small sizes for the CPU interpreter).
+    headless: figures are static (papermill / reports); ``explorer()`` shows nothing.
+    out_dir: where ``finish()`` writes ``<family>_records.csv`` and ``<family>_records.json``.
+    store: a :class:`kernels.store.Store`, a path to a SQLite file, ``None`` for the default
+        store, or ``False`` for none.
+    rep_ms: timing budget per configuration (default 20 on the CPU interpreter, 100 on devices).
+    problem: overrides of the starting problem (knob name -> value).
+    """
+
+    def __init__(
+        self,
+        family: str | KernelSpec,
+        device: str | Device = "auto",
+        dtype: str = "bf16",
+        quick: bool = False,
+        headless: bool = False,
+        out_dir: str | Path = ".",
+        *,
+        store: Store | str | Path | bool | None = None,
+        rep_ms: float | None = None,
+        seed: int = 0,
+        problem: Mapping[str, Any] | None = None,
+    ):
+        self.spec: KernelSpec = get(family) if isinstance(family, str) else family
+        self.device: Device = get_device(device)
+        self.dtype = dtype_name(dtype)
+        if self.dtype not in self.spec.dtypes:
+            raise ValueError(f"dtype={dtype!r} is not supported by {self.spec.name}; use {', '.join(self.spec.dtypes)}")
+        self.quick = bool(quick)
+        self.headless = bool(headless)
+        self.out_dir = Path(out_dir)
+        self.seed = seed
+        self.rep_ms = rep_ms if rep_ms is not None else (20.0 if self.device.kind == "cpu" else 100.0)
+        self.problem: dict = self.spec.resolve_problem(problem, quick=self.quick)
+        if store is False:
+            self.store = None
+        elif store is None or store is True:
+            self.store = Store()
+        elif isinstance(store, Store):
+            self.store = store
+        else:
+            self.store = Store(store)
+        from widgets.core import ResultCache
+
+        self.cache = ResultCache()
+        self.records: list[Record] = []
+        self.figures: list = []
+        self.best: dict | None = None  # the best config of the last sweep2d: {"variant", "params", "problem"}
+        self.measured = 0  # configurations actually measured (cache misses)
+        self._lock = threading.RLock()  # one measurement at a time (Explorer worker + notebook)
+        self._explorer = None
+        self._noted: set[str] = set()
+
+    # --- what can run -----------------------------------------------------------------------
+    @property
+    def family(self) -> str:
+        return self.spec.name
+
+    def runnable(self, mode: str | None = None) -> list[str]:
+        """Names of the variants that can run on this device (and support ``mode``)."""
+        return [v.name for v in self._variants(None, mode, note=False)]
+
+    def unavailable(self) -> dict[str, str]:
+        """Variant name -> why it cannot run here."""
+        out = {}
+        for v in self.spec.variants:
+            reason = v.unavailable_reason(self.device.kind)
+            if reason:
+                out[v.name] = reason
+        return out
+
+    def _variants(self, names: Sequence[str] | str | None, mode: str | None, note: bool = True) -> list[Variant]:
+        if isinstance(names, str):
+            names = [names]
+        pool = [self.spec.variant(n) for n in names] if names else list(self.spec.variants)
+        out = []
+        for v in pool:
+            reason = v.unavailable_reason(self.device.kind)
+            if reason is None and mode is not None and mode not in (v.modes or self.spec.modes):
+                reason = f"variant {v.name!r} has no mode {mode!r}"
+            if reason:
+                if note and v.name not in self._noted:
+                    self._noted.add(v.name)
+                    print(f"skipping {v.name}: {reason}")
+                continue
+            out.append(v)
+        return out
+
+    def _check_mode(self, mode: str) -> None:
+        if mode not in self.spec.modes:
+            raise ValueError(
+                f"mode={mode!r} is not available for {self.family}; use one of {', '.join(self.spec.modes)}"
+            )
+
+    # --- measuring --------------------------------------------------------------------------
+    def key(self, variant: str, problem=None, params=None, mode="forward", dtype=None) -> tuple:
+        """Cache key of a configuration (problem / params resolved like ``measure`` does)."""
+        var = self.spec.variant(variant)
+        prob, prm, _ = resolve_config(self.spec, var, {**self.problem, **dict(problem or {})}, params, False)
+        return config_key(var.name, self.device.kind, dtype_name(dtype or self.dtype), mode, prob, prm)
+
+    def lookup(self, variant: str, problem=None, params=None, mode="forward", dtype=None) -> Record | None:
+        """The cached record of a configuration, or None (does not measure, does not count)."""
+        return self.cache.peek(self.key(variant, problem, params, mode, dtype))
+
+    def _measure(
+        self,
+        variant: Variant,
+        problem: Mapping | None,
+        params: Mapping | None,
+        mode: str,
+        dtype: str | None,
+        force: bool = False,
+    ) -> tuple[Record, bool]:
+        """(record, came from the cache). Never raises for a configuration that cannot run."""
+        dt = dtype_name(dtype or self.dtype)
+        prob, prm, _ = resolve_config(self.spec, variant, {**self.problem, **dict(problem or {})}, params, False)
+        key = config_key(variant.name, self.device.kind, dt, mode, prob, prm)
+        if not force:
+            hit = self.cache.get(key)
+            if hit is not None:
+                return hit, True
+        with self._lock:
+            if not force:
+                hit = self.cache.peek(key)  # measured by another thread meanwhile
+                if hit is not None:
+                    return hit, True
+            rec = measure(
+                self.spec,
+                variant,
+                device=self.device,
+                dtype=dt,
+                mode=mode,
+                problem=prob,
+                params=prm,
+                seed=self.seed,
+                rep_ms=self.rep_ms,
+                warmup_ms=min(25.0, self.rep_ms),
+                store=self.store,
+                on_error="record",
+            )
+            self.measured += 1
+            self.cache.put(key, rec)
+        return rec, False
+
+    def measure(
+        self,
+        variant: str,
+        problem: Mapping | None = None,
+        params: Mapping | None = None,
+        mode: str = "forward",
+        dtype: str | None = None,
+        *,
+        force: bool = False,
+    ) -> Record:
+        """Measure one configuration (or take it from the cache); appended to ``records``.
+        ``force=True`` measures again and replaces the cached record."""
+        self._check_mode(mode)
+        var = self.spec.variant(variant)
+        rec, _ = self._measure(var, problem, params, mode, dtype, force=force)
+        self.records.append(rec)
+        return rec
+
+    # --- sweeps -----------------------------------------------------------------------------
+    def sweep(
+        self,
+        axis: str,
+        values: Sequence[Any] | None = None,
+        variants: Sequence[str] | str | None = None,
+        mode: str = "forward",
+        problem: Mapping | None = None,
+        params: Mapping | None = None,
+        *,
+        metric: str = "ms",
+        dtype: str | None = None,
+        title: str | None = None,
+        show: bool = True,
+        progress: Progress | None = None,
+        cancel: threading.Event | None = None,
+    ):
+        """1-D sweep of ``axis`` (problem knob or tile Param) over ``values`` for ``variants``.
+
+        Measures (or reuses) every point, stores new records, displays the speed figure (p50 with
+        the p20-p80 band, peers dashed, copy-bandwidth bound on devices; static when headless) and
+        returns the records as a DataFrame (one row per point: Record fields, ``x_value`` the
+        swept value; failed points have ``error`` set). ``metric``: ``"ms"`` (default),
+        ``"gbps"``, ``"pct_copy_bw"`` or ``"wall_ms"`` (GB/s needs device times: on the CPU the
+        figure falls back to ms and says so).
+        """
+        self._check_mode(mode)
+        chosen = self._variants(variants, mode)
+        kind = axis_kind(self.spec, axis, chosen or self.spec.variants)
+        if values is None:
+            values = default_values(self.spec, axis, chosen)
+        values = list(values)
+        plan: list[tuple[Variant, dict, dict, Any]] = []
+        for var in chosen:
+            if kind == "knob":
+                for v in values:
+                    plan.append((var, {**dict(problem or {}), axis: v}, split_params(params, var), v))
+            elif any(p.name == axis for p in var.params):
+                for v in values:
+                    plan.append((var, dict(problem or {}), {**split_params(params, var), axis: v}, v))
+            else:
+                plan.append((var, dict(problem or {}), split_params(params, var), None))
+        rows = self._run_plan(plan, axis, mode, dtype, progress, cancel, label=f"sweep {axis}")
+        fig = F.speed_figure(
+            rows,
+            axis,
+            metric,
+            order=[v.name for v in self.spec.variants],
+            x_order=values,
+            title=title or self._title(f"speed vs {axis}", mode, dtype, problem, exclude=(axis,)),
+        )
+        if show:
+            self._show(fig)
+        failures = F.failures_table(rows, [axis])
+        if show and failures:
+            self._show_failures(failures)
+        return records_frame(rows)
+
+    def sweep2d(
+        self,
+        x_axis: str,
+        x_values: Sequence[Any],
+        y_axis: str,
+        y_values: Sequence[Any],
+        variant: str | None = None,
+        mode: str = "forward",
+        metric: str = "gbps",
+        problem: Mapping | None = None,
+        params: Mapping | None = None,
+        *,
+        dtype: str | None = None,
+        title: str | None = None,
+        show: bool = True,
+        progress: Progress | None = None,
+        cancel: threading.Event | None = None,
+    ):
+        """2-D sweep of one variant over ``x_axis x y_axis`` (knobs and/or tile Params).
+
+        Displays a heatmap of ``metric`` (``"gbps"`` default; ms on the CPU, where there is no
+        GB/s) with failed cells marked ✗ and their reasons (hover, and a table below), the best
+        passing cell outlined; ``self.best`` holds that config (``{"variant", "params",
+        "problem"}``) and, live, a button applies it to the Explorer. Returns the DataFrame of the
+        grid's records (row-major over y then x) with ``df.attrs["best"]``.
+        """
+        self._check_mode(mode)
+        if variant is None:
+            candidates = [
+                v
+                for v in self._variants(None, mode, note=False)
+                if all(
+                    axis_kind(self.spec, a, [v]) == "knob" or any(p.name == a for p in v.params)
+                    for a in (x_axis, y_axis)
+                )
+            ]
+            ours = [v for v in candidates if v.backend not in F.PEER_BACKENDS]
+            if not (ours or candidates):
+                raise ValueError(f"no variant runnable on {self.device.kind} has both {x_axis} and {y_axis}")
+            var = (ours or candidates)[0]
+        else:
+            found = self._variants([variant], mode)
+            if not found:
+                raise ValueError(f"variant {variant!r} cannot run here: {self.unavailable().get(variant, mode)}")
+            var = found[0]
+        kinds = {a: axis_kind(self.spec, a, [var]) for a in (x_axis, y_axis)}
+        for a, k in kinds.items():
+            if k == "param" and not any(p.name == a for p in var.params):
+                raise ValueError(f"variant {var.name!r} has no tile parameter {a!r}")
+        plan = []
+        x_values, y_values = list(x_values), list(y_values)
+        for yv in y_values:
+            for xv in x_values:
+                prob = dict(problem or {})
+                prm = split_params(params, var)
+                for a, v in ((x_axis, xv), (y_axis, yv)):
+                    if kinds[a] == "knob":
+                        prob[a] = v
+                    else:
+                        prm[a] = v
+                plan.append((var, prob, prm, xv))
+        rows = self._run_plan(plan, x_axis, mode, dtype, progress, cancel, label=f"sweep {x_axis} x {y_axis}")
+        fig, best = F.heatmap_figure(
+            rows,
+            x_axis,
+            x_values,
+            y_axis,
+            y_values,
+            metric,
+            title=title
+            or self._title(f"{var.name}: {y_axis} x {x_axis}", mode, dtype, problem, exclude=(x_axis, y_axis)),
+        )
+        self.best = None
+        if best is not None:
+            self.best = {"variant": var.name, "params": dict(best["params"]), "problem": dict(best["problem"])}
+        if show:
+            self._show(fig)
+            failures = F.failures_table(rows, [x_axis, y_axis])
+            if failures:
+                self._show_failures(failures)
+            if self.best is not None:
+                self._show_best(self.best)
+        df = records_frame(rows)
+        df.attrs["best"] = self.best
+        return df
+
+    def _run_plan(self, plan, axis, mode, dtype, progress, cancel, label) -> list[Record]:
+        bar = None
+        if progress is None and not self.headless:
+            bar = _progress_bar(len(plan), label)
+        t0 = time.perf_counter()
+        rows, hits = [], 0
+        for i, (var, prob, prm, x) in enumerate(plan):
+            if cancel is not None and cancel.is_set():
+                break
+            if progress is not None:
+                progress(i, len(plan), f"{label}: {var.name} {F.mapping_str(prm)} {F.mapping_str(prob)}")
+            elif bar is not None:
+                bar.value = i
+                bar.description = f"{i}/{len(plan)}"
+            rec, cached = self._measure(var, prob, prm, mode, dtype)
+            hits += cached
+            if x is None:
+                x = rec.problem.get(axis, rec.params.get(axis))
+            row = with_axis(rec, axis, x)
+            rows.append(row)
+            self.records.append(row)
+        if progress is not None:
+            progress(len(rows), len(plan), f"{label}: done")
+        if bar is not None:
+            bar.value = len(rows)
+            bar.description = f"{len(rows)}/{len(plan)}"
+            bar.bar_style = "success"
+        failed = sum(1 for r in rows if r.error)
+        wrong = sum(1 for r in rows if r.error is None and r.passed is False)
+        print(
+            f"{label}: {len(rows)} configurations ({len(rows) - hits} measured, {hits} cached), "
+            f"{failed} could not run, {wrong} failed their check, {time.perf_counter() - t0:.1f} s"
+        )
+        return rows
+
+    # --- memory and correctness ---------------------------------------------------------------
+    def memory(
+        self,
+        problem: Mapping | None = None,
+        variants: Sequence[str] | str | None = None,
+        mode: str = "full",
+        params: Mapping | None = None,
+        *,
+        dtype: str | None = None,
+        title: str | None = None,
+        show: bool = True,
+    ):
+        """Peak memory above baseline (MB) of every variant at one problem beside the bytes the
+        problem must move (``spec.min_bytes``); n/a where the device keeps no allocator
+        statistics (the CPU). Returns a DataFrame (variant, peak_mb, min_mb, error)."""
+        import pandas as pd
+
+        self._check_mode(mode)
+        rows = []
+        for var in self._variants(variants, mode):
+            rec, _ = self._measure(var, problem, split_params(params, var), mode, dtype)
+            row = with_axis(rec, self.spec.axis, rec.problem.get(self.spec.axis))
+            rows.append(row)
+            self.records.append(row)
+        fig = F.memory_figure(
+            rows,
+            order=[v.name for v in self.spec.variants],
+            title=title or self._title("memory", mode, dtype, problem),
+        )
+        if show:
+            self._show(fig)
+        return pd.DataFrame(
+            [
+                {
+                    "variant": r.variant,
+                    "peak_mb": r.peak_mb,
+                    "min_mb": None if r.min_bytes is None else r.min_bytes / 2**20,
+                    "error": r.error,
+                }
+                for r in rows
+            ]
+        )
+
+    def correctness(
+        self,
+        problem: Mapping | None = None,
+        variants: Sequence[str] | str | None = None,
+        mode: str = "full",
+        params: Mapping | None = None,
+        *,
+        dtype: str | None = None,
+        show: bool = True,
+    ):
+        """Every output and gradient of every variant against the reference at one problem:
+        max abs / max rel error, tolerance, NaN/Inf mismatches, pass. Displays the table and
+        returns it as a DataFrame (one row per tensor; errors as rows with tensor ``"-"``)."""
+        import pandas as pd
+
+        self._check_mode(mode)
+        recs = []
+        for var in self._variants(variants, mode):
+            rec, _ = self._measure(var, problem, split_params(params, var), mode, dtype)
+            recs.append(rec)
+            self.records.append(with_axis(rec, self.spec.axis, rec.problem.get(self.spec.axis)))
+        if show:
+            F.show_html(f"<b>{self._title('correctness', mode, dtype, problem)}</b>" + F.checks_html(recs))
+        rows = []
+        for r in recs:
+            rows.extend(F.checks_rows(r))
+            if r.error:
+                rows.append({"variant": r.variant, "tensor": "-", "pass": False, "error": short_reason(r.error)})
+        return pd.DataFrame(rows)
+
+    # --- the Explorer ---------------------------------------------------------------------------
+    def explorer(self, variant: str | None = None, **kwargs):
+        """Live: build and display the Explorer on this session (shared cache, store, records)
+        and return it. Headless: display nothing interactive and return None."""
+        if self.headless:
+            print("Explorer: live only (this run is headless; the fixed sweeps below stand in for it)")
+            return None
+        from widgets.explorer import Explorer
+
+        ex = Explorer(self, variant=variant, **kwargs)
+        self._explorer = ex
+        ex.display()
+        return ex
+
+    def apply(self, config: Mapping | None = None) -> None:
+        """Set the Explorer's controls to ``config`` (default: ``self.best``)."""
+        config = config or self.best
+        if config is None:
+            raise ValueError("nothing to apply: run sweep2d first or pass a config")
+        if self._explorer is None:
+            raise ValueError("no Explorer in this session: call s.explorer() first")
+        self._explorer.apply(config)
+
+    # --- output ---------------------------------------------------------------------------------
+    def frame(self):
+        """``records`` as a DataFrame."""
+        return records_frame(self.records)
+
+    def finish(self) -> dict:
+        """Write ``<family>_records.csv`` / ``.json`` into ``out_dir``; raise AssertionError
+        listing every record whose correctness check failed and every run of our own kernels
+        (backend gpu / npu) that failed at its default tile configuration."""
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        csv_path = write_csv(self.records, self.out_dir / f"{self.family}_records.csv")
+        json_path = write_json(self.records, self.out_dir / f"{self.family}_records.json")
+        wrong = [r for r in self.records if r.error is None and r.passed is False]
+        broken = [r for r in self.records if r.error and self._is_default_run(r)]
+        errors = [r for r in self.records if r.error]
+        ok = [r for r in self.records if r.ok]
+        print(
+            f"{self.family}: {len(self.records)} records ({len(ok)} passed, {len(wrong)} failed their check, "
+            f"{len(errors)} could not run) -> {csv_path}, {json_path}"
+        )
+        problems = []
+        for r in wrong:
+            bad = ", ".join(
+                f"{c['name']} max_abs={c['max_abs']:.3g} (atol {c['atol']:.3g})" for c in r.checks if not c["passed"]
+            )
+            problems.append(
+                f"WRONG RESULT {r.variant} {r.mode} {r.dtype} {F.mapping_str(r.problem)} {F.mapping_str(r.params)}: {bad}"
+            )
+        for r in broken:
+            problems.append(
+                f"DEFAULT CONFIG FAILED {r.variant} {r.mode} {r.dtype} {F.mapping_str(r.problem)}: {short_reason(r.error)}"
+            )
+        if problems:
+            raise AssertionError(f"{len(problems)} check(s) failed in {self.family}:\n" + "\n".join(problems))
+        return {"csv": csv_path, "json": json_path, "records": len(self.records)}
+
+    def _is_default_run(self, rec: Record) -> bool:
+        try:
+            var = self.spec.variant(rec.variant)
+        except ValueError:
+            return False
+        if var.backend in F.PEER_BACKENDS:
+            return False
+        try:
+            return var.resolve_params(rec.params) == var.resolve_params({})
+        except ValueError:
+            return False
+
+    # --- helpers --------------------------------------------------------------------------------
+    def _title(self, head: str, mode: str, dtype: str | None, problem: Mapping | None, exclude=()) -> str:
+        prob = {**self.problem, **dict(problem or {})}
+        shown = ", ".join(f"{k}={v}" for k, v in prob.items() if k not in exclude)
+        return f"{self.spec.title} {head} — {mode}, {dtype_name(dtype or self.dtype)}, {self.device.kind} ({shown})"
+
+    def _show(self, fig) -> None:
+        self.figures.append(fig)
+        F.show(fig, self.headless)
+
+    def _show_failures(self, failures: list[dict]) -> None:
+        import pandas as pd
+        from IPython.display import display
+
+        print(f"{len(failures)} configuration(s) failed:")
+        display(pd.DataFrame(failures))
+
+    def _show_best(self, best: dict) -> None:
+        text = f"best: {best['variant']} {F.mapping_str(best['params'])}"
+        if self.headless:
+            print(text)
+            return
+        import ipywidgets as W
+        from IPython.display import display
+
+        button = W.Button(description="Apply best to Explorer", button_style="success", icon="check")
+        label = W.HTML(text)
+
+        def click(_):
+            try:
+                self.apply(best)
+                label.value = text + " — applied"
+            except Exception as exc:  # never raise out of a callback
+                label.value = f"{text} — {exc}"
+
+        button.on_click(click)
+        display(W.HBox([button, label]))
+
+    def __repr__(self) -> str:
+        return (
+            f"Session({self.family!r}, device={self.device.kind!r}, dtype={self.dtype!r}, quick={self.quick}, "
+            f"headless={self.headless}, records={len(self.records)})"
+        )
+
+
+def _progress_bar(total: int, label: str):
+    try:
+        import ipywidgets as W
+        from IPython.display import display
+    except ImportError:
+        return None
+    bar = W.IntProgress(value=0, min=0, max=max(total, 1), description=f"0/{total}")
+    display(W.HBox([bar, W.Label(label)]))
+    return bar
