@@ -1,0 +1,501 @@
+"""Fused add + RMSNorm for Ascend NPUs, written to triton-ascend's rules (DESIGN.md, "NPU kernels").
+
+The same kernels run as ordinary Triton on CUDA and in the CPU interpreter, where their results
+are tested; ``workbench npu-check`` compiles :func:`npu_compile_cases` for Ascend910B.
+
+Math (as in :mod:`.gpu`)::
+
+    s    = x + r                              (rounded to x's dtype, stored)
+    rstd = 1 / sqrt(mean(s^2) + eps)
+    y    = s * rstd * (offset + w)
+    dx   = dr = rstd * (m - shat * mean(m * shat)) + ds,   shat = s * rstd,  m = dy * (offset + w)
+    dw   = sum over rows of dy * shat         (per-program partials, summed on the host)
+
+Why two strategies. The first NPU kernel held a whole row as its tile: fine for small hidden
+sizes, but at benchmark sizes the row overflowed the 192 KB Unified Buffer (UB).
+
+- *Untiled* (``hidden <= CHUNK_THRESHOLD``, 2048 by default): a block of ``BLOCK_SIZE_M`` whole
+  rows is one ``BLOCK_SIZE_M x BLOCK_SIZE_N`` tile of about 2048 elements. Every element of x and
+  r is read once; several rows per tile mean fewer grid-stride iterations per program.
+- *Chunked* (larger hidden): column chunks of ``BLOCK_SIZE_N`` in two passes. Forward pass 1
+  adds, stores s and accumulates the sum of squares; pass 2 reads the s chunks back and
+  normalises. It fits any hidden size at the price of one more read of s (forward moves 5 row
+  tensors instead of 4); the backward reads s and dy twice.
+
+The grid is the number of vector cores: program ``p`` visits row blocks ``p, p + GRID, …``, a
+grid-stride loop whose stride in rows is ``GRID x BLOCK_SIZE_M``.
+
+triton-ascend rules kept here: padding zeroed by ``tl.load(..., other=0)`` (the vector unit
+cannot compare integers, so ``tl.where`` over a tile mask becomes scalar code; ``USE_WHERE=True``
+keeps that slow form as an explorable switch in the forward), no ``eviction_policy`` /
+``cache_modifier``, ``1 / tl.sqrt`` instead of libdevice, no fp64, int32 offsets (the host
+refuses tensors of 2**31 elements or more). Arithmetic is fp32; the casting modes
+(``CASTING_MODE``: 0 llama, 1 gemma, 2 none) only decide where values are rounded to x's dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.device import device_of, launcher
+from kernels.rms_norm import npu as rms_norm_npu
+from kernels.rms_norm.gpu import CASTING_CODES
+from kernels.spec import NpuCompileCase
+
+UB_BYTES = rms_norm_npu.UB_BYTES  # Unified Buffer per core on Ascend 910B (192 KB)
+TILE_ELEMENTS = rms_norm_npu.TILE_ELEMENTS  # the untiled target tile, BLOCK_SIZE_M x BLOCK_SIZE_N
+STRATEGIES = rms_norm_npu.STRATEGIES  # ("auto", "untiled", "chunked")
+CHUNK_THRESHOLD = 2048  # auto: chunk when hidden is larger than this
+# Largest tile a program may hold off the NPU (on CUDA it lives in registers).
+MAX_TILE_ELEMENTS = 65536
+INT32_LIMIT = 2**31
+
+
+@triton.jit
+def _fused_add_rms_norm_forward_npu_kernel(
+    Y_ptr,
+    S_ptr,
+    X_ptr,
+    R_ptr,
+    W_ptr,
+    RSTD_ptr,
+    n_rows,
+    n_cols,
+    eps,
+    offset,
+    CASTING_MODE: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    BLOCK_SIZE_M: tl.constexpr,
+    BLOCK_SIZE_N: tl.constexpr,
+    CHUNKED: tl.constexpr,
+    USE_WHERE: tl.constexpr,
+):
+    """s = x + r stored, y = s * rstd * (offset + w), rstd stored; grid-stride over row blocks."""
+    pid = tl.program_id(0)
+    n_programs = tl.num_programs(0)
+    n_blocks = tl.cdiv(n_rows, BLOCK_SIZE_M)
+    cols = tl.arange(0, BLOCK_SIZE_N)
+    if not CHUNKED:
+        # One weight row serves every row block this program visits.
+        col_mask = cols < n_cols
+        if HAS_WEIGHT:
+            w = offset + tl.load(W_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+    for block in range(pid, n_blocks, n_programs):
+        rows = block * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+        row_mask = rows < n_rows
+        if CHUNKED:
+            # Pass 1: s = x + r chunk by chunk, stored, and the sum of squares of the stored s.
+            sum_sq = tl.zeros([BLOCK_SIZE_M], dtype=tl.float32)
+            for start in range(0, n_cols, BLOCK_SIZE_N):
+                c = start + cols
+                mask = row_mask[:, None] & (c < n_cols)[None, :]
+                offs = rows[:, None] * n_cols + c[None, :]
+                if USE_WHERE:
+                    x = tl.where(mask, tl.load(X_ptr + offs, mask=mask), 0.0)
+                    r = tl.where(mask, tl.load(R_ptr + offs, mask=mask), 0.0)
+                else:
+                    x = tl.load(X_ptr + offs, mask=mask, other=0.0)
+                    r = tl.load(R_ptr + offs, mask=mask, other=0.0)
+                s = (x.to(tl.float32) + r.to(tl.float32)).to(S_ptr.dtype.element_ty)
+                tl.store(S_ptr + offs, s, mask=mask)
+                sf = s.to(tl.float32)
+                sum_sq += tl.sum(sf * sf, axis=1)
+            rstd = 1.0 / tl.sqrt(sum_sq / n_cols + eps)
+            # Pass 2: read back the s chunks this program just stored (same addresses, same tile
+            # shape) and normalise them.
+            for start in range(0, n_cols, BLOCK_SIZE_N):
+                c = start + cols
+                c_mask = c < n_cols
+                mask = row_mask[:, None] & c_mask[None, :]
+                offs = rows[:, None] * n_cols + c[None, :]
+                s = tl.load(S_ptr + offs, mask=mask, other=0.0)
+                if CASTING_MODE == 2:
+                    y = s.to(tl.float32) * rstd.to(s.dtype).to(tl.float32)[:, None]
+                else:
+                    y = s.to(tl.float32) * rstd[:, None]
+                if CASTING_MODE != 1:
+                    y = y.to(s.dtype).to(tl.float32)
+                if HAS_WEIGHT:
+                    y = y * (offset + tl.load(W_ptr + c, mask=c_mask, other=0.0).to(tl.float32))[None, :]
+                tl.store(Y_ptr + offs, y.to(Y_ptr.dtype.element_ty), mask=mask)
+        else:
+            mask = row_mask[:, None] & col_mask[None, :]
+            offs = rows[:, None] * n_cols + cols[None, :]
+            if USE_WHERE:
+                x = tl.where(mask, tl.load(X_ptr + offs, mask=mask), 0.0)
+                r = tl.where(mask, tl.load(R_ptr + offs, mask=mask), 0.0)
+            else:
+                x = tl.load(X_ptr + offs, mask=mask, other=0.0)
+                r = tl.load(R_ptr + offs, mask=mask, other=0.0)
+            s = (x.to(tl.float32) + r.to(tl.float32)).to(S_ptr.dtype.element_ty)
+            tl.store(S_ptr + offs, s, mask=mask)
+            sf = s.to(tl.float32)
+            rstd = 1.0 / tl.sqrt(tl.sum(sf * sf, axis=1) / n_cols + eps)
+            if CASTING_MODE == 2:
+                y = sf * rstd.to(s.dtype).to(tl.float32)[:, None]
+            else:
+                y = sf * rstd[:, None]
+            if CASTING_MODE != 1:
+                y = y.to(s.dtype).to(tl.float32)
+            if HAS_WEIGHT:
+                y = y * w[None, :]
+            tl.store(Y_ptr + offs, y.to(Y_ptr.dtype.element_ty), mask=mask)
+        tl.store(RSTD_ptr + rows, rstd, mask=row_mask)
+
+
+@triton.jit
+def _fused_add_rms_norm_backward_npu_kernel(
+    DX_ptr,
+    DY_ptr,
+    DS_ptr,
+    S_ptr,
+    W_ptr,
+    RSTD_ptr,
+    DW_partial_ptr,
+    n_rows,
+    n_cols,
+    offset,
+    CASTING_MODE: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_DS: tl.constexpr,
+    BLOCK_SIZE_M: tl.constexpr,
+    BLOCK_SIZE_N: tl.constexpr,
+    CHUNKED: tl.constexpr,
+):
+    """dx (= dr) per row, plus the incoming ds; partial dw in row ``pid`` of DW_partial."""
+    pid = tl.program_id(0)
+    n_programs = tl.num_programs(0)
+    n_blocks = tl.cdiv(n_rows, BLOCK_SIZE_M)
+    cols = tl.arange(0, BLOCK_SIZE_N)
+    if CHUNKED:
+        for block in range(pid, n_blocks, n_programs):
+            rows = block * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+            row_mask = rows < n_rows
+            rstd = tl.load(RSTD_ptr + rows, mask=row_mask, other=0.0)
+            # Pass 1: mean(m * shat) per row, chunk by chunk.
+            dot = tl.zeros([BLOCK_SIZE_M], dtype=tl.float32)
+            for start in range(0, n_cols, BLOCK_SIZE_N):
+                c = start + cols
+                c_mask = c < n_cols
+                mask = row_mask[:, None] & c_mask[None, :]
+                offs = rows[:, None] * n_cols + c[None, :]
+                shat = tl.load(S_ptr + offs, mask=mask, other=0.0).to(tl.float32) * rstd[:, None]
+                m = tl.load(DY_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+                if HAS_WEIGHT:
+                    m = m * (offset + tl.load(W_ptr + c, mask=c_mask, other=0.0).to(tl.float32))[None, :]
+                dot += tl.sum(m * shat, axis=1)
+            dot = dot / n_cols
+            # Pass 2: dx (+ ds), and this program's dw partial updated in place (one owner per row
+            # of DW_partial, zeroed by the host).
+            for start in range(0, n_cols, BLOCK_SIZE_N):
+                c = start + cols
+                c_mask = c < n_cols
+                mask = row_mask[:, None] & c_mask[None, :]
+                offs = rows[:, None] * n_cols + c[None, :]
+                s = tl.load(S_ptr + offs, mask=mask, other=0.0)
+                shat = s.to(tl.float32) * rstd[:, None]
+                dy = tl.load(DY_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+                m = dy
+                if HAS_WEIGHT:
+                    m = dy * (offset + tl.load(W_ptr + c, mask=c_mask, other=0.0).to(tl.float32))[None, :]
+                dx = rstd[:, None] * (m - shat * dot[:, None])
+                if HAS_DS:
+                    dx += tl.load(DS_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+                tl.store(DX_ptr + offs, dx.to(DX_ptr.dtype.element_ty), mask=mask)
+                if HAS_WEIGHT:
+                    if CASTING_MODE == 0:
+                        shat = shat.to(s.dtype).to(tl.float32)
+                    partial_ptr = DW_partial_ptr + pid * n_cols + c
+                    acc = tl.load(partial_ptr, mask=c_mask, other=0.0)
+                    tl.store(partial_ptr, acc + tl.sum(dy * shat, axis=0), mask=c_mask)
+    else:
+        col_mask = cols < n_cols
+        if HAS_WEIGHT:
+            w = offset + tl.load(W_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+        dw_acc = tl.zeros([BLOCK_SIZE_N], dtype=tl.float32)
+        for block in range(pid, n_blocks, n_programs):
+            rows = block * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+            row_mask = rows < n_rows
+            mask = row_mask[:, None] & col_mask[None, :]
+            offs = rows[:, None] * n_cols + cols[None, :]
+            rstd = tl.load(RSTD_ptr + rows, mask=row_mask, other=0.0)
+            s = tl.load(S_ptr + offs, mask=mask, other=0.0)
+            shat = s.to(tl.float32) * rstd[:, None]
+            dy = tl.load(DY_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+            m = dy
+            if HAS_WEIGHT:
+                m = dy * w[None, :]
+            dot = tl.sum(m * shat, axis=1) / n_cols
+            dx = rstd[:, None] * (m - shat * dot[:, None])
+            if HAS_DS:
+                dx += tl.load(DS_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+            tl.store(DX_ptr + offs, dx.to(DX_ptr.dtype.element_ty), mask=mask)
+            if HAS_WEIGHT:
+                if CASTING_MODE == 0:
+                    shat = shat.to(s.dtype).to(tl.float32)
+                dw_acc += tl.sum(dy * shat, axis=0)
+        if HAS_WEIGHT:
+            tl.store(DW_partial_ptr + pid * n_cols + cols, dw_acc, mask=col_mask)
+
+
+# --- host side: tiles, the UB model, launches ---------------------------------------------
+@dataclass(frozen=True)
+class NpuTiles:
+    chunked: bool
+    BLOCK_SIZE_M: int
+    BLOCK_SIZE_N: int
+    GRID: int
+    USE_WHERE: bool
+
+
+def ub_bytes(block_m: int, block_n: int, elem_bytes: int, backward: bool = False) -> int:
+    """Unified Buffer estimate for one tile, doubled for multi-buffering.
+
+    Live tile buffers: the forward holds x, r, s and y in the input dtype plus two fp32 copies
+    (s and y), and a weight row; the backward holds s, dy, ds and dx in the input dtype plus three
+    fp32 temporaries (shat, m, dx), a weight row and the fp32 dw accumulator. An estimate to be
+    calibrated against the Ascend compiler's verdicts (``workbench npu-check``).
+    """
+    tile = block_m * block_n
+    if backward:
+        per_tile = tile * (4 * elem_bytes + 3 * 4) + block_n * 4 * 2
+    else:
+        per_tile = tile * (4 * elem_bytes + 2 * 4) + block_n * (elem_bytes + 4)
+    return 2 * per_tile
+
+
+def ub_estimate(problem, params, dtype) -> int:
+    """UB bytes the chosen NPU tiles need (the larger of forward and backward), before launch."""
+    elem = 4 if str(dtype) in ("fp32", "torch.float32") else 2
+    tiles = resolve_tiles(
+        problem["rows"],
+        problem["hidden"],
+        1,
+        elem,
+        on_npu=False,
+        **{k: v for k, v in dict(params or {}).items() if v != "auto"},
+    )
+    return max(
+        ub_bytes(tiles.BLOCK_SIZE_M, tiles.BLOCK_SIZE_N, elem, backward=False),
+        ub_bytes(tiles.BLOCK_SIZE_M, tiles.BLOCK_SIZE_N, elem, backward=True),
+    )
+
+
+def resolve_tiles(
+    n_rows: int,
+    n_cols: int,
+    num_cores: int,
+    elem_bytes: int = 2,
+    on_npu: bool = False,
+    strategy="auto",
+    CHUNK_THRESHOLD=CHUNK_THRESHOLD,
+    BLOCK_SIZE_M="auto",
+    BLOCK_SIZE_N="auto",
+    GRID="auto",
+    USE_WHERE=False,
+) -> NpuTiles:
+    """Pick the strategy and tiles; ValueError names the parameter, its value and what is allowed.
+
+    The strategy and tile rules are RMSNorm's (:func:`kernels.rms_norm.npu.resolve_tiles`); this
+    family adds its own UB model (more live buffers: x, r, s, y), a tile-size limit off the NPU and
+    the int32-offset limit.
+    """
+    base = rms_norm_npu.resolve_tiles(
+        n_rows,
+        n_cols,
+        num_cores,
+        elem_bytes,
+        on_npu=False,
+        strategy=strategy,
+        CHUNK_THRESHOLD=CHUNK_THRESHOLD,
+        BLOCK_SIZE_M=BLOCK_SIZE_M,
+        BLOCK_SIZE_N=BLOCK_SIZE_N,
+        GRID=GRID,
+        USE_WHERE=USE_WHERE,
+    )
+    tile = base.BLOCK_SIZE_M * base.BLOCK_SIZE_N
+    if on_npu:
+        need = max(ub_bytes(base.BLOCK_SIZE_M, base.BLOCK_SIZE_N, elem_bytes, backward=b) for b in (False, True))
+        if need > UB_BYTES:
+            raise ValueError(
+                f"tile BLOCK_SIZE_M={base.BLOCK_SIZE_M} x BLOCK_SIZE_N={base.BLOCK_SIZE_N} needs about "
+                f"{need // 1024} KB of the {UB_BYTES // 1024} KB Unified Buffer (ub overflow predicted); "
+                f"lower BLOCK_SIZE_M or BLOCK_SIZE_N, or use strategy='chunked'"
+            )
+    elif tile > MAX_TILE_ELEMENTS:
+        raise ValueError(
+            f"tile BLOCK_SIZE_M={base.BLOCK_SIZE_M} x BLOCK_SIZE_N={base.BLOCK_SIZE_N} = {tile} elements exceeds "
+            f"the {MAX_TILE_ELEMENTS}-element tile a program can hold; lower BLOCK_SIZE_M or BLOCK_SIZE_N "
+            f"(strategy='chunked' fits any hidden size)"
+        )
+    if n_rows * n_cols >= INT32_LIMIT:
+        raise ValueError(
+            f"rows x hidden = {n_rows} x {n_cols} has 2**31 elements or more; the NPU kernels use int32 "
+            f"offsets (triton-ascend); split the rows into batches below {INT32_LIMIT // max(n_cols, 1)} rows"
+        )
+    return NpuTiles(base.chunked, base.BLOCK_SIZE_M, base.BLOCK_SIZE_N, base.GRID, base.USE_WHERE)
+
+
+def tiles_for(x2d: torch.Tensor, **tiles) -> NpuTiles:
+    dev = device_of(x2d)
+    return resolve_tiles(
+        x2d.shape[0], x2d.shape[1], dev.num_cores, x2d.element_size(), on_npu=dev.kind == "npu", **tiles
+    )
+
+
+def fused_add_rms_norm_forward(x2d, r2d, weight, eps, offset, casting_mode, tiles: NpuTiles):
+    """Returns (y, s, rstd) for contiguous 2-D x and r of one shape."""
+    n_rows, n_cols = x2d.shape
+    y = torch.empty_like(x2d)
+    s = torch.empty_like(x2d)
+    rstd = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
+    launcher(_fused_add_rms_norm_forward_npu_kernel, x2d)[(tiles.GRID,)](
+        y,
+        s,
+        x2d,
+        r2d,
+        weight if weight is not None else x2d,
+        rstd,
+        n_rows,
+        n_cols,
+        eps,
+        offset,
+        CASTING_MODE=CASTING_CODES[casting_mode],
+        HAS_WEIGHT=weight is not None,
+        BLOCK_SIZE_M=tiles.BLOCK_SIZE_M,
+        BLOCK_SIZE_N=tiles.BLOCK_SIZE_N,
+        CHUNKED=tiles.chunked,
+        USE_WHERE=tiles.USE_WHERE,
+    )
+    return y, s, rstd
+
+
+def fused_add_rms_norm_backward(dy2d, ds2d, s2d, weight, rstd, offset, casting_mode, tiles: NpuTiles):
+    """Returns (dx, dw); dx is also dr. ``ds2d`` (the residual stream's gradient) may be None."""
+    n_rows, n_cols = s2d.shape
+    dy2d = dy2d.contiguous()
+    ds2d = ds2d.contiguous() if ds2d is not None else None
+    dx = torch.empty_like(s2d)
+    dw_partial = (
+        torch.zeros((tiles.GRID, n_cols), dtype=torch.float32, device=s2d.device) if weight is not None else rstd
+    )
+    launcher(_fused_add_rms_norm_backward_npu_kernel, s2d)[(tiles.GRID,)](
+        dx,
+        dy2d,
+        ds2d if ds2d is not None else dy2d,
+        s2d,
+        weight if weight is not None else s2d,
+        rstd,
+        dw_partial,
+        n_rows,
+        n_cols,
+        offset,
+        CASTING_MODE=CASTING_CODES[casting_mode],
+        HAS_WEIGHT=weight is not None,
+        HAS_DS=ds2d is not None,
+        BLOCK_SIZE_M=tiles.BLOCK_SIZE_M,
+        BLOCK_SIZE_N=tiles.BLOCK_SIZE_N,
+        CHUNKED=tiles.chunked,
+    )
+    dw = dw_partial.sum(0).to(weight.dtype) if weight is not None else None
+    return dx, dw
+
+
+# --- what `workbench npu-check` compiles ---------------------------------------------------
+NPU_CHECK_HIDDEN = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+NPU_CHECK_BLOCK_SIZE_M = (1, 2, 4, 8)
+_TRITON_TYPES = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16"}
+_ELEM_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+
+
+def _compile_case(kind, hidden, dtype, tiles: NpuTiles, default, rows=4096) -> NpuCompileCase:
+    t = _TRITON_TYPES[dtype]
+    strategy = "chunked" if tiles.chunked else "untiled"
+    name = f"{kind} {strategy} hidden={hidden} {dtype} M={tiles.BLOCK_SIZE_M} N={tiles.BLOCK_SIZE_N}"
+    if kind == "forward":
+        kernel = _fused_add_rms_norm_forward_npu_kernel
+        signature = {
+            "Y_ptr": f"*{t}",
+            "S_ptr": f"*{t}",
+            "X_ptr": f"*{t}",
+            "R_ptr": f"*{t}",
+            "W_ptr": f"*{t}",
+            "RSTD_ptr": "*fp32",
+            "n_rows": "i32",
+            "n_cols": "i32",
+            "eps": "fp32",
+            "offset": "fp32",
+        }
+        constants = {"USE_WHERE": tiles.USE_WHERE}
+    else:
+        kernel = _fused_add_rms_norm_backward_npu_kernel
+        signature = {
+            "DX_ptr": f"*{t}",
+            "DY_ptr": f"*{t}",
+            "DS_ptr": f"*{t}",
+            "S_ptr": f"*{t}",
+            "W_ptr": f"*{t}",
+            "RSTD_ptr": "*fp32",
+            "DW_partial_ptr": "*fp32",
+            "n_rows": "i32",
+            "n_cols": "i32",
+            "offset": "fp32",
+        }
+        constants = {"HAS_DS": True}
+    constants.update(
+        CASTING_MODE=CASTING_CODES["llama"],
+        HAS_WEIGHT=True,
+        BLOCK_SIZE_M=tiles.BLOCK_SIZE_M,
+        BLOCK_SIZE_N=tiles.BLOCK_SIZE_N,
+        CHUNKED=tiles.chunked,
+    )
+    return NpuCompileCase(
+        family="fused_add_rms_norm",
+        name=name,
+        kernel=kernel,
+        signature=signature,
+        constants=constants,
+        default=default,
+        ub_bytes=ub_bytes(tiles.BLOCK_SIZE_M, tiles.BLOCK_SIZE_N, _ELEM_BYTES[dtype], backward=kind == "backward"),
+    )
+
+
+def npu_compile_cases(defaults_only: bool = False) -> list[NpuCompileCase]:
+    """Forward and backward kernels for ``workbench npu-check``.
+
+    - default=True: the tiles ``strategy="auto"`` picks, for hidden 128 … 32768 and fp32 / fp16 /
+      bf16 (these must compile);
+    - default=False (left out with ``defaults_only``): the BLOCK_SIZE_M choices 1/2/4/8 of each
+      strategy at its default BLOCK_SIZE_N (bf16), and the untiled strategy past the threshold
+      (hidden 4096 and 8192, bf16 and fp32, where the UB model predicts overflow): the boundary
+      the UB model is calibrated on.
+    """
+    cases: list[NpuCompileCase] = []
+    seen = set()
+
+    def add(kind, hidden, dtype, tiles, default):
+        key = (kind, hidden, dtype, tiles)
+        if key not in seen:
+            seen.add(key)
+            cases.append(_compile_case(kind, hidden, dtype, tiles, default))
+
+    def tiles(hidden, dtype, **kw):
+        return resolve_tiles(4096, hidden, 48, _ELEM_BYTES[dtype], on_npu=False, **kw)
+
+    for kind in ("forward", "backward"):
+        for dtype in ("fp32", "fp16", "bf16"):
+            for hidden in NPU_CHECK_HIDDEN:
+                add(kind, hidden, dtype, tiles(hidden, dtype), True)
+        if defaults_only:
+            continue
+        for hidden in NPU_CHECK_HIDDEN:
+            for m in NPU_CHECK_BLOCK_SIZE_M:
+                add(kind, hidden, "bf16", tiles(hidden, "bf16", BLOCK_SIZE_M=m), False)
+        for dtype in ("bf16", "fp32"):
+            for hidden in (4096, 8192):
+                add(kind, hidden, dtype, tiles(hidden, dtype, strategy="untiled"), False)
+    return cases
