@@ -1,0 +1,247 @@
+"""Scalar-operand family: four ways to run ``div`` / ``sub`` / ``pow`` of a tensor and a number.
+
+    z = scalar_op(op, x, value, strategy="cached", impl="auto", cache=None, **tiles)
+
+``op`` is ``"div"`` (x / value), ``"sub"`` (x - value) or ``"pow"`` (x ** value); ``value`` is a
+Python number; z has x's shape and dtype. Strategies:
+
+- ``"materialized"``: a full-shape host tensor of the scalar, filled and copied to the device on
+  every call (the slow path a framework may take; kept so its cost is visible, and counted).
+- ``"cached"``: a persistent 0-d device tensor per (device, dtype, value) from an LRU-bounded
+  cache; graph-capture safe (:mod:`.strategies`).
+- ``"python"``: torch's own operator with the Python number.
+- ``"triton"``: one Triton kernel with the scalar as an argument; ``impl="gpu"`` (:mod:`.gpu`,
+  a block per program), ``impl="npu"`` (:mod:`.npu`, grid = cores, grid-stride) or ``"auto"``
+  (the NPU kernel on an NPU, the GPU kernel elsewhere; the CPU runs either in the interpreter).
+  Tile overrides: ``BLOCK_SIZE``, ``num_warps`` (gpu); ``BLOCK_SIZE``, ``GRID`` (npu). The Triton
+  strategy has no autograd: it refuses inputs that require grad while grad is enabled.
+
+Measurement helpers for the notebook and the benchmark script are in :mod:`.workload`.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+
+from kernels.scalar_ops import gpu, npu
+from kernels.scalar_ops.reference import OPS, scalar_op_reference
+from kernels.scalar_ops.strategies import (
+    SCALAR_CACHE,
+    ScalarCache,
+    _device_model,
+    cached,
+    counting,
+    is_capturing,
+    materialized,
+    python,
+)
+from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Knob, Param, Variant
+
+STRATEGIES = ("materialized", "cached", "python", "triton")
+IMPLS = ("gpu", "npu", "auto")
+_GPU_TILES = ("BLOCK_SIZE", "num_warps")
+_NPU_TILES = ("BLOCK_SIZE", "GRID")
+_TRITON_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # computed in fp32; no fp64 on the NPU
+_TORCH_DTYPES = _TRITON_DTYPES + (torch.float64,)
+
+
+def _check_value(value) -> float:
+    if isinstance(value, torch.Tensor):
+        raise ValueError(
+            f"value must be a Python number (int or float), got a torch.Tensor of shape {tuple(value.shape)}; "
+            "pass value.item() for a one-element tensor, or use the tensor-tensor operator"
+        )
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"value must be a Python number (int or float), got {type(value).__name__} {value!r}")
+    try:
+        return float(value)
+    except (OverflowError, TypeError, ValueError):
+        raise ValueError(f"value={value!r} is not representable as a float") from None
+
+
+def _validate(op, x, strategy):
+    if op not in OPS:
+        raise ValueError(f"op={op!r} is not allowed; use one of {', '.join(OPS)}")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy={strategy!r} is not allowed; use one of {', '.join(STRATEGIES)}")
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    allowed = _TRITON_DTYPES if strategy == "triton" else _TORCH_DTYPES
+    if x.dtype not in allowed:
+        names = ", ".join(str(d).replace("torch.", "") for d in allowed)
+        raise ValueError(f"x has dtype {x.dtype}; strategy={strategy!r} supports {names}")
+
+
+def scalar_op(op: str, x: torch.Tensor, value, strategy: str = "cached", *, impl="auto", cache=None, **tiles):
+    """z = x (op) value by one of four strategies; see the module docstring."""
+    _validate(op, x, strategy)
+    value = _check_value(value)
+    if strategy != "triton":
+        if tiles or impl != "auto":
+            names = ", ".join(sorted(tiles)) or f"impl={impl!r}"
+            raise ValueError(f"{names}: tile parameters and impl apply only to strategy='triton', not {strategy!r}")
+        if strategy == "cached":
+            return cached(op, x, value, cache)
+        if cache is not None:
+            raise ValueError(f"cache= applies only to strategy='cached', not {strategy!r}")
+        return materialized(op, x, value) if strategy == "materialized" else python(op, x, value)
+    if cache is not None:
+        raise ValueError("cache= applies only to strategy='cached', not 'triton'")
+    return _triton(op, x, value, impl, tiles)
+
+
+def _triton(op, x, value, impl, tiles):
+    if impl not in IMPLS:
+        raise ValueError(f"impl={impl!r} is not allowed; use one of {', '.join(IMPLS)}")
+    if x.requires_grad and torch.is_grad_enabled():
+        raise ValueError(
+            "strategy='triton' has no autograd; x requires grad. Use strategy 'cached' or 'python', "
+            "or call it under torch.no_grad()"
+        )
+    if impl == "auto":
+        impl = "npu" if x.device.type == "npu" else "gpu"
+    names = _GPU_TILES if impl == "gpu" else _NPU_TILES
+    unknown = sorted(set(tiles) - set(names))
+    if unknown:
+        raise ValueError(f"unknown tile parameter {', '.join(unknown)} for impl={impl!r}; allowed: {', '.join(names)}")
+    if op == "pow":
+        gpu.pow_mode(value)  # refuses exponents the kernels do not support, before any launch
+    if impl == "gpu":
+        return gpu.scalar_op_gpu(op, x, value, gpu.resolve_tiles(**tiles))
+    dev = _device_model(x.device)
+    resolved = npu.resolve_tiles(**tiles, elem_bytes=x.element_size(), on_npu=dev.kind == "npu")
+    return npu.scalar_op_npu(op, x, value, resolved, dev.num_cores)
+
+
+# --- the spec: what the harness and the Explorer see ---------------------------------------
+NUMEL_SWEEP = (1, 16384, 262144, 1 << 20, 1 << 22, 1 << 24, 1 << 26)
+
+
+def _make_inputs(problem, dtype, device, seed):
+    """x ~ N(0, 1); for a pow exponent with no real result on negative bases, x = |N(0, 1)| + 0.1."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    numel = problem["numel"]
+    shape = () if problem["zero_dim"] else (numel,)
+    x = torch.randn(shape, generator=gen, dtype=torch.float32)
+    value = problem["value"]
+    if problem["op"] == "pow" and value != math.floor(value):
+        x = x.abs() + 0.1
+    return {"x": x.to(device, dtype)}
+
+
+def _reference(inputs, problem):
+    return scalar_op_reference(problem["op"], inputs["x"], problem["value"])
+
+
+def _min_bytes(problem, mode, dtype):
+    """Read x, write z: 2 x numel x itemsize (the scalar itself is a few bytes)."""
+    return 2 * problem["numel"] * (4 if dtype == "fp32" else 2)
+
+
+def _check_problem(problem, params, dtype, device):
+    if problem["zero_dim"] and problem["numel"] != 1:
+        raise ValueError(f"zero_dim=True makes a 0-d tensor, which has numel 1; got numel={problem['numel']}")
+
+
+def _strategy(strategy, impl=None):
+    def run(inputs, problem, **params):
+        tiles = {k: v for k, v in params.items() if v != "auto"}
+        if impl is not None:
+            tiles["impl"] = impl
+        return scalar_op(problem["op"], inputs["x"], problem["value"], strategy, **tiles)
+
+    def check(problem, params, dtype, device):
+        _check_problem(problem, params, dtype, device)
+        if strategy == "triton" and problem["op"] == "pow":
+            gpu.pow_mode(problem["value"])
+        if impl == "gpu":
+            gpu.resolve_tiles(**params)
+        elif impl == "npu":
+            npu.resolve_tiles(**params, elem_bytes=4 if dtype == "fp32" else 2, on_npu=device.kind == "npu")
+
+    return run, check
+
+
+_GRID_VALUES = ("auto",) + tuple(2**k for k in range(0, 12))
+_runs = {name: _strategy(name) for name in ("materialized", "cached", "python")}
+_triton_gpu_run, _triton_gpu_check = _strategy("triton", "gpu")
+_triton_npu_run, _triton_npu_check = _strategy("triton", "npu")
+
+spec = KernelSpec(
+    name="scalar_ops",
+    title="Scalar operand (div / sub / pow)",
+    doc="z = x / value, x - value or x ** value: materialised vs cached 0-d vs Python scalar vs Triton.",
+    knobs=(
+        Knob("op", "div", values=OPS, doc="div: x / value, sub: x - value, pow: x ** value"),
+        Knob("numel", 1 << 24, low=1, high=1 << 31, doc="elements of x (flat)", sweep=NUMEL_SWEEP),
+        Knob("value", 3.0, doc="the scalar (a Python number)"),
+        Knob("zero_dim", False, values=(False, True), doc="x as a 0-d tensor (needs numel=1)"),
+    ),
+    quick={"numel": 4099},
+    make_inputs=_make_inputs,
+    reference=_reference,
+    output_names=("z",),
+    axis="numel",
+    min_bytes=_min_bytes,
+    modes=("forward",),
+    tolerances=dict(DEFAULT_TOLERANCES),
+    variants=(
+        Variant(
+            "materialized",
+            "torch",
+            _runs["materialized"][0],
+            check=_runs["materialized"][1],
+            doc="full-shape host tensor of the scalar + host-to-device copy every call",
+        ),
+        Variant(
+            "cached",
+            "torch",
+            _runs["cached"][0],
+            check=_runs["cached"][1],
+            doc="persistent 0-d device tensor per (device, dtype, value), LRU-bounded",
+        ),
+        Variant(
+            "python", "torch", _runs["python"][0], check=_runs["python"][1], doc="torch's operator with a Python number"
+        ),
+        Variant(
+            "triton",
+            "gpu",
+            _triton_gpu_run,
+            params=(
+                Param("BLOCK_SIZE", ("auto",) + gpu.BLOCK_SIZES, "auto", "elements per program"),
+                Param("num_warps", ("auto",) + gpu.NUM_WARPS, "auto", "warps per program"),
+            ),
+            devices=("cuda", "cpu"),
+            check=_triton_gpu_check,
+            doc="Triton kernel, scalar as an argument, a block per program",
+        ),
+        Variant(
+            "triton_npu",
+            "npu",
+            _triton_npu_run,
+            params=(
+                Param("BLOCK_SIZE", ("auto",) + npu.BLOCK_SIZES, "auto", "elements per block"),
+                Param("GRID", _GRID_VALUES, "auto", "programs (auto: vector cores / SMs)"),
+            ),
+            devices=("npu", "cuda", "cpu"),
+            check=_triton_npu_check,
+            doc="triton-ascend style: grid = cores, grid-stride, scalar as an argument",
+        ),
+    ),
+)
+
+__all__ = [
+    "IMPLS",
+    "OPS",
+    "SCALAR_CACHE",
+    "STRATEGIES",
+    "ScalarCache",
+    "counting",
+    "is_capturing",
+    "scalar_op",
+    "scalar_op_reference",
+    "spec",
+]

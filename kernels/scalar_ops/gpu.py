@@ -1,0 +1,164 @@
+"""Tensor-with-scalar operations on GPUs with Triton: the scalar is a kernel argument.
+
+The point of this strategy: the scalar never becomes a tensor. It travels to the GPU inside the
+kernel's launch parameters (as an fp32 argument), so there is no host allocation, no fill and no
+host-to-device copy, and no cache to look after. Launching a Triton kernel from Python costs
+more host time than a torch operator, which the workbench shows on small tensors.
+
+One program handles ``BLOCK_SIZE`` consecutive elements of the flattened tensor (offsets in
+int64, so tensors beyond 2**31 elements work). Every element is loaded, converted to fp32,
+combined with the scalar and rounded once to x's dtype when stored::
+
+    div:  z = x / value
+    sub:  z = x - value
+    pow:  z = x ** value      (see POW_MODES below)
+
+``pow`` with a scalar exponent is computed as ``exp(value * log|x|)`` in fp32, which is only
+half of the story for negative bases. The host classifies the exponent (a constexpr switch, so
+each class compiles once and the value itself stays a runtime argument):
+
+==========  ===================  ===========================================================
+POW_MODE    exponent             z
+==========  ===================  ===========================================================
+ONE         0                    1 everywhere (also for x = nan or inf, as torch)
+IDENTITY    1                    x (exact)
+SQUARE      2                    x * x (exact up to one rounding)
+SQRT        0.5                  sqrt(x); nan for x < 0
+RSQRT       -0.5                 1 / sqrt(x); nan for x < 0, inf at 0
+EVEN_INT    other even integer   exp(v log|x|): sign of x dropped, as x**v for even v
+ODD_INT     other odd integer    sign(x) * exp(v log|x|): negative bases keep their sign
+REAL        anything else        exp(v log x): nan for x < 0, as torch (no real result)
+==========  ===================  ===========================================================
+
+What is not supported, honestly: a non-finite exponent (inf, nan) is refused on the host; the
+sign of ``-0.0`` is not restored for odd exponents (``(-0.0) ** -1`` gives ``+inf``, torch ``-inf``);
+the exponent is the fp32 rounding of the Python value, so an integer class is decided on that
+rounding (every float32 at or above 2**24 is an even integer). Otherwise results are within a
+few fp32 ulps before the final rounding to x's dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from kernels.device import launcher
+
+OP_CODES = {"div": 0, "sub": 1, "pow": 2}
+POW_MODES = {"ONE": 0, "IDENTITY": 1, "SQUARE": 2, "SQRT": 3, "RSQRT": 4, "EVEN_INT": 5, "ODD_INT": 6, "REAL": 7}
+BLOCK_SIZES = tuple(2**k for k in range(6, 15))  # 64 … 16384
+NUM_WARPS = (1, 2, 4, 8, 16, 32)
+DEFAULT_BLOCK_SIZE = 1024
+DEFAULT_NUM_WARPS = 4
+
+
+@triton.jit
+def _scalar_op_kernel(
+    Z_ptr,
+    X_ptr,
+    value,
+    n_elements,
+    OP: tl.constexpr,  # 0 div, 1 sub, 2 pow
+    POW_MODE: tl.constexpr,  # the exponent's class, see the module docstring
+    BLOCK_SIZE: tl.constexpr,
+):
+    """z = x (op) value for one block of BLOCK_SIZE elements, in fp32, rounded once at the store."""
+    pid = tl.program_id(0)
+    offsets = pid.to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    # Padding lanes load 1.0 so that log() sees a harmless value; they are never stored.
+    x = tl.load(X_ptr + offsets, mask=mask, other=1.0).to(tl.float32)
+    if OP == 0:
+        z = x / value
+    elif OP == 1:
+        z = x - value
+    else:
+        if POW_MODE == 0:
+            z = tl.full([BLOCK_SIZE], 1.0, tl.float32)
+        elif POW_MODE == 1:
+            z = x
+        elif POW_MODE == 2:
+            z = x * x
+        elif POW_MODE == 3:
+            z = tl.sqrt(x)
+        elif POW_MODE == 4:
+            z = 1.0 / tl.sqrt(x)
+        elif POW_MODE == 5:
+            z = tl.exp(value * tl.log(tl.abs(x)))
+        elif POW_MODE == 6:
+            # sign(x) as 1 - 2 * [x < 0]: a float comparison turned into a number, no select.
+            negative = (x < 0.0).to(tl.float32)
+            z = (1.0 - 2.0 * negative) * tl.exp(value * tl.log(tl.abs(x)))
+        else:
+            z = tl.exp(value * tl.log(x))
+    tl.store(Z_ptr + offsets, z.to(Z_ptr.dtype.element_ty), mask=mask)
+
+
+# --- host side ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GpuTiles:
+    BLOCK_SIZE: int
+    num_warps: int
+
+
+def resolve_tiles(BLOCK_SIZE="auto", num_warps="auto") -> GpuTiles:
+    """Check tile choices and fill in the automatic ones; ValueError names what is allowed."""
+    if BLOCK_SIZE == "auto":
+        BLOCK_SIZE = DEFAULT_BLOCK_SIZE
+    elif BLOCK_SIZE not in BLOCK_SIZES:
+        raise ValueError(
+            f"BLOCK_SIZE={BLOCK_SIZE!r} is not allowed; use a power of two from {BLOCK_SIZES[0]} to "
+            f"{BLOCK_SIZES[-1]} (default {DEFAULT_BLOCK_SIZE})"
+        )
+    if num_warps == "auto":
+        num_warps = DEFAULT_NUM_WARPS
+    elif num_warps not in NUM_WARPS:
+        raise ValueError(f"num_warps={num_warps!r} is not allowed; use one of {', '.join(map(str, NUM_WARPS))}")
+    return GpuTiles(BLOCK_SIZE, num_warps)
+
+
+def pow_mode(value: float) -> int:
+    """The POW_MODE of an exponent, decided on its fp32 rounding (what the kernel receives)."""
+    if not math.isfinite(value):
+        raise ValueError(
+            f"value={value!r}: strategy='triton' needs a finite pow exponent; use strategy='python' for inf or nan"
+        )
+    v = float(np.float32(value))
+    if not math.isfinite(v):
+        raise ValueError(f"value={value!r} overflows float32, the precision the triton kernels compute in")
+    special = {0.0: "ONE", 1.0: "IDENTITY", 2.0: "SQUARE", 0.5: "SQRT", -0.5: "RSQRT"}
+    if v in special:
+        return POW_MODES[special[v]]
+    if v == math.floor(v):
+        return POW_MODES["ODD_INT"] if int(v) % 2 else POW_MODES["EVEN_INT"]
+    return POW_MODES["REAL"]
+
+
+def kernel_constants(op: str, value: float) -> tuple[int, int]:
+    """(OP, POW_MODE) for an operation; POW_MODE is 0 (unused) for div and sub."""
+    return OP_CODES[op], (pow_mode(value) if op == "pow" else 0)
+
+
+def scalar_op_gpu(op: str, x: torch.Tensor, value: float, tiles: GpuTiles) -> torch.Tensor:
+    """z = x (op) value with one Triton launch; z has x's shape and dtype (contiguous)."""
+    code, mode = kernel_constants(op, value)
+    x_flat = x.contiguous().view(-1)
+    z = torch.empty_like(x_flat)
+    n = x_flat.numel()
+    if n:
+        launcher(_scalar_op_kernel, x_flat)[(triton.cdiv(n, tiles.BLOCK_SIZE),)](
+            z,
+            x_flat,
+            float(value),
+            n,
+            OP=code,
+            POW_MODE=mode,
+            BLOCK_SIZE=tiles.BLOCK_SIZE,
+            num_warps=tiles.num_warps,
+        )
+    return z.view(x.shape)
