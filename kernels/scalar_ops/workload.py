@@ -1,8 +1,8 @@
 """Measurements for the scalar-operand family, shared by the notebook and the benchmark script.
 
-- :func:`timing_table`: host wall µs per synchronised call and device time per strategy, op,
+- :func:`timing_rows` / :func:`timing_table`: host wall µs per synchronised call and device time per strategy, op,
   dtype and size (0-d up to tens of millions of elements).
-- :func:`materialization_table`: an RMSNorm-backward-shaped step (the two scalar operations
+- :func:`materialization_rows` / :func:`materialization_table`: an RMSNorm-backward-shaped step (the two scalar operations
   autograd runs per norm: the mean's backward divides by the hidden size, the backward of
   ``x.pow(2)`` computes ``x.pow(1.0)``) under each strategy, counting what each step really
   did: scalar-op calls, full-shape materialisations and their bytes, cache uploads.
@@ -22,11 +22,12 @@ from typing import Iterable, Sequence
 
 import torch
 
+from kernels.bench import compare
 from kernels.device import get_device
 from kernels.scalar_ops import STRATEGIES, ScalarCache, counting, scalar_op
 from kernels.scalar_ops.reference import OPS, scalar_op_reference
 from kernels.scalar_ops.strategies import TORCH_OPS
-from kernels.spec import DTYPES, dtype_name
+from kernels.spec import DEFAULT_TOLERANCES, DTYPES, dtype_name
 
 # 0-d; the issue's (2, 128, 64); 1 Mi; the issue's (2, 2048, 4096); 64 Mi elements.
 DEFAULT_SHAPES: tuple[tuple[int, ...], ...] = ((), (2, 128, 64), (1024, 1024), (2, 2048, 4096), (64, 1024, 1024))
@@ -92,10 +93,7 @@ def time_strategy(
     fn = lambda: run(op, x, value)
     z = fn()
     ref_dtype = torch.float64 if dev.kind == "cpu" else torch.float32
-    want = scalar_op_reference(op, x.to(ref_dtype), value)
-    err = (z.to(ref_dtype) - want).abs()
-    finite = torch.isfinite(want)
-    max_abs = float(err[finite].max()) if bool(finite.any()) else 0.0
+    check = compare("z", z, scalar_op_reference(op, x.to(ref_dtype), value), *DEFAULT_TOLERANCES[dtype_name(dtype)])
     host = dev.wall_per_call(fn, rep_ms=rep_ms, max_calls=max_calls)
     row = {
         "op": op,
@@ -112,7 +110,8 @@ def time_strategy(
         "device_us_p20": None,
         "device_us_p80": None,
         "device_method": "none (cpu: host wall only)" if dev.kind == "cpu" else "",
-        "max_abs_err": max_abs,
+        "max_abs_err": check.max_abs,
+        "passed": check.passed,
         "device_kind": dev.kind,
         "device_name": dev.name,
     }
@@ -127,7 +126,14 @@ def time_strategy(
     return row
 
 
-def timing_table(
+def timing_table(*args, **kwargs):
+    """:func:`timing_rows` as a pandas DataFrame (same arguments)."""
+    import pandas as pd
+
+    return pd.DataFrame(timing_rows(*args, **kwargs))
+
+
+def timing_rows(
     ops: Sequence[str] = OPS,
     strategies: Sequence[str] = STRATEGIES,
     shapes: Iterable = DEFAULT_SHAPES,
@@ -138,13 +144,11 @@ def timing_table(
     max_interpreted_numel: int = 1 << 15,
     progress=None,
 ):
-    """:func:`time_strategy` over ops x strategies x shapes x dtypes, as a pandas DataFrame.
+    """:func:`time_strategy` over ops x strategies x shapes x dtypes: a list of row dicts.
 
     On the CPU, Triton runs in the interpreter (about a millisecond per program), so Triton rows
     above ``max_interpreted_numel`` elements are skipped there; the other strategies run at every size.
     """
-    import pandas as pd
-
     dev = get_device(device)
     rows = []
     for dtype in dtypes:
@@ -159,7 +163,7 @@ def timing_table(
                     rows.append(row)
                     if progress:
                         progress(row)
-    return pd.DataFrame(rows)
+    return rows
 
 
 # --- an RMSNorm-backward-shaped step ------------------------------------------------------
@@ -217,7 +221,14 @@ def rmsnorm_backward_step(xs: Sequence[torch.Tensor], dys: Sequence[torch.Tensor
     }
 
 
-def materialization_table(
+def materialization_table(*args, **kwargs):
+    """:func:`materialization_rows` as a pandas DataFrame (same arguments)."""
+    import pandas as pd
+
+    return pd.DataFrame(materialization_rows(*args, **kwargs))
+
+
+def materialization_rows(
     strategies: Sequence[str] = STRATEGIES,
     rows: int = 1024,
     hidden: int = 896,
@@ -233,15 +244,14 @@ def materialization_table(
     Defaults: a small Qwen2-like model (hidden 896) whose step makes about 50 scalar-operand
     calls (two per norm). One row per strategy and step, with the counts from
     :func:`rmsnorm_backward_step`, the host time of the step and the largest error of dx against
-    autograd on the same inputs (fp32). ``fresh_cache`` empties the global scalar cache first so
-    the first step's uploads are visible.
+    autograd on the same inputs (fp32), and ``passed`` under the family's tolerance for ``dtype``.
+    ``fresh_cache`` empties the global scalar cache first so the first step's uploads are visible.
     """
-    import pandas as pd
-
     from kernels.scalar_ops import SCALAR_CACHE
 
     dev = get_device(device)
     torch_dtype = DTYPES[dtype_name(dtype)]
+    atol, rtol = DEFAULT_TOLERANCES[dtype_name(dtype)]
     gen = torch.Generator(device="cpu").manual_seed(seed)
     xs = [torch.randn(rows, hidden, generator=gen).to(dev.torch_device, torch_dtype) for _ in range(n_norms)]
     dys = [torch.randn(rows, hidden, generator=gen).to(dev.torch_device, torch_dtype) for _ in range(n_norms)]
@@ -257,7 +267,7 @@ def materialization_table(
             SCALAR_CACHE.clear()
         for step in range(1, steps + 1):
             result = rmsnorm_backward_step(xs, dys, strategy)
-            err = max(float((dx.float() - w).abs().max()) for dx, w in zip(result.pop("dx"), want))
+            checks = [compare("dx", dx.float(), w, atol, rtol) for dx, w in zip(result.pop("dx"), want)]
             table.append(
                 {
                     "strategy": strategy,
@@ -266,11 +276,12 @@ def materialization_table(
                     "shape": f"({rows}, {hidden})",
                     "dtype": dtype_name(dtype),
                     **result,
-                    "max_abs_err_vs_autograd": err,
+                    "max_abs_err_vs_autograd": max(c.max_abs for c in checks),
+                    "passed": all(c.passed for c in checks),
                     "device_kind": dev.kind,
                 }
             )
-    return pd.DataFrame(table)
+    return table
 
 
 # --- graph capture --------------------------------------------------------------------------
@@ -311,9 +322,7 @@ def capture_demo(device="auto", dtype="fp16", shape=(2, 128, 64), replays: int =
 
     def run_plan(c):
         return [
-            scalar_op(op, static_x, value, strategy, cache=c)
-            if strategy == "cached"
-            else scalar_op(op, static_x, value, strategy)
+            scalar_op(op, static_x, value, strategy, cache=c if strategy == "cached" else None)
             for op, value, strategy in plan
         ]
 
