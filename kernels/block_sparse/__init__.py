@@ -1,0 +1,586 @@
+"""Block-sparse probabilistic-circuit layers: the functional API, autograd wiring and the KernelSpec.
+
+    out = sum_layer(element_mars, params, cids, pids, block_size, impl="auto", **tiles)
+    eflows, pflows = sum_layer_backward(node_flows, element_mars, params, out, cids, pids, block_size,
+                                        impl="auto", **tiles)
+    prod = product_layer(node_mars, cids, block_size, impl="auto", **tiles)
+
+Math and layout: DESIGN.md and :mod:`.reference`. ``impl="gpu"`` runs :mod:`.gpu`, ``"npu"``
+runs :mod:`.npu` (grid = cores, grid-stride), ``"auto"`` the NPU kernels on an NPU and the GPU
+kernels elsewhere (the CPU runs either in the Triton interpreter). Tiles, as keyword arguments:
+
+- ``sum_layer`` (gpu): ``heuristic`` ("auto" | "large" | "small"), ``TILE_M``, ``TILE_K``,
+  ``BLOCK_B``, ``PROGRAM_M``, ``num_warps``; the backward autograd runs follows ``heuristic``.
+- ``sum_layer_backward`` (gpu): ``heuristic``, ``TILE_M``, ``TILE_K``, ``BLOCK_B``, ``num_warps``.
+- ``product_layer`` (gpu): ``heuristic``, ``BLOCK_M`` (alias ``TILE_M``), ``BLOCK_B``, ``num_warps``.
+- every npu call: ``TILE_M``, ``TILE_K``, ``BLOCK_B``, ``GRID``.
+
+Autograd. ``sum_layer`` and ``product_layer`` are differentiable. DESIGN's backward takes linear
+node flows ``F`` and returns flows; for a loss with ``g = d loss / d out``:
+
+- ``d loss / d element_mars`` is exactly the element-flow formula with ``F = g``;
+- ``d loss / d params[j] = sum over edges using j, sum_b g * exp(em - out)``, i.e. the parameter
+  flows *without* the factor ``params`` (flows are gradients w.r.t. log-parameters). The autograd
+  backward runs the same parameter-flow kernel with that factor switched off (``MUL_PARAMS``),
+  rather than dividing flows by ``params`` (which would fail for zero weights).
+
+Both kernels are skipped when the corresponding input does not require grad.
+
+Dtypes: log-probabilities and weights are fp32 (a bf16 log-probability of -300 is only good to
+±1, useless for a circuit); indices int32 or int64 (the NPU path converts to int32 once).
+Index ranges are checked against the tensor they index, once per index tensor (cached by
+identity and version), so repeated calls — and CUDA graph capture after a first call — pay no
+device-to-host synchronisation.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import weakref
+
+import torch
+
+from kernels.block_sparse import gpu, npu
+from kernels.block_sparse.reference import (
+    product_layer_reference,
+    sum_layer_backward_reference,
+    sum_layer_reference,
+)
+from kernels.device import device_of
+from kernels.spec import KernelSpec, Knob, Param, Variant
+
+IMPLS = ("gpu", "npu", "auto")
+_GPU_SUM_TILES = ("heuristic", "TILE_M", "TILE_K", "BLOCK_B", "PROGRAM_M", "num_warps")
+_GPU_BWD_TILES = ("heuristic", "TILE_M", "TILE_K", "BLOCK_B", "num_warps")
+_GPU_PRODUCT_TILES = ("heuristic", "BLOCK_M", "TILE_M", "BLOCK_B", "num_warps")
+_NPU_TILES = ("TILE_M", "TILE_K", "BLOCK_B", "GRID")
+_INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+# --- validation ------------------------------------------------------------------------------
+def _impl(impl: str, tensor: torch.Tensor) -> str:
+    if impl not in IMPLS:
+        raise ValueError(f"impl={impl!r} is not allowed; use one of {', '.join(IMPLS)}")
+    if impl == "auto":
+        return "npu" if tensor.device.type == "npu" else "gpu"
+    return impl
+
+
+def _check_tile_names(tiles: dict, allowed: tuple, what: str):
+    unknown = sorted(set(tiles) - set(allowed))
+    if unknown:
+        raise ValueError(f"unknown tile parameter {', '.join(unknown)} for {what}; allowed: {', '.join(allowed)}")
+
+
+def _check_float(name: str, t, ndim: int, device=None) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != ndim:
+        shape = "[rows, batch]" if ndim == 2 else "[num_params]"
+        raise ValueError(f"{name} must be {ndim}-D {shape}, got shape {tuple(t.shape)}")
+    if t.dtype != torch.float32:
+        raise ValueError(
+            f"{name} has dtype {t.dtype}; block-sparse layers take float32 (log-probabilities and weights "
+            f"need fp32 range and precision)"
+        )
+    if device is not None and t.device != device:
+        raise ValueError(f"{name} is on {t.device} but element_mars is on {device}; put all tensors on one device")
+    return t.contiguous()
+
+
+def _check_index(name: str, t, device) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor of int32/int64, got {type(t).__name__}")
+    if t.dtype not in _INDEX_DTYPES:
+        raise ValueError(f"{name} has dtype {t.dtype}; use torch.int32 or torch.int64")
+    if t.dim() != 2 or t.shape[0] < 1 or t.shape[1] < 1:
+        raise ValueError(f"{name} must be 2-D [num_blocks, K] with K >= 1, got shape {tuple(t.shape)}")
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device} but the values are on {device}; put all tensors on one device")
+    return t.contiguous()
+
+
+def _check_block_size(block_size):
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size={block_size!r} must be a positive integer (nodes per block)")
+    return block_size
+
+
+# Index ranges, cached per tensor object and version: {id: (weakref, version, (lo, hi))}.
+_RANGES: dict[int, tuple] = {}
+
+
+def _index_range(t: torch.Tensor) -> tuple[int, int]:
+    hit = _RANGES.get(id(t))
+    if hit is not None and hit[0]() is t and hit[1] == t._version:
+        return hit[2]
+    lo, hi = (int(v) for v in torch.aminmax(t))
+    if len(_RANGES) > 4096:
+        for key in [k for k, v in _RANGES.items() if v[0]() is None]:
+            del _RANGES[key]
+    _RANGES[id(t)] = (weakref.ref(t), t._version, (lo, hi))
+    return lo, hi
+
+
+def _check_range(name: str, t: torch.Tensor, limit: int, span: int, what: str):
+    """Every ``t + [0, span)`` must lie in ``[0, limit)``."""
+    lo, hi = _index_range(t)
+    if lo < 0 or hi + span > limit:
+        extra = f" + block_size ({span})" if span > 1 else ""
+        raise ValueError(
+            f"{name} out of range: values span [{lo}, {hi}]{extra}, but {what} has {limit} rows/entries; "
+            f"allowed: 0 <= {name}{' + i' if span > 1 else ''} < {limit}"
+        )
+
+
+_INT32: dict[int, tuple] = {}
+
+
+def _as_int32(t: torch.Tensor) -> torch.Tensor:
+    """int32 copy for the NPU kernels (int32 offsets), cached per tensor object and version."""
+    if t.dtype == torch.int32:
+        return t
+    hit = _INT32.get(id(t))
+    if hit is not None and hit[0]() is t and hit[1] == t._version:
+        return hit[2]
+    lo, hi = _index_range(t)
+    if hi >= 2**31 or lo < -(2**31):
+        raise ValueError("indices do not fit int32, which the NPU kernels use; use impl='gpu'")
+    if len(_INT32) > 4096:
+        for key in [k for k, v in _INT32.items() if v[0]() is None]:
+            del _INT32[key]
+    copy = t.to(torch.int32)
+    _INT32[id(t)] = (weakref.ref(t), t._version, copy)
+    return copy
+
+
+def _validate_sum(element_mars, params, cids, pids, block_size):
+    if not isinstance(element_mars, torch.Tensor):
+        raise ValueError(f"element_mars must be a torch.Tensor, got {type(element_mars).__name__}")
+    device = element_mars.device
+    element_mars = _check_float("element_mars", element_mars, 2)
+    params = _check_float("params", params, 1, device)
+    cids = _check_index("cids", cids, device)
+    pids = _check_index("pids", pids, device)
+    block_size = _check_block_size(block_size)
+    if cids.shape != pids.shape:
+        raise ValueError(
+            f"cids has shape {tuple(cids.shape)} but pids has {tuple(pids.shape)}; both are [num_blocks, K] "
+            f"(K, the edges per block, must match)"
+        )
+    _check_range("cids", cids, element_mars.shape[0], 1, "element_mars")
+    _check_range("pids", pids, params.shape[0], block_size, "params")
+    return element_mars, params, cids, pids
+
+
+def _validate_product(node_mars, cids, block_size):
+    if not isinstance(node_mars, torch.Tensor):
+        raise ValueError(f"node_mars must be a torch.Tensor, got {type(node_mars).__name__}")
+    node_mars = _check_float("node_mars", node_mars, 2)
+    cids = _check_index("cids", cids, node_mars.device)
+    block_size = _check_block_size(block_size)
+    _check_range("cids", cids, node_mars.shape[0], block_size, "node_mars")
+    return node_mars, cids
+
+
+def _num_cores(t: torch.Tensor) -> int:
+    return device_of(t).num_cores
+
+
+def _npu_tiles(cids, block_size, batch, t, tiles):
+    dev = device_of(t)
+    return npu.resolve_tiles(
+        cids.shape[0], block_size, cids.shape[1], batch, dev.num_cores, on_npu=dev.kind == "npu", **tiles
+    )
+
+
+# --- autograd --------------------------------------------------------------------------------
+class _SumLayerFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, element_mars, params, cids, pids, block_size, impl, fwd_tiles, bwd_tiles):
+        module = gpu if impl == "gpu" else npu
+        out = module.sum_forward(element_mars, params, cids, pids, block_size, fwd_tiles)
+        ctx.save_for_backward(element_mars, params, cids, pids, out)
+        ctx.config = (block_size, module, bwd_tiles)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        element_mars, params, cids, pids, out = ctx.saved_tensors
+        block_size, module, bwd_tiles = ctx.config
+        need_em, need_p = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        d_em, d_p = module.sum_backward(
+            grad_out.contiguous().float(),
+            element_mars,
+            params,
+            out,
+            cids,
+            pids,
+            block_size,
+            bwd_tiles,
+            element_flows=need_em,
+            param_flows=need_p,
+            mul_params=False,
+        )
+        return d_em, d_p, None, None, None, None, None, None
+
+
+class _ProductLayerFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, node_mars, cids, block_size, impl, tiles):
+        module = gpu if impl == "gpu" else npu
+        ctx.save_for_backward(cids)
+        ctx.config = (block_size, module, tiles, node_mars.shape[0])
+        return module.product_forward(node_mars, cids, block_size, tiles)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (cids,) = ctx.saved_tensors
+        block_size, module, tiles, n_rows = ctx.config
+        grad_in = module.product_backward(grad_out.contiguous().float(), cids, block_size, n_rows, tiles)
+        return grad_in, None, None, None, None
+
+
+# --- the functional API ----------------------------------------------------------------------
+def sum_layer(element_mars, params, cids, pids, block_size, impl="auto", **tiles) -> torch.Tensor:
+    """``out [G*block_size, B]``; differentiable in element_mars and params (module docstring)."""
+    element_mars, params, cids, pids = _validate_sum(element_mars, params, cids, pids, block_size)
+    impl = _impl(impl, element_mars)
+    n_blocks, n_edges = cids.shape
+    batch = element_mars.shape[1]
+    if impl == "gpu":
+        _check_tile_names(tiles, _GPU_SUM_TILES, "sum_layer (impl='gpu')")
+        cores = _num_cores(element_mars)
+        fwd = gpu.resolve_forward_tiles(n_blocks, block_size, n_edges, batch, cores, **tiles)
+        bwd = gpu.resolve_backward_tiles(n_blocks, block_size, n_edges, batch, cores, tiles.get("heuristic", "auto"))
+    else:
+        _check_tile_names(tiles, _NPU_TILES, "sum_layer (impl='npu')")
+        fwd = bwd = _npu_tiles(cids, block_size, batch, element_mars, tiles)
+        cids, pids = _as_int32(cids), _as_int32(pids)
+    if batch == 0:
+        return element_mars.new_empty((n_blocks * block_size, 0))
+    if torch.is_grad_enabled() and (element_mars.requires_grad or params.requires_grad):
+        return _SumLayerFunction.apply(element_mars, params, cids, pids, block_size, impl, fwd, bwd)
+    module = gpu if impl == "gpu" else npu
+    return module.sum_forward(element_mars, params, cids, pids, block_size, fwd)
+
+
+def sum_layer_backward(
+    node_flows, element_mars, params, out, cids, pids, block_size, impl="auto", **tiles
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """DESIGN's flows: ``(eflows [M, B], pflows [P])`` for linear node flows ``F [G*block_size, B]``."""
+    element_mars, params, cids, pids = _validate_sum(element_mars, params, cids, pids, block_size)
+    device = element_mars.device
+    n_blocks, n_edges = cids.shape
+    batch = element_mars.shape[1]
+    node_flows = _check_float("node_flows", node_flows, 2, device)
+    out = _check_float("out", out, 2, device)
+    want = (n_blocks * block_size, batch)
+    for name, t in (("node_flows", node_flows), ("out", out)):
+        if tuple(t.shape) != want:
+            raise ValueError(f"{name} has shape {tuple(t.shape)}; it must be [G*block_size, B] = {list(want)}")
+    impl = _impl(impl, element_mars)
+    if impl == "gpu":
+        _check_tile_names(tiles, _GPU_BWD_TILES, "sum_layer_backward (impl='gpu')")
+        t = gpu.resolve_backward_tiles(n_blocks, block_size, n_edges, batch, _num_cores(element_mars), **tiles)
+        module = gpu
+    else:
+        _check_tile_names(tiles, _NPU_TILES, "sum_layer_backward (impl='npu')")
+        t = _npu_tiles(cids, block_size, batch, element_mars, tiles)
+        cids, pids = _as_int32(cids), _as_int32(pids)
+        module = npu
+    if batch == 0:
+        return torch.zeros_like(element_mars), torch.zeros_like(params)
+    with torch.no_grad():
+        return module.sum_backward(node_flows, element_mars, params, out, cids, pids, block_size, t)
+
+
+def product_layer(node_mars, cids, block_size, impl="auto", **tiles) -> torch.Tensor:
+    """``prod [G*block_size, B]`` with ``prod[g*bs+i] = sum_k node_mars[cids[g, k] + i]``; differentiable."""
+    node_mars, cids = _validate_product(node_mars, cids, block_size)
+    impl = _impl(impl, node_mars)
+    n_blocks = cids.shape[0]
+    batch = node_mars.shape[1]
+    if impl == "gpu":
+        _check_tile_names(tiles, _GPU_PRODUCT_TILES, "product_layer (impl='gpu')")
+        tiles = dict(tiles)
+        alias = tiles.pop("TILE_M", "auto")
+        if tiles.get("BLOCK_M", "auto") == "auto":
+            tiles["BLOCK_M"] = alias
+        resolved = gpu.resolve_product_tiles(n_blocks, block_size, batch, _num_cores(node_mars), **tiles)
+    else:
+        _check_tile_names(tiles, _NPU_TILES, "product_layer (impl='npu')")
+        resolved = _npu_tiles(cids, block_size, batch, node_mars, tiles)
+        cids = _as_int32(cids)
+    if batch == 0:
+        return node_mars.new_empty((n_blocks * block_size, 0))
+    if torch.is_grad_enabled() and node_mars.requires_grad:
+        return _ProductLayerFunction.apply(node_mars, cids, block_size, impl, resolved)
+    module = gpu if impl == "gpu" else npu
+    return module.product_forward(node_mars, cids, block_size, resolved)
+
+
+def largest_block_size(nodes: int, cap: int = 1024) -> int:
+    """The largest power of two dividing ``nodes``, at most ``cap`` (PyJuice's HMM rule)."""
+    if nodes < 1:
+        raise ValueError(f"nodes={nodes!r} must be a positive integer")
+    return min(nodes & -nodes, cap)
+
+
+# --- the spec --------------------------------------------------------------------------------
+def _shape(problem) -> dict:
+    """Derived layer shape: G blocks of bs nodes, K edges per block, M child rows, P params."""
+    nodes = problem["nodes"]
+    bs = problem["block_size"] or largest_block_size(nodes)
+    if nodes % bs:
+        raise ValueError(
+            f"block_size={bs} does not divide the layer's nodes={nodes}; use a divisor of {nodes} "
+            f"(0 picks the largest power of two dividing it, {largest_block_size(nodes)})"
+        )
+    n_blocks = nodes // bs
+    if problem["layer"] == "sum":
+        k = problem["K"] or nodes
+        rows = max(nodes, k)
+        n_params = (1 if problem["tied"] else n_blocks) * k * bs
+    else:
+        k = problem["K"] or 2
+        rows = k * nodes
+        n_params = 0
+    return {"nodes": nodes, "bs": bs, "G": n_blocks, "K": k, "M": rows, "P": n_params, "B": problem["batch"]}
+
+
+def make_layer(problem, device="cpu", seed=0) -> dict:
+    """Random inputs for one layer (never zeros): log-probabilities, normalised weights, indices.
+
+    Sum layer: block ``g`` takes the K child rows ``(g*K + k) mod M`` (every row is used when
+    ``G*K >= M``); untied parameters are laid out ``[G, K, bs]`` (``pids[g, k] = (g*K + k)*bs``),
+    tied ones share one ``[K, bs]`` set across blocks. Product layer: ``K`` disjoint child
+    blocks per node block, ``cids[g, k] = k*nodes + g*bs``.
+    """
+    s = _shape(problem)
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    g_idx = torch.arange(s["G"])[:, None]
+    k_idx = torch.arange(s["K"])[None, :]
+    if problem["layer"] == "product":
+        node_mars = -2.0 + 1.5 * torch.randn(s["M"], s["B"], generator=gen)
+        cids = (k_idx * s["nodes"] + g_idx * s["bs"]).to(torch.int32)
+        return {"node_mars": node_mars.to(device), "cids": cids.to(device)}
+    element_mars = -2.0 + 1.5 * torch.randn(s["M"], s["B"], generator=gen)
+    cids = torch.sort((g_idx * s["K"] + k_idx) % s["M"], dim=1).values.to(torch.int32)
+    if problem["tied"]:
+        pids = (k_idx * s["bs"]).expand(s["G"], s["K"])
+        sets = 1
+    else:
+        pids = (g_idx * s["K"] + k_idx) * s["bs"]
+        sets = s["G"]
+    weights = torch.rand(sets, s["K"], s["bs"], generator=gen) + 0.05
+    weights = weights / weights.sum(dim=1, keepdim=True)  # each node's weights sum to 1
+    return {
+        "element_mars": element_mars.to(device),
+        "params": weights.reshape(-1).to(device),
+        "cids": cids.to(device),
+        "pids": pids.contiguous().to(torch.int32).to(device),
+    }
+
+
+def _make_inputs(problem, dtype, device, seed):
+    inputs = make_layer(problem, device, seed)
+    for name in ("element_mars", "params", "node_mars"):
+        if name in inputs:
+            inputs[name] = inputs[name].to(dtype).requires_grad_()
+    return inputs
+
+
+def _reference(inputs, problem):
+    bs = _shape(problem)["bs"]
+    if problem["layer"] == "product":
+        return product_layer_reference(inputs["node_mars"], inputs["cids"], bs)
+    return sum_layer_reference(inputs["element_mars"], inputs["params"], inputs["cids"], inputs["pids"], bs)
+
+
+def _min_bytes(problem, mode, dtype):
+    """Fewest bytes each mode must move (fp32 values, int32 indices).
+
+    Sum forward: every referenced child row once (``min(M, G*K)`` rows of B), every parameter
+    once (P), both index arrays once (``2*G*K``), the output once (``N*B``). Sum backward
+    (autograd): read the incoming gradient and ``out`` (``2*N*B``), the referenced child rows,
+    the parameters and indices; write the full element gradient (``M*B``) and parameter
+    gradient (P). Product forward: read its ``K*N`` child rows, write N rows; backward: read N
+    rows of gradient, write the ``M`` rows of the input gradient.
+    """
+    s = _shape(problem)
+    n, b = s["nodes"], s["B"]
+    if problem["layer"] == "product":
+        forward = 4 * (s["K"] * n * b + n * b) + 4 * s["G"] * s["K"]
+        backward = 4 * (n * b + s["M"] * b) + 4 * s["G"] * s["K"]
+    else:
+        ref_rows = min(s["M"], s["G"] * s["K"])
+        index = 2 * 4 * s["G"] * s["K"]
+        forward = 4 * (ref_rows * b + s["P"] + n * b) + index
+        backward = 4 * (2 * n * b + ref_rows * b + s["P"] + s["M"] * b + s["P"]) + index
+    return {"forward": forward, "backward": backward, "full": forward + backward}[mode]
+
+
+def _tiles(params: dict) -> dict:
+    return {k: v for k, v in params.items() if v != "auto"}
+
+
+def _ours(impl: str, fixed: dict | None = None):
+    fixed = dict(fixed or {})
+
+    def split(problem, params):
+        tiles = {**fixed, **_tiles(params)}
+        if problem["layer"] == "product":
+            tiles.pop("TILE_K", None)
+            tiles.pop("PROGRAM_M", None)
+        return tiles
+
+    def run(inputs, problem, **params):
+        bs = _shape(problem)["bs"]
+        tiles = split(problem, params)
+        if problem["layer"] == "product":
+            return product_layer(inputs["node_mars"], inputs["cids"], bs, impl=impl, **tiles)
+        return sum_layer(
+            inputs["element_mars"], inputs["params"], inputs["cids"], inputs["pids"], bs, impl=impl, **tiles
+        )
+
+    def check(problem, params, dtype, device):
+        s = _shape(problem)
+        tiles = split(problem, params)
+        if impl == "npu":
+            npu.resolve_tiles(s["G"], s["bs"], s["K"], s["B"], device.num_cores, on_npu=device.kind == "npu", **tiles)
+        elif problem["layer"] == "product":
+            if "TILE_M" in tiles:
+                tiles["BLOCK_M"] = tiles.pop("TILE_M")
+            gpu.resolve_product_tiles(s["G"], s["bs"], s["B"], device.num_cores, **tiles)
+        else:
+            gpu.resolve_forward_tiles(s["G"], s["bs"], s["K"], s["B"], device.num_cores, **tiles)
+
+    return run, check
+
+
+def _torch_path(inputs, problem):
+    return _reference(inputs, problem)
+
+
+def _pyjuice_available():
+    if importlib.util.find_spec("pyjuice") is None:
+        return "PyJuice is not installed (pip install pyjuice)"
+    return None
+
+
+def _pyjuice_run(inputs, problem):
+    from kernels.block_sparse.peer import pyjuice_sum_layer
+
+    if problem["layer"] != "sum":
+        raise ValueError("the PyJuice peer runs the sum layer only (layer='sum')")
+    return pyjuice_sum_layer(inputs, _shape(problem), problem)
+
+
+_POW2 = tuple(2**k for k in range(0, 11))
+_COMMON_PARAMS = (
+    Param("TILE_M", ("auto",) + _POW2[:9], "auto", "nodes per tile (product layer: BLOCK_M)"),
+    Param("TILE_K", ("auto",) + _POW2, "auto", "edges per chunk (sum layer)"),
+    Param("BLOCK_B", ("auto",) + _POW2[:9], "auto", "batch columns per program"),
+)
+_GPU_EXTRA = (
+    Param("PROGRAM_M", ("auto",) + _POW2, "auto", "nodes one program walks, in TILE_M sub-tiles (sum forward)"),
+    Param("num_warps", ("auto",) + gpu.NUM_WARPS, "auto", "warps per program"),
+)
+
+_gpu_run, _gpu_check = _ours("gpu")
+_large_run, _large_check = _ours("gpu", {"heuristic": "large"})
+_small_run, _small_check = _ours("gpu", {"heuristic": "small"})
+_npu_run, _npu_check = _ours("npu")
+
+spec = KernelSpec(
+    name="block_sparse",
+    title="Block-sparse PC layers (HMM)",
+    doc=(
+        "Log-space block-sparse sum layer out = log sum_k p * exp(em[cids]) and product layer "
+        "prod = sum_k node_mars[cids + i] of a PyJuice-style HMM; tiles TILE_M x TILE_K x BLOCK_B."
+    ),
+    knobs=(
+        Knob("layer", "sum", values=("sum", "product"), doc="which layer: sum (block-sparse logsumexp) or product"),
+        Knob("nodes", 1024, low=1, high=1 << 16, doc="nodes in the layer (L of the HMM)", sweep=(128, 256, 512, 1024)),
+        Knob(
+            "block_size",
+            0,
+            low=0,
+            high=1 << 16,
+            doc="nodes per block; 0 = the largest power of two dividing nodes, at most 1024",
+            sweep=(16, 64, 256, 1024),
+        ),
+        Knob("K", 0, low=0, high=1 << 16, doc="edges per block; 0 = nodes (sum: full transition) or 2 (product)"),
+        Knob("batch", 8, low=1, high=1 << 16, doc="batch size", sweep=(1, 2, 4, 8, 16, 32, 64, 128, 256)),
+        Knob("tied", False, values=(False, True), doc="sum layer: every block shares one parameter set"),
+    ),
+    quick={"nodes": 48, "batch": 3},
+    make_inputs=_make_inputs,
+    reference=_reference,
+    output_names=("out",),
+    axis="batch",
+    min_bytes=_min_bytes,
+    dtypes=("fp32",),
+    tolerances={"fp32": (1e-4, 1e-4)},
+    variants=(
+        Variant(
+            "gpu",
+            "gpu",
+            _gpu_run,
+            params=(Param("heuristic", gpu.HEURISTICS, "auto", "tiling heuristic"),) + _COMMON_PARAMS + _GPU_EXTRA,
+            devices=("cuda", "cpu"),
+            check=_gpu_check,
+            doc="Triton kernels; heuristic auto = large when its grid fills the SMs, else small",
+        ),
+        Variant(
+            "gpu_large",
+            "gpu",
+            _large_run,
+            params=_COMMON_PARAMS + _GPU_EXTRA,
+            devices=("cuda", "cpu"),
+            check=_large_check,
+            doc="large-batch tiling: one program walks a whole block of nodes",
+        ),
+        Variant(
+            "gpu_small",
+            "gpu",
+            _small_run,
+            params=_COMMON_PARAMS + _GPU_EXTRA,
+            devices=("cuda", "cpu"),
+            check=_small_check,
+            doc="small-batch tiling: TILE_M = 8 node tiles, TILE_K decoupled from batch",
+        ),
+        Variant(
+            "npu",
+            "npu",
+            _npu_run,
+            params=_COMMON_PARAMS + (Param("GRID", ("auto",) + tuple(2**k for k in range(0, 12)), "auto", "programs"),),
+            devices=("npu", "cuda", "cpu"),
+            check=_npu_check,
+            doc="triton-ascend style: grid = cores, grid-stride over tiles, no tl.where",
+        ),
+        Variant("torch", "torch", _torch_path, doc="PyTorch reference path: gather + einsum + log"),
+        Variant(
+            "pyjuice",
+            "peer",
+            _pyjuice_run,
+            devices=("cuda",),
+            available=_pyjuice_available,
+            modes=("forward",),
+            doc="PyJuice's own sum-layer kernel on the same HMM transition layer (needs K = nodes, untied)",
+        ),
+    ),
+)
+
+__all__ = [
+    "largest_block_size",
+    "make_layer",
+    "product_layer",
+    "product_layer_reference",
+    "spec",
+    "sum_layer",
+    "sum_layer_backward",
+    "sum_layer_backward_reference",
+    "sum_layer_reference",
+]

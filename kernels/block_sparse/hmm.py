@@ -1,0 +1,419 @@
+"""An HMM as a chain of block-sparse layers: the workload the issue measures.
+
+The circuit is PyJuice's HMM structure. With latents ``L``, sequence length ``T``, emissions
+``V``, transition ``A [L, L]`` (``A[n, k] = p(z_{t+1} = k | z_t = n)``), emission ``E [L, V]`` and
+prior ``pi [L]``, for a batch of sequences ``x [B, T]``::
+
+    e_t   = log E[:, x_t]                              input layer: a gather, [L, B]
+    z_T-1 = e_T-1
+    s_t   = sum_layer(z_t+1, A)                        L nodes in blocks of bs, K = L edges each
+    z_t   = product_layer([e_t; s_t])                  two children per node: e_t[n] + s_t[n]
+    ll    = sum_layer(z_0, pi)                         one node, block size 1
+
+so the chain is ``T - 1`` transition sum layers and product layers plus the root. The block size
+is the largest power of two dividing ``L``, at most 1024 (PyJuice's rule); the transition layer
+has ``G = L / bs`` blocks. ``ll`` is the log-likelihood of each sequence (the classical HMM
+backward recursion, checked by :meth:`HMM.reference_loglik`).
+
+Backward runs the flows top-down with root flow 1 per sequence (PyJuice's ``pc.backward``): the
+product layer passes flows through, each transition layer produces element flows (the flows of
+``z_{t+1}``) and adds its parameter flows into one buffer — the layers are *tied* across time
+(homogeneous HMM). Flows equal gradients of ``sum_b ll`` with respect to log-values and
+log-parameters, which is how the tests check them against autograd.
+
+Buffers: step ``t`` owns a ``[2L, B]`` buffer whose rows ``0..L-1`` hold ``e_t`` (written by one
+gather for all steps) and rows ``L..2L-1`` receive ``s_t`` directly from the sum kernel, so the
+product layer reads both children with no concatenation copy.
+
+Launch overhead: an eager chain issues ``2 (T - 1) + 1`` forward kernels from Python; at small
+batch that can dominate (the issue: 2.8 ms wall for 0.24 ms of kernels). :meth:`HMM.graphed`
+captures forward (+ backward) once in a CUDA graph (``torch.cuda.graph``) and replays it, which
+separates launch overhead from kernel time. Guarded: CUDA only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kernels.block_sparse import _validate_product, _validate_sum, gpu, largest_block_size, npu
+from kernels.device import get_device
+
+
+@dataclass(frozen=True)
+class ChainPlan:
+    """Resolved tiles for one batch size (resolved once, so a chain call does no Python tiling)."""
+
+    batch: int
+    trans_fwd: object
+    trans_bwd: object
+    root_fwd: object
+    root_bwd: object
+    product: object
+
+
+class HMM:
+    """A homogeneous HMM as block-sparse layers, with random (normalised) parameters.
+
+    ``impl``: ``"gpu"`` | ``"npu"`` | ``"auto"``; ``heuristic`` and ``tiles`` steer the
+    transition layer's GPU tiles (``TILE_M``, ``TILE_K``, ``BLOCK_B``, ``PROGRAM_M``) or the NPU
+    tiles (``TILE_M``, ``TILE_K``, ``BLOCK_B``, ``GRID``).
+    """
+
+    def __init__(
+        self,
+        T: int,
+        L: int,
+        V: int = 32,
+        block_size: int | None = None,
+        device="auto",
+        seed: int = 0,
+        impl: str = "auto",
+        heuristic: str = "auto",
+        **tiles,
+    ):
+        for name, value, low in (("T", T, 1), ("L", L, 1), ("V", V, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name}={value!r} must be an integer >= {low}")
+        self.device = get_device(device)
+        self.T, self.L, self.V = T, L, V
+        self.block_size = largest_block_size(L) if block_size is None else block_size
+        if (
+            isinstance(self.block_size, bool)
+            or not isinstance(self.block_size, int)
+            or self.block_size < 1
+            or L % self.block_size
+        ):
+            raise ValueError(f"block_size={block_size!r} does not divide the layer's L={L} nodes; use a divisor of L")
+        if impl not in ("gpu", "npu", "auto"):
+            raise ValueError(f"impl={impl!r} is not allowed; use one of gpu, npu, auto")
+        self.impl = ("npu" if self.device.kind == "npu" else "gpu") if impl == "auto" else impl
+        self.module = gpu if self.impl == "gpu" else npu
+        gpu.check_heuristic(heuristic)
+        self.heuristic = heuristic
+        self.tiles = dict(tiles)
+        self._plans: dict[int, ChainPlan] = {}
+
+        dev = self.device.torch_device
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        A = torch.rand(L, L, generator=gen) + 0.05
+        E = torch.rand(L, V, generator=gen) + 0.05
+        pi = torch.rand(L, generator=gen) + 0.05
+        self.A = (A / A.sum(1, keepdim=True)).to(dev)
+        self.E = (E / E.sum(1, keepdim=True)).to(dev)
+        self.pi = (pi / pi.sum()).to(dev)
+        self.log_emit = self.E.log().contiguous()
+
+        G, bs = L // self.block_size, self.block_size
+        self.G = G
+        # Transition: block g, edge k -> child row k; params[(g*L + k)*bs + i] = A[g*bs + i, k].
+        self.trans_params = self.A.reshape(G, bs, L).permute(0, 2, 1).contiguous().reshape(-1)
+        g_idx = torch.arange(G)[:, None]
+        k_idx = torch.arange(L)[None, :]
+        self.trans_cids = k_idx.expand(G, L).contiguous().to(torch.int32).to(dev)
+        self.trans_pids = ((g_idx * L + k_idx) * bs).to(torch.int32).to(dev)
+        # Product: node block g of z_t reads rows g*bs (e_t) and L + g*bs (s_t) of the step buffer.
+        self.prod_cids = torch.stack([torch.arange(G) * bs, L + torch.arange(G) * bs], 1).to(torch.int32).to(dev)
+        # Root: one node, block size 1, weights pi.
+        self.root_params = self.pi.contiguous()
+        self.root_cids = torch.arange(L, dtype=torch.int32).reshape(1, L).to(dev)
+        self.root_pids = self.root_cids.clone()
+        # Validate every index array once (ranges are cached; later calls do not sync).
+        probe = torch.zeros(2 * L, 1, device=dev)
+        _validate_sum(probe[:L], self.trans_params, self.trans_cids, self.trans_pids, bs)
+        _validate_sum(probe[:L], self.root_params, self.root_cids, self.root_pids, 1)
+        _validate_product(probe, self.prod_cids, bs)
+        if self.impl == "npu":
+            npu._check_int32(2 * L, 1, self.trans_params.numel())
+
+    # --- data and tiles ------------------------------------------------------------------
+    def sample(self, batch: int, seed: int = 0) -> torch.Tensor:
+        """Random observation sequences ``x [batch, T]`` (int64 emission ids)."""
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        return torch.randint(0, self.V, (batch, self.T), generator=gen).to(self.device.torch_device)
+
+    def plan(self, batch: int) -> ChainPlan:
+        if batch < 1:
+            raise ValueError(f"batch={batch!r} must be >= 1")
+        if batch not in self._plans:
+            cores, L, G, bs = self.device.num_cores, self.L, self.G, self.block_size
+            if self.impl == "gpu":
+                fwd = gpu.resolve_forward_tiles(G, bs, L, batch, cores, heuristic=self.heuristic, **self.tiles)
+                bwd = gpu.resolve_backward_tiles(G, bs, L, batch, cores, heuristic=self.heuristic)
+                root_fwd = gpu.resolve_forward_tiles(1, 1, L, batch, cores, heuristic="small")
+                root_bwd = gpu.resolve_backward_tiles(1, 1, L, batch, cores, heuristic="small")
+                prod = gpu.resolve_product_tiles(G, bs, batch, cores, heuristic=self.heuristic)
+            else:
+                on_npu = self.device.kind == "npu"
+                fwd = bwd = prod = npu.resolve_tiles(G, bs, L, batch, cores, on_npu=on_npu, **self.tiles)
+                root_fwd = root_bwd = npu.resolve_tiles(1, 1, L, batch, cores, on_npu=on_npu)
+            self._plans[batch] = ChainPlan(batch, fwd, bwd, root_fwd, root_bwd, prod)
+        return self._plans[batch]
+
+    # --- the chain -----------------------------------------------------------------------
+    def emissions(self, x: torch.Tensor) -> torch.Tensor:
+        """Step buffers ``[T, 2L, B]`` with rows ``0..L-1`` of step t = ``log E[:, x[:, t]]``."""
+        B = x.shape[0]
+        bufs = torch.empty((self.T, 2 * self.L, B), dtype=torch.float32, device=x.device)
+        bufs[:, : self.L] = self.log_emit[:, x].permute(2, 0, 1)
+        return bufs
+
+    def forward(self, x: torch.Tensor) -> dict:
+        """Log-likelihoods ``ll [B]`` and the saved values the backward needs."""
+        if x.dim() != 2 or x.shape[1] != self.T:
+            raise ValueError(f"x must be [batch, T={self.T}] emission ids, got shape {tuple(x.shape)}")
+        B = x.shape[0]
+        plan = self.plan(B)
+        m, L, bs = self.module, self.L, self.block_size
+        bufs = self.emissions(x)
+        zs = torch.empty((max(self.T - 1, 1), L, B), dtype=torch.float32, device=x.device)
+        for t in range(self.T - 2, -1, -1):
+            child = bufs[t + 1, :L] if t + 1 == self.T - 1 else zs[t + 1]
+            m.sum_forward(
+                child, self.trans_params, self.trans_cids, self.trans_pids, bs, plan.trans_fwd, out=bufs[t, L:]
+            )
+            m.product_forward(bufs[t], self.prod_cids, bs, plan.product, out=zs[t])
+        top = zs[0] if self.T > 1 else bufs[0, :L]
+        root = m.sum_forward(top, self.root_params, self.root_cids, self.root_pids, 1, plan.root_fwd)
+        return {"ll": root[0], "root": root, "bufs": bufs, "zs": zs, "x": x}
+
+    def z(self, state: dict, t: int) -> torch.Tensor:
+        return state["bufs"][t, : self.L] if t == self.T - 1 else state["zs"][t]
+
+    def backward(self, state: dict) -> dict:
+        """Flows with root flow 1 per sequence: parameter flows of A (as ``trans_params``), pi, E."""
+        B = state["x"].shape[0]
+        plan = self.plan(B)
+        m, L, bs, T = self.module, self.L, self.block_size, self.T
+        dev = state["x"].device
+        ones = torch.ones((1, B), dtype=torch.float32, device=dev)
+        fbufs = torch.zeros((T, 2 * L, B), dtype=torch.float32, device=dev)
+        zflows = torch.zeros((max(T - 1, 1), L, B), dtype=torch.float32, device=dev)
+        trans_flows = torch.zeros_like(self.trans_params)
+        top_flows = zflows[0] if T > 1 else fbufs[0, :L]
+        _, root_flows = m.sum_backward(
+            ones,
+            self.z(state, 0),
+            self.root_params,
+            state["root"],
+            self.root_cids,
+            self.root_pids,
+            1,
+            plan.root_bwd,
+            element_flows=top_flows,
+        )
+        for t in range(0, T - 1):
+            m.product_backward(zflows[t], self.prod_cids, bs, 2 * L, plan.product, grad_in=fbufs[t])
+            target = fbufs[t + 1, :L] if t + 1 == T - 1 else zflows[t + 1]
+            m.sum_backward(
+                fbufs[t, L:],
+                self.z(state, t + 1),
+                self.trans_params,
+                state["bufs"][t, L:],
+                self.trans_cids,
+                self.trans_pids,
+                bs,
+                plan.trans_bwd,
+                element_flows=target,
+                param_flows=trans_flows,
+            )
+        emit_flows = torch.zeros((L, self.V), dtype=torch.float32, device=dev)
+        src = fbufs[:, :L].permute(1, 0, 2).reshape(L, T * B)
+        emit_flows.index_add_(1, state["x"].t().reshape(-1), src)
+        return {"trans": trans_flows, "prior": root_flows, "emit": emit_flows}
+
+    def forward_backward(self, x: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        state = self.forward(x)
+        return state["ll"], self.backward(state)
+
+    def trans_matrix(self, flat: torch.Tensor) -> torch.Tensor:
+        """``[L, L]`` view (node n, child k) of a transition-parameter-shaped vector."""
+        G, bs, L = self.G, self.block_size, self.L
+        return flat.reshape(G, L, bs).permute(0, 2, 1).reshape(L, L)
+
+    # --- references ----------------------------------------------------------------------
+    def reference_loglik(self, x: torch.Tensor, dtype=torch.float64, grads: bool = False):
+        """Classical HMM backward recursion in log space (no layer layout involved).
+
+        With ``grads=True`` also returns the flows autograd gives: ``A * d sum(ll)/dA``,
+        ``pi * d sum(ll)/dpi`` and ``d sum(ll) / d log E`` — what :meth:`backward` computes.
+        """
+        A = self.A.to(dtype).requires_grad_(grads)
+        pi = self.pi.to(dtype).requires_grad_(grads)
+        log_e = self.log_emit.to(dtype).requires_grad_(grads)
+        with torch.set_grad_enabled(grads):
+            beta = log_e[:, x[:, -1]]  # [L, B]
+            for t in range(self.T - 2, -1, -1):
+                beta = log_e[:, x[:, t]] + torch.logsumexp(A.log()[:, :, None] + beta[None, :, :], dim=1)
+            ll = torch.logsumexp(pi.log()[:, None] + beta, dim=0)
+            if not grads:
+                return ll
+            dA, dpi, dlog_e = torch.autograd.grad(ll.sum(), (A, pi, log_e))
+        return ll.detach(), {"trans": (A * dA).detach(), "prior": (pi * dpi).detach(), "emit": dlog_e}
+
+    # --- CUDA graphs ---------------------------------------------------------------------
+    def graphed(self, batch: int, backward: bool = True, seed: int = 0) -> GraphedChain:
+        """Capture the chain (forward, + backward) for a static ``x [batch, T]``; CUDA only."""
+        if self.device.kind != "cuda":
+            raise ValueError(f"CUDA graph replay needs a CUDA device; this HMM runs on {self.device.kind}")
+        static_x = self.sample(batch, seed)
+
+        def step():
+            if backward:
+                return self.forward_backward(static_x)
+            return self.forward(static_x)["ll"], None
+
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):  # warm-up: compile kernels, settle the allocator
+                step()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outputs = step()
+        return GraphedChain(graph, static_x, outputs)
+
+
+@dataclass
+class GraphedChain:
+    """A captured chain: copy new data into ``x`` and call :meth:`replay`."""
+
+    graph: object
+    x: torch.Tensor
+    outputs: tuple
+
+    def replay(self):
+        self.graph.replay()
+        return self.outputs
+
+
+# --- timing ------------------------------------------------------------------------------
+def _graph_of(fn):
+    """Capture ``fn`` (which must allocate nothing it returns to the caller) as a CUDA graph."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
+
+
+def layer_calls(hmm: HMM, batch: int, seed: int = 0) -> dict:
+    """One callable per layer of the chain at ``batch``, on live buffers from one forward pass."""
+    x = hmm.sample(batch, seed)
+    state = hmm.forward(x)
+    plan = hmm.plan(batch)
+    m, L, bs = hmm.module, hmm.L, hmm.block_size
+    dev = x.device
+    t = 0 if hmm.T > 1 else None
+    child = hmm.z(state, 1) if hmm.T > 1 else None
+    out_sum = torch.empty((L, batch), dtype=torch.float32, device=dev)
+    out_prod = torch.empty((L, batch), dtype=torch.float32, device=dev)
+    root_out = torch.empty((1, batch), dtype=torch.float32, device=dev)
+    flows = torch.rand((L, batch), dtype=torch.float32, device=dev)
+    eflows = torch.zeros((L, batch), dtype=torch.float32, device=dev)
+    pflows = torch.zeros_like(hmm.trans_params)
+    grad_in = torch.zeros((2 * L, batch), dtype=torch.float32, device=dev)
+    calls = {}
+    if t is not None:
+        calls["sum forward"] = lambda: m.sum_forward(
+            child, hmm.trans_params, hmm.trans_cids, hmm.trans_pids, bs, plan.trans_fwd, out=out_sum
+        )
+        calls["product forward"] = lambda: m.product_forward(
+            state["bufs"][0], hmm.prod_cids, bs, plan.product, out=out_prod
+        )
+
+        def sum_bwd():
+            eflows.zero_()
+            m.sum_backward(
+                flows,
+                child,
+                hmm.trans_params,
+                state["bufs"][0, L:],
+                hmm.trans_cids,
+                hmm.trans_pids,
+                bs,
+                plan.trans_bwd,
+                element_flows=eflows,
+                param_flows=pflows,
+            )
+
+        def prod_bwd():
+            grad_in.zero_()
+            m.product_backward(flows, hmm.prod_cids, bs, 2 * L, plan.product, grad_in=grad_in)
+
+        calls["sum backward"] = sum_bwd
+        calls["product backward"] = prod_bwd
+    calls["root forward"] = lambda: m.sum_forward(
+        hmm.z(state, 0), hmm.root_params, hmm.root_cids, hmm.root_pids, 1, plan.root_fwd, out=root_out
+    )
+    calls["input gather"] = lambda: hmm.emissions(x)
+    return calls
+
+
+def layer_timings(hmm: HMM, batch: int, rep_ms: float = 100, graphs: bool = True) -> list[dict]:
+    """Per layer: device kernel time (do_bench; interpreter wall on the CPU), eager host wall
+    per synchronised call, and the wall of a CUDA-graph replay of the same call (CUDA only)."""
+    dev = hmm.device
+    rows = []
+    for name, fn in layer_calls(hmm, batch).items():
+        fn()
+        kernel = dev.time(fn, rep_ms=rep_ms)
+        wall = dev.wall_per_call(fn, rep_ms=min(rep_ms, 50)) if dev.kind != "cpu" else kernel
+        graph_ms = None
+        if graphs and dev.kind == "cuda" and name != "input gather":
+            g = _graph_of(fn)
+            graph_ms = dev.wall_per_call(g.replay, rep_ms=min(rep_ms, 50)).p50
+        per_chain = {"sum forward": hmm.T - 1, "product forward": hmm.T - 1, "sum backward": hmm.T - 1}
+        per_chain.update({"product backward": hmm.T - 1, "root forward": 1, "input gather": 1})
+        rows.append(
+            {
+                "layer": name,
+                "batch": batch,
+                "kernel_ms": kernel.p50,
+                "eager_wall_ms": wall.p50,
+                "graph_wall_ms": graph_ms,
+                "calls_per_chain": per_chain[name],
+                "timing": kernel.method,
+            }
+        )
+    return rows
+
+
+def chain_timings(hmm: HMM, batch: int, rep_ms: float = 100, graphs: bool = True) -> list[dict]:
+    """Whole chain, forward and forward+backward: device time (do_bench of the eager chain),
+    eager host wall per call, and graph-replay wall (CUDA only)."""
+    dev = hmm.device
+    x = hmm.sample(batch)
+    rows = []
+    for mode, fn in (("forward", lambda: hmm.forward(x)), ("forward+backward", lambda: hmm.forward_backward(x))):
+        fn()
+        device_t = dev.time(fn, rep_ms=rep_ms)
+        wall = dev.wall_per_call(fn, rep_ms=min(rep_ms, 50)) if dev.kind != "cpu" else device_t
+        graph_ms = None
+        if graphs and dev.kind == "cuda":
+            g = hmm.graphed(batch, backward=mode != "forward")
+            g.x.copy_(x)
+            graph_ms = dev.wall_per_call(g.replay, rep_ms=min(rep_ms, 50)).p50
+        rows.append(
+            {
+                "mode": mode,
+                "batch": batch,
+                "T": hmm.T,
+                "L": hmm.L,
+                "block_size": hmm.block_size,
+                "device_ms": device_t.p50,
+                "eager_wall_ms": wall.p50,
+                "graph_wall_ms": graph_ms,
+                "timing": device_t.method,
+            }
+        )
+    return rows
+
+
+__all__ = ["HMM", "GraphedChain", "chain_timings", "layer_calls", "layer_timings"]

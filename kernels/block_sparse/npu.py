@@ -1,0 +1,592 @@
+"""Block-sparse probabilistic-circuit layers for Ascend NPUs, written to triton-ascend's rules.
+
+Same math as :mod:`kernels.block_sparse.gpu` (read that module's docstring first); this file
+only changes how the work is laid out, following DESIGN.md's "NPU kernels":
+
+- Grid = number of vector cores (``Device.num_cores``; SMs on CUDA, a handful in the
+  interpreter). Each kernel enumerates its work items — (block, node tile, batch tile) for the
+  forward and the product layer, (block, edge tile, batch tile) for element flows, (block,
+  node tile, edge tile) for parameter flows — and program ``p`` takes items ``p, p + GRID, …``.
+  The batch tile is the fastest-varying item index, so programs running side by side share a
+  node tile's parameters.
+- One tile shape for every kernel: ``TILE_M x TILE_K x BLOCK_B`` (about 4096 fp32 elements by
+  default), vector arithmetic only (no ``tl.dot``, so vector cores suffice).
+- No ``tl.where`` anywhere. Padding is neutralised by the fill value of masked loads: element
+  values load as -inf (``exp`` gives 0), weights and flows as 0, node values as +inf (so
+  ``exp(em - out) = 0``). The forward's all -inf case uses the clamp ``max(m, -FLT_MAX)`` (see
+  gpu.py). The backward's dead nodes (``out = -inf``, gradient defined as 0) are mapped to +inf
+  by the host before launch (one ``masked_fill`` over ``out``) instead of a select in the kernel.
+- int32 offsets (the host checks that ``rows x batch`` and the parameter count fit), fp32 only,
+  no libdevice, no eviction policies, no ``num_warps``.
+- Scatters use ``tl.atomic_add`` into zeroed buffers, as on the GPU (tied parameters and shared
+  children sum correctly; see gpu.py for the determinism note).
+
+``npu_compile_cases()`` lists the kernels at their default configurations (and a few others) for
+``workbench npu-check``, each with a Unified Buffer estimate from :func:`ub_bytes`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.block_sparse.gpu import PRODUCT_BLOCK_M_CAP, SMALL_TILE_M, check_tile, launch
+
+NEG_FLT_MAX = tl.constexpr(-3.4028234663852886e38)
+UB_BYTES = 192 * 1024  # Unified Buffer per core on Ascend 910B
+TILE_ELEMENTS = 4096  # default broadcast tile TILE_M x TILE_K x BLOCK_B
+INT32_MAX = 2**31 - 1
+
+
+@triton.jit
+def _sum_forward_npu_kernel(
+    OUT_ptr,
+    EM_ptr,
+    P_ptr,
+    CIDS_ptr,
+    PIDS_ptr,
+    n_batch,
+    n_edges,
+    block_size,
+    n_blocks,
+    TILE_M: tl.constexpr,
+    TILE_K: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+):
+    """out = log sum_k p * exp(em); grid-stride over (block, node tile, batch tile)."""
+    pid = tl.program_id(0)
+    n_programs = tl.num_programs(0)
+    m_tiles = tl.cdiv(block_size, TILE_M)
+    b_tiles = tl.cdiv(n_batch, BLOCK_B)
+    n_items = n_blocks * m_tiles * b_tiles
+    for item in range(pid, n_items, n_programs):
+        b_tile = item % b_tiles
+        rest = item // b_tiles
+        g = rest // m_tiles
+        nodes = (rest % m_tiles) * TILE_M + tl.arange(0, TILE_M)
+        node_mask = nodes < block_size
+        cols = b_tile * BLOCK_B + tl.arange(0, BLOCK_B)
+        col_mask = cols < n_batch
+        run_max = tl.full([BLOCK_B], float("-inf"), tl.float32)
+        acc = tl.zeros([TILE_M, BLOCK_B], dtype=tl.float32)
+        for k0 in range(0, n_edges, TILE_K):
+            ks = k0 + tl.arange(0, TILE_K)
+            k_mask = ks < n_edges
+            cid = tl.load(CIDS_ptr + g * n_edges + ks, mask=k_mask, other=0)
+            pidx = tl.load(PIDS_ptr + g * n_edges + ks, mask=k_mask, other=0)
+            em = tl.load(
+                EM_ptr + cid[:, None] * n_batch + cols[None, :],
+                mask=k_mask[:, None] & col_mask[None, :],
+                other=float("-inf"),
+            )
+            p = tl.load(P_ptr + pidx[None, :] + nodes[:, None], mask=node_mask[:, None] & k_mask[None, :], other=0.0)
+            new_max = tl.maximum(run_max, tl.max(em, axis=0))
+            shift = tl.maximum(new_max, NEG_FLT_MAX)
+            acc = acc * tl.exp(run_max - shift)[None, :]
+            acc += tl.sum(p[:, :, None] * tl.exp(em - shift[None, :])[None, :, :], axis=1)
+            run_max = new_max
+        out = tl.log(acc) + tl.maximum(run_max, NEG_FLT_MAX)[None, :]
+        rows = g * block_size + nodes
+        tl.store(OUT_ptr + rows[:, None] * n_batch + cols[None, :], out, mask=node_mask[:, None] & col_mask[None, :])
+
+
+@triton.jit
+def _sum_element_flows_npu_kernel(
+    EF_ptr,
+    NF_ptr,
+    EM_ptr,
+    P_ptr,
+    OUT_ptr,
+    CIDS_ptr,
+    PIDS_ptr,
+    n_batch,
+    n_edges,
+    block_size,
+    n_blocks,
+    TILE_M: tl.constexpr,
+    TILE_K: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+):
+    """eflows[cids[g, k], b] += sum_i F * exp(log p + em - out); grid-stride over (block, edge tile, batch tile).
+
+    OUT holds +inf for dead nodes (host-side), so no select is needed here."""
+    pid = tl.program_id(0)
+    n_programs = tl.num_programs(0)
+    k_tiles = tl.cdiv(n_edges, TILE_K)
+    b_tiles = tl.cdiv(n_batch, BLOCK_B)
+    n_items = n_blocks * k_tiles * b_tiles
+    for item in range(pid, n_items, n_programs):
+        b_tile = item % b_tiles
+        rest = item // b_tiles
+        g = rest // k_tiles
+        ks = (rest % k_tiles) * TILE_K + tl.arange(0, TILE_K)
+        k_mask = ks < n_edges
+        cols = b_tile * BLOCK_B + tl.arange(0, BLOCK_B)
+        col_mask = cols < n_batch
+        cid = tl.load(CIDS_ptr + g * n_edges + ks, mask=k_mask, other=0)
+        pidx = tl.load(PIDS_ptr + g * n_edges + ks, mask=k_mask, other=0)
+        kb_mask = k_mask[:, None] & col_mask[None, :]
+        em = tl.load(EM_ptr + cid[:, None] * n_batch + cols[None, :], mask=kb_mask, other=float("-inf"))
+        acc = tl.zeros([TILE_K, BLOCK_B], dtype=tl.float32)
+        for m0 in range(0, block_size, TILE_M):
+            nodes = m0 + tl.arange(0, TILE_M)
+            node_mask = nodes < block_size
+            rows = g * block_size + nodes
+            mb_mask = node_mask[:, None] & col_mask[None, :]
+            flows = tl.load(NF_ptr + rows[:, None] * n_batch + cols[None, :], mask=mb_mask, other=0.0)
+            out = tl.load(OUT_ptr + rows[:, None] * n_batch + cols[None, :], mask=mb_mask, other=float("inf"))
+            p = tl.load(P_ptr + pidx[None, :] + nodes[:, None], mask=node_mask[:, None] & k_mask[None, :], other=0.0)
+            log_p = tl.log(p)
+            acc += tl.sum(flows[:, None, :] * tl.exp(log_p[:, :, None] + em[None, :, :] - out[:, None, :]), axis=0)
+        tl.atomic_add(EF_ptr + cid[:, None] * n_batch + cols[None, :], acc, mask=kb_mask)
+
+
+@triton.jit
+def _sum_param_flows_npu_kernel(
+    PF_ptr,
+    NF_ptr,
+    EM_ptr,
+    P_ptr,
+    OUT_ptr,
+    CIDS_ptr,
+    PIDS_ptr,
+    n_batch,
+    n_edges,
+    block_size,
+    n_blocks,
+    TILE_M: tl.constexpr,
+    TILE_K: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    MUL_PARAMS: tl.constexpr,
+):
+    """pflows[pids[g, k] + i] += sum_b F * exp((log p) + em - out); grid-stride over (block, node tile, edge tile)."""
+    pid = tl.program_id(0)
+    n_programs = tl.num_programs(0)
+    m_tiles = tl.cdiv(block_size, TILE_M)
+    k_tiles = tl.cdiv(n_edges, TILE_K)
+    n_items = n_blocks * m_tiles * k_tiles
+    for item in range(pid, n_items, n_programs):
+        k_tile = item % k_tiles
+        rest = item // k_tiles
+        g = rest // m_tiles
+        nodes = (rest % m_tiles) * TILE_M + tl.arange(0, TILE_M)
+        ks = k_tile * TILE_K + tl.arange(0, TILE_K)
+        node_mask = nodes < block_size
+        k_mask = ks < n_edges
+        cid = tl.load(CIDS_ptr + g * n_edges + ks, mask=k_mask, other=0)
+        pidx = tl.load(PIDS_ptr + g * n_edges + ks, mask=k_mask, other=0)
+        mk_mask = node_mask[:, None] & k_mask[None, :]
+        p_offs = pidx[None, :] + nodes[:, None]
+        if MUL_PARAMS:
+            log_p = tl.log(tl.load(P_ptr + p_offs, mask=mk_mask, other=0.0))
+        else:
+            log_p = tl.zeros([TILE_M, TILE_K], dtype=tl.float32)
+        rows = g * block_size + nodes
+        acc = tl.zeros([TILE_M, TILE_K], dtype=tl.float32)
+        for b0 in range(0, n_batch, BLOCK_B):
+            cols = b0 + tl.arange(0, BLOCK_B)
+            col_mask = cols < n_batch
+            mb_mask = node_mask[:, None] & col_mask[None, :]
+            flows = tl.load(NF_ptr + rows[:, None] * n_batch + cols[None, :], mask=mb_mask, other=0.0)
+            out = tl.load(OUT_ptr + rows[:, None] * n_batch + cols[None, :], mask=mb_mask, other=float("inf"))
+            em = tl.load(
+                EM_ptr + cid[:, None] * n_batch + cols[None, :],
+                mask=k_mask[:, None] & col_mask[None, :],
+                other=float("-inf"),
+            )
+            acc += tl.sum(flows[:, None, :] * tl.exp(log_p[:, :, None] + em[None, :, :] - out[:, None, :]), axis=2)
+        tl.atomic_add(PF_ptr + p_offs, acc, mask=mk_mask)
+
+
+@triton.jit
+def _product_forward_npu_kernel(
+    OUT_ptr,
+    NM_ptr,
+    CIDS_ptr,
+    n_batch,
+    n_edges,
+    block_size,
+    n_blocks,
+    BLOCK_M: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+):
+    """prod[g*bs + i, b] = sum_k node_mars[cids[g, k] + i, b]; grid-stride over (block, node tile, batch tile)."""
+    pid = tl.program_id(0)
+    n_programs = tl.num_programs(0)
+    m_tiles = tl.cdiv(block_size, BLOCK_M)
+    b_tiles = tl.cdiv(n_batch, BLOCK_B)
+    n_items = n_blocks * m_tiles * b_tiles
+    for item in range(pid, n_items, n_programs):
+        b_tile = item % b_tiles
+        rest = item // b_tiles
+        g = rest // m_tiles
+        nodes = (rest % m_tiles) * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = b_tile * BLOCK_B + tl.arange(0, BLOCK_B)
+        mask = (nodes < block_size)[:, None] & (cols < n_batch)[None, :]
+        acc = tl.zeros([BLOCK_M, BLOCK_B], dtype=tl.float32)
+        for k in range(0, n_edges):
+            start = tl.load(CIDS_ptr + g * n_edges + k)
+            acc += tl.load(NM_ptr + (start + nodes)[:, None] * n_batch + cols[None, :], mask=mask, other=0.0)
+        rows = g * block_size + nodes
+        tl.store(OUT_ptr + rows[:, None] * n_batch + cols[None, :], acc, mask=mask)
+
+
+@triton.jit
+def _product_backward_npu_kernel(
+    GRAD_IN_ptr,
+    GRAD_OUT_ptr,
+    CIDS_ptr,
+    n_batch,
+    n_edges,
+    block_size,
+    n_blocks,
+    BLOCK_M: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+):
+    """grad_in[cids[g, k] + i, b] += grad_out[g*bs + i, b]; grid-stride over (block, node tile, batch tile)."""
+    pid = tl.program_id(0)
+    n_programs = tl.num_programs(0)
+    m_tiles = tl.cdiv(block_size, BLOCK_M)
+    b_tiles = tl.cdiv(n_batch, BLOCK_B)
+    n_items = n_blocks * m_tiles * b_tiles
+    for item in range(pid, n_items, n_programs):
+        b_tile = item % b_tiles
+        rest = item // b_tiles
+        g = rest // m_tiles
+        nodes = (rest % m_tiles) * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = b_tile * BLOCK_B + tl.arange(0, BLOCK_B)
+        mask = (nodes < block_size)[:, None] & (cols < n_batch)[None, :]
+        rows = g * block_size + nodes
+        grad = tl.load(GRAD_OUT_ptr + rows[:, None] * n_batch + cols[None, :], mask=mask, other=0.0)
+        for k in range(0, n_edges):
+            start = tl.load(CIDS_ptr + g * n_edges + k)
+            tl.atomic_add(GRAD_IN_ptr + (start + nodes)[:, None] * n_batch + cols[None, :], grad, mask=mask)
+
+
+# --- tiles ---------------------------------------------------------------------------------
+def ub_bytes(tile_m: int, tile_k: int, block_b: int) -> int:
+    """Unified Buffer estimate (bytes) for the sum-layer kernels at one tile, x2 for multi-buffering.
+
+    Live fp32 buffers: the broadcast product ``TILE_M x TILE_K x BLOCK_B``, element values and
+    their exponentials ``2 x TILE_K x BLOCK_B``, weights and their logs ``2 x TILE_M x TILE_K``,
+    accumulator / flows / node values ``3 x TILE_M x BLOCK_B``, and two int32 index vectors.
+    """
+    fp32 = 4 * (tile_m * tile_k * block_b + 2 * tile_k * block_b + 2 * tile_m * tile_k + 3 * tile_m * block_b)
+    return 2 * (fp32 + 2 * 4 * tile_k)
+
+
+def product_ub_bytes(block_m: int, block_b: int) -> int:
+    """Accumulator plus one loaded tile, x2 for multi-buffering."""
+    return 2 * (2 * 4 * block_m * block_b)
+
+
+def _pow2(v: int) -> int:
+    return triton.next_power_of_2(max(1, int(v)))
+
+
+@dataclass(frozen=True)
+class NpuTiles:
+    TILE_M: int
+    TILE_K: int
+    BLOCK_B: int
+    GRID: int  # programs for the sum kernels; product kernels use min(GRID, their items)
+
+    def programs(self, n_items: int) -> int:
+        return max(1, min(self.GRID, n_items))
+
+
+def resolve_tiles(
+    n_blocks: int,
+    block_size: int,
+    n_edges: int,
+    batch: int,
+    num_cores: int,
+    on_npu: bool = False,
+    TILE_M="auto",
+    TILE_K="auto",
+    BLOCK_B="auto",
+    GRID="auto",
+) -> NpuTiles:
+    """Defaults: TILE_M = 8 nodes, BLOCK_B up to 16 columns, TILE_K as wide as ~4096 elements allow."""
+    tile_m = min(_pow2(block_size), SMALL_TILE_M) if TILE_M == "auto" else check_tile("TILE_M", TILE_M)
+    block_b = min(_pow2(batch), 16) if BLOCK_B == "auto" else check_tile("BLOCK_B", BLOCK_B)
+    if TILE_K == "auto":
+        tile_k = min(_pow2(n_edges), 256, max(1, TILE_ELEMENTS // (tile_m * block_b)))
+    else:
+        tile_k = check_tile("TILE_K", TILE_K)
+    if on_npu and ub_bytes(tile_m, tile_k, block_b) > UB_BYTES:
+        raise ValueError(
+            f"tile TILE_M={tile_m} x TILE_K={tile_k} x BLOCK_B={block_b} needs about "
+            f"{ub_bytes(tile_m, tile_k, block_b) // 1024} KB of the {UB_BYTES // 1024} KB Unified Buffer "
+            f"(ub overflow predicted); lower TILE_K or BLOCK_B"
+        )
+    if GRID == "auto":
+        grid = num_cores
+    elif isinstance(GRID, int) and not isinstance(GRID, bool) and GRID >= 1:
+        grid = GRID
+    else:
+        raise ValueError(f"GRID={GRID!r} must be a positive integer or 'auto'")
+    return NpuTiles(tile_m, tile_k, block_b, grid)
+
+
+def _check_int32(element_rows: int, batch: int, n_params: int = 0):
+    if element_rows * batch > INT32_MAX or n_params > INT32_MAX:
+        raise ValueError(
+            f"the NPU kernels use int32 offsets: rows x batch = {element_rows * batch} and params = {n_params} "
+            f"must stay below 2**31; use impl='gpu' or a smaller batch"
+        )
+
+
+# --- host functions ------------------------------------------------------------------------
+def sum_forward(element_mars, params, cids, pids, block_size: int, tiles: NpuTiles, out=None):
+    n_blocks, n_edges = cids.shape
+    batch = element_mars.shape[1]
+    _check_int32(max(element_mars.shape[0], n_blocks * block_size), batch, params.numel())
+    if out is None:
+        out = torch.empty((n_blocks * block_size, batch), dtype=torch.float32, device=element_mars.device)
+    items = n_blocks * triton.cdiv(block_size, tiles.TILE_M) * triton.cdiv(batch, tiles.BLOCK_B)
+    launch(
+        _sum_forward_npu_kernel,
+        element_mars,
+        (tiles.programs(items),),
+        out,
+        element_mars,
+        params,
+        cids,
+        pids,
+        batch,
+        n_edges,
+        block_size,
+        n_blocks,
+        TILE_M=tiles.TILE_M,
+        TILE_K=tiles.TILE_K,
+        BLOCK_B=tiles.BLOCK_B,
+    )
+    return out
+
+
+def sum_backward(
+    node_flows,
+    element_mars,
+    params,
+    out,
+    cids,
+    pids,
+    block_size: int,
+    tiles: NpuTiles,
+    element_flows=True,
+    param_flows=True,
+    mul_params: bool = True,
+):
+    """Same contract as :func:`kernels.block_sparse.gpu.sum_backward`."""
+    n_blocks, n_edges = cids.shape
+    batch = element_mars.shape[1]
+    _check_int32(max(element_mars.shape[0], n_blocks * block_size), batch, params.numel())
+    # Dead nodes (out = -inf) pass no flow: +inf makes exp(... - out) = 0 without a select.
+    safe_out = out.masked_fill(out == float("-inf"), float("inf"))
+    eflows = pflows = None
+    if element_flows is not None and element_flows is not False:
+        eflows = torch.zeros_like(element_mars) if element_flows is True else element_flows
+        items = n_blocks * triton.cdiv(n_edges, tiles.TILE_K) * triton.cdiv(batch, tiles.BLOCK_B)
+        launch(
+            _sum_element_flows_npu_kernel,
+            element_mars,
+            (tiles.programs(items),),
+            eflows,
+            node_flows,
+            element_mars,
+            params,
+            safe_out,
+            cids,
+            pids,
+            batch,
+            n_edges,
+            block_size,
+            n_blocks,
+            TILE_M=tiles.TILE_M,
+            TILE_K=tiles.TILE_K,
+            BLOCK_B=tiles.BLOCK_B,
+        )
+    if param_flows is not None and param_flows is not False:
+        pflows = torch.zeros_like(params) if param_flows is True else param_flows
+        items = n_blocks * triton.cdiv(block_size, tiles.TILE_M) * triton.cdiv(n_edges, tiles.TILE_K)
+        launch(
+            _sum_param_flows_npu_kernel,
+            element_mars,
+            (tiles.programs(items),),
+            pflows,
+            node_flows,
+            element_mars,
+            params,
+            safe_out,
+            cids,
+            pids,
+            batch,
+            n_edges,
+            block_size,
+            n_blocks,
+            TILE_M=tiles.TILE_M,
+            TILE_K=tiles.TILE_K,
+            BLOCK_B=tiles.BLOCK_B,
+            MUL_PARAMS=mul_params,
+        )
+    return eflows, pflows
+
+
+def _product_block_m(tiles: NpuTiles, block_size: int) -> int:
+    return min(tiles.TILE_M, PRODUCT_BLOCK_M_CAP, _pow2(block_size))
+
+
+def product_forward(node_mars, cids, block_size: int, tiles: NpuTiles, out=None):
+    """Product layer; ``BLOCK_M = min(TILE_M, 8)`` nodes x ``BLOCK_B`` columns per item."""
+    n_blocks, n_edges = cids.shape
+    batch = node_mars.shape[1]
+    _check_int32(max(node_mars.shape[0], n_blocks * block_size), batch)
+    block_m = _product_block_m(tiles, block_size)
+    if out is None:
+        out = torch.empty((n_blocks * block_size, batch), dtype=torch.float32, device=node_mars.device)
+    items = n_blocks * triton.cdiv(block_size, block_m) * triton.cdiv(batch, tiles.BLOCK_B)
+    launch(
+        _product_forward_npu_kernel,
+        node_mars,
+        (tiles.programs(items),),
+        out,
+        node_mars,
+        cids,
+        batch,
+        n_edges,
+        block_size,
+        n_blocks,
+        BLOCK_M=block_m,
+        BLOCK_B=tiles.BLOCK_B,
+    )
+    return out
+
+
+def product_backward(grad_out, cids, block_size: int, n_rows: int, tiles: NpuTiles, grad_in=None):
+    n_blocks, n_edges = cids.shape
+    batch = grad_out.shape[1]
+    _check_int32(max(n_rows, n_blocks * block_size), batch)
+    block_m = _product_block_m(tiles, block_size)
+    if grad_in is None:
+        grad_in = torch.zeros((n_rows, batch), dtype=torch.float32, device=grad_out.device)
+    items = n_blocks * triton.cdiv(block_size, block_m) * triton.cdiv(batch, tiles.BLOCK_B)
+    launch(
+        _product_backward_npu_kernel,
+        grad_out,
+        (tiles.programs(items),),
+        grad_in,
+        grad_out,
+        cids,
+        batch,
+        n_edges,
+        block_size,
+        n_blocks,
+        BLOCK_M=block_m,
+        BLOCK_B=tiles.BLOCK_B,
+    )
+    return grad_in
+
+
+# --- npu-check ------------------------------------------------------------------------------
+_SUM_SIGNATURE = {
+    "OUT_ptr": "*fp32",
+    "EM_ptr": "*fp32",
+    "P_ptr": "*fp32",
+    "CIDS_ptr": "*i32",
+    "PIDS_ptr": "*i32",
+    "n_batch": "i32",
+    "n_edges": "i32",
+    "block_size": "i32",
+    "n_blocks": "i32",
+}
+_FLOW_SIGNATURE = {
+    "XF_ptr": "*fp32",  # renamed per kernel below (EF_ptr / PF_ptr)
+    "NF_ptr": "*fp32",
+    "EM_ptr": "*fp32",
+    "P_ptr": "*fp32",
+    "OUT_ptr": "*fp32",
+    "CIDS_ptr": "*i32",
+    "PIDS_ptr": "*i32",
+    "n_batch": "i32",
+    "n_edges": "i32",
+    "block_size": "i32",
+    "n_blocks": "i32",
+}
+_PRODUCT_SIGNATURE = {
+    "n_batch": "i32",
+    "n_edges": "i32",
+    "block_size": "i32",
+    "n_blocks": "i32",
+}
+
+
+def _flow_signature(first: str) -> dict:
+    sig = {first: "*fp32"}
+    sig.update({k: v for k, v in _FLOW_SIGNATURE.items() if k != "XF_ptr"})
+    return sig
+
+
+def npu_compile_cases():
+    """Every NPU kernel at the default tiles for an HMM layer (L = 1024, block 1024) at batch 1,
+    8 and 64, plus wider non-default tiles; each with its Unified Buffer estimate."""
+    from kernels.spec import NpuCompileCase
+
+    cases = []
+    for batch, default in ((1, True), (8, True), (64, True), (64, False)):
+        if default:
+            t = resolve_tiles(1, 1024, 1024, batch, 48)
+            tm, tk, tb = t.TILE_M, t.TILE_K, t.BLOCK_B
+        else:
+            tm, tk, tb = 16, 32, 16
+        tag = f"TILE_M={tm} TILE_K={tk} BLOCK_B={tb} (batch {batch})"
+        ub = ub_bytes(tm, tk, tb)
+        tiles = {"TILE_M": tm, "TILE_K": tk, "BLOCK_B": tb}
+        cases.append(
+            NpuCompileCase(
+                "block_sparse", f"sum forward {tag}", _sum_forward_npu_kernel, dict(_SUM_SIGNATURE), tiles, default, ub
+            )
+        )
+        cases.append(
+            NpuCompileCase(
+                "block_sparse",
+                f"sum element flows {tag}",
+                _sum_element_flows_npu_kernel,
+                _flow_signature("EF_ptr"),
+                dict(tiles),
+                default,
+                ub,
+            )
+        )
+        cases.append(
+            NpuCompileCase(
+                "block_sparse",
+                f"sum param flows {tag}",
+                _sum_param_flows_npu_kernel,
+                _flow_signature("PF_ptr"),
+                {**tiles, "MUL_PARAMS": True},
+                default,
+                ub,
+            )
+        )
+        bm = min(tm, PRODUCT_BLOCK_M_CAP)
+        for name, kernel, first, second in (
+            ("product forward", _product_forward_npu_kernel, "OUT_ptr", "NM_ptr"),
+            ("product backward", _product_backward_npu_kernel, "GRAD_IN_ptr", "GRAD_OUT_ptr"),
+        ):
+            sig = {first: "*fp32", second: "*fp32", "CIDS_ptr": "*i32", **_PRODUCT_SIGNATURE}
+            cases.append(
+                NpuCompileCase(
+                    "block_sparse",
+                    f"{name} BLOCK_M={bm} BLOCK_B={tb} (batch {batch})",
+                    kernel,
+                    sig,
+                    {"BLOCK_M": bm, "BLOCK_B": tb},
+                    default,
+                    product_ub_bytes(bm, tb),
+                )
+            )
+    return cases
