@@ -111,7 +111,7 @@ def speed_figure(
     field, label, _ = METRICS[metric]
     xs_all = list(x_order) if x_order is not None else []
     for r in ok:
-        if r.get("x_value") not in xs_all:
+        if r.get("x_value") is not None and r.get("x_value") not in xs_all:
             xs_all.append(r.get("x_value"))
     numeric_x = bool(xs_all) and all(_is_number(x) for x in xs_all)
     if numeric_x:
@@ -131,11 +131,12 @@ def speed_figure(
         peer = rows[0].get("backend") in PEER_BACKENDS
         dash = "dash" if peer else "solid"
         width = 3 if name == highlight else 2
-        distinct_x = {str(r.get("x_value")) for r in rows}
-        if len(distinct_x) == 1 and len(xs_all) > 1:
+        if all(r.get("x_value") is None for r in rows):
+            if not xs_all:
+                continue
             # measured once (no such tile parameter): a flat reference across the axis
             mid, lo, hi = metric_values(rows[-1], metric)
-            xline = [xpos(xs_all[0]), xpos(xs_all[-1])]
+            xline = [xpos(xs_all[0]), xpos(xs_all[-1])] if len(xs_all) > 1 else [xpos(xs_all[0])] * 2
             fig.add_trace(
                 go.Scatter(
                     x=xline,
@@ -147,7 +148,8 @@ def speed_figure(
                 )
             )
             continue
-        rows.sort(key=lambda r: xs_all.index(r.get("x_value")) if r.get("x_value") in xs_all else 0)
+        rows = [r for r in rows if r.get("x_value") is not None]
+        rows.sort(key=lambda r: xs_all.index(r.get("x_value")))
         x = [xpos(r.get("x_value")) for r in rows]
         trio = [metric_values(r, metric) for r in rows]
         lows = [t[1] for t in trio]
@@ -456,7 +458,9 @@ def status_text(
         f"compile+first call {_fmt(r.get('compile_ms'), '{:.1f}', ' ms')}",
         f"{timelabel} {_fmt(r.get('ms_p50'), '{:.4g}', ' ms')} (p20 {_fmt(r.get('ms_p20'))}, p80 {_fmt(r.get('ms_p80'))})",
         f"wall/call {_fmt(r.get('wall_ms'), '{:.4g}', ' ms')}",
-        f"launch overhead {_fmt(r.get('launch_overhead_ms'), '{:.3g}', ' ms')}",
+        "launch overhead n/a (interpreter)"
+        if method in ("interpreter-wall", "cpu-wall")
+        else f"launch overhead {_fmt(r.get('launch_overhead_ms'), '{:.3g}', ' ms')}",
         f"{_fmt(r.get('gbps'), '{:.1f}')} GB/s",
         f"{_fmt(r.get('pct_copy_bw'), '{:.1f}')}% of copy BW",
         f"peak {_fmt(r.get('peak_mb'), '{:.2f}', ' MB')}",

@@ -268,6 +268,25 @@ class Session:
         ``"gbps"``, ``"pct_copy_bw"`` or ``"wall_ms"`` (GB/s needs device times: on the CPU the
         figure falls back to ms and says so).
         """
+        values = list(values) if values is not None else None
+        rows, values = self._line_rows(axis, values, variants, mode, problem, params, dtype, progress, cancel)
+        fig = F.speed_figure(
+            rows,
+            axis,
+            metric,
+            order=[v.name for v in self.spec.variants],
+            x_order=values,
+            title=title or self._title(f"speed vs {axis}", mode, dtype, problem, exclude=(axis,)),
+        )
+        if show:
+            self._show(fig)
+        failures = F.failures_table(rows, [axis])
+        if show and failures:
+            self._show_failures(failures)
+        return records_frame(rows)
+
+    def _line_rows(self, axis, values, variants, mode, problem, params, dtype, progress=None, cancel=None):
+        """Measure a 1-D sweep; returns (records with the swept x, the values)."""
         self._check_mode(mode)
         chosen = self._variants(variants, mode)
         kind = axis_kind(self.spec, axis, chosen or self.spec.variants)
@@ -284,21 +303,7 @@ class Session:
                     plan.append((var, dict(problem or {}), {**split_params(params, var), axis: v}, v))
             else:
                 plan.append((var, dict(problem or {}), split_params(params, var), None))
-        rows = self._run_plan(plan, axis, mode, dtype, progress, cancel, label=f"sweep {axis}")
-        fig = F.speed_figure(
-            rows,
-            axis,
-            metric,
-            order=[v.name for v in self.spec.variants],
-            x_order=values,
-            title=title or self._title(f"speed vs {axis}", mode, dtype, problem, exclude=(axis,)),
-        )
-        if show:
-            self._show(fig)
-        failures = F.failures_table(rows, [axis])
-        if show and failures:
-            self._show_failures(failures)
-        return records_frame(rows)
+        return self._run_plan(plan, axis, mode, dtype, progress, cancel, label=f"sweep {axis}"), values
 
     def sweep2d(
         self,
@@ -326,42 +331,9 @@ class Session:
         "problem"}``) and, live, a button applies it to the Explorer. Returns the DataFrame of the
         grid's records (row-major over y then x) with ``df.attrs["best"]``.
         """
-        self._check_mode(mode)
-        if variant is None:
-            candidates = [
-                v
-                for v in self._variants(None, mode, note=False)
-                if all(
-                    axis_kind(self.spec, a, [v]) == "knob" or any(p.name == a for p in v.params)
-                    for a in (x_axis, y_axis)
-                )
-            ]
-            ours = [v for v in candidates if v.backend not in F.PEER_BACKENDS]
-            if not (ours or candidates):
-                raise ValueError(f"no variant runnable on {self.device.kind} has both {x_axis} and {y_axis}")
-            var = (ours or candidates)[0]
-        else:
-            found = self._variants([variant], mode)
-            if not found:
-                raise ValueError(f"variant {variant!r} cannot run here: {self.unavailable().get(variant, mode)}")
-            var = found[0]
-        kinds = {a: axis_kind(self.spec, a, [var]) for a in (x_axis, y_axis)}
-        for a, k in kinds.items():
-            if k == "param" and not any(p.name == a for p in var.params):
-                raise ValueError(f"variant {var.name!r} has no tile parameter {a!r}")
-        plan = []
-        x_values, y_values = list(x_values), list(y_values)
-        for yv in y_values:
-            for xv in x_values:
-                prob = dict(problem or {})
-                prm = split_params(params, var)
-                for a, v in ((x_axis, xv), (y_axis, yv)):
-                    if kinds[a] == "knob":
-                        prob[a] = v
-                    else:
-                        prm[a] = v
-                plan.append((var, prob, prm, xv))
-        rows = self._run_plan(plan, x_axis, mode, dtype, progress, cancel, label=f"sweep {x_axis} x {y_axis}")
+        var, rows, x_values, y_values = self._grid_rows(
+            x_axis, x_values, y_axis, y_values, variant, mode, problem, params, dtype, progress, cancel
+        )
         fig, best = F.heatmap_figure(
             rows,
             x_axis,
@@ -385,6 +357,46 @@ class Session:
         df = records_frame(rows)
         df.attrs["best"] = self.best
         return df
+
+    def _grid_rows(
+        self, x_axis, x_values, y_axis, y_values, variant, mode, problem, params, dtype, progress=None, cancel=None
+    ):
+        """Measure a 2-D sweep; returns (variant, records row-major over y then x, x values, y values)."""
+        self._check_mode(mode)
+        if variant is None:
+            candidates = [
+                v for v in self._variants(None, mode, note=False) if all(self._has_axis(v, a) for a in (x_axis, y_axis))
+            ]
+            ours = [v for v in candidates if v.backend not in F.PEER_BACKENDS]
+            if not (ours or candidates):
+                raise ValueError(f"no variant runnable on {self.device.kind} has both {x_axis} and {y_axis}")
+            var = (ours or candidates)[0]
+        else:
+            found = self._variants([variant], mode)
+            if not found:
+                raise ValueError(f"variant {variant!r} cannot run here: {self.unavailable().get(variant, mode)}")
+            var = found[0]
+        for a in (x_axis, y_axis):
+            if not self._has_axis(var, a):
+                axis_kind(self.spec, a, [var])  # raises, naming the knobs and tile parameters
+        kinds = {a: axis_kind(self.spec, a, [var]) for a in (x_axis, y_axis)}
+        plan = []
+        x_values, y_values = list(x_values), list(y_values)
+        for yv in y_values:
+            for xv in x_values:
+                prob = dict(problem or {})
+                prm = split_params(params, var)
+                for a, v in ((x_axis, xv), (y_axis, yv)):
+                    if kinds[a] == "knob":
+                        prob[a] = v
+                    else:
+                        prm[a] = v
+                plan.append((var, prob, prm, xv))
+        rows = self._run_plan(plan, x_axis, mode, dtype, progress, cancel, label=f"sweep {x_axis} x {y_axis}")
+        return var, rows, x_values, y_values
+
+    def _has_axis(self, var: Variant, axis: str) -> bool:
+        return any(k.name == axis for k in self.spec.knobs) or any(p.name == axis for p in var.params)
 
     def _run_plan(self, plan, axis, mode, dtype, progress, cancel, label) -> list[Record]:
         bar = None
@@ -415,10 +427,11 @@ class Session:
             bar.bar_style = "success"
         failed = sum(1 for r in rows if r.error)
         wrong = sum(1 for r in rows if r.error is None and r.passed is False)
-        print(
-            f"{label}: {len(rows)} configurations ({len(rows) - hits} measured, {hits} cached), "
-            f"{failed} could not run, {wrong} failed their check, {time.perf_counter() - t0:.1f} s"
-        )
+        if progress is None:
+            print(
+                f"{label}: {len(rows)} configurations ({len(rows) - hits} measured, {hits} cached), "
+                f"{failed} could not run, {wrong} failed their check, {time.perf_counter() - t0:.1f} s"
+            )
         return rows
 
     # --- memory and correctness ---------------------------------------------------------------

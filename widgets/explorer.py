@@ -1,0 +1,890 @@
+"""The live Explorer: controls built from a KernelSpec, relaunch on change, live figures.
+
+    from widgets import Session
+    ex = Session("rms_norm").explorer()          # or Explorer("rms_norm", device="auto")
+
+Controls (all from the spec): variant, device (only devices present), dtype, mode, every
+problem knob, and every tile Param of the chosen variant limited to its allowed values. Any
+change relaunches the kernel:
+
+- cached configurations — keyed by (variant, device, dtype, mode, problem, params) — are shown
+  at once, in the callback;
+- new ones are debounced (``debounce_s``) and measured on one background worker thread, so the
+  control that triggered them never blocks; only the latest request is kept while one runs,
+  and a result is drawn only if the controls still ask for it (otherwise it is cached for later);
+- an invalid configuration shows its reason in the error line; nothing raises out of a
+  callback and the kernel stays alive.
+
+Shown: a status line (compile time, device time, wall per call, launch overhead, GB/s, % of
+copy bandwidth, peak memory, UB estimate where the spec has one), a speed figure (p50 with the
+p20-p80 band along the chosen x axis for the current variant with peers overlaid and the
+copy-bandwidth bound), a memory figure (peak MB per variant beside the bytes the problem must
+move), and a correctness table (every output and gradient). A sweep panel runs 1-D or 2-D sweeps
+on the worker with a progress bar; a 2-D sweep draws a heatmap with failed cells marked and the
+best config outlined; "Apply best" (or clicking a heatmap cell) sets the controls to it.
+
+Programmatic use (tests, scripts): ``ex.set(BLOCK_SIZE=1024)``, ``ex.wait()``, ``ex.record``,
+``ex.error_text``, ``ex.status_text``, ``ex.last_cached``, ``ex.last_latency_s``,
+``ex.run_sweep("BLOCK_SIZE", [...], "BLOCK_SIZE_M", [...])``, ``ex.apply_best()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import threading
+import time
+import traceback
+from collections import deque
+from typing import Any, Callable, Mapping
+
+import ipywidgets as W
+import plotly.graph_objects as go
+
+from kernels.device import kinds_present
+from kernels.spec import KernelSpec
+from widgets import figures as F
+from widgets.core import axis_kind, default_values, short_reason
+from widgets.session import Session
+
+__all__ = ["Explorer"]
+
+
+class _Worker:
+    """One background thread: debounced "latest wins" requests plus queued jobs (sweeps)."""
+
+    def __init__(self, debounce_s: float):
+        self.debounce_s = debounce_s
+        self._cv = threading.Condition()
+        self._pending: tuple[float, Callable[[], None]] | None = None
+        self._jobs: deque[Callable[[], None]] = deque()
+        self._busy = False
+        self._stopped = False
+        self._thread = threading.Thread(target=self._loop, name="explorer-worker", daemon=True)
+        self._thread.start()
+
+    def request(self, fn: Callable[[], None], delay: float | None = None) -> None:
+        with self._cv:
+            self._pending = (time.monotonic() + (self.debounce_s if delay is None else delay), fn)
+            self._cv.notify_all()
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        with self._cv:
+            self._jobs.append(fn)
+            self._cv.notify_all()
+
+    @property
+    def busy(self) -> bool:
+        with self._cv:
+            return self._busy or self._pending is not None or bool(self._jobs)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until nothing is pending or running; False on timeout."""
+        end = None if timeout is None else time.monotonic() + timeout
+        with self._cv:
+            while self._busy or self._pending is not None or self._jobs:
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cv.wait(0.05 if left is None else min(left, 0.05))
+        return True
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopped = True
+            self._cv.notify_all()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while True:
+                    if self._stopped:
+                        return
+                    now = time.monotonic()
+                    if self._jobs:
+                        fn = self._jobs.popleft()
+                        break
+                    if self._pending is not None and self._pending[0] <= now:
+                        fn = self._pending[1]
+                        self._pending = None
+                        break
+                    self._cv.wait(None if self._pending is None else max(0.0, self._pending[0] - now))
+                self._busy = True
+            try:
+                fn()
+            except Exception:  # the jobs report their own errors; never let the thread die
+                traceback.print_exc()
+            finally:
+                with self._cv:
+                    self._busy = False
+                    self._cv.notify_all()
+
+
+def _param_widget(param, value) -> W.Widget:
+    values = list(param.values)
+    numeric = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    desc = param.name
+    if len(numeric) >= 3 and all(v == "auto" or v in numeric for v in values):
+        return W.SelectionSlider(
+            options=[(str(v), v) for v in values],
+            value=value,
+            description=desc,
+            continuous_update=False,
+            tooltip=param.doc,
+            style={"description_width": "initial"},
+            layout=W.Layout(width="420px"),
+        )
+    return W.Dropdown(
+        options=[(str(v), v) for v in values],
+        value=value,
+        description=desc,
+        tooltip=param.doc,
+        style={"description_width": "initial"},
+    )
+
+
+def _knob_widget(knob, value) -> W.Widget:
+    style = {"description_width": "initial"}
+    if knob.values is not None:
+        return W.Dropdown(options=[(str(v), v) for v in knob.values], value=value, description=knob.name, style=style)
+    if isinstance(knob.default, bool):
+        return W.Checkbox(value=bool(value), description=knob.name, style=style)
+    if isinstance(knob.default, int):
+        # a free integer: impossible sizes are typed in and reported, not clamped away
+        return W.IntText(value=int(value), description=knob.name, style=style, layout=W.Layout(width="200px"))
+    if isinstance(knob.default, float):
+        return W.FloatText(value=float(value), description=knob.name, style=style, layout=W.Layout(width="200px"))
+    return W.Text(value=str(value), description=knob.name, style=style)
+
+
+def _parse_values(text: str, like: list) -> list:
+    """Comma list -> values typed like the allowed ones (ints, floats, bools, "auto")."""
+    out = []
+    for t in [t.strip() for t in text.split(",") if t.strip()]:
+        value: Any = t
+        low = t.lower()
+        if low in ("true", "false"):
+            value = low == "true"
+        else:
+            for cast in (int, float):
+                try:
+                    value = cast(t)
+                    break
+                except ValueError:
+                    pass
+        match = [v for v in like if str(v) == str(value)]
+        out.append(match[0] if match else value)
+    return out
+
+
+class Explorer:
+    """Live controls and figures for one KernelSpec (see the module docstring).
+
+    ``Explorer(family_or_session, variant=None, *, device="auto", dtype="bf16", quick=False,
+    debounce_s=0.2, peers=True, metric="ms")``. Built on a :class:`Session` (its cache, store
+    and records are shared); passing a family name makes a live Session.
+    """
+
+    def __init__(
+        self,
+        source: str | KernelSpec | Session,
+        variant: str | None = None,
+        *,
+        device: str = "auto",
+        dtype: str = "bf16",
+        quick: bool = False,
+        debounce_s: float = 0.2,
+        peers: bool = True,
+        metric: str = "ms",
+        store=None,
+        autostart: bool = True,
+    ):
+        if isinstance(source, Session):
+            self.session = source
+        else:
+            self.session = Session(source, device=device, dtype=dtype, quick=quick, headless=False, store=store)
+        self.spec = self.session.spec
+        self._sessions = {self.session.device.kind: self.session}
+        self._worker = _Worker(debounce_s)
+        self._hold_depth = 0
+        self._token = 0
+        self._tile_memory: dict[str, dict] = {}
+        self.record = None  # the record on display
+        self.last_cached: bool | None = None
+        self.last_latency_s: float | None = None
+        self.relaunches = 0  # renders of a configuration (cached or measured)
+        self._requested_at = 0.0
+        self._sweep_cancel = threading.Event()
+        self.sweep_frame = None
+        self.best: dict | None = None
+        self._build(variant, peers, metric)
+        if autostart:
+            self.relaunch()
+
+    # --- building -----------------------------------------------------------------------------
+    def _build(self, variant, peers, metric) -> None:
+        s = self.session
+        runnable = s.runnable()
+        if variant is None:
+            ours = [n for n in runnable if self.spec.variant(n).backend not in F.PEER_BACKENDS]
+            variant = (ours or runnable or [self.spec.variants[0].name])[0]
+        style = {"description_width": "initial"}
+        self.w_variant = W.Dropdown(options=runnable, value=variant, description="variant", style=style)
+        self.w_device = W.Dropdown(options=kinds_present(), value=s.device.kind, description="device", style=style)
+        self.w_dtype = W.Dropdown(options=list(self.spec.dtypes), value=s.dtype, description="dtype", style=style)
+        self.w_mode = W.ToggleButtons(options=list(self.spec.modes), value="forward", description="mode", style=style)
+        self.knob_widgets = {k.name: _knob_widget(k, s.problem[k.name]) for k in self.spec.knobs}
+        self.param_widgets: dict[str, W.Widget] = {}
+        self.params_box = W.HBox(layout=W.Layout(flex_flow="row wrap"))
+        self.w_peers = W.Checkbox(value=peers, description="measure peers too", style=style)
+        self.w_metric = W.Dropdown(options=list(F.METRICS), value=metric, description="metric", style=style)
+        self.w_xaxis = W.Dropdown(description="x axis", style=style)
+        self.w_remeasure = W.Button(
+            description="Re-measure", icon="refresh", tooltip="measure again, ignoring the cache"
+        )
+        self.w_status = W.HTML(value="")
+        self.w_error = W.HTML(value="")
+        self.speed_fig = self._figure_widget(go.Figure(layout=dict(height=420, template="plotly_white")))
+        self.memory_fig = self._figure_widget(go.Figure(layout=dict(height=380, template="plotly_white")))
+        self.w_checks = W.HTML(value="")
+        # sweep panel
+        self.w_sweep_x = W.Dropdown(description="sweep", style=style)
+        self.w_sweep_xv = W.Text(description="values", style=style, layout=W.Layout(width="340px"))
+        self.w_sweep_y = W.Dropdown(description="and", style=style)
+        self.w_sweep_yv = W.Text(description="values", style=style, layout=W.Layout(width="340px"))
+        self.w_sweep_run = W.Button(description="Run sweep", button_style="primary", icon="play")
+        self.w_sweep_stop = W.Button(description="Stop", icon="stop")
+        self.w_progress = W.IntProgress(value=0, min=0, max=1, description="0/0", style=style)
+        self.w_sweep_label = W.HTML(value="")
+        self.w_apply_best = W.Button(description="Apply best", button_style="success", icon="check", disabled=True)
+        self.w_best = W.HTML(value="")
+        self.w_failures = W.HTML(value="")
+        self.heatmap_fig = self._figure_widget(go.Figure(layout=dict(height=320, template="plotly_white")))
+        self.heatmap_box = W.Box([self.heatmap_fig] if isinstance(self.heatmap_fig, W.Widget) else [])
+        self.heatmap_box.layout.display = "none"
+
+        self._rebuild_params(variant)
+        self._refresh_axes()
+        for w in (self.w_variant, self.w_device, self.w_dtype, self.w_mode, *self.knob_widgets.values()):
+            w.observe(self._on_control, names="value")
+        self.w_peers.observe(self._on_control, names="value")
+        self.w_metric.observe(lambda ch: self._safe(self._render_current), names="value")
+        self.w_xaxis.observe(lambda ch: self._safe(self._render_current), names="value")
+        self.w_remeasure.on_click(lambda _: self._safe(lambda: self.relaunch(force=True)))
+        self.w_sweep_x.observe(
+            lambda ch: self._safe(lambda: self._fill_sweep_values(self.w_sweep_x, self.w_sweep_xv)), names="value"
+        )
+        self.w_sweep_y.observe(
+            lambda ch: self._safe(lambda: self._fill_sweep_values(self.w_sweep_y, self.w_sweep_yv)), names="value"
+        )
+        self.w_sweep_run.on_click(lambda _: self._safe(self._start_sweep_from_panel))
+        self.w_sweep_stop.on_click(lambda _: self._sweep_cancel.set())
+        self.w_apply_best.on_click(lambda _: self._safe(self.apply_best))
+
+        title = W.HTML(f"<b>{html.escape(self.spec.title)} Explorer</b> — {html.escape(self.spec.doc)}")
+        knobs = W.HBox(list(self.knob_widgets.values()), layout=W.Layout(flex_flow="row wrap"))
+        top = W.HBox([self.w_variant, self.w_device, self.w_dtype], layout=W.Layout(flex_flow="row wrap"))
+        opts = W.HBox(
+            [self.w_xaxis, self.w_metric, self.w_peers, self.w_remeasure], layout=W.Layout(flex_flow="row wrap")
+        )
+        sweep = W.VBox(
+            [
+                W.HBox([self.w_sweep_x, self.w_sweep_xv]),
+                W.HBox([self.w_sweep_y, self.w_sweep_yv]),
+                W.HBox([self.w_sweep_run, self.w_sweep_stop, self.w_progress, self.w_sweep_label]),
+                self.heatmap_box,
+                W.HBox([self.w_apply_best, self.w_best]),
+                self.w_failures,
+            ]
+        )
+        figs = W.HBox(
+            [w for w in (self.speed_fig, self.memory_fig) if isinstance(w, W.Widget)],
+            layout=W.Layout(flex_flow="row wrap"),
+        )
+        self.widget = W.VBox(
+            [
+                title,
+                top,
+                self.w_mode,
+                knobs,
+                W.HTML("<i>tile parameters of the variant</i>"),
+                self.params_box,
+                opts,
+                self.w_status,
+                self.w_error,
+                figs,
+                self.w_checks,
+                W.HTML("<b>Sweep</b> (runs on the worker; records go to the store as measured)"),
+                sweep,
+            ]
+        )
+        self.widget.add_class("wb-explorer")
+
+    def _figure_widget(self, fig):
+        try:
+            return go.FigureWidget(fig)
+        except Exception:  # no anywidget: keep a plain figure (still updated, shown statically)
+            return go.Figure(fig)
+
+    def _rebuild_params(self, variant: str) -> None:
+        var = self.spec.variant(variant)
+        for w in self.param_widgets.values():
+            w.unobserve(self._on_control, names="value")
+        remembered = self._tile_memory.get(variant, {})
+        self.param_widgets = {}
+        for p in var.params:
+            value = remembered.get(p.name, p.default)
+            w = _param_widget(p, value if value in p.values else p.default)
+            w.observe(self._on_control, names="value")
+            self.param_widgets[p.name] = w
+        self.params_box.children = list(self.param_widgets.values()) or [W.HTML("<i>none</i>")]
+        modes = list(var.modes or self.spec.modes)
+        if list(self.w_mode.options) != modes:
+            with self._hold():
+                current = self.w_mode.value
+                self.w_mode.options = modes
+                self.w_mode.value = current if current in modes else modes[0]
+
+    def _refresh_axes(self) -> None:
+        var = self.spec.variant(self.w_variant.value)
+        numeric_knobs = [
+            k.name
+            for k in self.spec.knobs
+            if k.values is None and isinstance(k.default, (int, float)) and not isinstance(k.default, bool)
+        ]
+        param_names = [p.name for p in var.params]
+        axes = numeric_knobs + param_names
+        with self._hold():
+            keep = self.w_xaxis.value
+            self.w_xaxis.options = axes
+            self.w_xaxis.value = keep if keep in axes else (self.spec.axis if self.spec.axis in axes else axes[0])
+            knob_names = [k.name for k in self.spec.knobs]
+            sweepable = knob_names + param_names
+            keep = self.w_sweep_x.value
+            self.w_sweep_x.options = sweepable
+            self.w_sweep_x.value = keep if keep in sweepable else (param_names[0] if param_names else self.spec.axis)
+            keep = self.w_sweep_y.value
+            self.w_sweep_y.options = ["(none)"] + sweepable
+            self.w_sweep_y.value = keep if keep in sweepable else (param_names[1] if len(param_names) > 1 else "(none)")
+        self._fill_sweep_values(self.w_sweep_x, self.w_sweep_xv)
+        self._fill_sweep_values(self.w_sweep_y, self.w_sweep_yv)
+
+    def _fill_sweep_values(self, axis_w, values_w) -> None:
+        axis = axis_w.value
+        if not axis or axis == "(none)":
+            values_w.value = ""
+            return
+        var = self.spec.variant(self.w_variant.value)
+        vals = default_values(self.spec, axis, [var])
+        if self.session.quick and axis_kind(self.spec, axis, [var]) == "param":
+            vals = vals[:6]
+        values_w.value = ", ".join(str(v) for v in vals)
+
+    @contextlib.contextmanager
+    def _hold(self):
+        """Change controls without relaunching for each change."""
+        self._hold_depth += 1
+        try:
+            yield
+        finally:
+            self._hold_depth -= 1
+
+    # --- display ------------------------------------------------------------------------------
+    def display(self) -> None:
+        from IPython.display import display
+
+        display(self.widget)
+        self._displayed_in = _execution_count()
+
+    def _ipython_display_(self):
+        # ``s.explorer()`` already displayed this in the same cell: do not show it twice
+        if getattr(self, "_displayed_in", None) is not None and self._displayed_in == _execution_count():
+            return
+        self.display()
+
+    def __repr__(self) -> str:
+        return f"<Explorer {self.spec.name}: {self.w_variant.value} on {self.w_device.value}>"
+
+    # --- configuration ------------------------------------------------------------------------
+    @property
+    def controls(self) -> dict[str, W.Widget]:
+        """Name -> widget: variant, device, dtype, mode, every knob, every tile Param."""
+        out = {"variant": self.w_variant, "device": self.w_device, "dtype": self.w_dtype, "mode": self.w_mode}
+        out.update(self.knob_widgets)
+        for name, w in self.param_widgets.items():
+            out[name if name not in out else f"param:{name}"] = w
+        return out
+
+    def config(self) -> dict:
+        """What the controls ask for now: variant, device, dtype, mode, problem, params."""
+        return {
+            "variant": self.w_variant.value,
+            "device": self.w_device.value,
+            "dtype": self.w_dtype.value,
+            "mode": self.w_mode.value,
+            "problem": {k: w.value for k, w in self.knob_widgets.items()},
+            "params": {k: w.value for k, w in self.param_widgets.items()},
+        }
+
+    def _session_for(self, kind: str) -> Session:
+        if kind not in self._sessions:
+            base = self.session
+            sib = Session(base.spec, device=kind, dtype=base.dtype, quick=base.quick, headless=False, store=False)
+            sib.store = base.store
+            sib.cache = base.cache  # keys carry the device kind
+            sib.records = base.records
+            sib._lock = base._lock
+            sib.seed = base.seed
+            self._sessions[kind] = sib
+        return self._sessions[kind]
+
+    def set(self, **values) -> Explorer:
+        """Set controls by name as a person would (``variant``, ``device``, knobs, tile params);
+        one relaunch for all of them. Unknown names are a ValueError."""
+        controls = self.controls
+        known = set(controls) | {p.name for v in self.spec.variants for p in v.params}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"no control {', '.join(unknown)}; controls: {', '.join(controls)}")
+        with self._hold():
+            if "device" in values:
+                self._switch_device(values.pop("device"))
+            if "variant" in values:
+                self._switch_variant(values.pop("variant"))
+            controls = self.controls  # the variant may have changed its tile widgets
+            unknown = sorted(set(values) - set(controls))
+            if unknown:
+                raise ValueError(f"variant {self.w_variant.value!r} has no control {', '.join(unknown)}")
+            for name, value in values.items():
+                controls[name].value = value
+            self._tile_memory[self.w_variant.value] = {k: w.value for k, w in self.param_widgets.items()}
+        self.relaunch()
+        return self
+
+    def apply(self, config: Mapping) -> None:
+        """Set the controls to ``config`` ({"variant", "params", "problem"}; any part optional)."""
+        values: dict[str, Any] = {}
+        if config.get("variant"):
+            values["variant"] = config["variant"]
+        values.update(config.get("problem") or {})
+        with self._hold():
+            if "variant" in values:
+                self._switch_variant(values.pop("variant"))
+            for name, value in values.items():
+                if name in self.knob_widgets:
+                    self.knob_widgets[name].value = value
+            for name, value in (config.get("params") or {}).items():
+                if name in self.param_widgets:
+                    self.param_widgets[name].value = value
+            self._tile_memory[self.w_variant.value] = {k: w.value for k, w in self.param_widgets.items()}
+        self.relaunch()
+
+    def apply_best(self) -> None:
+        if self.best is None:
+            raise ValueError("no best configuration yet: run a 2-D sweep")
+        self.apply(self.best)
+
+    # --- relaunching --------------------------------------------------------------------------
+    def _on_control(self, change) -> None:
+        if self._hold_depth:
+            return
+        owner = change.get("owner") if isinstance(change, dict) else None
+        self._safe(lambda: self._changed(owner))
+
+    def _changed(self, owner) -> None:
+        if owner is self.w_variant:
+            self._switch_variant(self.w_variant.value)
+        elif owner is self.w_device:
+            self._switch_device(self.w_device.value)
+        else:
+            self._tile_memory[self.w_variant.value] = {k: w.value for k, w in self.param_widgets.items()}
+        self.relaunch()
+
+    def _switch_variant(self, name: str) -> None:
+        """Make ``name`` the variant: its tile controls, modes and axes (no relaunch)."""
+        with self._hold():
+            if self.w_variant.value != name:
+                self.w_variant.value = name
+            self._rebuild_params(name)
+        self._refresh_axes()
+
+    def _switch_device(self, kind: str) -> None:
+        """Make ``kind`` the device: only variants that run there are offered (no relaunch)."""
+        sess = self._session_for(kind)
+        with self._hold():
+            if self.w_device.value != kind:
+                self.w_device.value = kind
+            keep = self.w_variant.value
+            names = sess.runnable()
+            self.w_variant.options = names
+            self.w_variant.value = keep if keep in names else names[0]
+        self._switch_variant(self.w_variant.value)
+
+    def relaunch(self, force: bool = False) -> None:
+        """Show the configuration the controls ask for: from the cache at once, else measured
+        on the worker after the debounce delay."""
+        if self._hold_depth:
+            return
+        self._token += 1
+        token = self._token
+        self._requested_at = time.perf_counter()
+        cfg = self.config()
+        sess = self._session_for(cfg["device"])
+        if not force:
+            hit = sess.cache.get(sess.key(cfg["variant"], cfg["problem"], cfg["params"], cfg["mode"], cfg["dtype"]))
+            if hit is not None:
+                self._show_record(hit, cached=True)
+                if self.w_peers.value:
+                    self._worker.request(lambda: self._measure_peers(cfg, token))
+                return
+        self.w_status.value = _status_html(
+            f"measuring {cfg['variant']} {F.mapping_str(cfg['params'])} … (the notebook stays usable)", busy=True
+        )
+        self._worker.request(lambda: self._job(cfg, token, force))
+
+    def _job(self, cfg: dict, token: int, force: bool) -> None:
+        try:
+            sess = self._session_for(cfg["device"])
+            var = self.spec.variant(cfg["variant"])
+            rec, cached = sess._measure(var, cfg["problem"], cfg["params"], cfg["mode"], cfg["dtype"], force=force)
+            if not cached:
+                sess.records.append(rec)
+            if token == self._token:
+                self._show_record(rec, cached=cached)
+            if self.w_peers.value and not rec.error:
+                self._measure_peers(cfg, token)
+        except Exception as exc:  # never out of the worker
+            self._show_exception(exc)
+
+    def _measure_peers(self, cfg: dict, token: int) -> None:
+        try:
+            sess = self._session_for(cfg["device"])
+            added = False
+            for name in sess.runnable(cfg["mode"]):
+                var = self.spec.variant(name)
+                if var.backend not in F.PEER_BACKENDS or name == cfg["variant"]:
+                    continue
+                if token != self._token:
+                    return
+                rec, cached = sess._measure(var, cfg["problem"], {}, cfg["mode"], cfg["dtype"])
+                if not cached:
+                    sess.records.append(rec)
+                    added = True
+            if added and token == self._token:
+                self._render_current(timing=False)
+        except Exception as exc:
+            self._show_exception(exc)
+
+    def wait(self, timeout: float | None = 120) -> bool:
+        """Wait until every requested relaunch / sweep is done (programmatic use)."""
+        return self._worker.wait(timeout)
+
+    @property
+    def busy(self) -> bool:
+        return self._worker.busy
+
+    # --- rendering ----------------------------------------------------------------------------
+    def _show_record(self, rec, cached: bool) -> None:
+        self.record = rec
+        self.last_cached = cached
+        self.last_latency_s = time.perf_counter() - self._requested_at
+        self.relaunches += 1
+        self._render_current()
+
+    def _render_current(self, timing: bool = True) -> None:
+        rec = self.record
+        if rec is None:
+            return
+        cfg = self.config()
+        sess = self._session_for(cfg["device"])
+        if rec.error:
+            self.w_error.value = (
+                '<div class="wb-error" style="color:#b00;font-family:monospace;white-space:pre-wrap">'
+                f"{html.escape(rec.error)}</div>"
+            )
+            self.w_status.value = _status_html(f"{rec.variant}: this configuration cannot run (see below)")
+        else:
+            self.w_error.value = ""
+            ub = self._ub(rec)
+            text = F.status_text(rec, cached=bool(self.last_cached), ub_bytes=ub, elapsed_s=self.last_latency_s)
+            self.w_status.value = _status_html(text, failed=rec.passed is False)
+        peers = self._peer_records(sess, cfg)
+        self.w_checks.value = "<b>correctness</b>" + F.checks_html([rec] + peers)
+        axis = self.w_xaxis.value or self.spec.axis
+        speed = F.speed_figure(
+            self._slice(sess, cfg, axis) + self._peer_slice(sess, cfg, axis),
+            axis,
+            self.w_metric.value,
+            order=[v.name for v in self.spec.variants],
+            highlight=cfg["variant"],
+            title=f"{self.spec.title} {cfg['mode']} {cfg['dtype']} on {cfg['device']}: speed vs {axis}",
+        )
+        _update_figure(self.speed_fig, speed)
+        memory = F.memory_figure(
+            [rec] + peers,
+            order=[v.name for v in self.spec.variants],
+            title=f"memory ({cfg['mode']}): " + F.mapping_str(rec.problem),
+        )
+        _update_figure(self.memory_fig, memory)
+
+    def _ub(self, rec) -> int | None:
+        est = getattr(self.spec, "ub_estimate", None)
+        if est is None or self.spec.variant(rec.variant).backend != "npu":
+            return None
+        try:
+            value = est(rec.problem, rec.params, rec.dtype)
+            return None if value is None else int(value)
+        except Exception:
+            return None
+
+    def _matches(self, rec, cfg, axis, variant, params) -> bool:
+        if rec.variant != variant or rec.mode != cfg["mode"] or rec.dtype != cfg["dtype"]:
+            return False
+        if rec.device_kind != cfg["device"]:
+            return False
+        for k, v in cfg["problem"].items():
+            if k != axis and rec.problem.get(k) != v:
+                return False
+        for k, v in params.items():
+            if k != axis and rec.params.get(k) != v:
+                return False
+        return True
+
+    def _slice(self, sess, cfg, axis) -> list:
+        """Cached records of the current variant along ``axis`` (everything else as set)."""
+        kind = axis_kind(self.spec, axis, [self.spec.variant(cfg["variant"])])
+        out = []
+        for rec in sess.cache.records():
+            if self._matches(rec, cfg, axis, cfg["variant"], cfg["params"]):
+                x = rec.problem.get(axis) if kind == "knob" else rec.params.get(axis)
+                out.append(_with_x(rec, axis, x))
+        return out
+
+    def _peer_slice(self, sess, cfg, axis) -> list:
+        out = []
+        kind = axis_kind(self.spec, axis, [self.spec.variant(cfg["variant"])])
+        for rec in sess.cache.records():
+            var = self._variant_or_none(rec.variant)
+            if var is None or var.backend not in F.PEER_BACKENDS or rec.variant == cfg["variant"]:
+                continue
+            if self._matches(rec, cfg, axis if kind == "knob" else None, rec.variant, {}):
+                x = rec.problem.get(axis) if kind == "knob" else None
+                out.append(_with_x(rec, axis, x))
+        return out
+
+    def _peer_records(self, sess, cfg) -> list:
+        out = []
+        for rec in sess.cache.records():
+            var = self._variant_or_none(rec.variant)
+            if var is None or var.backend not in F.PEER_BACKENDS or rec.variant == cfg["variant"]:
+                continue
+            if self._matches(rec, cfg, None, rec.variant, {}):
+                out.append(rec)
+        return out
+
+    def _variant_or_none(self, name):
+        try:
+            return self.spec.variant(name)
+        except ValueError:
+            return None
+
+    @property
+    def error_text(self) -> str:
+        """Plain text of the error line ('' when the configuration ran)."""
+        return html.unescape(_strip_tags(self.w_error.value))
+
+    @property
+    def status_text(self) -> str:
+        return html.unescape(_strip_tags(self.w_status.value))
+
+    def _show_exception(self, exc: BaseException) -> None:
+        self.w_error.value = (
+            '<div class="wb-error" style="color:#b00;font-family:monospace;white-space:pre-wrap">'
+            f"{html.escape(type(exc).__name__)}: {html.escape(short_reason(str(exc), 600))}</div>"
+        )
+
+    def _safe(self, fn: Callable[[], None]) -> None:
+        """Run a callback; any exception becomes error text (nothing raises out of a callback)."""
+        try:
+            fn()
+        except Exception as exc:
+            self._show_exception(exc)
+
+    # --- sweeps -------------------------------------------------------------------------------
+    def run_sweep(self, x_axis: str, x_values, y_axis: str | None = None, y_values=None, *, wait: bool = False):
+        """Run a 1-D (``y_axis=None``) or 2-D sweep of the current variant at the current settings
+        on the worker, with the progress bar; 2-D draws the heatmap and offers "Apply best"."""
+        self._sweep_cancel.clear()
+        cfg = self.config()
+        x_values, y_values = list(x_values), list(y_values or [])
+        self.w_progress.value = 0
+        self.w_progress.bar_style = ""
+        self.w_sweep_label.value = "queued"
+
+        def progress(i, n, label):
+            self.w_progress.max = max(n, 1)
+            self.w_progress.value = i
+            self.w_progress.description = f"{i}/{n}"
+            self.w_sweep_label.value = html.escape(label)
+
+        def job():
+            try:
+                sess = self._session_for(cfg["device"])
+                var0 = self.spec.variant(cfg["variant"])
+                base_params = {cfg["variant"]: cfg["params"]}
+                metric = self.w_metric.value if self.w_metric.value != "ms" else "gbps"
+                if y_axis:
+                    var, rows, xs, ys = sess._grid_rows(
+                        x_axis,
+                        x_values,
+                        y_axis,
+                        y_values,
+                        cfg["variant"],
+                        cfg["mode"],
+                        {k: v for k, v in cfg["problem"].items() if k not in (x_axis, y_axis)},
+                        base_params,
+                        cfg["dtype"],
+                        progress,
+                        self._sweep_cancel,
+                    )
+                    fig, best = F.heatmap_figure(
+                        rows, x_axis, xs, y_axis, ys, metric, title=f"{var.name}: {y_axis} x {x_axis}"
+                    )
+                    self.best = None
+                    if best is not None:
+                        self.best = {
+                            "variant": var.name,
+                            "params": dict(best["params"]),
+                            "problem": dict(best["problem"]),
+                        }
+                    self.heatmap_box.layout.display = ""
+                    _update_figure(self.heatmap_fig, fig)
+                    self._hook_heatmap_clicks(var.name, x_axis, xs, y_axis, ys)
+                    self.w_apply_best.disabled = self.best is None
+                    self.w_best.value = (
+                        f"best: {html.escape(F.mapping_str(self.best['params']))}" if self.best else "no passing cell"
+                    )
+                    failures = F.failures_table(rows, [x_axis, y_axis])
+                else:
+                    names = [cfg["variant"]]
+                    if self.w_peers.value and axis_kind(self.spec, x_axis, [var0]) == "knob":
+                        names += [
+                            n
+                            for n in sess.runnable(cfg["mode"])
+                            if n != cfg["variant"] and self.spec.variant(n).backend in F.PEER_BACKENDS
+                        ]
+                    rows, _ = sess._line_rows(
+                        x_axis,
+                        x_values,
+                        names,
+                        cfg["mode"],
+                        {k: v for k, v in cfg["problem"].items() if k != x_axis},
+                        base_params,
+                        cfg["dtype"],
+                        progress,
+                        self._sweep_cancel,
+                    )
+                    with self._hold():
+                        if x_axis in self.w_xaxis.options:
+                            self.w_xaxis.value = x_axis
+                    self._render_current()
+                    failures = F.failures_table(rows, [x_axis])
+                from kernels.store import records_frame
+
+                self.sweep_frame = records_frame(rows)
+                self.w_failures.value = _failures_html(failures)
+                self.w_progress.bar_style = "success" if not self._sweep_cancel.is_set() else "warning"
+            except Exception as exc:
+                self.w_progress.bar_style = "danger"
+                self._show_exception(exc)
+
+        self._worker.submit(job)
+        if wait:
+            self.wait(None)
+        return self
+
+    def _start_sweep_from_panel(self) -> None:
+        var = self.spec.variant(self.w_variant.value)
+        x_axis = self.w_sweep_x.value
+        like_x = default_values(self.spec, x_axis, [var])
+        xs = _parse_values(self.w_sweep_xv.value, like_x)
+        y_axis = self.w_sweep_y.value if self.w_sweep_y.value != "(none)" else None
+        ys = _parse_values(self.w_sweep_yv.value, default_values(self.spec, y_axis, [var])) if y_axis else None
+        if not xs or (y_axis and not ys):
+            raise ValueError("give the sweep some values (comma separated)")
+        self.run_sweep(x_axis, xs, y_axis, ys)
+
+    def _hook_heatmap_clicks(self, variant, x_axis, x_values, y_axis, y_values) -> None:
+        if not isinstance(self.heatmap_fig, go.FigureWidget) or not self.heatmap_fig.data:
+            return
+        kinds = {a: axis_kind(self.spec, a, [self.spec.variant(variant)]) for a in (x_axis, y_axis)}
+
+        def clicked(trace, points, state):
+            def go_there():
+                if not points.point_inds:
+                    return
+                i = points.point_inds[0]
+                iy, ix = i if isinstance(i, (tuple, list)) else (points.ys[0], points.xs[0])
+                xv, yv = x_values[int(ix)], y_values[int(iy)]
+                config = {"variant": variant, "params": {}, "problem": {}}
+                for a, v in ((x_axis, xv), (y_axis, yv)):
+                    config["params" if kinds[a] == "param" else "problem"][a] = v
+                self.apply(config)
+
+            self._safe(go_there)
+
+        self.heatmap_fig.data[0].on_click(clicked)
+
+    # --- lifecycle ----------------------------------------------------------------------------
+    def close(self) -> None:
+        self._worker.stop()
+        self.widget.close()
+
+
+def _with_x(rec, axis, x):
+    from widgets.core import with_axis
+
+    return with_axis(rec, axis, x)
+
+
+def _update_figure(target, new: go.Figure) -> None:
+    """Replace the traces and layout of a (FigureWidget) figure in place, in one batch."""
+    with target.batch_update():
+        target.data = []
+        target.layout = new.layout
+        target.add_traces(list(new.data))
+
+
+def _status_html(text: str, busy: bool = False, failed: bool = False) -> str:
+    color = "#b00" if failed else ("#555" if busy else "#222")
+    return (
+        f'<div class="wb-status" style="font-family:monospace;font-size:12px;color:{color}">{html.escape(text)}</div>'
+    )
+
+
+def _failures_html(rows: list[dict]) -> str:
+    if not rows:
+        return ""
+    keys = list(rows[0])
+    head = "".join(f"<th style='text-align:left;padding:0 6px'>{html.escape(k)}</th>" for k in keys)
+    body = "".join(
+        "<tr>" + "".join(f"<td style='padding:0 6px'>{html.escape(str(r.get(k)))}</td>" for k in keys) + "</tr>"
+        for r in rows
+    )
+    return f"<b>{len(rows)} failed configuration(s)</b><table style='font-size:12px'><tr>{head}</tr>{body}</table>"
+
+
+def _strip_tags(text: str) -> str:
+    import re
+
+    return re.sub(r"<[^>]+>", "", text or "")
+
+
+def _execution_count():
+    try:
+        from IPython import get_ipython
+
+        ip = get_ipython()
+        return None if ip is None else ip.execution_count
+    except Exception:
+        return None
