@@ -175,11 +175,12 @@ def main(argv=None) -> int:
         if "skipped" in result:
             print(f"  {dt}: skipped — {result['skipped']}")
             continue
-        worst = max(e["max_abs_err"] for e in result["replays"])
+        worst = max(e["max_abs_err_vs_reference"] for e in result["replays"])
+        exact = all(e["bitwise_equal_to_eager"] for e in result["replays"])
         print(
             f"  {dt}: {'PASS' if result['passed'] else 'FAIL'}  cache size {result['cache_before']['size']} -> "
             f"{result['cache_after']['size']}, uploads during capture {result['uploads_during_capture']}, "
-            f"on-device fills {result['capture_fills']}, {len(result['replays'])} checks, max err {worst:.2e}; "
+            f"on-device fills {result['capture_fills']}, {len(result['replays'])} checks, bitwise equal to eager: {exact}, max err vs reference {worst:.2e}; "
             f"materialized in capture refused: {bool(result['materialized_refused'])}"
         )
         if not result["passed"]:

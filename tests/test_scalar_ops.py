@@ -3,6 +3,7 @@ the workload helpers, the spec in the harness, NPU compile cases, and bad input.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 
@@ -257,6 +258,57 @@ def test_capture_demo_skips_without_graphs():
     assert "skipped" in capture_demo(device="cpu")
 
 
+class _FakeRuntime:
+    """Just enough of torch.cuda for capture_demo's bookkeeping on the CPU: capture is a flag."""
+
+    capturing = False
+
+    class Stream:
+        def wait_stream(self, other):
+            pass
+
+    @staticmethod
+    def current_stream():
+        return _FakeRuntime.Stream()
+
+    @staticmethod
+    @contextlib.contextmanager
+    def stream(s):
+        yield
+
+    @staticmethod
+    def synchronize():
+        pass
+
+
+class _FakeGraph:
+    def replay(self):
+        raise AssertionError("not replayable on the CPU")
+
+
+@contextlib.contextmanager
+def _fake_capture(graph):
+    _FakeRuntime.capturing = True
+    try:
+        yield
+    finally:
+        _FakeRuntime.capturing = False
+
+
+def test_capture_demo_bookkeeping_with_a_fake_runtime(monkeypatch):
+    # Replay needs a real GPU (test_cuda_graph_capture_and_replay); this covers everything around it.
+    from kernels.scalar_ops import workload
+
+    monkeypatch.setattr(workload, "_graph_api", lambda dev: (_FakeRuntime, _FakeGraph, _fake_capture))
+    monkeypatch.setattr(strategies, "is_capturing", lambda device: _FakeRuntime.capturing)
+    result = workload.capture_demo(device="cpu", dtype="fp16", replays=0)
+    assert result["uploads_during_capture"] == 0 and result["capture_fills"] == 1
+    assert result["cache_after"]["size"] == result["cache_before"]["size"] == 1
+    assert result["cache_after"]["hits"] == result["cache_before"]["hits"] + 1
+    assert "materialized" in result["materialized_refused"]
+    assert result["passed"] and result["replays"] == []
+
+
 # --- the spec in the harness, the CLI, NPU compile cases ---------------------------------------
 def test_spec_registered_and_measured_on_cpu():
     from kernels.bench import measure
@@ -365,7 +417,8 @@ def test_cuda_graph_capture_and_replay():
 def test_is_capturing_sees_a_real_cuda_capture():
     x = torch.randn(1024, device="cuda")
     cache = ScalarCache()
-    scalar_op("div", x, 3.0, "python")
+    torch.div(x, torch.full((), 3.0, device="cuda"))  # load the kernels capture will record
+    torch.cuda.synchronize()
     seen = []
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

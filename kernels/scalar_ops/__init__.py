@@ -107,8 +107,6 @@ def _triton(op, x, value, impl, tiles):
     unknown = sorted(set(tiles) - set(names))
     if unknown:
         raise ValueError(f"unknown tile parameter {', '.join(unknown)} for impl={impl!r}; allowed: {', '.join(names)}")
-    if op == "pow":
-        gpu.pow_mode(value)  # refuses exponents the kernels do not support, before any launch
     if impl == "gpu":
         return gpu.scalar_op_gpu(op, x, value, gpu.resolve_tiles(**tiles))
     dev = _device_model(x.device)
