@@ -118,16 +118,27 @@ def _triton(op, x, value, impl, tiles):
 NUMEL_SWEEP = (1, 16384, 262144, 1 << 20, 1 << 22, 1 << 24, 1 << 26)
 
 
-def _make_inputs(problem, dtype, device, seed):
-    """x ~ N(0, 1); for a pow exponent with no real result on negative bases, x = |N(0, 1)| + 0.1."""
+def random_input(shape, op: str, value: float, seed: int = 0) -> torch.Tensor:
+    """Random fp32 x for an operation (never zeros).
+
+    div / sub: x ~ N(0, 1). pow: |x| uniform in [0.5, 1.5), so x ** value stays finite in fp16
+    for exponents from -15 to 27 (beyond that the result overflows fp16 and the harness reports
+    a NaN/Inf mismatch); random signs, except for non-integer exponents, which have no real
+    result for negative bases: there x > 0.
+    """
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    numel = problem["numel"]
-    shape = () if problem["zero_dim"] else (numel,)
-    x = torch.randn(shape, generator=gen, dtype=torch.float32)
-    value = problem["value"]
-    if problem["op"] == "pow" and value != math.floor(value):
-        x = x.abs() + 0.1
-    return {"x": x.to(device, dtype)}
+    if op != "pow":
+        return torch.randn(shape, generator=gen, dtype=torch.float32)
+    magnitude = 0.5 + torch.rand(shape, generator=gen, dtype=torch.float32)
+    if value != math.floor(value):
+        return magnitude
+    sign = torch.randint(0, 2, shape, generator=gen).to(torch.float32) * 2 - 1
+    return magnitude * sign
+
+
+def _make_inputs(problem, dtype, device, seed):
+    shape = () if problem["zero_dim"] else (problem["numel"],)
+    return {"x": random_input(shape, problem["op"], problem["value"], seed).to(device, dtype)}
 
 
 def _reference(inputs, problem):
@@ -239,6 +250,7 @@ __all__ = [
     "ScalarCache",
     "counting",
     "is_capturing",
+    "random_input",
     "scalar_op",
     "scalar_op_reference",
     "spec",

@@ -24,7 +24,7 @@ import torch
 
 from kernels.bench import compare
 from kernels.device import get_device
-from kernels.scalar_ops import STRATEGIES, ScalarCache, counting, scalar_op
+from kernels.scalar_ops import STRATEGIES, ScalarCache, counting, random_input, scalar_op
 from kernels.scalar_ops.reference import OPS, scalar_op_reference
 from kernels.spec import DEFAULT_TOLERANCES, DTYPES, dtype_name
 
@@ -47,11 +47,8 @@ def as_shape(size) -> tuple[int, ...]:
 
 
 def make_x(shape, dtype, device, op: str = "div", value: float = 1.0, seed: int = 0) -> torch.Tensor:
-    """Random x (never zeros); positive when ``pow``'s exponent has no real result for x < 0."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    x = torch.randn(as_shape(shape), generator=gen, dtype=torch.float32)
-    if op == "pow" and value != math.floor(value):
-        x = x.abs() + 0.1
+    """Random x for an operation (:func:`kernels.scalar_ops.random_input`) on a device and dtype."""
+    x = random_input(as_shape(shape), op, value, seed)
     return x.to(get_device(device).torch_device, DTYPES[dtype_name(dtype)])
 
 
