@@ -260,7 +260,7 @@ def test_npu_tile_limits():
         for elem in (2, 4):
             t = npu.resolve_tiles(4096, hidden, 48, elem, on_npu=True)
             assert t.chunked == (hidden > npu.CHUNK_THRESHOLD)
-            assert npu.ub_bytes(t.BLOCK_SIZE_M, t.BLOCK_SIZE_N, elem, backward=True) <= npu.UB_BYTES
+            assert npu.ub_bytes(t.BLOCK_SIZE_M, t.BLOCK_SIZE_N, elem, True, t.chunked) <= npu.UB_BYTES
             assert (
                 t.GRID == min(48, -(-4096 // t.BLOCK_SIZE_M)) and t.BLOCK_SIZE_M * t.BLOCK_SIZE_N <= npu.TILE_ELEMENTS
             )
@@ -305,6 +305,8 @@ def test_min_bytes():
 def test_ub_estimate_for_the_explorer():
     problem = spec.resolve_problem({"hidden": 1024})
     assert spec.ub_estimate(problem, {}, "bf16") == max(npu.ub_bytes(2, 1024, 2, backward=b) for b in (False, True))
+    chunked = spec.ub_estimate(problem, {"strategy": "chunked", "BLOCK_SIZE_N": 256}, "bf16")
+    assert chunked == max(npu.ub_bytes(1, 256, 2, backward=b, chunked=True) for b in (False, True))
     assert spec.ub_estimate(problem, {"BLOCK_SIZE_N": 100}, "bf16") is None  # not resolvable
     big = spec.resolve_problem({"hidden": 8192})
     assert spec.ub_estimate(big, {"strategy": "untiled"}, "fp32") > npu.UB_BYTES
@@ -427,6 +429,37 @@ def test_npu_compile_cases():
     assert {c.constants["CHUNKED"] for c in cases} == {True, False}
     assert {c.constants["BLOCK_SIZE_M"] for c in cases} >= set(npu.NPU_CHECK_BLOCK_SIZE_M)
     assert any(c.ub_bytes > npu.UB_BYTES for c in cases)
+
+
+def test_ub_model_agrees_with_the_recorded_compiler_verdicts():
+    """Every point of the calibration sweep compiled by triton-ascend + BiShengIR for Ascend910B
+    (kernels/fused_add_rms_norm/ub_calibration.json): the model predicts overflow exactly where
+    the compiler reported one."""
+    import json
+    from pathlib import Path
+
+    path = Path(npu.__file__).with_name("ub_calibration.json")
+    data = json.loads(path.read_text())
+    assert data["available_bits"] == npu.UB_BYTES * 8
+    points = [p for p in data["points"] if p["verdict"] in ("OK", "UB overflow")]
+    assert len(points) >= 150 and {p["verdict"] for p in points} == {"OK", "UB overflow"}
+    wrong = []
+    for p in points:
+        tiles = p["tiles"]
+        model = npu.ub_bytes(
+            tiles["BLOCK_SIZE_M"],
+            tiles["BLOCK_SIZE_N"],
+            4 if p["dtype"] == "fp32" else 2,
+            backward=p["case"].startswith("backward"),
+            chunked=tiles["CHUNKED"],
+        )
+        if (model > npu.UB_BYTES) != (p["verdict"] == "UB overflow"):
+            wrong.append(f"{p['case']}: model {model} B, compiler {p['verdict']}")
+    assert not wrong, "\n".join(wrong)
+    # The calibration cases carry the same model.
+    cases = {c.name: c for c in npu.ub_calibration_cases()}
+    for p in points:
+        assert (cases[p["case"]].ub_bytes > npu.UB_BYTES) == (p["verdict"] == "UB overflow"), p["case"]
 
 
 # --- on a GPU (run by the lead on the device machine) ---------------------------------------

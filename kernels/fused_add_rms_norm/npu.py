@@ -252,20 +252,38 @@ class NpuTiles:
     USE_WHERE: bool
 
 
-def ub_bytes(block_m: int, block_n: int, elem_bytes: int, backward: bool = False) -> int:
-    """Unified Buffer estimate for one tile, doubled for multi-buffering.
+# The Unified Buffer the Ascend compiler's memory plan needs, single-buffered (BiShengIR drops
+# multi-buffering before it reports an overflow), fitted to the compiler's verdicts recorded in
+# ub_calibration.json (`workbench npu-check --calibrate fused_add_rms_norm`): bytes per tile
+# element, and per column for the row-long buffers the untiled kernels keep for a whole program
+# (weight row, dw accumulator). The fp32 forward needs no dtype conversions, hence its smaller
+# plan; the 16-bit kernels keep fp32 working copies of every tile.
+_UB_PER_ELEMENT = {("forward", 2): 22, ("forward", 4): 10, ("backward", 2): 22, ("backward", 4): 22}
+_UB_PER_COLUMN_UNTILED = {("forward", 2): 0, ("forward", 4): 6, ("backward", 2): 3, ("backward", 4): 3}
 
-    Live tile buffers: the forward holds x, r, s and y in the input dtype plus two fp32 copies
-    (s and y), and a weight row; the backward holds s, dy, ds and dx in the input dtype plus three
-    fp32 temporaries (shat, m, dx), a weight row and the fp32 dw accumulator. An estimate to be
-    calibrated against the Ascend compiler's verdicts (``workbench npu-check``).
+
+def ub_bytes(block_m: int, block_n: int, elem_bytes: int, backward: bool = False, chunked: bool = False) -> int:
+    """UB bytes one program's tile needs on Ascend910B (the smallest plan the compiler can make).
+
+    A tile fits when this is at most :data:`UB_BYTES`; at about half of it the compiler can also
+    double-buffer. Agrees with every verdict in ``ub_calibration.json`` (tested): untiled tiles
+    of up to 8192 elements (forward) / 4096 (backward, or 8192 with rows of at most 4096)
+    compile, 16384 overflow; chunked tiles of up to 8192 elements compile (16384 only for the
+    fp32 forward).
     """
-    tile = block_m * block_n
-    if backward:
-        per_tile = tile * (4 * elem_bytes + 3 * 4) + block_n * 4 * 2
-    else:
-        per_tile = tile * (4 * elem_bytes + 2 * 4) + block_n * (elem_bytes + 4)
-    return 2 * per_tile
+    key = ("backward" if backward else "forward", 4 if elem_bytes >= 4 else 2)
+    need = _UB_PER_ELEMENT[key] * block_m * block_n
+    if not chunked:
+        need += _UB_PER_COLUMN_UNTILED[key] * block_n
+    return need
+
+
+def _ub_need(tiles, elem_bytes: int) -> int:
+    """The larger of the forward's and the backward's UB need for these tiles."""
+    return max(
+        ub_bytes(tiles.BLOCK_SIZE_M, tiles.BLOCK_SIZE_N, elem_bytes, backward=b, chunked=tiles.chunked)
+        for b in (False, True)
+    )
 
 
 def ub_estimate(problem, params, dtype) -> int:
@@ -279,10 +297,7 @@ def ub_estimate(problem, params, dtype) -> int:
         on_npu=False,
         **{k: v for k, v in dict(params or {}).items() if v != "auto"},
     )
-    return max(
-        ub_bytes(tiles.BLOCK_SIZE_M, tiles.BLOCK_SIZE_N, elem, backward=False),
-        ub_bytes(tiles.BLOCK_SIZE_M, tiles.BLOCK_SIZE_N, elem, backward=True),
-    )
+    return _ub_need(tiles, elem)
 
 
 def resolve_tiles(
@@ -319,7 +334,7 @@ def resolve_tiles(
     )
     tile = base.BLOCK_SIZE_M * base.BLOCK_SIZE_N
     if on_npu:
-        need = max(ub_bytes(base.BLOCK_SIZE_M, base.BLOCK_SIZE_N, elem_bytes, backward=b) for b in (False, True))
+        need = _ub_need(base, elem_bytes)
         if need > UB_BYTES:
             raise ValueError(
                 f"tile BLOCK_SIZE_M={base.BLOCK_SIZE_M} x BLOCK_SIZE_N={base.BLOCK_SIZE_N} needs about "
@@ -421,10 +436,11 @@ _TRITON_TYPES = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16"}
 _ELEM_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
 
-def _compile_case(kind, hidden, dtype, tiles: NpuTiles, default, rows=4096) -> NpuCompileCase:
+def _compile_case(kind, hidden, dtype, tiles: NpuTiles, default) -> NpuCompileCase:
     t = _TRITON_TYPES[dtype]
     strategy = "chunked" if tiles.chunked else "untiled"
-    name = f"{kind} {strategy} hidden={hidden} {dtype} M={tiles.BLOCK_SIZE_M} N={tiles.BLOCK_SIZE_N}"
+    where = "" if hidden is None else f" hidden={hidden}"
+    name = f"{kind} {strategy}{where} {dtype} M={tiles.BLOCK_SIZE_M} N={tiles.BLOCK_SIZE_N}"
     if kind == "forward":
         kernel = _fused_add_rms_norm_forward_npu_kernel
         signature = {
@@ -469,7 +485,13 @@ def _compile_case(kind, hidden, dtype, tiles: NpuTiles, default, rows=4096) -> N
         signature=signature,
         constants=constants,
         default=default,
-        ub_bytes=ub_bytes(tiles.BLOCK_SIZE_M, tiles.BLOCK_SIZE_N, _ELEM_BYTES[dtype], backward=kind == "backward"),
+        ub_bytes=ub_bytes(
+            tiles.BLOCK_SIZE_M,
+            tiles.BLOCK_SIZE_N,
+            _ELEM_BYTES[dtype],
+            backward=kind == "backward",
+            chunked=tiles.chunked,
+        ),
     )
 
 
@@ -507,4 +529,22 @@ def npu_compile_cases(defaults_only: bool = False) -> list[NpuCompileCase]:
         for dtype in ("bf16", "fp32"):
             for hidden in (4096, 8192):
                 add(kind, hidden, dtype, tiles(hidden, dtype, strategy="untiled"), False)
+    return cases
+
+
+def ub_calibration_cases() -> list[NpuCompileCase]:
+    """The BLOCK_SIZE_M x BLOCK_SIZE_N sweep that locates the UB overflow boundary (fp32 and bf16,
+    forward and backward, untiled and chunked); ``workbench npu-check --calibrate
+    fused_add_rms_norm`` compiles it into ``ub_calibration.json`` beside this file, which the UB
+    model (:func:`ub_bytes`) is tested against."""
+    cases = []
+    for dtype in ("fp32", "bf16"):
+        for chunked in (False, True):
+            for m in NPU_CHECK_BLOCK_SIZE_M:
+                for n in (2**k for k in range(7, 15)):
+                    if not 1024 <= m * n <= 32768:
+                        continue
+                    tiles = NpuTiles(chunked, m, n, 1, False)
+                    for kind in ("forward", "backward"):
+                        cases.append(_compile_case(kind, None, dtype, tiles, False))
     return cases
