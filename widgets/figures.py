@@ -549,12 +549,15 @@ def static_bundle(fig: go.Figure) -> dict:
     }
 
 
-def show(fig: go.Figure, headless: bool) -> Any:
-    """Display ``fig``: statically when headless, as a live ``go.FigureWidget`` otherwise.
+def show(fig: go.Figure, live: bool = False) -> Any:
+    """Display ``fig``. Default: the static bundle of :func:`static_bundle`, which JupyterLab
+    renders as an interactive plotly figure (zoom, hover) and the report as HTML. ``live=True``:
+    a ``go.FigureWidget`` that Python can update later (the Explorer's figures); each one ships
+    plotly's ~5 MB widget bundle to the browser, so finished sweep figures stay static.
     Returns the widget when one was made."""
     from IPython.display import display
 
-    if not headless:
+    if live:
         try:
             widget = go.FigureWidget(fig)
         except Exception:  # no anywidget / no front end: fall back to the static form

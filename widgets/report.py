@@ -204,9 +204,13 @@ def build_report(
     notebooks_dir: Path | None = None,
     only: list[str] | None = None,
     timeout: int | None = 1200,
+    jobs: int = 1,
     log=print,
 ) -> dict:
-    """Execute the notebooks and write the report; returns {"index", "results", "ok"}."""
+    """Execute the notebooks and write the report; returns {"index", "results", "ok"}.
+
+    ``jobs > 1`` runs that many notebooks at once (each in its own kernel): faster, but their
+    timings disturb each other, so keep 1 for reports whose numbers matter."""
     from kernels.store import write_csv
 
     out = Path(out).resolve()
@@ -219,40 +223,17 @@ def build_report(
     if dtype:
         params["dtype"] = dtype
     store = os.environ.get("WORKBENCH_STORE") or str(out / "workbench.sqlite")
-    results = []
-    all_rows = []
     with kernel_env(store):
-        for path in paths:
-            executed = out / path.name
-            t0 = time.perf_counter()
-            error = None
-            try:
-                execute_notebook(path, executed, params, timeout=timeout, cwd=notebooks_dir)
-            except Exception as exc:  # a failing notebook is reported, the others still run
-                error = _error_text(exc)
-            seconds = time.perf_counter() - t0
-            html_name = None
-            if executed.exists():
-                try:
-                    html_name = notebook_to_html(executed, out / f"{path.stem}.html").name
-                except Exception as exc:
-                    error = (error + "\n" if error else "") + f"HTML export failed: {exc}"
-            summary = _records_summary(out / f"{path.stem}_records.json")
-            all_rows.extend(summary.pop("rows", []))
-            results.append(
-                {
-                    "notebook": path.name,
-                    "ok": error is None,
-                    "error": error,
-                    "seconds": round(seconds, 1),
-                    "html": html_name,
-                    "executed": path.name if executed.exists() else None,
-                    "csv": f"{path.stem}_records.csv" if (out / f"{path.stem}_records.csv").exists() else None,
-                    "json": f"{path.stem}_records.json" if (out / f"{path.stem}_records.json").exists() else None,
-                    **summary,
-                }
-            )
-            log(f"{path.name}: {'ok' if error is None else 'FAILED'} in {seconds:.1f} s")
+        if jobs > 1 and len(paths) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_workers=jobs) as pool:
+                results = list(pool.map(lambda p: _run_one(p, out, params, timeout, notebooks_dir, log), paths))
+        else:
+            results = [_run_one(p, out, params, timeout, notebooks_dir, log) for p in paths]
+    all_rows = []
+    for r in results:
+        all_rows.extend(r.pop("rows", []))
     write_csv(all_rows, out / "all_records.csv")
     env = environment(device)
     (out / "environment.json").write_text(json.dumps(env, indent=1, default=str))
@@ -261,6 +242,42 @@ def build_report(
     ok = all(r["ok"] for r in results)
     log(f"report: {index} ({sum(r['ok'] for r in results)}/{len(results)} notebooks ok)")
     return {"index": index, "results": results, "ok": ok}
+
+
+def _run_one(path: Path, out: Path, params: dict, timeout, notebooks_dir: Path, log) -> dict:
+    """Execute one notebook, export its HTML, summarise its records; never raises."""
+    executed = out / path.name
+    t0 = time.perf_counter()
+    error = None
+    try:
+        execute_notebook(path, executed, params, timeout=timeout, cwd=notebooks_dir)
+    except Exception as exc:  # a failing notebook is reported, the others still run
+        error = _error_text(exc)
+    seconds = time.perf_counter() - t0
+    html_name = None
+    if executed.exists():
+        try:
+            html_name = notebook_to_html(executed, out / html_name_for(path)).name
+        except Exception as exc:
+            error = (error + "\n" if error else "") + f"HTML export failed: {exc}"
+    summary = _records_summary(out / f"{path.stem}_records.json")
+    log(f"{path.name}: {'ok' if error is None else 'FAILED'} in {seconds:.1f} s")
+    return {
+        "notebook": path.name,
+        "ok": error is None,
+        "error": error,
+        "seconds": round(seconds, 1),
+        "html": html_name,
+        "executed": path.name if executed.exists() else None,
+        "csv": f"{path.stem}_records.csv" if (out / f"{path.stem}_records.csv").exists() else None,
+        "json": f"{path.stem}_records.json" if (out / f"{path.stem}_records.json").exists() else None,
+        **summary,
+    }
+
+
+def html_name_for(path: Path) -> str:
+    """``<stem>.html``; the index notebook becomes ``index_notebook.html`` (index.html is the report's)."""
+    return "index_notebook.html" if path.stem == "index" else f"{path.stem}.html"
 
 
 def _error_text(exc: BaseException) -> str:
@@ -328,6 +345,7 @@ def report_main(argv) -> int:
     parser.add_argument("--notebooks", default=None, help="notebooks directory (default ./notebooks)")
     parser.add_argument("--only", default="", help="comma list of notebook names to run (default: all)")
     parser.add_argument("--timeout", type=int, default=1200, help="seconds per cell")
+    parser.add_argument("--jobs", type=int, default=1, help="notebooks run at once (default 1: timings undisturbed)")
     args = parser.parse_args(argv)
     only = [t.strip() for t in args.only.split(",") if t.strip()] or None
     try:
@@ -339,6 +357,7 @@ def report_main(argv) -> int:
             notebooks_dir=Path(args.notebooks) if args.notebooks else None,
             only=only,
             timeout=args.timeout,
+            jobs=args.jobs,
         )
     except ValueError as exc:
         print(f"workbench report: {exc}", file=sys.stderr)

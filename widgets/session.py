@@ -38,7 +38,8 @@ Rules every method follows:
   becomes a record with ``.error`` (a failed cell or a missing point, reason shown).
 - ``s.records`` is every record the session's sweeps / measurements returned (copies whose
   ``axis``/``x_value`` say what was swept), ``s.figures`` every figure shown (plotly
-  ``go.Figure``; live ones are also displayed as ``go.FigureWidget``).
+  ``go.Figure``, displayed as plotly JSON + offline HTML: interactive in JupyterLab, static in
+  reports). Only the Explorer's figures are ``go.FigureWidget`` (updated in place).
 - ``finish()`` fails the notebook (AssertionError listing them) when a record's correctness check
   failed, or when one of our own kernels (backend gpu / npu) failed to run at its default tile
   configuration — errors of explicitly chosen tiles are exploration results, not failures.
@@ -80,7 +81,7 @@ class Session:
     device: ``"auto"`` (cuda, then npu, then cpu), ``"cuda"``, ``"npu"`` or ``"cpu"``.
     dtype: ``"fp32"``, ``"fp16"`` or ``"bf16"`` (the default for every method).
     quick: problems default to ``spec.quick`` (small sizes for the CPU interpreter).
-    headless: figures are static (papermill / reports); ``explorer()`` shows nothing.
+    headless: no widgets at all (papermill / reports): no Explorer, no progress bar, no buttons.
     out_dir: where ``finish()`` writes ``<family>_records.csv`` and ``<family>_records.json``.
     store: a :class:`kernels.store.Store`, a path to a SQLite file, ``None`` for the default
         store, or ``False`` for none.
@@ -586,7 +587,7 @@ class Session:
 
     def _show(self, fig) -> None:
         self.figures.append(fig)
-        F.show(fig, self.headless)
+        F.show(fig)
 
     def _show_failures(self, failures: list[dict]) -> None:
         import pandas as pd
