@@ -244,6 +244,7 @@ spec = KernelSpec(
     axis="hidden",
     min_bytes=_min_bytes,
     tolerances=dict(DEFAULT_TOLERANCES),
+    ub_estimate=npu.ub_estimate,  # NPU tiles -> Unified Buffer bytes (calibrated; > npu.UB_BYTES overflows)
     variants=(
         Variant(
             "gpu_row",

@@ -217,18 +217,44 @@ def _is_power_of_two(v) -> bool:
     return isinstance(v, int) and v > 0 and (v & (v - 1)) == 0
 
 
-def ub_bytes(block_m: int, block_n: int, elem_bytes: int, backward: bool = False) -> int:
-    """Unified Buffer estimate for one tile, doubled for multi-buffering.
+# Unified Buffer model, calibrated against the Ascend compiler (``workbench npu-check --calibrate
+# rms_norm`` -> ub_calibration.json). bishengir-compile first plans with multi-buffering; when that
+# overflows it retries single-buffered, and reports "ub overflow" only when even that does not fit.
+# So the overflow boundary is the single-buffered requirement, which the compiler reports exactly:
+# bytes = a * M * N + b * N + c * M + d for a BLOCK_SIZE_M x BLOCK_SIZE_N tile. It is dominated by
+# fp32 temporaries, so the input dtype matters only for the chunked forward. Keyed by
+# (backward, chunked, elem_bytes); for fp32 the chunked forward needs 8N at M=1 and 12N at M=2,
+# which 6MN + 4N over-estimates slightly (on the safe side).
+_UB_COEFFS = {
+    (False, False, 4): (10, 0, 4, 32),
+    (False, False, 2): (10, 0, 4, 32),
+    (True, False, 4): (18, 8, 8, 32),
+    (True, False, 2): (18, 8, 8, 32),
+    (False, True, 4): (6, 4, 8, 32),
+    (False, True, 2): (8, 2, 8, 32),
+    (True, True, 4): (16, 0, 44, 64),
+    (True, True, 2): (16, 0, 44, 64),
+}
 
-    Live tile buffers: forward holds x, its fp32 copy and y (plus a weight row); backward holds
-    x, dy, their fp32 copies, m and dx. Calibrated against the Ascend compiler by npu-check.
-    """
-    tile = block_m * block_n
-    if backward:
-        per_tile = tile * (3 * elem_bytes + 3 * 4) + block_n * 4 * 2
-    else:
-        per_tile = tile * (2 * elem_bytes + 4) + block_n * (elem_bytes + 4)
-    return 2 * per_tile
+
+def ub_bytes(block_m: int, block_n: int, elem_bytes: int, backward: bool = False, chunked: bool = False) -> int:
+    """Unified Buffer bytes one program of the forward (or backward) kernel needs for a
+    ``block_m x block_n`` tile: the compiler's single-buffered requirement (see ``_UB_COEFFS``).
+    Above :data:`UB_BYTES` the Ascend compiler reports "ub overflow"; at or below it the kernel
+    compiles (multi-buffered while about twice this still fits, see :func:`ub_multi_buffered`)."""
+    a, b, c, d = _UB_COEFFS[(bool(backward), bool(chunked), 4 if elem_bytes >= 4 else 2)]
+    return a * block_m * block_n + b * block_n + c * block_m + d
+
+
+def ub_multi_buffered(block_m: int, block_n: int, elem_bytes: int, backward: bool = False, chunked: bool = False):
+    """True when the compiler is expected to keep multi-buffering (about twice the single-buffered
+    requirement fits); False for tiles that compile only single-buffered (slower)."""
+    return 2 * ub_bytes(block_m, block_n, elem_bytes, backward, chunked) <= UB_BYTES
+
+
+def ub_tile_bytes(block_m: int, block_n: int, elem_bytes: int, chunked: bool = False) -> int:
+    """The larger of the forward and backward requirements: what one set of tiles needs."""
+    return max(ub_bytes(block_m, block_n, elem_bytes, backward, chunked) for backward in (False, True))
 
 
 def resolve_tiles(
@@ -265,7 +291,7 @@ def resolve_tiles(
     elif not _is_power_of_two(BLOCK_SIZE_M):
         raise ValueError(f"BLOCK_SIZE_M={BLOCK_SIZE_M!r} must be a power of two (1, 2, 4, …)")
     if on_npu:
-        need_ub = ub_bytes(BLOCK_SIZE_M, BLOCK_SIZE_N, elem_bytes, backward=True)
+        need_ub = ub_tile_bytes(BLOCK_SIZE_M, BLOCK_SIZE_N, elem_bytes, chunked)
         if need_ub > UB_BYTES:
             raise ValueError(
                 f"tile BLOCK_SIZE_M={BLOCK_SIZE_M} x BLOCK_SIZE_N={BLOCK_SIZE_N} needs about {need_ub // 1024} KB "
@@ -280,6 +306,24 @@ def resolve_tiles(
     if USE_WHERE not in (True, False):
         raise ValueError(f"USE_WHERE={USE_WHERE!r} must be True or False")
     return NpuTiles(chunked, BLOCK_SIZE_M, BLOCK_SIZE_N, min(GRID, n_blocks), bool(USE_WHERE))
+
+
+_TILE_NAMES = ("strategy", "CHUNK_THRESHOLD", "BLOCK_SIZE_M", "BLOCK_SIZE_N", "GRID", "USE_WHERE")
+
+
+def ub_estimate(problem, params, dtype) -> int | None:
+    """Unified Buffer bytes the NPU kernels need for these tiles (the larger of forward and
+    backward), before anything is launched; above :data:`UB_BYTES` the Ascend compiler reports
+    "ub overflow". None when the tiles do not resolve for this problem (a ValueError elsewhere)."""
+    from kernels.spec import dtype_name
+
+    elem = DTYPE_BYTES[dtype_name(dtype)]
+    tiles = {k: v for k, v in dict(params or {}).items() if k in _TILE_NAMES and v != "auto"}
+    try:
+        t = resolve_tiles(problem["rows"], problem["hidden"], 1, elem, on_npu=False, **tiles)
+    except ValueError:
+        return None
+    return ub_tile_bytes(t.BLOCK_SIZE_M, t.BLOCK_SIZE_N, elem, t.chunked)
 
 
 def tiles_for(x2d: torch.Tensor, **tiles) -> NpuTiles:
@@ -337,3 +381,114 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: NpuT
     )
     dw = dw_partial.sum(0).to(weight.dtype) if weight is not None else None
     return dx, dw
+
+
+# --- npu-check: the configurations compiled for Ascend910B ----------------------------------
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+CHECK_HIDDEN = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+CHECK_BLOCK_M = (1, 2, 4, 8, 16, 32, 64)
+CHECK_CHUNK_N = (512, 1024, 2048, 4096, 8192)
+_CHECK_ROWS = 4096  # rows do not change the compiled kernel (a runtime argument); any value will do
+_CHECK_CORES = 40  # Ascend910B vector cores; the grid is a launch choice, not compiled in
+
+
+def _signature(kind: str, dtype: str) -> dict:
+    p = f"*{dtype}"
+    if kind == "forward":
+        names = {"Y_ptr": p, "X_ptr": p, "W_ptr": p, "RSTD_ptr": "*fp32"}
+        scalars = {"n_rows": "i32", "n_cols": "i32", "eps": "fp32", "offset": "fp32"}
+    else:
+        names = {"DX_ptr": p, "DY_ptr": p, "X_ptr": p, "W_ptr": p, "RSTD_ptr": "*fp32", "DW_partial_ptr": "*fp32"}
+        scalars = {"n_rows": "i32", "n_cols": "i32", "offset": "fp32"}
+    return {**names, **scalars}
+
+
+def _compile_case(kind, dtype, tiles: NpuTiles, label, default=False, casting_mode="llama", weight=True):
+    from kernels.spec import NpuCompileCase
+
+    backward = kind == "backward"
+    constants = {
+        "CASTING_MODE": CASTING_CODES[casting_mode],
+        "HAS_WEIGHT": weight,
+        "BLOCK_SIZE_M": tiles.BLOCK_SIZE_M,
+        "BLOCK_SIZE_N": tiles.BLOCK_SIZE_N,
+        "CHUNKED": tiles.chunked,
+    }
+    if not backward:
+        constants["USE_WHERE"] = tiles.USE_WHERE
+    strategy = "chunked" if tiles.chunked else "untiled"
+    extras = "".join(
+        [
+            "" if casting_mode == "llama" else f" {casting_mode}",
+            "" if weight else " no-weight",
+            " where" if tiles.USE_WHERE and not backward else "",
+        ]
+    )
+    return NpuCompileCase(
+        family="rms_norm",
+        name=f"{kind} {strategy} {label} M={tiles.BLOCK_SIZE_M} N={tiles.BLOCK_SIZE_N}{extras}",
+        kernel=_rms_norm_backward_npu_kernel if backward else _rms_norm_forward_npu_kernel,
+        signature=_signature(kind, dtype),
+        constants=constants,
+        default=default,
+        ub_bytes=ub_bytes(tiles.BLOCK_SIZE_M, tiles.BLOCK_SIZE_N, DTYPE_BYTES[dtype], backward, tiles.chunked),
+    )
+
+
+def _tiles(hidden, dtype, **overrides) -> NpuTiles:
+    return resolve_tiles(_CHECK_ROWS, hidden, _CHECK_CORES, DTYPE_BYTES[dtype], **overrides)
+
+
+def npu_compile_cases() -> list:
+    """What ``workbench npu-check`` compiles for RMSNorm.
+
+    Defaults (must compile): forward and backward at the tiles ``resolve_tiles`` picks for every
+    hidden size in :data:`CHECK_HIDDEN` and every dtype. Beyond them: the BLOCK_SIZE_M choices of
+    the untiled kernel, the chunk widths (and a few row counts) of the chunked kernel, the
+    ``tl.where`` switch, the other casting modes and no weight — some of these overflow the UB
+    on purpose, which is what the UB model is checked against.
+    """
+    cases = []
+    kinds = ("forward", "backward")
+    for dtype in DTYPE_BYTES:
+        for hidden in CHECK_HIDDEN:
+            tiles = _tiles(hidden, dtype)
+            for kind in kinds:
+                cases.append(_compile_case(kind, dtype, tiles, f"hidden={hidden}", default=True))
+    for dtype in DTYPE_BYTES:
+        for hidden in (128, 512, 2048):
+            for m in CHECK_BLOCK_M:
+                tiles = _tiles(hidden, dtype, strategy="untiled", BLOCK_SIZE_M=m)
+                for kind in kinds:
+                    cases.append(_compile_case(kind, dtype, tiles, f"hidden={hidden}"))
+        for n in CHECK_CHUNK_N:
+            for m in (1, 2, 4):
+                tiles = _tiles(16384, dtype, strategy="chunked", BLOCK_SIZE_M=m, BLOCK_SIZE_N=n)
+                for kind in kinds:
+                    cases.append(_compile_case(kind, dtype, tiles, "hidden=16384"))
+    for dtype in ("bf16", "fp32"):
+        for hidden in (1024, 8192):
+            cases.append(_compile_case("forward", dtype, _tiles(hidden, dtype, USE_WHERE=True), f"hidden={hidden}"))
+            for kind in kinds:
+                for casting_mode in ("gemma", "none"):
+                    tiles = _tiles(hidden, dtype)
+                    cases.append(_compile_case(kind, dtype, tiles, f"hidden={hidden}", casting_mode=casting_mode))
+                cases.append(_compile_case(kind, dtype, _tiles(hidden, dtype), f"hidden={hidden}", weight=False))
+    return cases
+
+
+def ub_calibration_cases() -> list:
+    """The BLOCK_SIZE_M x BLOCK_SIZE_N sweep that locates the UB overflow boundary (fp32, bf16;
+    forward and backward; untiled and chunked). ``workbench npu-check --calibrate rms_norm``
+    compiles it and records the verdicts in ``ub_calibration.json`` beside this file."""
+    cases = []
+    for dtype in ("fp32", "bf16"):
+        for chunked in (False, True):
+            for m in CHECK_BLOCK_M:
+                for n in (2**k for k in range(5, 16)):
+                    if not 256 <= m * n <= 65536:
+                        continue
+                    tiles = NpuTiles(chunked, m, n, 1, False)
+                    for kind in ("forward", "backward"):
+                        cases.append(_compile_case(kind, dtype, tiles, dtype))
+    return cases
