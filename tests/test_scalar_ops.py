@@ -4,6 +4,7 @@ the workload helpers, the spec in the harness, NPU compile cases, and bad input.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import warnings
 
@@ -403,6 +404,26 @@ def test_empty_tensor():
 
 # --- on a GPU (the lead runs these on the H100) -------------------------------------------------
 @pytest.mark.gpu
+def test_every_strategy_equals_torch_on_cuda():
+    shapes = [*SHAPES.values(), (2, 2048, 4096)]
+    for run, op, dtype, shape in itertools.product(RUNS, VALUES, DTYPES, shapes):
+        x = _x(shape, dtype, "cuda")
+        for value in VALUES[op]:
+            _assert_matches_reference(scalar_op(op, x, value, **RUNS[run]), x, op, value, dtype)
+
+
+@pytest.mark.gpu
+def test_runners_and_timing_rows_on_cuda():
+    from kernels.scalar_ops.workload import materialization_rows, timing_rows
+
+    rows = timing_rows(("div", "pow"), (*STRATEGIES, "triton_npu"), ((), (2, 128, 64)), ("fp16",), "cuda", rep_ms=5)
+    assert all(r["passed"] and r["device_us"] > 0 and r["host_us"] > 0 for r in rows)
+    mat = materialization_rows(rows=64, hidden=896, n_norms=4, steps=2, dtype="bf16", device="cuda")
+    assert all(r["passed"] for r in mat)
+    assert [r["full_shape_materializations"] for r in mat if r["strategy"] == "materialized"] == [8, 8]
+
+
+@pytest.mark.gpu
 def test_cuda_graph_capture_and_replay():
     from kernels.scalar_ops.workload import capture_demo
 
@@ -419,6 +440,7 @@ def test_is_capturing_sees_a_real_cuda_capture():
     cache = ScalarCache()
     torch.div(x, torch.full((), 3.0, device="cuda"))  # load the kernels capture will record
     torch.cuda.synchronize()
+    assert not strategies.is_capturing(x.device)  # also resolves the device model outside capture
     seen = []
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

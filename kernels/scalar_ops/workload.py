@@ -1,11 +1,11 @@
 """Measurements for the scalar-operand family, shared by the notebook and the benchmark script.
 
-- :func:`timing_rows` / :func:`timing_table`: host wall µs per synchronised call and device time per strategy, op,
-  dtype and size (0-d up to tens of millions of elements).
-- :func:`materialization_rows` / :func:`materialization_table`: an RMSNorm-backward-shaped step (the two scalar operations
-  autograd runs per norm: the mean's backward divides by the hidden size, the backward of
-  ``x.pow(2)`` computes ``x.pow(1.0)``) under each strategy, counting what each step really
-  did: scalar-op calls, full-shape materialisations and their bytes, cache uploads.
+- :func:`timing_rows` / :func:`timing_table`: host wall µs per synchronised call and device time
+  per strategy, op, dtype and size (0-d up to tens of millions of elements).
+- :func:`materialization_rows` / :func:`materialization_table`: an RMSNorm-backward-shaped step
+  (the two scalar operations autograd runs per norm: the mean's backward divides by the hidden
+  size, the backward of ``x.pow(2)`` computes ``x.pow(1.0)``) under each strategy, counting what
+  each step really did: scalar-op calls, full-shape materialisations and their bytes, cache uploads.
 - :func:`capture_demo`: capture a CUDA (or NPU) graph that uses the cached, python and triton
   strategies, replay it on new data and compare with eager results.
 
