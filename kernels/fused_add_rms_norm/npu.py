@@ -502,8 +502,9 @@ def npu_compile_cases(defaults_only: bool = False) -> list[NpuCompileCase]:
       bf16 (these must compile);
     - default=False (left out with ``defaults_only``): the BLOCK_SIZE_M choices 1/2/4/8 of each
       strategy at its default BLOCK_SIZE_N (bf16), and the untiled strategy past the threshold
-      (hidden 4096 and 8192, bf16 and fp32, where the UB model predicts overflow): the boundary
-      the UB model is calibrated on.
+      (hidden 4096 compiles, 8192 overflows in the backward; bf16 and fp32). Some of these
+      overflow on purpose: the UB model must predict exactly which (the full boundary sweep is
+      :func:`ub_calibration_cases`).
     """
     cases: list[NpuCompileCase] = []
     seen = set()
