@@ -299,47 +299,103 @@ def _twin(jit_fn):
 
 
 class _interpreter_scope:
-    """While an interpreted kernel runs, swap every ``@triton.jit`` function it can reach
-    (triton.language's own helpers such as ``tl.sum`` and the kernel module's globals) for its
-    interpreted twin, exactly as ``TRITON_INTERPRET=1`` would have decorated them; restore after.
-    Runs under the Triton lock, so no JIT compile sees the swapped names."""
+    """Run an interpreted kernel without leaving the interpreter's traces behind.
+
+    On entry: every ``@triton.jit`` function the kernel can reach (``tl.sum`` and friends in
+    triton.language, and the kernel module's globals) is swapped for its interpreted twin, as
+    ``TRITON_INTERPRET=1`` would have decorated it. While running, the interpreter patches
+    triton.language's builtins; nested helper calls patch ``triton.language.core`` and never
+    restore it (Triton 3.6-3.9), which would break the next JIT compile for a GPU. On exit every
+    attribute of triton.language's modules and classes, and of the kernel module, is put back
+    as it was (module globals the interpreter adds for its rewritten functions are kept). Runs under the Triton lock, so no JIT compile sees the swapped names.
+    """
 
     def __init__(self, kernel_fn):
         self.kernel_fn = kernel_fn
-        self.saved = []
+        self.saved: list[tuple[object, dict]] = []
 
     def __enter__(self):
         from triton.runtime.jit import JITFunction
 
         _preload_lazy_triton_modules()
-
-        modules = [sys.modules.get(m) for m in _TRITON_LANG_MODULES]
-        modules.append(sys.modules.get(self.kernel_fn.__module__))
-        for module in modules:
+        kernel_module = sys.modules.get(self.kernel_fn.__module__)
+        self.saved = [(obj, dict(vars(obj))) for obj in _patchable_objects() + [kernel_module] if obj is not None]
+        for module in [sys.modules.get(m) for m in _TRITON_LANG_MODULES] + [kernel_module]:
             if module is None:
                 continue
             for name, value in list(vars(module).items()):
                 if isinstance(value, JITFunction):
-                    self.saved.append((module, name, value))
                     setattr(module, name, _twin(value))
         return self
 
     def __exit__(self, *exc):
-        for module, name, value in reversed(self.saved):
-            setattr(module, name, value)
-        self.saved.clear()
+        for obj, before in self.saved:
+            now = dict(vars(obj))
+            for name, value in before.items():
+                if now.get(name, _MISSING) is not value:
+                    setattr(obj, name, value)
+            if isinstance(obj, type):
+                # Attributes the interpreter added to a class (tensor.__index__ …) go; names it
+                # added to a module's globals stay, as its cached rewritten functions need them.
+                for name in now.keys() - before.keys():
+                    delattr(obj, name)
+        self.saved = []
         return False
+
+
+_MISSING = object()
+
+
+def _patchable_objects() -> list:
+    """triton.language's modules and the classes they define: what the interpreter patches."""
+    key = len(sys.modules)  # recomputed only when modules were imported since
+    if _PATCHABLE[0] != key:
+        _PATCHABLE[:] = [key, _find_patchable_objects()]
+    return list(_PATCHABLE[1])
+
+
+_PATCHABLE: list = [None, []]
+
+
+def _find_patchable_objects() -> list:
+    modules = [m for n, m in list(sys.modules.items()) if n.startswith("triton.language") and m is not None]
+    objects, seen = [], set()
+    for module in modules:
+        for obj in [module] + [v for v in vars(module).values() if isinstance(v, type)]:
+            if id(obj) in seen or (isinstance(obj, type) and not obj.__module__.startswith("triton.language")):
+                continue
+            seen.add(id(obj))
+            objects.append(obj)
+    return objects
 
 
 @functools.lru_cache(maxsize=1)
 def _preload_lazy_triton_modules() -> None:
     """Modules Triton imports on first launch copy helpers from triton.language and insist they
-    are JITFunctions; import them before any swap so they see the real objects."""
+    are JITFunctions; import them before any swap so they see the real objects. Also make
+    Triton 3.6's interpreter work with NumPy >= 2.4 (see :func:`_index_scalar`)."""
     for name in ("triton.experimental.gluon", "triton.experimental.gluon.language"):
         try:
             importlib.import_module(name)
         except Exception:
             pass
+    from triton.runtime import interpreter
+
+    original = getattr(interpreter, "_patch_lang_tensor", None)
+    if original is not None and not getattr(original, "_workbench_wrapped", False):
+
+        def patch_lang_tensor(tensor, scope):
+            original(tensor, scope)
+            scope.set_attr(tensor, "__index__", _index_scalar)
+
+        patch_lang_tensor._workbench_wrapped = True
+        interpreter._patch_lang_tensor = patch_lang_tensor
+
+
+def _index_scalar(self):
+    """``int(t)`` for an interpreter scalar tensor held as a one-element array. Triton 3.6 calls
+    ``int()`` on the 1-d array, which NumPy >= 2.4 refuses; e.g. ``range(pid, n, num_programs)``."""
+    return int(self.handle.data.reshape(-1)[0])
 
 
 _TRITON_LANG_MODULES = ("triton.language", "triton.language.standard", "triton.language.random")

@@ -77,3 +77,18 @@ def test_switch_between_cuda_and_interpreter_in_one_session():
     big = torch.empty(64 * 2**20, dtype=torch.uint8, device="cuda")
     assert dev.peak_memory_above(baseline) >= 64 * 2**20
     del big
+
+
+def test_interpreter_leaves_triton_language_exactly_as_it_was():
+    """The interpreter patches triton.language (and nested helper calls never restore their
+    patches); a later JIT compile for a GPU needs the originals back, every one of them."""
+    from kernels.device import _patchable_objects
+
+    before = [(obj, dict(vars(obj))) for obj in _patchable_objects()]
+    _run(torch.randn(70))
+    for obj, attrs in before:
+        now = dict(vars(obj))
+        changed = [n for n in attrs if now.get(n) is not attrs[n]]
+        if isinstance(obj, type):
+            changed += sorted(now.keys() - attrs.keys())
+        assert not changed, f"{obj!r}: {changed[:5]}"
