@@ -14,6 +14,7 @@ import argparse
 import importlib
 import itertools
 import sys
+import time
 
 COMMANDS = {
     "bench": "kernels.cli:bench_main",
@@ -131,6 +132,7 @@ def bench_main(argv) -> int:
             for vname in variants:
                 var = spec.variant(vname)
                 params = {k: v for k, v in overrides.items() if any(p.name == k for p in var.params)}
+                started = time.perf_counter()
                 rec = measure(
                     spec,
                     var,
@@ -145,7 +147,7 @@ def bench_main(argv) -> int:
                     on_error="record",
                 )
                 records.append(rec)
-                print(format_row(rec), flush=True)
+                print(f"{format_row(rec)}  ({time.perf_counter() - started:.1f} s)", flush=True)
     print()
     print(format_table(records))
     if args.csv:
