@@ -25,9 +25,10 @@ TOL = {"fp32": (1e-6, 1e-5), "fp16": (1e-3, 2e-3), "bf16": (1e-2, 1.6e-2)}
 VALUES = {
     "div": (3.0, 4096, -0.1),
     "sub": (0.5, -2.0),
-    # 0, 1, 2, 0.5, -0.5: exact forms; 3, -1: odd integers (sign kept); 4: even; 1.5: no real
-    # result for negative bases (nan, as torch).
-    "pow": (2.0, 3.0, -1.0, 4.0, 0.5, -0.5, 1.5, 0.0, 1.0),
+    # One exponent per class of the Triton kernels (gpu.POW_MODES): 0, 1, 2, -1, 0.5, -0.5 have
+    # exact forms; 4 and -2 even; 3 and 5 odd; -3 negative odd; 1.5 has no real result for
+    # negative bases (nan, as torch).
+    "pow": (0.0, 1.0, 2.0, -1.0, 0.5, -0.5, 4.0, -2.0, 3.0, 5.0, -3.0, 1.5),
 }
 SHAPES = {"0d": (), "one": (1,), "odd": (3, 5, 7), "larger": (2, 4099)}
 # strategy name -> keyword arguments of scalar_op
@@ -103,6 +104,27 @@ def test_negative_zero_and_special_values_by_strategy():
         torch.testing.assert_close(z, want, equal_nan=True)
     for run in ("materialized", "cached", "python"):  # the triton strategy refuses non-finite exponents
         torch.testing.assert_close(scalar_op("pow", x, float("inf"), **RUNS[run]), x ** float("inf"), equal_nan=True)
+
+
+def test_pow_zeros_infinities_and_nan_follow_torch_in_every_exponent_class():
+    # torch has two pow paths that differ at edge inputs: a Python-number exponent special-cases
+    # 0.5 / -0.5 as sqrt / rsqrt (pow(-inf, 0.5) = nan, pow(-0.0, 0.5) = -0.0), a tensor exponent
+    # follows C pow (+inf, +0.0). materialized and cached run the tensor path, python and triton
+    # the number path's semantics; values and signs of zeros must match exactly.
+    inf, nan = float("inf"), float("nan")
+    x = torch.tensor([0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, inf, -inf, nan])
+    for value in VALUES["pow"] + (-1.5,):
+        number_path, tensor_path = torch.pow(x, value), torch.pow(x, torch.tensor(value))
+        for run in RUNS:
+            got = scalar_op("pow", x, value, **RUNS[run])
+            want = tensor_path if run in ("materialized", "cached") else number_path
+            if run.startswith("triton") and value != math.floor(value) and value not in (0.5, -0.5):
+                # Documented in gpu.py: exp(v log x) is nan at x = -inf, where torch has +inf / +0.
+                assert math.isnan(got[9]), (run, value, got)
+                got, want = torch.cat([got[:9], got[10:]]), torch.cat([want[:9], want[10:]])
+            torch.testing.assert_close(got, want, equal_nan=True, msg=f"{run} pow {value}: {got} vs {want}")
+            keep = ~torch.isnan(want)
+            assert torch.equal(torch.signbit(got[keep]), torch.signbit(want[keep])), (run, value, got, want)
 
 
 # --- the cache --------------------------------------------------------------------------------

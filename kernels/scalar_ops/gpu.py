@@ -13,28 +13,32 @@ combined with the scalar and rounded once to x's dtype when stored::
     sub:  z = x - value
     pow:  z = x ** value      (see POW_MODES below)
 
-``pow`` with a scalar exponent is computed as ``exp(value * log|x|)`` in fp32, which is only
-half of the story for negative bases. The host classifies the exponent (a constexpr switch, so
-each class compiles once and the value itself stays a runtime argument):
+``pow`` with a scalar exponent is ``exp(v * log|x|)`` in fp32 at heart, which alone would lose
+the sign of negative bases. The host classifies the exponent (a constexpr switch, so each class
+compiles once while the value itself stays a runtime argument) and each class keeps the sign
+without comparing anything, which also suits the NPU (no ``tl.where``, no integer compares):
 
-==========  ===================  ===========================================================
-POW_MODE    exponent             z
-==========  ===================  ===========================================================
-ONE         0                    1 everywhere (also for x = nan or inf, as torch)
-IDENTITY    1                    x (exact)
-SQUARE      2                    x * x (exact up to one rounding)
-SQRT        0.5                  sqrt(x); nan for x < 0
-RSQRT       -0.5                 1 / sqrt(x); nan for x < 0, inf at 0
-EVEN_INT    other even integer   exp(v log|x|): sign of x dropped, as x**v for even v
-ODD_INT     other odd integer    sign(x) * exp(v log|x|): negative bases keep their sign
-REAL        anything else        exp(v log x): nan for x < 0, as torch (no real result)
-==========  ===================  ===========================================================
+===========  ====================  ==========================================================
+POW_MODE     exponent v            z
+===========  ====================  ==========================================================
+ONE          0                     1 everywhere (also for x = nan or inf, as torch)
+IDENTITY     1                     x (exact)
+SQUARE       2                     x * x
+RECIPROCAL   -1                    1 / x
+SQRT         0.5                   sqrt(x); nan for x < 0
+RSQRT        -0.5                  1 / sqrt(x); nan for x < 0, inf at 0
+EVEN_INT     other even integers   exp(v log|x|): x**v does not depend on the sign of x
+ODD_INT      odd integers >= 3     x * exp((v - 1) log|x|): the factor x carries the sign
+NEG_ODD_INT  odd integers <= -3    1 / (x * exp((-v - 1) log|x|)): likewise, and 0 gives +-inf
+REAL         anything else         exp(v log x): nan for x < 0 (no real result), as torch
+===========  ====================  ==========================================================
 
-What is not supported, honestly: a non-finite exponent (inf, nan) is refused on the host; the
-sign of ``-0.0`` is not restored for odd exponents (``(-0.0) ** -1`` gives ``+inf``, torch ``-inf``);
-the exponent is the fp32 rounding of the Python value, so an integer class is decided on that
-rounding (every float32 at or above 2**24 is an even integer). Otherwise results are within a
-few fp32 ulps before the final rounding to x's dtype.
+Zeros, infinities and nan give what torch's Python-number ``pow`` gives, signs of zeros included,
+with one exception: for a non-integer exponent other than +-0.5, ``x = -inf`` gives nan (torch:
++inf or +0). Not supported, honestly: a non-finite exponent (inf, nan) is refused on the host
+(use strategy ``"python"``); the exponent is the fp32 rounding of the Python value and its class
+is decided on that rounding (every float32 at or above 2**24 is an even integer). Results are
+within a few fp32 ulps before the one rounding to x's dtype.
 """
 
 from __future__ import annotations
@@ -50,7 +54,18 @@ import triton.language as tl
 from kernels.device import launcher
 
 OP_CODES = {"div": 0, "sub": 1, "pow": 2}
-POW_MODES = {"ONE": 0, "IDENTITY": 1, "SQUARE": 2, "SQRT": 3, "RSQRT": 4, "EVEN_INT": 5, "ODD_INT": 6, "REAL": 7}
+POW_MODES = {
+    "ONE": 0,
+    "IDENTITY": 1,
+    "SQUARE": 2,
+    "RECIPROCAL": 3,
+    "SQRT": 4,
+    "RSQRT": 5,
+    "EVEN_INT": 6,
+    "ODD_INT": 7,
+    "NEG_ODD_INT": 8,
+    "REAL": 9,
+}
 BLOCK_SIZES = tuple(2**k for k in range(6, 15))  # 64 … 16384
 NUM_WARPS = (1, 2, 4, 8, 16, 32)
 DEFAULT_BLOCK_SIZE = 1024
@@ -85,15 +100,17 @@ def _scalar_op_kernel(
         elif POW_MODE == 2:
             z = x * x
         elif POW_MODE == 3:
-            z = tl.sqrt(x)
+            z = 1.0 / x
         elif POW_MODE == 4:
-            z = 1.0 / tl.sqrt(x)
+            z = tl.sqrt(x)
         elif POW_MODE == 5:
-            z = tl.exp(value * tl.log(tl.abs(x)))
+            z = 1.0 / tl.sqrt(x)
         elif POW_MODE == 6:
-            # sign(x) as 1 - 2 * [x < 0]: a float comparison turned into a number, no select.
-            negative = (x < 0.0).to(tl.float32)
-            z = (1.0 - 2.0 * negative) * tl.exp(value * tl.log(tl.abs(x)))
+            z = tl.exp(value * tl.log(tl.abs(x)))
+        elif POW_MODE == 7:
+            z = x * tl.exp((value - 1.0) * tl.log(tl.abs(x)))
+        elif POW_MODE == 8:
+            z = 1.0 / (x * tl.exp((-value - 1.0) * tl.log(tl.abs(x))))
         else:
             z = tl.exp(value * tl.log(x))
     tl.store(Z_ptr + offsets, z.to(Z_ptr.dtype.element_ty), mask=mask)
@@ -131,12 +148,14 @@ def pow_mode(value: float) -> int:
     v = float(np.float32(value))
     if not math.isfinite(v):
         raise ValueError(f"value={value!r} overflows float32, the precision the triton kernels compute in")
-    special = {0.0: "ONE", 1.0: "IDENTITY", 2.0: "SQUARE", 0.5: "SQRT", -0.5: "RSQRT"}
+    special = {0.0: "ONE", 1.0: "IDENTITY", 2.0: "SQUARE", -1.0: "RECIPROCAL", 0.5: "SQRT", -0.5: "RSQRT"}
     if v in special:
         return POW_MODES[special[v]]
-    if v == math.floor(v):
-        return POW_MODES["ODD_INT"] if int(v) % 2 else POW_MODES["EVEN_INT"]
-    return POW_MODES["REAL"]
+    if v != math.floor(v):
+        return POW_MODES["REAL"]
+    if int(v) % 2 == 0:
+        return POW_MODES["EVEN_INT"]
+    return POW_MODES["ODD_INT"] if v > 0 else POW_MODES["NEG_ODD_INT"]
 
 
 def kernel_constants(op: str, value: float) -> tuple[int, int]:

@@ -10,8 +10,8 @@ classes and what is supported); only the shape of the work differs:
   ``BLOCK_SIZE`` elements: a grid-stride loop, so a few dozen programs cover any tensor.
 - Offsets are int32 (``tl.arange`` in int64 is not supported). The host therefore hands the
   kernel at most :data:`MAX_CHUNK` elements at a time and launches again for the rest.
-- Padding lanes are filled by ``tl.load(..., other=1.0)``; there is no ``tl.where`` over the
-  mask. The sign of an odd power is ``1 - 2 * [x < 0]``, a float comparison used as a number.
+- Padding lanes are filled by ``tl.load(..., other=1.0)``; there is no ``tl.where`` and no
+  comparison in the arithmetic: odd powers take their sign from a factor of x itself.
 - No libdevice: ``rsqrt`` is ``1 / tl.sqrt``; ``pow`` is ``tl.exp(v * tl.log|x|)``. No fp64: the
   scalar arrives as fp32 and every element is computed in fp32, rounded once at the store.
 - ``BLOCK_SIZE`` elements of x, their fp32 copy, the result and a few fp32 temporaries for
@@ -66,14 +66,17 @@ def _scalar_op_npu_kernel(
             elif POW_MODE == 2:
                 z = x * x
             elif POW_MODE == 3:
-                z = tl.sqrt(x)
+                z = 1.0 / x
             elif POW_MODE == 4:
-                z = 1.0 / tl.sqrt(x)
+                z = tl.sqrt(x)
             elif POW_MODE == 5:
-                z = tl.exp(value * tl.log(tl.abs(x)))
+                z = 1.0 / tl.sqrt(x)
             elif POW_MODE == 6:
-                negative = (x < 0.0).to(tl.float32)
-                z = (1.0 - 2.0 * negative) * tl.exp(value * tl.log(tl.abs(x)))
+                z = tl.exp(value * tl.log(tl.abs(x)))
+            elif POW_MODE == 7:
+                z = x * tl.exp((value - 1.0) * tl.log(tl.abs(x)))
+            elif POW_MODE == 8:
+                z = 1.0 / (x * tl.exp((-value - 1.0) * tl.log(tl.abs(x))))
             else:
                 z = tl.exp(value * tl.log(x))
         tl.store(Z_ptr + offsets, z.to(Z_ptr.dtype.element_ty), mask=mask)
@@ -90,7 +93,7 @@ def ub_bytes(block_size: int, elem_bytes: int, op: str = "pow") -> int:
     """Unified Buffer estimate for one block, doubled for multi-buffering.
 
     Live buffers: x in its dtype, its fp32 copy and the fp32 result, plus the rounded result for
-    the store; ``pow`` adds |x|, log and the sign as fp32 temporaries.
+    the store; ``pow`` adds |x|, its log and the exponential as fp32 temporaries.
     """
     temporaries = 3 if op == "pow" else 0
     per_element = 2 * elem_bytes + (2 + temporaries) * 4
@@ -138,10 +141,12 @@ _EXAMPLE_EXPONENT = {
     "ONE": 0.0,
     "IDENTITY": 1.0,
     "SQUARE": 2.0,
+    "RECIPROCAL": -1.0,
     "SQRT": 0.5,
     "RSQRT": -0.5,
     "EVEN_INT": 4.0,
     "ODD_INT": 3.0,
+    "NEG_ODD_INT": -3.0,
     "REAL": 1.5,
 }
 

@@ -11,7 +11,11 @@ then runs the tensor-tensor operator. A framework that does this for ``x / numel
 then broadcasts it. The scalar is rounded to x's dtype, as the framework's 0-d tensor is.
 
 ``python`` — torch's own tensor-scalar operator: ``torch.div(x, 2.0)``. The number goes to the
-kernel as an argument (in the operator's compute precision, not rounded to x's dtype).
+kernel as an argument (on CUDA in the operator's fp32 compute precision, not rounded to x's
+dtype; torch's CPU kernels round it). Note that torch's two ``pow`` paths differ at edge inputs:
+the Python-number path computes exponents 0.5 / -0.5 as sqrt / rsqrt (``(-inf) ** 0.5`` is nan,
+``(-0.0) ** 0.5`` is -0.0), while the tensor-tensor path, which ``materialized`` and ``cached``
+use, follows C ``pow`` (+inf, +0.0).
 
 Graph capture. While a CUDA graph (or an NPU graph) is being captured, a host-to-device copy
 must not be recorded: the graph would replay a copy from host memory that may be gone or
