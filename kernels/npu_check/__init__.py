@@ -152,7 +152,7 @@ def run_workers(
     workdir: Path,
     jobs: int,
     defaults_only: bool = False,
-    match: str = "",
+    match: list[str] | tuple = (),
     cases: str | None = None,
     case_timeout: float = 300.0,
     total_timeout: float = 900.0,
@@ -189,8 +189,8 @@ def run_workers(
         ]
         if defaults_only:
             cmd.append("--defaults-only")
-        if match:
-            cmd += ["--match", match]
+        for text in match:
+            cmd += ["--match", text]
         if cases:
             cmd += ["--cases", cases]
         if keep:
@@ -236,7 +236,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="workbench npu-check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--family", default="", help="comma list (default: every family)")
     parser.add_argument("--defaults-only", action="store_true", help="only the families' default configurations")
-    parser.add_argument("--match", default="", help="only cases whose name contains this text")
+    parser.add_argument(
+        "--match", action="append", default=[], help="only cases whose name contains this text (repeatable: any)"
+    )
     parser.add_argument("--out", default="results/npu_check", help="folder for npu_check.csv / .json and logs")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="parallel compile processes")
     parser.add_argument(

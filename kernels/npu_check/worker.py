@@ -217,7 +217,7 @@ def main(argv=None) -> int:
     parser.add_argument("--families", default="")
     parser.add_argument("--cases", default=None, help="MODULE:FUNC providing the cases instead of npu_compile_cases")
     parser.add_argument("--defaults-only", action="store_true")
-    parser.add_argument("--match", default="", help="only cases whose name contains this text")
+    parser.add_argument("--match", action="append", default=[], help="only cases whose name contains this text")
     parser.add_argument("--shard", type=int, default=0)
     parser.add_argument("--shards", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=300.0)
@@ -250,7 +250,7 @@ def main(argv=None) -> int:
                 index += 1
                 if args.defaults_only and not case.default:
                     continue
-                if args.match and args.match not in case.name:
+                if args.match and not any(text in case.name for text in args.match):
                     continue
                 if i % args.shards != args.shard:
                     continue

@@ -443,37 +443,47 @@ def npu_compile_cases() -> list:
     """What ``workbench npu-check`` compiles for RMSNorm.
 
     Defaults (must compile): forward and backward at the tiles ``resolve_tiles`` picks for every
-    hidden size in :data:`CHECK_HIDDEN` and every dtype. Beyond them: the BLOCK_SIZE_M choices of
-    the untiled kernel, the chunk widths (and a few row counts) of the chunked kernel, the
-    ``tl.where`` switch, the other casting modes and no weight — some of these overflow the UB
-    on purpose, which is what the UB model is checked against.
+    hidden size in :data:`CHECK_HIDDEN` and every dtype (hidden is a runtime argument, so the
+    chunked sizes share one compiled kernel: one case, named with the range). Beyond them: the
+    BLOCK_SIZE_M choices of the untiled kernel, the chunk widths and row counts of the chunked
+    kernel, the ``tl.where`` switch, the other casting modes and no weight — some of these overflow
+    the UB on purpose, which is what the UB model is checked against.
     """
-    cases = []
+    found: dict = {}  # compiled-kernel identity -> (hidden sizes, build arguments)
+
+    def add(kind, dtype, tiles, hidden, default=False, **switches):
+        key = (kind, dtype, tiles.chunked, tiles.BLOCK_SIZE_M, tiles.BLOCK_SIZE_N, tiles.USE_WHERE, *switches.items())
+        if key not in found:
+            found[key] = ([], (kind, dtype, tiles, default, switches))
+        found[key][0].append(hidden)
+
     kinds = ("forward", "backward")
     for dtype in DTYPE_BYTES:
         for hidden in CHECK_HIDDEN:
-            tiles = _tiles(hidden, dtype)
             for kind in kinds:
-                cases.append(_compile_case(kind, dtype, tiles, f"hidden={hidden}", default=True))
+                add(kind, dtype, _tiles(hidden, dtype), hidden, default=True)
     for dtype in DTYPE_BYTES:
         for hidden in (128, 512, 2048):
             for m in CHECK_BLOCK_M:
-                tiles = _tiles(hidden, dtype, strategy="untiled", BLOCK_SIZE_M=m)
                 for kind in kinds:
-                    cases.append(_compile_case(kind, dtype, tiles, f"hidden={hidden}"))
+                    add(kind, dtype, _tiles(hidden, dtype, strategy="untiled", BLOCK_SIZE_M=m), hidden)
         for n in CHECK_CHUNK_N:
             for m in (1, 2, 4):
-                tiles = _tiles(16384, dtype, strategy="chunked", BLOCK_SIZE_M=m, BLOCK_SIZE_N=n)
                 for kind in kinds:
-                    cases.append(_compile_case(kind, dtype, tiles, "hidden=16384"))
+                    tiles = _tiles(16384, dtype, strategy="chunked", BLOCK_SIZE_M=m, BLOCK_SIZE_N=n)
+                    add(kind, dtype, tiles, 16384)
     for dtype in ("bf16", "fp32"):
         for hidden in (1024, 8192):
-            cases.append(_compile_case("forward", dtype, _tiles(hidden, dtype, USE_WHERE=True), f"hidden={hidden}"))
+            add("forward", dtype, _tiles(hidden, dtype, USE_WHERE=True), hidden)
             for kind in kinds:
                 for casting_mode in ("gemma", "none"):
-                    tiles = _tiles(hidden, dtype)
-                    cases.append(_compile_case(kind, dtype, tiles, f"hidden={hidden}", casting_mode=casting_mode))
-                cases.append(_compile_case(kind, dtype, _tiles(hidden, dtype), f"hidden={hidden}", weight=False))
+                    add(kind, dtype, _tiles(hidden, dtype), hidden, casting_mode=casting_mode)
+                add(kind, dtype, _tiles(hidden, dtype), hidden, weight=False)
+    cases = []
+    for hiddens, (kind, dtype, tiles, default, switches) in found.values():
+        hiddens = sorted(set(hiddens))
+        span = str(hiddens[0]) if len(hiddens) == 1 else f"{hiddens[0]}-{hiddens[-1]}"
+        cases.append(_compile_case(kind, dtype, tiles, f"hidden={span} {dtype}", default=default, **switches))
     return cases
 
 
