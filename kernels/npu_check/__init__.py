@@ -366,7 +366,9 @@ def main(argv=None) -> int:
         f"\nnpu-check: {summary['cases']} cases ({summary['defaults']} default): {counts['OK']} OK, "
         f"{counts['UB overflow']} UB overflow, {counts['compile error']} compile error; "
         f"UB model disagrees on {len(disagree)}; compiles {compile_seconds:.0f} s, total {summary['total_seconds']:.0f} s "
-        f"-> {out_dir / 'npu_check.csv'}, {out_dir / 'npu_check.json'}   (* = fits only single-buffered)"
+        f"-> {out_dir / 'npu_check.csv'}, {out_dir / 'npu_check.json'}\n"
+        "legend: [D] default configuration (must be OK); verdict* fits only single-buffered; pred = UB model's "
+        "prediction (OVF overflow, ok fits), ! = the compiler disagrees with the model"
     )
     if failed_defaults or failed_notes or problems:
         for r in failed_defaults:

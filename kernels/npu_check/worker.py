@@ -82,13 +82,22 @@ def _has_default(param) -> bool:
     return param.default is not inspect.Parameter.empty and param.default is not None
 
 
+def unwrap(kernel):
+    """The JITFunction under @triton.autotune / @triton.heuristics wrappers."""
+    from triton.runtime.jit import JITFunction
+
+    while not isinstance(kernel, JITFunction) and hasattr(kernel, "fn"):
+        kernel = kernel.fn
+    return kernel
+
+
 def full_signature(case):
     """Signature and constants in the kernel's argument order; constexpr defaults filled in.
 
     triton-ascend 3.2's ASTSource takes ``{arg name: type}`` (constexprs typed ``"constexpr"``)
     and ``{constexpr name: value}``; the argument order must be the kernel's.
     """
-    kernel = case.kernel
+    kernel = unwrap(case.kernel)
     names = list(kernel.arg_names)
     params = {p.name: p for p in getattr(kernel, "params", [])}
     signature, constants = {}, dict(case.constants)
@@ -135,7 +144,7 @@ def compile_case(case, casedir: str, bishengir: str, timeout: float, keep: bool)
     error = ""
     try:
         triton.compile(
-            ASTSource(fn=case.kernel, signature=signature, constants=constants),
+            ASTSource(fn=unwrap(case.kernel), signature=signature, constants=constants),
             target=GPUTarget("npu", TARGET_ARCH, 0),
         )
     except Exception as exc:  # the last stage always fails here (no CANN): look for the .ttadapter
