@@ -127,7 +127,7 @@ def test_notebook_fails_when_a_kernel_is_wrong(tmp_path):
     nb.cells = params + [fault] + setup + sweep + finish
     src = tmp_path / "rms_norm_wrong.ipynb"
     nbformat.write(nb, str(src))
-    with kernel_env(tmp_path / "store.sqlite"):
+    with kernel_env(tmp_path / "store.sqlite", root=NOTEBOOKS_DIR.parent):
         with pytest.raises(papermill.PapermillExecutionError) as info:
             execute_notebook(
                 src,
@@ -140,6 +140,40 @@ def test_notebook_fails_when_a_kernel_is_wrong(tmp_path):
     assert "npu" not in info.value.evalue.replace("gpu", "")  # the untouched kernels still pass
     records = json.loads((tmp_path / "rms_norm_records.json").read_text())
     assert any(r["variant"] == "gpu_row" and r["passed"] is False for r in records)
+
+
+def test_live_session_in_a_real_kernel(tmp_path):
+    """headless=False inside an ipykernel: the Explorer is displayed as widgets, its worker
+    thread measures, an invalid tile shows its error and the kernel carries on."""
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(
+                "from widgets import Session\n"
+                's = Session("rms_norm", device="cpu", dtype="bf16", quick=True, headless=False, store=False)\n'
+                "ex = s.explorer()"
+            ),
+            nbformat.v4.new_code_cell(
+                "assert ex is not None and ex.wait(120)\n"
+                "assert ex.record is not None and ex.record.ok, ex.error_text\n"
+                "ex.set(BLOCK_SIZE=16)\n"
+                'assert ex.wait(60) and "BLOCK_SIZE=16" in ex.error_text, ex.error_text\n'
+                "ex.set(BLOCK_SIZE=512)\n"
+                'assert ex.wait(120) and ex.record.ok and ex.record.params["BLOCK_SIZE"] == 512\n'
+                'df = s.sweep("hidden", [300], variants=["torch_eager"])\n'
+                'print("LIVE-OK", len(s.records), len(s.figures))'
+            ),
+        ]
+    )
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    src, dst = tmp_path / "live.ipynb", tmp_path / "live_out.ipynb"
+    nbformat.write(nb, str(src))
+    with kernel_env(tmp_path / "store.sqlite", root=NOTEBOOKS_DIR.parent):
+        execute_notebook(src, dst, {}, cwd=tmp_path)
+    out = nbformat.read(str(dst), as_version=4)
+    views = [o for o in _outputs(out) if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert views, "the Explorer was not displayed as a widget"
+    text = "".join(o.get("text", "") for o in _outputs(out) if o.get("output_type") == "stream")
+    assert "LIVE-OK" in text
 
 
 def test_report_and_lab_commands(capsys, tmp_path):

@@ -215,6 +215,7 @@ class Explorer:
         self.relaunches = 0  # renders of a configuration (cached or measured)
         self._requested_at = 0.0
         self._sweep_cancel = threading.Event()
+        self._render_lock = threading.RLock()  # the notebook thread and the worker both draw
         self.sweep_frame = None
         self.best: dict | None = None
         self._build(variant, peers, metric)
@@ -571,7 +572,7 @@ class Explorer:
                     sess.records.append(rec)
                     added = True
             if added and token == self._token:
-                self._render_current(timing=False)
+                self._render_current()
         except Exception as exc:
             self._show_exception(exc)
 
@@ -585,29 +586,30 @@ class Explorer:
 
     # --- rendering ----------------------------------------------------------------------------
     def _show_record(self, rec, cached: bool) -> None:
+        with self._render_lock:
+            self._show_record_locked(rec, cached)
+
+    def _show_record_locked(self, rec, cached: bool) -> None:
         self.record = rec
         self.last_cached = cached
-        self.last_latency_s = time.perf_counter() - self._requested_at
+        self.last_latency_s = None
         self.relaunches += 1
         self._render_current()
+        # relaunch latency: from the control change to the figures and tables drawn
+        self.last_latency_s = time.perf_counter() - self._requested_at
+        self._render_status()
 
-    def _render_current(self, timing: bool = True) -> None:
+    def _render_current(self) -> None:
+        with self._render_lock:
+            self._render_locked()
+
+    def _render_locked(self) -> None:
         rec = self.record
         if rec is None:
             return
         cfg = self.config()
         sess = self._session_for(cfg["device"])
-        if rec.error:
-            self.w_error.value = (
-                '<div class="wb-error" style="color:#b00;font-family:monospace;white-space:pre-wrap">'
-                f"{html.escape(rec.error)}</div>"
-            )
-            self.w_status.value = _status_html(f"{rec.variant}: this configuration cannot run (see below)")
-        else:
-            self.w_error.value = ""
-            ub = self._ub(rec)
-            text = F.status_text(rec, cached=bool(self.last_cached), ub_bytes=ub, elapsed_s=self.last_latency_s)
-            self.w_status.value = _status_html(text, failed=rec.passed is False)
+        self._render_status()
         peers = self._peer_records(sess, cfg)
         self.w_checks.value = "<b>correctness</b>" + F.checks_html([rec] + peers)
         axis = self.w_xaxis.value or self.spec.axis
@@ -626,6 +628,23 @@ class Explorer:
             title=f"memory ({cfg['mode']}): " + F.mapping_str(rec.problem),
         )
         _update_figure(self.memory_fig, memory)
+
+    def _render_status(self) -> None:
+        rec = self.record
+        if rec is None:
+            return
+        if rec.error:
+            self.w_error.value = (
+                '<div class="wb-error" style="color:#b00;font-family:monospace;white-space:pre-wrap">'
+                f"{html.escape(rec.error)}</div>"
+            )
+            self.w_status.value = _status_html(f"{rec.variant}: this configuration cannot run (see below)")
+        else:
+            self.w_error.value = ""
+            text = F.status_text(
+                rec, cached=bool(self.last_cached), ub_bytes=self._ub(rec), elapsed_s=self.last_latency_s
+            )
+            self.w_status.value = _status_html(text, failed=rec.passed is False)
 
     def _ub(self, rec) -> int | None:
         est = getattr(self.spec, "ub_estimate", None)

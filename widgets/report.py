@@ -70,10 +70,12 @@ def find_notebooks(directory: Path, only: list[str] | None = None) -> list[Path]
 
 
 @contextlib.contextmanager
-def kernel_env(store: str | Path | None = None):
+def kernel_env(store: str | Path | None = None, root: str | Path | None = None):
     """Within: the ``python3`` kernel runs ``sys.executable`` (a temporary kernelspec first on
-    ``JUPYTER_PATH``), and, when given, ``WORKBENCH_STORE`` points kernels at ``store``."""
-    saved = {k: os.environ.get(k) for k in ("JUPYTER_PATH", "WORKBENCH_STORE")}
+    ``JUPYTER_PATH``); when given, ``WORKBENCH_STORE`` points kernels at ``store`` and ``root``
+    (a checkout holding ``kernels/`` and ``widgets/``) goes first on the kernels' ``PYTHONPATH``,
+    so notebooks import the code they sit beside."""
+    saved = {k: os.environ.get(k) for k in ("JUPYTER_PATH", "WORKBENCH_STORE", "PYTHONPATH")}
     with tempfile.TemporaryDirectory(prefix="wb-kernels-") as tmp:
         spec_dir = Path(tmp) / "kernels" / KERNEL_NAME
         spec_dir.mkdir(parents=True)
@@ -89,6 +91,10 @@ def kernel_env(store: str | Path | None = None):
         os.environ["JUPYTER_PATH"] = os.pathsep.join([tmp] + ([saved["JUPYTER_PATH"]] if saved["JUPYTER_PATH"] else []))
         if store is not None:
             os.environ["WORKBENCH_STORE"] = str(store)
+        if root is not None and (Path(root) / "kernels").is_dir():
+            os.environ["PYTHONPATH"] = os.pathsep.join(
+                [str(Path(root).resolve())] + ([saved["PYTHONPATH"]] if saved["PYTHONPATH"] else [])
+            )
         try:
             yield tmp
         finally:
@@ -223,7 +229,7 @@ def build_report(
     if dtype:
         params["dtype"] = dtype
     store = os.environ.get("WORKBENCH_STORE") or str(out / "workbench.sqlite")
-    with kernel_env(store):
+    with kernel_env(store, root=notebooks_dir.parent):
         if jobs > 1 and len(paths) > 1:
             from concurrent.futures import ThreadPoolExecutor
 
@@ -392,7 +398,7 @@ def lab_main(argv) -> int:
     if shutil.which("jupyter") is None and not _has_module("jupyterlab"):
         print("workbench lab: jupyterlab is not installed (pip install jupyterlab)", file=sys.stderr)
         return 2
-    with kernel_env(store):
+    with kernel_env(store, root=nb_dir.parent):
         return subprocess.call(cmd)
 
 

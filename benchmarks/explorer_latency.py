@@ -1,0 +1,125 @@
+"""How long an Explorer relaunch takes, cold (a new configuration: interpreter run on the CPU, JIT
+compile + measurement on a GPU) and warm (a configuration seen before: served from the cache).
+
+    python benchmarks/explorer_latency.py                      # device auto, rms_norm gpu_row, BLOCK_SIZE
+    python benchmarks/explorer_latency.py --device cpu --param num_warps
+
+The Explorer is driven as a person drives it: a control's value is set, which runs its callback.
+Three times per change are reported:
+- callback: how long setting the control blocked (the notebook is free again after this);
+- relaunch: from the change to the figures and status showing the new result (debounce included);
+- measure: the record's own compile + first call time, for reference.
+Cold changes visit every value once (each a new kernel configuration); warm changes revisit them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def _valid_values(session, variant, param, problem, limit):
+    """Values of ``param`` that the variant accepts for ``problem`` (its check passes)."""
+    var = session.spec.variant(variant)
+    out = []
+    for value in var.param(param).values:
+        if value == "auto":
+            continue
+        params = var.resolve_params({param: value})
+        try:
+            if var.check is not None:
+                var.check(problem, params, session.dtype, session.device)
+        except ValueError:
+            continue
+        out.append(value)
+    return out[:limit]
+
+
+def _stats(values):
+    if not values:
+        return "-", "-", "-"
+    return (
+        f"{statistics.median(values) * 1e3:9.1f}",
+        f"{min(values) * 1e3:9.1f}",
+        f"{max(values) * 1e3:9.1f}",
+    )
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--family", default="rms_norm")
+    parser.add_argument("--variant", default="gpu_row")
+    parser.add_argument("--param", default="BLOCK_SIZE", help="the tile control to move")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="bf16")
+    parser.add_argument("--values", type=int, default=4, help="how many distinct values to visit")
+    parser.add_argument("--debounce", type=float, default=0.2, help="Explorer debounce (s)")
+    parser.add_argument("--quick", choices=("auto", "yes", "no"), default="auto", help="auto: quick on the CPU")
+    args = parser.parse_args(argv)
+
+    from widgets import Explorer, Session
+
+    t0 = time.perf_counter()
+    probe = Session(args.family, device=args.device, dtype=args.dtype, store=False)
+    quick = probe.device.kind == "cpu" if args.quick == "auto" else args.quick == "yes"
+    session = Session(args.family, device=args.device, dtype=args.dtype, quick=quick, store=False)
+    ex = Explorer(session, variant=args.variant, debounce_s=args.debounce, peers=False, autostart=False)
+    built = time.perf_counter() - t0
+    values = _valid_values(session, args.variant, args.param, session.problem, args.values)
+    if len(values) < 2:
+        print(f"need two valid values of {args.param} for {args.variant} at {session.problem}; got {values}")
+        return 2
+
+    def change(value):
+        t = time.perf_counter()
+        ex.controls[args.param].value = value
+        callback = time.perf_counter() - t
+        if not ex.wait(600):
+            raise SystemExit("timed out waiting for the Explorer")
+        rec = ex.record
+        if rec is None or rec.params.get(args.param) != value:
+            raise SystemExit(f"the Explorer did not show {args.param}={value}")
+        if rec.error:
+            raise SystemExit(f"{args.param}={value} failed: {rec.error}")
+        return callback, ex.last_latency_s, rec.compile_ms / 1e3 if rec.compile_ms else None, ex.last_cached
+
+    # the first launch of the variant pays one-off costs (imports, first compile of helpers): apart
+    first = change(values[0])
+    cold = [change(v) for v in values[1:]]
+    warm = [change(v) for v in values] + [change(v) for v in reversed(values)]
+    assert not any(c[3] for c in cold) and all(w[3] for w in warm)
+
+    dev = session.device
+    print(f"Explorer relaunch latency: {args.family}/{args.variant}, moving {args.param} over {values}")
+    print(
+        f"device {dev.kind} ({dev.name}, {dev.driver}), dtype {session.dtype}, problem "
+        + ", ".join(f"{k}={v}" for k, v in session.problem.items())
+        + f", debounce {args.debounce * 1e3:.0f} ms, timing budget {session.rep_ms:.0f} ms per config"
+    )
+    print(f"Explorer built in {built:.2f} s (imports, session, widgets)")
+    print()
+    header = f"{'change':28s} {'n':>3s} {'relaunch ms':>11s} {'min':>9s} {'max':>9s} {'callback ms':>11s} {'measure ms':>10s}"
+    print(header)
+    print("-" * len(header))
+    rows = [
+        ("first launch of the variant", [first]),
+        ("cold (new config)", cold),
+        ("warm (cached)", warm),
+    ]
+    for label, samples in rows:
+        med, lo, hi = _stats([s[1] for s in samples])
+        cb = statistics.median(s[0] for s in samples) * 1e3
+        meas = [s[2] for s in samples if s[2] is not None and not s[3]]
+        meas_txt = f"{statistics.median(meas) * 1e3:10.1f}" if meas else f"{'(cache)':>10s}"
+        print(f"{label:28s} {len(samples):3d} {med:>11s} {lo:>9s} {hi:>9s} {cb:11.2f} {meas_txt}")
+    ex.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
