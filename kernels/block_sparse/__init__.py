@@ -35,12 +35,11 @@ device-to-host synchronisation.
 
 from __future__ import annotations
 
-import importlib.util
 import weakref
 
 import torch
 
-from kernels.block_sparse import gpu, npu
+from kernels.block_sparse import gpu, npu, peer
 from kernels.block_sparse.reference import (
     product_layer_reference,
     sum_layer_backward_reference,
@@ -463,18 +462,10 @@ def _torch_path(inputs, problem):
     return _reference(inputs, problem)
 
 
-def _pyjuice_available():
-    if importlib.util.find_spec("pyjuice") is None:
-        return "PyJuice is not installed (pip install pyjuice)"
-    return None
-
-
 def _pyjuice_run(inputs, problem):
-    from kernels.block_sparse.peer import pyjuice_sum_layer
-
     if problem["layer"] != "sum":
         raise ValueError("the PyJuice peer runs the sum layer only (layer='sum')")
-    return pyjuice_sum_layer(inputs, _shape(problem), problem)
+    return peer.pyjuice_sum_layer(inputs, _shape(problem), problem)
 
 
 _POW2 = tuple(2**k for k in range(0, 11))
@@ -566,7 +557,7 @@ spec = KernelSpec(
             "peer",
             _pyjuice_run,
             devices=("cuda",),
-            available=_pyjuice_available,
+            available=peer.available,
             modes=("forward",),
             doc="PyJuice's own sum-layer kernel on the same HMM transition layer (needs K = nodes, untied)",
         ),

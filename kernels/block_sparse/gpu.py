@@ -11,20 +11,27 @@ Sum layer forward
     out[g*bs + i, b] = log sum_k p[g, k, i] * exp(em[cids[g, k], b])
 
 A program owns ``PROGRAM_M`` nodes of one block (walked in sub-tiles of ``TILE_M``) times
-``BLOCK_B`` batch columns, and streams the K edges in chunks of ``TILE_K``. Per batch column it
-keeps a running max ``m`` of the element values seen so far and an accumulator
-``acc = sum p * exp(em - m)``; a chunk that raises the max rescales ``acc`` by
-``exp(m_old - m_new)``. Only element values enter the max (weights are linear and <= whatever
-they are), so ``exp(em - m) <= 1`` never overflows. At the end ``out = log(acc) + m``.
+``BLOCK_B`` batch columns, and streams the K edges in chunks of ``TILE_K``, keeping a running
+max ``m`` and an accumulator ``acc = sum_k p * exp(em - m)``; a chunk that raises the max
+rescales ``acc`` by ``exp(m_old - m_new)``. At the end ``out = log(acc) + m``. Two forms:
+
+- Broadcast (any tile, batch 1 included; ``USE_DOT=False``): per node and column, over
+  ``t = log p + em`` — ``m[i, b] = max_k t``, ``acc += sum_k exp(t - m)``. Exact whatever the
+  weights: a zero weight is ``t = -inf`` and never sets the shift, so a child far above its node
+  but not connected to it (weight 0) cannot push the real terms into underflow.
+- ``tl.dot`` (``TILE_M, TILE_K, BLOCK_B >= 16``; IEEE fp32): the shift must not depend on the
+  node, so ``m[b] = max_k (em + log w_k)`` with ``w_k`` the largest weight of edge k over the
+  tile's nodes, and ``acc += p @ exp(min(em - m, 80))``. Edges no node of the tile uses do not
+  set the shift; ``p * exp(em - m) <= p / w_k <= 1`` bounds every term. The clamp at 80 only
+  keeps zero-weight edges finite (``0 * e^80 = 0``, never ``0 * inf``); it would bite only for a
+  positive weight below ``e^-80`` on the dominant child. Nodes of one tile with very different
+  weight patterns can still lose digits to underflow here (a node whose connected children are
+  all ~87 nats below another node's); the broadcast form has no such case.
 
 -inf without selects: the shift used is ``max(m, -FLT_MAX)``, finite even when every child so far
 is -inf. Then ``exp(-inf - shift) = 0``, a rescale from ``m_old = -inf`` is ``exp(-inf) = 0``, and a
 node whose children are all -inf ends with ``acc = 0`` and ``log(0) + shift = -inf``. Padding
 (edges beyond K, batch columns beyond B) is loaded as ``em = -inf`` and ``p = 0``, so it adds 0.
-
-With ``TILE_M, TILE_K, BLOCK_B >= 16`` the chunk product ``p[TILE_M, TILE_K] @ exp(em - m)
-[TILE_K, BLOCK_B]`` is a ``tl.dot`` in IEEE fp32 (``USE_DOT``); smaller tiles use a broadcast
-multiply and a sum over the edge axis, which works for any tile (batch 1 included).
 
 Two tilings (``heuristic``):
 
@@ -121,7 +128,10 @@ def _sum_forward_kernel(
     for sub in range(0, PROGRAM_M, TILE_M):
         nodes = node_start + sub + tl.arange(0, TILE_M)
         node_mask = nodes < block_size
-        run_max = tl.full([BLOCK_B], float("-inf"), tl.float32)
+        if USE_DOT:
+            run_max = tl.full([1, BLOCK_B], float("-inf"), tl.float32)  # one shift per column
+        else:
+            run_max = tl.full([TILE_M, BLOCK_B], float("-inf"), tl.float32)  # one per node and column
         acc = tl.zeros([TILE_M, BLOCK_B], dtype=tl.float32)
         for k0 in range(0, n_edges, TILE_K):
             ks = k0 + tl.arange(0, TILE_K)
@@ -134,16 +144,20 @@ def _sum_forward_kernel(
                 other=float("-inf"),
             )
             p = tl.load(P_ptr + pidx[None, :] + nodes[:, None], mask=node_mask[:, None] & k_mask[None, :], other=0.0)
-            new_max = tl.maximum(run_max, tl.max(em, axis=0))
-            shift = tl.maximum(new_max, NEG_FLT_MAX)
-            acc = acc * tl.exp(run_max - shift)[None, :]
-            e = tl.exp(em - shift[None, :])
             if USE_DOT:
-                acc += tl.dot(p, e, input_precision="ieee")
+                log_w = tl.log(tl.max(p, axis=0))  # [TILE_K]: the tile's largest weight per edge
+                new_max = tl.maximum(run_max, tl.max(em + log_w[:, None], axis=0)[None, :])
+                shift = tl.maximum(new_max, NEG_FLT_MAX)
+                acc = acc * tl.exp(run_max - shift)
+                acc += tl.dot(p, tl.exp(tl.minimum(em - shift, 80.0)), input_precision="ieee")
             else:
-                acc += tl.sum(p[:, :, None] * e[None, :, :], axis=1)
+                t = tl.log(p)[:, :, None] + em[None, :, :]  # [TILE_M, TILE_K, BLOCK_B]
+                new_max = tl.maximum(run_max, tl.max(t, axis=1))
+                shift = tl.maximum(new_max, NEG_FLT_MAX)
+                acc = acc * tl.exp(run_max - shift)
+                acc += tl.sum(tl.exp(t - shift[:, None, :]), axis=1)
             run_max = new_max
-        out = tl.log(acc) + tl.maximum(run_max, NEG_FLT_MAX)[None, :]
+        out = tl.log(acc) + tl.maximum(run_max, NEG_FLT_MAX)
         rows = (g * block_size + nodes).to(tl.int64)
         tl.store(OUT_ptr + rows[:, None] * n_batch + cols[None, :], out, mask=node_mask[:, None] & col_mask[None, :])
 

@@ -14,7 +14,8 @@ only changes how the work is laid out, following DESIGN.md's "NPU kernels":
 - No ``tl.where`` anywhere. Padding is neutralised by the fill value of masked loads: element
   values load as -inf (``exp`` gives 0), weights and flows as 0, node values as +inf (so
   ``exp(em - out) = 0``). The forward's all -inf case uses the clamp ``max(m, -FLT_MAX)`` (see
-  gpu.py). The backward's dead nodes (``out = -inf``, gradient defined as 0) are mapped to +inf
+  gpu.py); its shift is per node over ``log p + em`` (gpu.py's broadcast form), exact for zero
+  weights. The backward's dead nodes (``out = -inf``, gradient defined as 0) are mapped to +inf
   by the host before launch (one ``masked_fill`` over ``out``) instead of a select in the kernel.
 - int32 offsets (the host checks that ``rows x batch`` and the parameter count fit), fp32 only,
   no libdevice, no eviction policies, no ``num_warps``.
@@ -70,7 +71,7 @@ def _sum_forward_npu_kernel(
         node_mask = nodes < block_size
         cols = b_tile * BLOCK_B + tl.arange(0, BLOCK_B)
         col_mask = cols < n_batch
-        run_max = tl.full([BLOCK_B], float("-inf"), tl.float32)
+        run_max = tl.full([TILE_M, BLOCK_B], float("-inf"), tl.float32)
         acc = tl.zeros([TILE_M, BLOCK_B], dtype=tl.float32)
         for k0 in range(0, n_edges, TILE_K):
             ks = k0 + tl.arange(0, TILE_K)
@@ -83,12 +84,13 @@ def _sum_forward_npu_kernel(
                 other=float("-inf"),
             )
             p = tl.load(P_ptr + pidx[None, :] + nodes[:, None], mask=node_mask[:, None] & k_mask[None, :], other=0.0)
-            new_max = tl.maximum(run_max, tl.max(em, axis=0))
+            t = tl.log(p)[:, :, None] + em[None, :, :]  # log p + em per node: exact for zero weights
+            new_max = tl.maximum(run_max, tl.max(t, axis=1))
             shift = tl.maximum(new_max, NEG_FLT_MAX)
-            acc = acc * tl.exp(run_max - shift)[None, :]
-            acc += tl.sum(p[:, :, None] * tl.exp(em - shift[None, :])[None, :, :], axis=1)
+            acc = acc * tl.exp(run_max - shift)
+            acc += tl.sum(tl.exp(t - shift[:, None, :]), axis=1)
             run_max = new_max
-        out = tl.log(acc) + tl.maximum(run_max, NEG_FLT_MAX)[None, :]
+        out = tl.log(acc) + tl.maximum(run_max, NEG_FLT_MAX)
         rows = g * block_size + nodes
         tl.store(OUT_ptr + rows[:, None] * n_batch + cols[None, :], out, mask=node_mask[:, None] & col_mask[None, :])
 

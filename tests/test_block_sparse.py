@@ -1,0 +1,486 @@
+"""Block-sparse PC layers: every kernel against the PyTorch reference (autograd as the backward
+oracle), the tilings against each other, -inf and zero-weight edge cases, tied parameters, bad
+input, the HMM chain against the classical recursion, and the spec through the harness.
+
+CPU runs use the Triton interpreter, so layers are tiny (tens of nodes); ``device`` also runs
+them on CUDA where present, and ``@pytest.mark.gpu`` tests take the issue's real shapes.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels.block_sparse import (
+    gpu,
+    largest_block_size,
+    make_layer,
+    npu,
+    product_layer,
+    product_layer_reference,
+    spec,
+    sum_layer,
+    sum_layer_backward,
+    sum_layer_backward_reference,
+    sum_layer_reference,
+)
+from kernels.block_sparse.hmm import HMM
+
+BATCHES = (1, 2, 3, 8, 16, 17)
+# (name, impl, tiles): the two GPU tilings and the NPU kernels.
+IMPLS = (
+    ("large", "gpu", {"heuristic": "large"}),
+    ("small", "gpu", {"heuristic": "small"}),
+    ("npu", "npu", {}),
+)
+IMPL_IDS = [name for name, _, _ in IMPLS]
+
+
+def layer(nodes, block_size, batch, device, K=0, tied=False, seed=0):
+    problem = {"layer": "sum", "nodes": nodes, "block_size": block_size, "K": K, "batch": batch, "tied": tied}
+    return make_layer(problem, device, seed)
+
+
+def assert_close(got, want, atol=1e-4, scale_by_max=False, what=""):
+    got, want = got.detach().double().cpu(), want.detach().double().cpu()
+    assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)} vs {tuple(want.shape)}"
+    assert torch.equal(torch.isnan(got), torch.isnan(want)), f"{what}: NaN pattern differs"
+    assert torch.equal(torch.isinf(got), torch.isinf(want)), f"{what}: inf pattern differs"
+    finite = torch.isfinite(want)
+    assert torch.equal(got[~finite], want[~finite]), f"{what}: infinities differ"
+    if scale_by_max and finite.any():
+        atol = atol * max(1.0, float(want[finite].abs().max()))
+    err = (got[finite] - want[finite]).abs().max().item() if finite.any() else 0.0
+    assert err <= atol, f"{what}: max abs error {err:.3g} > {atol:.3g}"
+
+
+def ref64(t):
+    return t.detach().double().cpu()
+
+
+# --- sum layer forward -----------------------------------------------------------------------
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("name,impl,tiles", IMPLS, ids=IMPL_IDS)
+def test_sum_forward_matches_reference(device, batch, name, impl, tiles):
+    nodes, bs = (32, 16) if batch % 2 else (24, 8)  # two shapes: G = 2 and G = 3 blocks
+    x = layer(nodes, bs, batch, device)
+    out = sum_layer(x["element_mars"], x["params"], x["cids"], x["pids"], bs, impl=impl, **tiles)
+    want = sum_layer_reference(ref64(x["element_mars"]), ref64(x["params"]), x["cids"].cpu(), x["pids"].cpu(), bs)
+    assert_close(out, want, what=f"{name} forward")
+
+
+@pytest.mark.parametrize("bs,nodes,K", [(1, 5, 7), (2, 6, 3), (4, 12, 12), (6, 18, 18), (32, 32, 40)])
+@pytest.mark.parametrize("name,impl,tiles", IMPLS, ids=IMPL_IDS)
+def test_sum_forward_block_sizes(device, bs, nodes, K, name, impl, tiles):
+    """Block sizes 1, 2, 4, a non-power-of-two 6, and 32; K below, equal to and above nodes."""
+    x = layer(nodes, bs, 5, device, K=K)
+    out = sum_layer(x["element_mars"], x["params"], x["cids"], x["pids"], bs, impl=impl, **tiles)
+    want = sum_layer_reference(ref64(x["element_mars"]), ref64(x["params"]), x["cids"].cpu(), x["pids"].cpu(), bs)
+    assert_close(out, want, what=f"{name} forward bs={bs}")
+
+
+TILINGS = [
+    {"TILE_M": 2, "TILE_K": 8, "BLOCK_B": 4},
+    {"TILE_M": 8, "TILE_K": 4, "BLOCK_B": 8, "PROGRAM_M": 16},
+    {"TILE_M": 4, "TILE_K": 32, "BLOCK_B": 2, "PROGRAM_M": 16},
+    {"TILE_M": 16, "TILE_K": 16, "BLOCK_B": 16},  # tl.dot path
+    {"TILE_M": 16, "TILE_K": 32, "BLOCK_B": 16, "PROGRAM_M": 32},  # dot, program walks 2 sub-tiles
+    {"heuristic": "auto"},
+]
+
+
+def test_tilings_agree(device):
+    """Every tiling (tl.dot and broadcast paths, PROGRAM_M walks) gives the same layer, batch 17."""
+    x = layer(32, 16, 17, device)
+    outs = [sum_layer(x["element_mars"], x["params"], x["cids"], x["pids"], 16, **t) for t in TILINGS]
+    outs.append(sum_layer(x["element_mars"], x["params"], x["cids"], x["pids"], 16, impl="npu", TILE_K=8, GRID=3))
+    for t, out in zip(TILINGS + [{"npu": 1}], outs):
+        assert_close(out, outs[0], atol=2e-5, what=f"tiling {t}")
+    F = torch.randn(32, 17, generator=torch.Generator().manual_seed(3)).to(device)
+    flows = [
+        sum_layer_backward(F, x["element_mars"], x["params"], outs[0], x["cids"], x["pids"], 16, **t)
+        for t in ({"TILE_M": 4, "TILE_K": 8, "BLOCK_B": 4}, {"TILE_M": 8, "TILE_K": 4, "BLOCK_B": 32}, {})
+    ]
+    flows.append(
+        sum_layer_backward(F, x["element_mars"], x["params"], outs[0], x["cids"], x["pids"], 16, impl="npu", GRID=2)
+    )
+    for e, p in flows[1:]:
+        assert_close(e, flows[0][0], atol=1e-5, scale_by_max=True, what="element flows across tilings")
+        assert_close(p, flows[0][1], atol=1e-5, scale_by_max=True, what="param flows across tilings")
+
+
+# --- sum layer backward ----------------------------------------------------------------------
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("name,impl,tiles", IMPLS, ids=IMPL_IDS)
+def test_sum_flows_match_reference(device, batch, name, impl, tiles):
+    nodes, bs = (32, 16) if batch % 2 else (24, 4)
+    x = layer(nodes, bs, batch, device, seed=batch)
+    F = torch.rand(nodes, batch, generator=torch.Generator().manual_seed(batch)).to(device)
+    out = sum_layer_reference(x["element_mars"], x["params"], x["cids"], x["pids"], bs)
+    eflows, pflows = sum_layer_backward(
+        F, x["element_mars"], x["params"], out, x["cids"], x["pids"], bs, impl=impl, **tiles
+    )
+    want_e, want_p = sum_layer_backward_reference(
+        ref64(F), ref64(x["element_mars"]), ref64(x["params"]), x["cids"].cpu(), x["pids"].cpu(), bs
+    )
+    assert_close(eflows, want_e, scale_by_max=True, what=f"{name} element flows")
+    assert_close(pflows, want_p, scale_by_max=True, what=f"{name} param flows")
+
+
+@pytest.mark.parametrize("batch", (1, 3, 17))
+@pytest.mark.parametrize("name,impl,tiles", IMPLS, ids=IMPL_IDS)
+def test_sum_layer_autograd(device, batch, name, impl, tiles):
+    """Gradients of the differentiable sum_layer equal the reference's autograd gradients."""
+    x = layer(24, 8, batch, device, K=20, seed=7)
+    em = x["element_mars"].clone().requires_grad_()
+    p = x["params"].clone().requires_grad_()
+    out = sum_layer(em, p, x["cids"], x["pids"], 8, impl=impl, **tiles)
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(device)
+    d_em, d_p = torch.autograd.grad(out, (em, p), g)
+    em64, p64 = ref64(em).requires_grad_(), ref64(p).requires_grad_()
+    want = sum_layer_reference(em64, p64, x["cids"].cpu(), x["pids"].cpu(), 8)
+    w_em, w_p = torch.autograd.grad(want, (em64, p64), ref64(g))
+    assert_close(d_em, w_em, scale_by_max=True, what=f"{name} d element_mars")
+    assert_close(d_p, w_p, scale_by_max=True, what=f"{name} d params")
+
+
+def test_sum_layer_autograd_only_needed_inputs(device):
+    x = layer(16, 8, 2, device)
+    em = x["element_mars"].clone().requires_grad_()
+    out = sum_layer(em, x["params"], x["cids"], x["pids"], 8)
+    (d_em,) = torch.autograd.grad(out.sum(), (em,))
+    assert d_em.shape == em.shape and torch.isfinite(d_em).all()
+
+
+# --- -inf, zero weights, tied parameters ------------------------------------------------------
+@pytest.mark.parametrize("name,impl,tiles", IMPLS, ids=IMPL_IDS)
+def test_all_neg_inf_children(device, name, impl, tiles):
+    """Block 0's children are all -inf: its nodes are -inf, pass no flow, and nothing is NaN."""
+    nodes, bs, batch = 16, 8, 3
+    problem = {"layer": "sum", "nodes": nodes, "block_size": bs, "K": 6, "batch": batch, "tied": False}
+    x = make_layer(problem, device)
+    em = x["element_mars"].clone()
+    em[x["cids"][0].long()] = float("-inf")  # every child of block 0
+    em[:, 1] = float("-inf")  # batch column 1: every row -inf
+    out = sum_layer(em, x["params"], x["cids"], x["pids"], bs, impl=impl, **tiles)
+    want = sum_layer_reference(ref64(em), ref64(x["params"]), x["cids"].cpu(), x["pids"].cpu(), bs)
+    assert torch.isneginf(out[:bs]).all() and torch.isneginf(out[:, 1]).all()
+    assert_close(out, want, what="forward with -inf")
+    F = torch.rand(nodes, batch).to(device)
+    eflows, pflows = sum_layer_backward(F, em, x["params"], out, x["cids"], x["pids"], bs, impl=impl, **tiles)
+    assert not torch.isnan(eflows).any() and not torch.isnan(pflows).any()
+    want_e, want_p = sum_layer_backward_reference(
+        ref64(F), ref64(em), ref64(x["params"]), x["cids"].cpu(), x["pids"].cpu(), bs
+    )
+    assert_close(eflows, want_e, scale_by_max=True, what="element flows with -inf")
+    assert_close(pflows, want_p, scale_by_max=True, what="param flows with -inf")
+    emg, pg = em.clone().requires_grad_(), x["params"].clone().requires_grad_()
+    d_em, d_p = torch.autograd.grad(sum_layer(emg, pg, x["cids"], x["pids"], bs, impl=impl, **tiles).sum(), (emg, pg))
+    assert not torch.isnan(d_em).any() and not torch.isnan(d_p).any()
+
+
+@pytest.mark.parametrize("nodes,bs,batch", [(8, 4, 2), (32, 16, 16)])  # the second: tl.dot for "large"
+@pytest.mark.parametrize("name,impl,tiles", IMPLS, ids=IMPL_IDS)
+def test_zero_weights_far_above(device, nodes, bs, batch, name, impl, tiles):
+    """Block 0 gives weight 0 to a child 200 nats above its other children: the forward must not
+    shift by that child (its real terms would underflow to -inf), and the flows stay 0 there."""
+    x = layer(nodes, bs, batch, device, K=16)
+    em = x["element_mars"].clone()
+    p = x["params"].clone()
+    em[x["cids"][0, 0].long()] = 0.0
+    em[x["cids"][0, 1:].long()] = -200.0
+    p[x["pids"][0, 0] : x["pids"][0, 0] + bs] = 0.0  # block 0 ignores its highest child
+    out = sum_layer(em, p, x["cids"], x["pids"], bs, impl=impl, **tiles)
+    want = sum_layer_reference(ref64(em), ref64(p), x["cids"].cpu(), x["pids"].cpu(), bs)
+    assert_close(out, want, atol=1e-3, what="forward")  # |out| ~ 200: fp32 spacing 1.5e-5
+    F = torch.rand(nodes, batch).to(device)
+    eflows, pflows = sum_layer_backward(F, em, p, out, x["cids"], x["pids"], bs, impl=impl, **tiles)
+    want_e, want_p = sum_layer_backward_reference(ref64(F), ref64(em), ref64(p), x["cids"].cpu(), x["pids"].cpu(), bs)
+    assert_close(eflows, want_e, atol=1e-3, scale_by_max=True, what="element flows")
+    assert_close(pflows, want_p, atol=1e-3, scale_by_max=True, what="param flows")
+
+
+@pytest.mark.parametrize("batch", (1, 17))
+@pytest.mark.parametrize("name,impl,tiles", IMPLS, ids=IMPL_IDS)
+def test_tied_parameters(device, batch, name, impl, tiles):
+    """Blocks share one parameter set, and two edges of a block share a parameter run too."""
+    nodes, bs, K = 24, 8, 10
+    x = layer(nodes, bs, batch, device, K=K, tied=True, seed=2)
+    pids = x["pids"].clone()
+    pids[:, 3] = pids[:, 1]  # edges 1 and 3 of every block use the same weights
+    F = torch.rand(nodes, batch, generator=torch.Generator().manual_seed(4)).to(device)
+    out = sum_layer(x["element_mars"], x["params"], x["cids"], pids, bs, impl=impl, **tiles)
+    want = sum_layer_reference(ref64(x["element_mars"]), ref64(x["params"]), x["cids"].cpu(), pids.cpu(), bs)
+    assert_close(out, want, what="tied forward")
+    eflows, pflows = sum_layer_backward(F, x["element_mars"], x["params"], out, x["cids"], pids, bs, impl=impl, **tiles)
+    want_e, want_p = sum_layer_backward_reference(
+        ref64(F), ref64(x["element_mars"]), ref64(x["params"]), x["cids"].cpu(), pids.cpu(), bs
+    )
+    assert_close(eflows, want_e, scale_by_max=True, what="tied element flows")
+    assert_close(pflows, want_p, scale_by_max=True, what="tied param flows")
+    assert float(pflows[x["pids"][0, 3] : x["pids"][0, 3] + bs].abs().sum()) == 0.0  # the unused run
+
+
+# --- product layer ---------------------------------------------------------------------------
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("name,impl,tiles", IMPLS, ids=IMPL_IDS)
+def test_product_layer(device, batch, name, impl, tiles):
+    nodes, bs = (24, 8) if batch % 2 else (12, 4)
+    problem = {"layer": "product", "nodes": nodes, "block_size": bs, "K": 3, "batch": batch, "tied": False}
+    x = make_layer(problem, device)
+    nm = x["node_mars"].clone()
+    nm[5, 0] = float("-inf")
+    nm = nm.requires_grad_()
+    out = product_layer(nm, x["cids"], bs, impl=impl, **tiles)
+    nm64 = ref64(nm).requires_grad_()
+    want = product_layer_reference(nm64, x["cids"].cpu(), bs)
+    assert_close(out, want, what=f"{name} product forward")
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(batch)).to(device)
+    (d,) = torch.autograd.grad(out, (nm,), g)
+    (w,) = torch.autograd.grad(want, (nm64,), ref64(g))
+    assert_close(d, w, what=f"{name} product backward")
+
+
+def test_product_layer_shared_children(device):
+    """Two parent blocks read overlapping child rows: the backward sums both contributions."""
+    nm = torch.randn(12, 5).to(device).requires_grad_()
+    cids = torch.tensor([[0, 4], [2, 4]], dtype=torch.int64, device=device)
+    for impl, tiles in (("gpu", {"BLOCK_M": 2, "BLOCK_B": 4}), ("npu", {"TILE_M": 1, "GRID": 2})):
+        out = product_layer(nm, cids, 4, impl=impl, **tiles)
+        (d,) = torch.autograd.grad(out.sum(), (nm,))
+        nm64 = ref64(nm).requires_grad_()
+        (w,) = torch.autograd.grad(product_layer_reference(nm64, cids.cpu(), 4).sum(), (nm64,))
+        assert_close(d, w, what=f"{impl} shared children")
+
+
+# --- heuristics ------------------------------------------------------------------------------
+def test_heuristics_at_the_issue_shape():
+    """L = 1024 (one block of 1024), 132 SMs: large walks the block in one program at batch 1,
+    small spreads it over 128; auto picks small there and large once its grid fills the SMs."""
+    large = gpu.resolve_forward_tiles(1, 1024, 1024, 1, 132, heuristic="large")
+    small = gpu.resolve_forward_tiles(1, 1024, 1024, 1, 132, heuristic="small")
+    assert large.grid(1, 1024, 1) == (1, 1)
+    assert small.TILE_M == 8 and small.grid(1, 1024, 1)[0] == 128
+    assert small.TILE_K > small.BLOCK_B  # TILE_K decoupled from the batch
+    assert gpu.resolve_forward_tiles(1, 1024, 1024, 2, 132).heuristic == "small"
+    assert gpu.resolve_forward_tiles(16, 64, 1024, 8192, 132).heuristic == "large"
+    assert gpu.resolve_forward_tiles(1, 1024, 1024, 64, 132, heuristic="large").USE_DOT
+    assert gpu.resolve_product_tiles(1, 1024, 1, 132, heuristic="small").BLOCK_M == 8
+    assert gpu.resolve_product_tiles(1, 1024, 1, 132, heuristic="large").BLOCK_M == 1024
+    bwd = gpu.resolve_backward_tiles(1, 1024, 1024, 16, 132)
+    assert 1024 // bwd.P_TILE_M * (1024 // bwd.P_TILE_K) >= 132  # parameter flows fill the SMs at batch 16
+    assert 1024 // bwd.E_TILE_K >= 128  # so do element flows
+    t = npu.resolve_tiles(1, 1024, 1024, 1, 48, on_npu=True)
+    assert npu.ub_bytes(t.TILE_M, t.TILE_K, t.BLOCK_B) <= npu.UB_BYTES
+
+
+def test_largest_block_size():
+    assert largest_block_size(1024) == 1024
+    assert largest_block_size(4096) == 1024
+    assert largest_block_size(1536) == 512
+    assert largest_block_size(24) == 8
+    assert largest_block_size(7) == 1
+
+
+# --- bad input -------------------------------------------------------------------------------
+def _base(device="cpu"):
+    return layer(16, 8, 2, device, K=6)
+
+
+@pytest.mark.parametrize(
+    "mutate,match",
+    [
+        (lambda x: x.update(cids=x["cids"] + 100), "cids out of range"),
+        (lambda x: x.update(cids=x["cids"] - 100), "cids out of range"),
+        (lambda x: x.update(pids=x["pids"] + 10_000), "pids out of range"),
+        (lambda x: x.update(pids=x["pids"][:, :5].contiguous()), "K, the edges per block, must match"),
+        (lambda x: x.update(element_mars=x["element_mars"].double()), "element_mars has dtype"),
+        (lambda x: x.update(element_mars=x["element_mars"].to(torch.bfloat16)), "element_mars has dtype"),
+        (lambda x: x.update(params=x["params"].half()), "params has dtype"),
+        (lambda x: x.update(cids=x["cids"].float()), "cids has dtype"),
+        (lambda x: x.update(element_mars=x["element_mars"][0]), "element_mars must be 2-D"),
+        (lambda x: x.update(params=x["params"].reshape(1, -1)), "params must be 1-D"),
+        (lambda x: x.update(cids=x["cids"][0]), "cids must be 2-D"),
+        (lambda x: x.update(params=x["params"].to("meta")), "params is on meta"),
+        (lambda x: x.update(pids=x["pids"].to("meta")), "pids is on meta"),
+        (lambda x: x.update(element_mars=[[0.0]]), "element_mars must be a torch.Tensor"),
+    ],
+)
+def test_bad_sum_input(mutate, match):
+    x = _base()
+    mutate(x)
+    with pytest.raises(ValueError, match=match):
+        sum_layer(x["element_mars"], x["params"], x["cids"], x["pids"], 8)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"block_size": 0}, "block_size=0 must be a positive integer"),
+        ({"block_size": 8.0}, "block_size=8.0"),
+        ({"block_size": 4096}, "pids out of range"),
+        ({"impl": "tpu"}, "impl='tpu' is not allowed"),
+        ({"TILE_M": 3}, "TILE_M=3 must be a power of two"),
+        ({"TILE_K": 0}, "TILE_K=0 must be a power of two"),
+        ({"BLOCK_B": 12}, "BLOCK_B=12 must be a power of two"),
+        ({"PROGRAM_M": 4, "TILE_M": 8}, "PROGRAM_M=4 must be >= TILE_M=8"),
+        ({"heuristic": "medium"}, "heuristic='medium' is not allowed"),
+        ({"num_warps": 3}, "num_warps=3 is not allowed"),
+        ({"TILE_M": 64, "TILE_K": 64, "BLOCK_B": 8}, "exceeds the 16384-element"),
+        ({"BLOCK_SIZE": 64}, "unknown tile parameter BLOCK_SIZE"),
+        ({"impl": "npu", "heuristic": "small"}, "unknown tile parameter heuristic"),
+        ({"impl": "npu", "GRID": 0}, "GRID=0 must be a positive integer"),
+        ({"impl": "npu", "TILE_K": 6}, "TILE_K=6 must be a power of two"),
+    ],
+)
+def test_bad_sum_arguments(kwargs, match):
+    x = _base()
+    kwargs = dict(kwargs)
+    bs = kwargs.pop("block_size", 8)
+    with pytest.raises(ValueError, match=match):
+        sum_layer(x["element_mars"], x["params"], x["cids"], x["pids"], bs, **kwargs)
+
+
+def test_bad_backward_and_product_input():
+    x = _base()
+    out = sum_layer(x["element_mars"], x["params"], x["cids"], x["pids"], 8)
+    with pytest.raises(ValueError, match=r"node_flows has shape \(16, 3\)"):
+        sum_layer_backward(torch.ones(16, 3), x["element_mars"], x["params"], out, x["cids"], x["pids"], 8)
+    with pytest.raises(ValueError, match=r"out has shape \(8, 2\)"):
+        sum_layer_backward(torch.ones(16, 2), x["element_mars"], x["params"], out[:8], x["cids"], x["pids"], 8)
+    with pytest.raises(ValueError, match="PROGRAM_M"):
+        sum_layer_backward(out, x["element_mars"], x["params"], out, x["cids"], x["pids"], 8, PROGRAM_M=8)
+    nm = torch.randn(10, 2)
+    with pytest.raises(ValueError, match=r"cids out of range.*\+ block_size \(4\)"):
+        product_layer(nm, torch.tensor([[0, 8]]), 4)
+    with pytest.raises(ValueError, match="BLOCK_M=5 must be a power of two"):
+        product_layer(nm, torch.tensor([[0, 4]]), 4, BLOCK_M=5)
+    with pytest.raises(ValueError, match="node_mars has dtype"):
+        product_layer(nm.double(), torch.tensor([[0, 4]]), 4)
+
+
+def test_block_size_must_divide_the_layer():
+    with pytest.raises(ValueError, match="block_size=5 does not divide the layer's nodes=16"):
+        spec.make_inputs({**spec.resolve_problem({"nodes": 16, "block_size": 5})}, torch.float32, "cpu", 0)
+    with pytest.raises(ValueError, match="does not divide the layer's L=12"):
+        HMM(T=2, L=12, block_size=8, device="cpu")
+
+
+def test_index_checks_are_cached_and_follow_mutation():
+    """Ranges are checked once per index tensor and version: an in-place edit is re-checked."""
+    x = _base()
+    sum_layer(x["element_mars"], x["params"], x["cids"], x["pids"], 8)
+    x["cids"][0, 0] = 999
+    with pytest.raises(ValueError, match="cids out of range"):
+        sum_layer(x["element_mars"], x["params"], x["cids"], x["pids"], 8)
+
+
+# --- HMM -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("impl,L,batch", [("gpu", 24, 3), ("npu", 24, 1), ("gpu", 16, 2)])
+def test_hmm_chain_matches_classical_recursion(device, impl, L, batch):
+    hmm = HMM(T=4, L=L, V=5, device=device, impl=impl, seed=1)
+    assert hmm.block_size == largest_block_size(L)
+    x = hmm.sample(batch, seed=2)
+    ll, flows = hmm.forward_backward(x)
+    want, want_flows = hmm.reference_loglik(x, grads=True)
+    assert_close(ll, want, what="log-likelihood")
+    assert_close(hmm.trans_matrix(flows["trans"]), want_flows["trans"], scale_by_max=True, what="transition flows")
+    assert_close(flows["prior"], want_flows["prior"], scale_by_max=True, what="prior flows")
+    assert_close(flows["emit"], want_flows["emit"], scale_by_max=True, what="emission flows")
+    # Flows at the root sum to the batch (every sequence sends flow 1 through the prior).
+    assert abs(float(flows["prior"].sum()) - batch) < 1e-4
+
+
+def test_hmm_single_step_and_small_heuristic():
+    hmm = HMM(T=1, L=8, V=3, device="cpu", heuristic="small")
+    x = hmm.sample(2)
+    ll, flows = hmm.forward_backward(x)
+    assert_close(ll, hmm.reference_loglik(x), what="T=1 log-likelihood")
+    with pytest.raises(ValueError, match="CUDA graph replay needs a CUDA device"):
+        hmm.graphed(2)
+
+
+# --- spec and harness ------------------------------------------------------------------------
+@pytest.mark.parametrize("variant", ["gpu", "gpu_small", "npu", "torch"])
+@pytest.mark.parametrize("layer_kind", ["sum", "product"])
+def test_spec_variants_pass_the_harness(variant, layer_kind):
+    from kernels.bench import measure
+
+    rec = measure(
+        "block_sparse",
+        variant,
+        device="cpu",
+        dtype="fp32",
+        mode="full",
+        quick=True,
+        problem={"layer": layer_kind, "batch": 3},
+        rep_ms=1,
+        time_it=False,
+    )
+    assert rec.passed, rec.checks
+    names = {c["name"] for c in rec.checks}
+    want = {"out", "delement_mars", "dparams"} if layer_kind == "sum" else {"out", "dnode_mars"}
+    assert names == want
+
+
+def test_spec_shape_and_bytes():
+    problem = spec.resolve_problem({"nodes": 1024, "batch": 4})
+    assert problem["layer"] == "sum" and problem["block_size"] == 0
+    # forward: 1024 rows x 4 in, 1024*1024 params, 2 index arrays of 1024 int32, 1024 x 4 out
+    assert spec.min_bytes(problem, "forward", "fp32") == 4 * (1024 * 4 + 1024 * 1024 + 1024 * 4) + 8 * 1024
+    assert spec.variant("pyjuice").unavailable_reason("cpu")
+    assert spec.dtypes == ("fp32",)
+
+
+def test_npu_compile_cases_match_the_kernels():
+    import inspect
+
+    cases = npu.npu_compile_cases()
+    assert any(c.default for c in cases) and any(not c.default for c in cases)
+    for case in cases:
+        names = list(inspect.signature(case.kernel.fn).parameters)
+        assert set(case.signature) | set(case.constants) == set(names), case.name
+        assert not set(case.signature) & set(case.constants), case.name
+        assert case.ub_bytes and (not case.default or case.ub_bytes <= npu.UB_BYTES), case.name
+
+
+# --- GPU only: the issue's shapes ------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", (1, 2, 8, 16, 64))
+@pytest.mark.parametrize("heuristic", ("large", "small"))
+def test_gpu_issue_shape(batch, heuristic):
+    x = layer(1024, 1024, batch, "cuda")
+    out = sum_layer(x["element_mars"], x["params"], x["cids"], x["pids"], 1024, heuristic=heuristic)
+    want = sum_layer_reference(ref64(x["element_mars"]), ref64(x["params"]), x["cids"].cpu(), x["pids"].cpu(), 1024)
+    assert_close(out, want, what="L=1024 forward")
+    F = torch.rand(1024, batch, device="cuda")
+    e, p = sum_layer_backward(F, x["element_mars"], x["params"], out, x["cids"], x["pids"], 1024, heuristic=heuristic)
+    we, wp = sum_layer_backward_reference(
+        ref64(F), ref64(x["element_mars"]), ref64(x["params"]), x["cids"].cpu(), x["pids"].cpu(), 1024
+    )
+    assert_close(e, we, scale_by_max=True, what="L=1024 element flows")
+    assert_close(p, wp, scale_by_max=True, what="L=1024 param flows")
+
+
+@pytest.mark.gpu
+def test_gpu_graph_replay_matches_eager():
+    hmm = HMM(T=8, L=256, V=16, device="cuda")
+    g = hmm.graphed(4)
+    x = hmm.sample(4, seed=5)
+    g.x.copy_(x)
+    ll_graph, flows_graph = g.replay()
+    ll, flows = hmm.forward_backward(x)
+    assert_close(ll_graph, ll, atol=1e-5, what="graph ll")
+    assert_close(flows_graph["trans"], flows["trans"], atol=1e-5, scale_by_max=True, what="graph flows")
+
+
+@pytest.mark.gpu
+def test_gpu_pyjuice_peer_agrees():
+    from kernels.block_sparse import peer
+
+    if peer.available():
+        pytest.skip(peer.available())
+    hmm = HMM(T=6, L=128, V=16, device="cuda")
+    x = hmm.sample(4)
+    theirs = peer.PyJuiceHMM.like(hmm).forward(x)
+    assert_close(theirs, hmm.forward(x)["ll"], atol=1e-3, what="PyJuice vs our HMM")
