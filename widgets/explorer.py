@@ -26,6 +26,12 @@ best config outlined; "Apply best" (or clicking a heatmap cell) sets the control
 Programmatic use (tests, scripts): ``ex.set(BLOCK_SIZE=1024)``, ``ex.wait()``, ``ex.record``,
 ``ex.error_text``, ``ex.status_text``, ``ex.last_cached``, ``ex.last_latency_s``,
 ``ex.run_sweep("BLOCK_SIZE", [...], "BLOCK_SIZE_M", [...])``, ``ex.apply_best()``.
+
+In the page (browser tests): every control has the CSS class ``wb-control-<name>`` (``wb-control-BLOCK_SIZE``,
+``wb-control-rows`` …) and its name as label; the status line is ``.wb-status`` (inside
+``.wb-status-line``), an error ``.wb-error``, the figures ``.wb-speed``, ``.wb-memory`` and
+``.wb-heatmap``, the correctness table ``table.wb-checks``, the sweep button ``.wb-sweep-run``,
+its progress bar ``.wb-progress`` and the best-config button ``.wb-apply-best``.
 """
 
 from __future__ import annotations
@@ -260,9 +266,9 @@ class Explorer:
         self.w_apply_best = W.Button(description="Apply best", button_style="success", icon="check", disabled=True)
         self.w_best = W.HTML(value="")
         self.w_failures = W.HTML(value="")
-        self.heatmap_fig = self._figure_widget(go.Figure(layout=dict(height=320, template="plotly_white")))
-        self.heatmap_box = W.Box([self.heatmap_fig] if isinstance(self.heatmap_fig, W.Widget) else [])
-        self.heatmap_box.layout.display = "none"
+        # made on the first 2-D sweep: every FigureWidget ships plotly's widget bundle to the browser
+        self.heatmap_fig = None
+        self.heatmap_box = W.Box([])
 
         self._rebuild_params(variant)
         self._refresh_axes()
@@ -298,10 +304,7 @@ class Explorer:
                 self.w_failures,
             ]
         )
-        figs = W.HBox(
-            [w for w in (self.speed_fig, self.memory_fig) if isinstance(w, W.Widget)],
-            layout=W.Layout(flex_flow="row wrap"),
-        )
+        figs = W.VBox([w for w in (self.speed_fig, self.memory_fig) if isinstance(w, W.Widget)])
         self.widget = W.VBox(
             [
                 title,
@@ -320,6 +323,23 @@ class Explorer:
             ]
         )
         self.widget.add_class("wb-explorer")
+        # stable hooks for browser tests and styling: wb-control-<name>, wb-speed, wb-memory …
+        for name, w in self.controls.items():
+            w.add_class(f"wb-control-{name}")
+        for cls, w in (
+            ("wb-status-line", self.w_status),
+            ("wb-error-line", self.w_error),
+            ("wb-checks", self.w_checks),
+            ("wb-speed", self.speed_fig),
+            ("wb-memory", self.memory_fig),
+            ("wb-sweep-run", self.w_sweep_run),
+            ("wb-progress", self.w_progress),
+            ("wb-apply-best", self.w_apply_best),
+            ("wb-heatmap", self.heatmap_box),
+            ("wb-failures", self.w_failures),
+        ):
+            if isinstance(w, W.DOMWidget):
+                w.add_class(cls)
 
     def _figure_widget(self, fig):
         try:
@@ -336,6 +356,7 @@ class Explorer:
         for p in var.params:
             value = remembered.get(p.name, p.default)
             w = _param_widget(p, value if value in p.values else p.default)
+            w.add_class(f"wb-control-{p.name}")
             w.observe(self._on_control, names="value")
             self.param_widgets[p.name] = w
         self.params_box.children = list(self.param_widgets.values()) or [W.HTML("<i>none</i>")]
@@ -776,8 +797,12 @@ class Explorer:
                             "params": dict(best["params"]),
                             "problem": dict(best["problem"]),
                         }
-                    self.heatmap_box.layout.display = ""
-                    _update_figure(self.heatmap_fig, fig)
+                    if self.heatmap_fig is None:
+                        self.heatmap_fig = self._figure_widget(fig)
+                        if isinstance(self.heatmap_fig, W.Widget):
+                            self.heatmap_box.children = [self.heatmap_fig]
+                    else:
+                        _update_figure(self.heatmap_fig, fig)
                     self._hook_heatmap_clicks(var.name, x_axis, xs, y_axis, ys)
                     self.w_apply_best.disabled = self.best is None
                     self.w_best.value = (
