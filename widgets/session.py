@@ -17,6 +17,12 @@ A notebook is a ``parameters`` cell followed by calls on one Session::
     s.correctness(mode="full")                      # every output and gradient against the reference
     s.finish()          # <family>_records.csv/.json into out_dir; AssertionError if any check failed
 
+Also: ``s.measure(variant, problem, params, mode)`` (one configuration, a Record),
+``s.runnable()`` / ``s.unavailable()`` (what can run here, and why not), ``s.best`` (the best
+config of the last ``sweep2d``) and ``s.apply(s.best)`` (set the Explorer to it),
+``s.explorer(variant=..., debounce_s=0.2, peers=True, metric="ms")``, ``s.frame()`` (records as a
+DataFrame), ``s.problem`` (the starting problem), ``s.device`` (a ``kernels.device.Device``).
+
 Rules every method follows:
 
 - Problems start from the spec's knob defaults (``spec.quick`` sizes with ``quick=True``) and are
