@@ -273,3 +273,13 @@ def test_explorer_on_rms_norm_in_the_interpreter(tmp_path):
     assert "interpreter time" in ex.status_text
     ex.close()
     s.store.close()
+
+
+def test_default_store_follows_env_then_checkout(monkeypatch, tmp_path):
+    from widgets.session import default_store_path
+
+    monkeypatch.setenv("WORKBENCH_STORE", str(tmp_path / "x.sqlite"))
+    assert default_store_path() == tmp_path / "x.sqlite"
+    monkeypatch.delenv("WORKBENCH_STORE")
+    path = default_store_path()
+    assert path.parts[-2:] == ("results", "workbench.sqlite")

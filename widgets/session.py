@@ -38,8 +38,8 @@ Rules every method follows:
   name, ``{"gpu_row": {"BLOCK_SIZE": 1024}}`` to one variant; both forms mix.
 - Every configuration is measured once per session: results are cached by (variant, device,
   dtype, mode, problem, params) and shared with the Explorer. Newly measured records go to the
-  store (SQLite, ``kernels.store.DEFAULT_PATH`` / ``$WORKBENCH_STORE`` unless ``store=`` says
-  otherwise) the moment they are measured.
+  store (SQLite: ``$WORKBENCH_STORE``, else the checkout's ``results/workbench.sqlite``, unless
+  ``store=`` says otherwise) the moment they are measured.
 - A configuration that cannot run (tile too small, impossible size) is never an exception: it
   becomes a record with ``.error`` (a failed cell or a missing point, reason shown).
 - ``s.records`` is every record the session's sweeps / measurements returned (copies whose
@@ -53,6 +53,7 @@ Rules every method follows:
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -61,7 +62,7 @@ from typing import Any, Callable, Mapping, Sequence
 from kernels.bench import Record, measure
 from kernels.device import Device, get_device
 from kernels.spec import KernelSpec, Variant, dtype_name, get
-from kernels.store import Store, records_frame, write_csv, write_json
+from kernels.store import DEFAULT_PATH, Store, records_frame, write_csv, write_json
 from widgets import figures as F
 from widgets.core import (
     axis_kind,
@@ -123,7 +124,7 @@ class Session:
         if store is False:
             self.store = None
         elif store is None or store is True:
-            self.store = Store()
+            self.store = Store(default_store_path())
         elif isinstance(store, Store):
             self.store = store
         else:
@@ -628,6 +629,21 @@ class Session:
             f"Session({self.family!r}, device={self.device.kind!r}, dtype={self.dtype!r}, quick={self.quick}, "
             f"headless={self.headless}, records={len(self.records)})"
         )
+
+
+def default_store_path() -> Path:
+    """``$WORKBENCH_STORE``; else ``results/workbench.sqlite`` of the checkout the kernels
+    package lives in (so notebooks opened in notebooks/ share the repository's store); else
+    ``kernels.store.DEFAULT_PATH`` (relative to the working directory)."""
+    env = os.environ.get("WORKBENCH_STORE")
+    if env:
+        return Path(env)
+    import kernels
+
+    root = Path(kernels.__file__).resolve().parent.parent
+    if (root / "pyproject.toml").exists() and os.access(root, os.W_OK):
+        return root / "results" / "workbench.sqlite"
+    return DEFAULT_PATH
 
 
 def _progress_bar(total: int, label: str):
