@@ -100,7 +100,7 @@ def _annotate(row: dict, ub_bits: int) -> dict:
 
 def format_table(rows: list[dict]) -> str:
     header = (
-        f"{'family':19s} {'case':52s} {'dtype':5s} {'tiles':24s} {'verdict':13s} "
+        f"{'family':19s} {'case':62s} {'dtype':5s} {'tiles':24s} {'verdict':13s} "
         f"{'bits used|req / avail':>23s} {'model KB':>8s} {'pred':>4s} {'s':>5s}"
     )
     lines = [header, "-" * len(header)]
@@ -116,7 +116,7 @@ def format_table(rows: list[dict]) -> str:
             pred_text += "!"
         name = ("[D] " if r.get("default") else "    ") + r.get("case", "")
         lines.append(
-            f"{r.get('family', ''):19.19s} {name:52.52s} {r.get('dtype', ''):5s} {_tiles_text(r.get('tiles', {})):24.24s} "
+            f"{r.get('family', ''):19.19s} {name:62.62s} {r.get('dtype', ''):5s} {_tiles_text(r.get('tiles', {})):24.24s} "
             f"{verdict:13s} {bits_text:>23s} {('-' if model is None else f'{model / 1024:.1f}'):>8s} "
             f"{pred_text:>4s} {r.get('seconds', 0) or 0:5.2f}"
         )
