@@ -12,7 +12,7 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
 if [ -n "${1:-}" ]; then
-  python3 -m pytest -q -ra -m gpu -k "$1" -p no:cacheprovider --continue-on-collection-errors 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -25
+  timeout 400 python3 -m pytest -q -ra -m gpu -k "$1" -p no:cacheprovider --continue-on-collection-errors -o faulthandler_timeout=90 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -25
 fi
 if [ -n "${2:-}" ]; then
   bash "$2" 2>&1 | tee "$OUT/bench.txt"
