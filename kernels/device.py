@@ -46,14 +46,19 @@ def _npu_module():
 
 
 def kinds_present() -> list[str]:
-    """Device kinds usable in this process, in the order ``auto`` prefers them."""
+    """Device kinds usable in this process, in the order ``auto`` prefers them (probed once)."""
+    return list(_kinds_present())
+
+
+@functools.lru_cache(maxsize=1)
+def _kinds_present() -> tuple[str, ...]:
     present = []
     if torch.cuda.is_available():
         present.append("cuda")
     if _npu_module() is not None:
         present.append("npu")
     present.append("cpu")
-    return present
+    return tuple(present)
 
 
 @dataclass(frozen=True)
@@ -225,6 +230,7 @@ def _npu_vector_cores(index: int) -> int:
 
 # --- detection ---------------------------------------------------------------------------
 _DEVICES: dict[str, Device] = {}
+_BY_NAME: dict[object, Device] = {}  # what callers pass (str or torch.device) -> Device
 
 
 def get_device(name: str | torch.device | Device = "auto") -> Device:
@@ -235,6 +241,10 @@ def get_device(name: str | torch.device | Device = "auto") -> Device:
     """
     if isinstance(name, Device):
         return name
+    # Hot path (every kernel launch asks for its tensor's device): a dict lookup.
+    cached = _BY_NAME.get(name)
+    if cached is not None:
+        return cached
     if isinstance(name, torch.device):
         kind, index = name.type, name.index or 0
     else:
@@ -253,6 +263,8 @@ def get_device(name: str | torch.device | Device = "auto") -> Device:
     key = f"{kind}:{index}"
     if key not in _DEVICES:
         _DEVICES[key] = Device(kind, index)
+    if not (isinstance(name, str) and name.strip().lower() == "auto"):
+        _BY_NAME[name] = _DEVICES[key]
     return _DEVICES[key]
 
 

@@ -60,11 +60,11 @@ def _validate(x, weight, eps, casting_mode):
         raise ValueError(f"eps={eps!r} must be >= 0")
 
 
-def _resolve(impl_module, names, x2d, tiles):
-    unknown = sorted(set(tiles) - set(names))
+def _resolve(impl_module, names, x, tiles):
+    unknown = [name for name in tiles if name not in names]
     if unknown:
         raise ValueError(f"unknown tile parameter {', '.join(unknown)} for this impl; allowed: {', '.join(names)}")
-    return impl_module.tiles_for(x2d, **tiles)
+    return impl_module.tiles_for(x, **tiles)
 
 
 class _RMSNormFunction(torch.autograd.Function):
@@ -99,9 +99,7 @@ def rms_norm(
     """RMSNorm over the last axis; differentiable in x and weight (see the module docstring)."""
     _validate(x, weight, eps, casting_mode)
     impl_module, names = _impl_module(impl, x)
-    n_cols = x.shape[-1]
-    probe = x.detach().reshape(-1, n_cols)
-    resolved = _resolve(impl_module, names, probe, tiles)
+    resolved = _resolve(impl_module, names, x, tiles)
     if x.numel() == 0:
         return x.clone()
     return _RMSNormFunction.apply(x, weight, float(eps), float(offset), casting_mode, in_place, impl_module, resolved)

@@ -18,6 +18,7 @@ each program accumulates its own fp32 partial ``dw`` in registers and writes it 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -25,6 +26,7 @@ import triton
 import triton.language as tl
 
 from kernels.device import device_of, launcher
+from kernels.tiling import cdiv, is_power_of_two, next_power_of_2
 
 CASTING_CODES = {"llama": 0, "gemma": 1, "none": 2}
 # The largest tile (elements) one program holds in registers; larger rows need impl="npu"'s
@@ -141,10 +143,6 @@ class GpuTiles:
     GRID: int
 
 
-def _is_power_of_two(v) -> bool:
-    return isinstance(v, int) and v > 0 and (v & (v - 1)) == 0
-
-
 def default_num_warps(tile_elements: int) -> int:
     """Enough warps that each thread holds a few vectors of the tile (Triton tutorial rule)."""
     if tile_elements >= 32768:
@@ -158,9 +156,10 @@ def default_num_warps(tile_elements: int) -> int:
 
 def default_block_size_m(n_cols: int) -> int:
     """Rows per program for the multi-row variant: about 2048 elements of work per program."""
-    return max(1, min(16, 2048 // triton.next_power_of_2(n_cols)))
+    return max(1, min(16, 2048 // next_power_of_2(n_cols)))
 
 
+@functools.lru_cache(maxsize=4096)
 def resolve_tiles(
     n_rows: int,
     n_cols: int,
@@ -170,8 +169,10 @@ def resolve_tiles(
     num_warps="auto",
     GRID="auto",
 ) -> GpuTiles:
-    """Check tile choices and fill in the automatic ones; ValueError says what to change."""
-    need = triton.next_power_of_2(n_cols)
+    """Check tile choices and fill in the automatic ones; ValueError says what to change.
+
+    Cached: the launch path asks on every call with the same few shapes."""
+    need = next_power_of_2(n_cols)
     if need > MAX_TILE_ELEMENTS:
         raise ValueError(
             f"hidden={n_cols} does not fit the untiled GPU kernel (a row tile holds at most "
@@ -179,7 +180,7 @@ def resolve_tiles(
         )
     if BLOCK_SIZE == "auto":
         BLOCK_SIZE = need
-    elif not _is_power_of_two(BLOCK_SIZE):
+    elif not is_power_of_two(BLOCK_SIZE):
         raise ValueError(f"BLOCK_SIZE={BLOCK_SIZE!r} must be a power of two; use {need} for hidden={n_cols}")
     elif BLOCK_SIZE < n_cols:
         raise ValueError(
@@ -188,7 +189,7 @@ def resolve_tiles(
         )
     if BLOCK_SIZE_M == "auto":
         BLOCK_SIZE_M = default_block_size_m(n_cols)
-    elif not _is_power_of_two(BLOCK_SIZE_M):
+    elif not is_power_of_two(BLOCK_SIZE_M):
         raise ValueError(f"BLOCK_SIZE_M={BLOCK_SIZE_M!r} must be a power of two (1, 2, 4, …)")
     if BLOCK_SIZE * BLOCK_SIZE_M > MAX_TILE_ELEMENTS:
         raise ValueError(
@@ -200,7 +201,7 @@ def resolve_tiles(
         num_warps = default_num_warps(BLOCK_SIZE * BLOCK_SIZE_M)
     elif num_warps not in NUM_WARPS:
         raise ValueError(f"num_warps={num_warps!r} is not allowed; use one of {', '.join(map(str, NUM_WARPS))}")
-    n_tiles = triton.cdiv(max(n_rows, 1), BLOCK_SIZE_M)
+    n_tiles = cdiv(max(n_rows, 1), BLOCK_SIZE_M)
     if GRID == "auto":
         GRID = min(num_cores, n_tiles)
     elif not (isinstance(GRID, int) and GRID >= 1):
@@ -213,7 +214,7 @@ def rms_norm_forward(x2d, weight, eps, offset, casting_mode, tiles: GpuTiles):
     n_rows, n_cols = x2d.shape
     y = torch.empty_like(x2d)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
-    grid = (triton.cdiv(n_rows, tiles.BLOCK_SIZE_M),)
+    grid = (cdiv(n_rows, tiles.BLOCK_SIZE_M),)
     launcher(_rms_norm_forward_kernel, x2d)[grid](
         y,
         x2d,
@@ -261,5 +262,7 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: GpuT
     return dx, dw
 
 
-def tiles_for(x2d: torch.Tensor, **tiles) -> GpuTiles:
-    return resolve_tiles(x2d.shape[0], x2d.shape[1], device_of(x2d).num_cores, **tiles)
+def tiles_for(x: torch.Tensor, **tiles) -> GpuTiles:
+    """Tiles for x viewed as rows of its last axis."""
+    n_cols = x.shape[-1]
+    return resolve_tiles(x.numel() // max(n_cols, 1), n_cols, device_of(x).num_cores, **tiles)

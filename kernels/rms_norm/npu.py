@@ -24,6 +24,7 @@ Backward, with ``xhat = x * rstd`` and ``m = dy * (offset + w)``::
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -32,6 +33,7 @@ import triton.language as tl
 
 from kernels.device import device_of, launcher
 from kernels.rms_norm.gpu import CASTING_CODES
+from kernels.tiling import cdiv, is_power_of_two, next_power_of_2
 
 UB_BYTES = 192 * 1024  # Unified Buffer per core on Ascend 910B
 TILE_ELEMENTS = 2048  # the untiled kernel's target tile: BLOCK_SIZE_M x BLOCK_SIZE_N
@@ -213,10 +215,6 @@ class NpuTiles:
     USE_WHERE: bool
 
 
-def _is_power_of_two(v) -> bool:
-    return isinstance(v, int) and v > 0 and (v & (v - 1)) == 0
-
-
 # Unified Buffer model, calibrated against the Ascend compiler (``workbench npu-check --calibrate
 # rms_norm`` -> ub_calibration.json). bishengir-compile first plans with multi-buffering; when that
 # overflows it retries single-buffered, and reports "ub overflow" only when even that does not fit.
@@ -257,6 +255,7 @@ def ub_tile_bytes(block_m: int, block_n: int, elem_bytes: int, chunked: bool = F
     return max(ub_bytes(block_m, block_n, elem_bytes, backward, chunked) for backward in (False, True))
 
 
+@functools.lru_cache(maxsize=4096)
 def resolve_tiles(
     n_rows: int,
     n_cols: int,
@@ -276,10 +275,10 @@ def resolve_tiles(
     if not (isinstance(CHUNK_THRESHOLD, int) and CHUNK_THRESHOLD >= 1):
         raise ValueError(f"CHUNK_THRESHOLD={CHUNK_THRESHOLD!r} must be a positive integer (hidden size)")
     chunked = strategy == "chunked" or (strategy == "auto" and n_cols > CHUNK_THRESHOLD)
-    need = triton.next_power_of_2(n_cols)
+    need = next_power_of_2(n_cols)
     if BLOCK_SIZE_N == "auto":
         BLOCK_SIZE_N = min(need, TILE_ELEMENTS) if chunked else need
-    elif not _is_power_of_two(BLOCK_SIZE_N):
+    elif not is_power_of_two(BLOCK_SIZE_N):
         raise ValueError(f"BLOCK_SIZE_N={BLOCK_SIZE_N!r} must be a power of two (e.g. {min(need, TILE_ELEMENTS)})")
     elif not chunked and BLOCK_SIZE_N < n_cols:
         raise ValueError(
@@ -288,7 +287,7 @@ def resolve_tiles(
         )
     if BLOCK_SIZE_M == "auto":
         BLOCK_SIZE_M = 1 if chunked else max(1, TILE_ELEMENTS // BLOCK_SIZE_N)
-    elif not _is_power_of_two(BLOCK_SIZE_M):
+    elif not is_power_of_two(BLOCK_SIZE_M):
         raise ValueError(f"BLOCK_SIZE_M={BLOCK_SIZE_M!r} must be a power of two (1, 2, 4, …)")
     if on_npu:
         need_ub = ub_tile_bytes(BLOCK_SIZE_M, BLOCK_SIZE_N, elem_bytes, chunked)
@@ -298,7 +297,7 @@ def resolve_tiles(
                 f"of the {UB_BYTES // 1024} KB Unified Buffer (ub overflow predicted); lower BLOCK_SIZE_M or "
                 f"BLOCK_SIZE_N, or use strategy='chunked'"
             )
-    n_blocks = triton.cdiv(max(n_rows, 1), BLOCK_SIZE_M)
+    n_blocks = cdiv(max(n_rows, 1), BLOCK_SIZE_M)
     if GRID == "auto":
         GRID = num_cores
     elif not (isinstance(GRID, int) and GRID >= 1):
@@ -326,11 +325,12 @@ def ub_estimate(problem, params, dtype) -> int | None:
     return ub_tile_bytes(t.BLOCK_SIZE_M, t.BLOCK_SIZE_N, elem, t.chunked)
 
 
-def tiles_for(x2d: torch.Tensor, **tiles) -> NpuTiles:
-    dev = device_of(x2d)
-    return resolve_tiles(
-        x2d.shape[0], x2d.shape[1], dev.num_cores, x2d.element_size(), on_npu=dev.kind == "npu", **tiles
-    )
+def tiles_for(x: torch.Tensor, **tiles) -> NpuTiles:
+    """Tiles for x viewed as rows of its last axis."""
+    dev = device_of(x)
+    n_cols = x.shape[-1]
+    n_rows = x.numel() // max(n_cols, 1)
+    return resolve_tiles(n_rows, n_cols, dev.num_cores, x.element_size(), on_npu=dev.kind == "npu", **tiles)
 
 
 def rms_norm_forward(x2d, weight, eps, offset, casting_mode, tiles: NpuTiles):
