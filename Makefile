@@ -10,7 +10,7 @@ HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/
 TORCH_SPEC ?= $(if $(HAS_GPU),torch>=2.4,torch==2.13.0)
 PYTEST_ARGS ?=
 
-.PHONY: lab report test lint bench env
+.PHONY: lab report test lint bench env npu-check
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -33,3 +33,9 @@ test: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(VENV)/bin/workbench bench rms_norm --device auto --dtype bf16 --hidden 1024,4096,16384 --mode forward,full
+
+# Compile every family's default NPU kernels with the real Ascend front end (triton-ascend +
+# BiShengIR) in a separate virtualenv (.npu-venv). A registry outage is a warning; a default
+# configuration that does not compile fails.
+npu-check: $(VENV)/.installed
+	$(VENV)/bin/workbench npu-check --defaults-only --warn-unchecked --out results/npu_check
