@@ -270,8 +270,11 @@ def test_heuristics_at_the_issue_shape():
     bwd = gpu.resolve_backward_tiles(1, 1024, 1024, 16, 132)
     assert 1024 // bwd.P_TILE_M * (1024 // bwd.P_TILE_K) >= 132  # parameter flows fill the SMs at batch 16
     assert 1024 // bwd.E_TILE_K >= 128  # so do element flows
-    t = npu.resolve_tiles(1, 1024, 1024, 1, 48, on_npu=True)
-    assert npu.ub_bytes(t.TILE_M, t.TILE_K, t.BLOCK_B) <= npu.UB_BYTES
+    for batch in (1, 2, 3, 8, 16, 17, 64, 256):  # NPU defaults fit the calibrated UB model, never BLOCK_B = 8
+        t = npu.resolve_tiles(1, 1024, 1024, batch, 48, on_npu=True)
+        assert npu.ub_bytes(t.TILE_M, t.TILE_K, t.BLOCK_B) <= npu.UB_BYTES // 2 and t.BLOCK_B != 8
+    with pytest.raises(ValueError, match="ub overflow predicted"):
+        npu.resolve_tiles(1, 1024, 1024, 8, 48, on_npu=True, BLOCK_B=16, TILE_K=256)
 
 
 def test_largest_block_size():

@@ -514,6 +514,7 @@ spec = KernelSpec(
     min_bytes=_min_bytes,
     dtypes=("fp32",),
     tolerances={"fp32": (1e-4, 1e-4)},
+    ub_estimate=npu.ub_estimate,  # NPU tiles -> Unified Buffer bytes (calibrated; > npu.UB_BYTES overflows)
     variants=(
         Variant(
             "gpu",

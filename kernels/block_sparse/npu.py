@@ -9,8 +9,9 @@ only changes how the work is laid out, following DESIGN.md's "NPU kernels":
   node tile, edge tile) for parameter flows — and program ``p`` takes items ``p, p + GRID, …``.
   The batch tile is the fastest-varying item index, so programs running side by side share a
   node tile's parameters.
-- One tile shape for every kernel: ``TILE_M x TILE_K x BLOCK_B`` (about 4096 fp32 elements by
-  default), vector arithmetic only (no ``tl.dot``, so vector cores suffice).
+- One tile shape for every kernel: ``TILE_M x TILE_K x BLOCK_B``, sized by a Unified Buffer
+  model calibrated against the Ascend compiler (:func:`ub_bytes`); vector arithmetic only (no
+  ``tl.dot``, so vector cores suffice).
 - No ``tl.where`` anywhere. Padding is neutralised by the fill value of masked loads: element
   values load as -inf (``exp`` gives 0), weights and flows as 0, node values as +inf (so
   ``exp(em - out) = 0``). The forward's all -inf case uses the clamp ``max(m, -FLT_MAX)`` (see
@@ -38,7 +39,7 @@ from kernels.block_sparse.gpu import PRODUCT_BLOCK_M_CAP, SMALL_TILE_M, check_ti
 
 NEG_FLT_MAX = tl.constexpr(-3.4028234663852886e38)
 UB_BYTES = 192 * 1024  # Unified Buffer per core on Ascend 910B
-TILE_ELEMENTS = 4096  # default broadcast tile TILE_M x TILE_K x BLOCK_B
+TILE_ELEMENTS = 4096  # default TILE_M x TILE_K x w(BLOCK_B): half of what fits the Unified Buffer
 INT32_MAX = 2**31 - 1
 
 
@@ -269,15 +270,37 @@ def _product_backward_npu_kernel(
 
 
 # --- tiles ---------------------------------------------------------------------------------
-def ub_bytes(tile_m: int, tile_k: int, block_b: int) -> int:
-    """Unified Buffer estimate (bytes) for the sum-layer kernels at one tile, x2 for multi-buffering.
+def batch_lane_weight(block_b: int) -> int:
+    """How many fp32 lanes one batch column costs in the Unified Buffer, as BiShengIR plans it.
 
-    Live fp32 buffers: the broadcast product ``TILE_M x TILE_K x BLOCK_B``, element values and
-    their exponentials ``2 x TILE_K x BLOCK_B``, weights and their logs ``2 x TILE_M x TILE_K``,
-    accumulator / flows / node values ``3 x TILE_M x BLOCK_B``, and two int32 index vectors.
+    From the compiler's verdicts (``ub_calibration.json``): a unit batch axis is dropped (1); a
+    last axis under 32 bytes is padded to 8 lanes (2, 4 -> 8); ``BLOCK_B = 16`` costs about what
+    8 would if it were well behaved (the planner keeps half of it live), so ``BLOCK_B // 2`` from
+    16 on; ``BLOCK_B = 8`` (exactly 32 bytes) is planned badly — a ``8 x 64 x 8`` tile overflows
+    where ``8 x 64 x 16`` fits — and is weighted 32 so the model stays on the safe side.
     """
-    fp32 = 4 * (tile_m * tile_k * block_b + 2 * tile_k * block_b + 2 * tile_m * tile_k + 3 * tile_m * block_b)
-    return 2 * (fp32 + 2 * 4 * tile_k)
+    if block_b == 1:
+        return 1
+    if block_b < 8:
+        return 8
+    if block_b == 8:
+        return 32
+    return block_b // 2
+
+
+def ub_bytes(tile_m: int, tile_k: int, block_b: int) -> int:
+    """Unified Buffer bytes of the sum-layer kernels at one tile (forward, element and parameter
+    flows share the model), multi-buffering included.
+
+    ``23 x TILE_M x TILE_K x w(BLOCK_B) + 4096``: about six fp32 copies of the broadcast tile
+    (log-weights plus element values, the shifted exponentials, their sum) double-buffered, and a
+    little fixed space. Calibrated against the Ascend compiler at the default node tile TILE_M = 8
+    (``workbench npu-check --calibrate block_sparse``; every recorded point agrees). Away from it
+    the compiler's plan is irregular and the model only a guide — at TILE_M = 4, BLOCK_B = 4
+    overflows at TILE_K = 256 while BLOCK_B = 2 and 8 fit there; at TILE_M = 16, 16 x 32 x 8
+    fits although the model says not — so ``workbench npu-check`` stays the authority.
+    """
+    return 23 * tile_m * tile_k * batch_lane_weight(block_b) + 4096
 
 
 def product_ub_bytes(block_m: int, block_b: int) -> int:
@@ -312,11 +335,18 @@ def resolve_tiles(
     BLOCK_B="auto",
     GRID="auto",
 ) -> NpuTiles:
-    """Defaults: TILE_M = 8 nodes, BLOCK_B up to 16 columns, TILE_K as wide as ~4096 elements allow."""
+    """Defaults: TILE_M = 8 nodes; BLOCK_B = 1, 2 or 4 for batches up to 4 and 16 beyond (never 8,
+    which the Ascend planner handles badly, see :func:`batch_lane_weight`); TILE_K the largest
+    power of two keeping ``TILE_M x TILE_K x w(BLOCK_B) <= 4096`` (half the Unified Buffer, so
+    multi-buffering has room): 512 at batch 1, 64 from batch 2 on."""
     tile_m = min(_pow2(block_size), SMALL_TILE_M) if TILE_M == "auto" else check_tile("TILE_M", TILE_M)
-    block_b = min(_pow2(batch), 16) if BLOCK_B == "auto" else check_tile("BLOCK_B", BLOCK_B)
+    if BLOCK_B == "auto":
+        block_b = _pow2(batch) if batch <= 4 else 16
+    else:
+        block_b = check_tile("BLOCK_B", BLOCK_B)
     if TILE_K == "auto":
-        tile_k = min(_pow2(n_edges), 256, max(1, TILE_ELEMENTS // (tile_m * block_b)))
+        budget = max(1, TILE_ELEMENTS // (tile_m * batch_lane_weight(block_b)))
+        tile_k = min(_pow2(n_edges), 1 << (budget.bit_length() - 1))
     else:
         tile_k = check_tile("TILE_K", TILE_K)
     if on_npu and ub_bytes(tile_m, tile_k, block_b) > UB_BYTES:
@@ -532,49 +562,46 @@ def _flow_signature(first: str) -> dict:
     return sig
 
 
-def npu_compile_cases():
-    """Every NPU kernel at the default tiles for an HMM layer (L = 1024, block 1024) at batch 1,
-    8 and 64, plus wider non-default tiles; each with its Unified Buffer estimate."""
+_SUM_KERNELS = (
+    ("sum forward", _sum_forward_npu_kernel, dict(_SUM_SIGNATURE), {}),
+    ("sum element flows", _sum_element_flows_npu_kernel, _flow_signature("EF_ptr"), {}),
+    ("sum param flows", _sum_param_flows_npu_kernel, _flow_signature("PF_ptr"), {"MUL_PARAMS": True}),
+)
+
+
+def _sum_cases(tm: int, tk: int, tb: int, default: bool, note: str = "") -> list:
     from kernels.spec import NpuCompileCase
 
-    cases = []
-    for batch, default in ((1, True), (8, True), (64, True), (64, False)):
-        if default:
-            t = resolve_tiles(1, 1024, 1024, batch, 48)
-            tm, tk, tb = t.TILE_M, t.TILE_K, t.BLOCK_B
-        else:
-            tm, tk, tb = 16, 32, 16
-        tag = f"TILE_M={tm} TILE_K={tk} BLOCK_B={tb} (batch {batch})"
-        ub = ub_bytes(tm, tk, tb)
-        tiles = {"TILE_M": tm, "TILE_K": tk, "BLOCK_B": tb}
-        cases.append(
-            NpuCompileCase(
-                "block_sparse", f"sum forward {tag}", _sum_forward_npu_kernel, dict(_SUM_SIGNATURE), tiles, default, ub
-            )
+    tiles = {"TILE_M": tm, "BLOCK_B": tb, "TILE_K": tk}  # TILE_K last: the calibration's boundary axis
+    return [
+        NpuCompileCase(
+            "block_sparse",
+            f"{name} TILE_M={tm} BLOCK_B={tb} TILE_K={tk}{note}",
+            kernel,
+            dict(signature),
+            {**tiles, **extra},
+            default,
+            ub_bytes(tm, tk, tb),
         )
-        cases.append(
-            NpuCompileCase(
-                "block_sparse",
-                f"sum element flows {tag}",
-                _sum_element_flows_npu_kernel,
-                _flow_signature("EF_ptr"),
-                dict(tiles),
-                default,
-                ub,
-            )
-        )
-        cases.append(
-            NpuCompileCase(
-                "block_sparse",
-                f"sum param flows {tag}",
-                _sum_param_flows_npu_kernel,
-                _flow_signature("PF_ptr"),
-                {**tiles, "MUL_PARAMS": True},
-                default,
-                ub,
-            )
-        )
-        bm = min(tm, PRODUCT_BLOCK_M_CAP)
+        for name, kernel, signature, extra in _SUM_KERNELS
+    ]
+
+
+def npu_compile_cases():
+    """The NPU kernels at their default tiles for an HMM layer (L = 1024, one block of 1024) at
+    batch 1, 2, 3 and 64 (one case per distinct tile), plus non-default tiles the compiler is
+    known to reject (``BLOCK_B = 8``, a too-wide ``TILE_K``) or accept (``TILE_M = 16``)."""
+    from kernels.spec import NpuCompileCase
+
+    cases, seen = [], set()
+    for batch in (1, 2, 3, 64):
+        t = resolve_tiles(1, 1024, 1024, batch, 48, on_npu=True)
+        key = (t.TILE_M, t.TILE_K, t.BLOCK_B)
+        if key in seen:
+            continue
+        seen.add(key)
+        cases += _sum_cases(t.TILE_M, t.TILE_K, t.BLOCK_B, True, f" (batch {batch})")
+        bm = min(t.TILE_M, PRODUCT_BLOCK_M_CAP)
         for name, kernel, first, second in (
             ("product forward", _product_forward_npu_kernel, "OUT_ptr", "NM_ptr"),
             ("product backward", _product_backward_npu_kernel, "GRAD_IN_ptr", "GRAD_OUT_ptr"),
@@ -583,12 +610,40 @@ def npu_compile_cases():
             cases.append(
                 NpuCompileCase(
                     "block_sparse",
-                    f"{name} BLOCK_M={bm} BLOCK_B={tb} (batch {batch})",
+                    f"{name} BLOCK_M={bm} BLOCK_B={t.BLOCK_B} (batch {batch})",
                     kernel,
                     sig,
-                    {"BLOCK_M": bm, "BLOCK_B": tb},
-                    default,
-                    product_ub_bytes(bm, tb),
+                    {"BLOCK_M": bm, "BLOCK_B": t.BLOCK_B},
+                    True,
+                    product_ub_bytes(bm, t.BLOCK_B),
                 )
             )
+    for tm, tk, tb in ((8, 64, 8), (8, 256, 16), (16, 32, 16)):
+        cases += _sum_cases(tm, tk, tb, False)
     return cases
+
+
+def ub_calibration_cases():
+    """The sweep behind :func:`ub_bytes`: the three sum kernels at the default node tile
+    TILE_M = 8, BLOCK_B 1, 2, 4, 8, 16, and TILE_K doubling up to twice the modelled limit.
+    ``workbench npu-check --calibrate block_sparse`` records the verdicts in ``ub_calibration.json``."""
+    cases = []
+    for tb in (1, 2, 4, 8, 16):
+        for tk in (2**k for k in range(4, 12)):
+            if SMALL_TILE_M * tk * batch_lane_weight(tb) <= 4 * TILE_ELEMENTS:
+                cases += _sum_cases(SMALL_TILE_M, tk, tb, False)
+    return cases
+
+
+def ub_estimate(problem, params, dtype) -> int | None:
+    """The spec's UB estimate for the Explorer: the NPU tiles these params resolve to for the
+    sum layer (the product layer's tiles are far smaller); None when they do not resolve."""
+    tiles = {k: v for k, v in dict(params or {}).items() if k in ("TILE_M", "TILE_K", "BLOCK_B") and v != "auto"}
+    try:
+        from kernels.block_sparse import _shape
+
+        s = _shape(problem)
+        t = resolve_tiles(s["G"], s["bs"], s["K"], s["B"], 1, **tiles)
+    except (ValueError, KeyError):
+        return None
+    return ub_bytes(t.TILE_M, t.TILE_K, t.BLOCK_B)
