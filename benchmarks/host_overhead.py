@@ -53,11 +53,11 @@ def main(argv=None):
         grads = [inputs["x"], inputs["weight"]]
         dy = torch.randn(args.rows, args.hidden, device=dev.torch_device, dtype=dtype)
 
-        def fwd():
+        def fwd(var=var, inputs=inputs):
             with torch.no_grad():
                 return var.run(inputs, problem)
 
-        def full():
+        def full(var=var, inputs=inputs, grads=grads, dy=dy):
             return torch.autograd.grad(var.run(inputs, problem), grads, dy)
 
         print(f"{var.name:18s} {issue_time_us(dev, fwd):9.1f} {issue_time_us(dev, full):9.1f}", flush=True)
