@@ -35,8 +35,9 @@ node whose children are all -inf ends with ``acc = 0`` and ``log(0) + shift = -i
 
 Two tilings (``heuristic``):
 
-- ``large`` (designed for large batch): ``BLOCK_B`` 16 … 64 so the dot path applies, and one
-  program walks *all* ``bs`` nodes of its block (``PROGRAM_M = bs``). The grid is
+- ``large`` (designed for large batch): ``BLOCK_B`` 16 … 64 so the dot path applies (64 x 16
+  chunks, 8 warps where the tile is big), and one program walks *all* ``bs`` nodes of its block
+  (``PROGRAM_M = bs``). The grid is
   ``G x cdiv(B, BLOCK_B)``: at batch 1 with one block of 1024 nodes that is a single program,
   one SM busy — the small-batch pathology the issue describes.
 - ``small``: node tiles of ``TILE_M = 8`` are separate programs (``PROGRAM_M = TILE_M``) and
