@@ -18,13 +18,13 @@ for the NPU kernels.
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 
 import torch
 
 from kernels.fused_add_rms_norm import gpu, npu
 from kernels.fused_add_rms_norm.reference import CASTING_MODES, fused_add_rms_norm_reference
+from kernels.peers import compiled
 from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Knob, Param, Variant
 
 IMPLS = ("gpu", "npu", "auto")
@@ -229,15 +229,8 @@ def _eager(inputs, problem):
     return _reference(inputs, problem)
 
 
-@functools.lru_cache(maxsize=None)
 def _compiled():
-    import torch._dynamo
-
-    cfg = torch._dynamo.config
-    for name in ("cache_size_limit", "recompile_limit"):
-        if hasattr(cfg, name):
-            setattr(cfg, name, max(getattr(cfg, name), 256))
-    return torch.compile(fused_add_rms_norm_reference, dynamic=False)
+    return compiled(fused_add_rms_norm_reference)
 
 
 def _torch_compile(inputs, problem):

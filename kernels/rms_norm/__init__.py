@@ -13,11 +13,11 @@ for the NPU kernels. ``in_place=True`` lets the backward write dx over the incom
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 
 import torch
 
+from kernels.peers import compiled, missing
 from kernels.rms_norm import gpu, npu
 from kernels.rms_norm.reference import CASTING_MODES, rms_norm_reference
 from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Knob, Param, Variant
@@ -180,15 +180,8 @@ def _functional(inputs, problem):
     return torch.nn.functional.rms_norm(inputs["x"], (problem["hidden"],), w, problem["eps"])
 
 
-@functools.lru_cache(maxsize=None)
 def _compiled():
-    import torch._dynamo
-
-    cfg = torch._dynamo.config
-    for name in ("cache_size_limit", "recompile_limit"):
-        if hasattr(cfg, name):
-            setattr(cfg, name, max(getattr(cfg, name), 256))
-    return torch.compile(rms_norm_reference, dynamic=False)
+    return compiled(rms_norm_reference)
 
 
 def _torch_compile(inputs, problem):
@@ -196,9 +189,7 @@ def _torch_compile(inputs, problem):
 
 
 def _liger_available():
-    return (
-        None if importlib.util.find_spec("liger_kernel") else "Liger-Kernel is not installed (pip install liger-kernel)"
-    )
+    return missing("liger_kernel", "liger-kernel")
 
 
 def _liger(inputs, problem):

@@ -1,0 +1,42 @@
+"""Shared plumbing for peer variants (torch.compile, optional libraries).
+
+``compiled(fn)`` is the one place that configures torch.compile for benchmarking: many shapes
+in one process (raise the recompile limit so a sweep never silently falls back to eager) and
+backward timing with ``retain_graph=True`` (turn off donated buffers, which forbid it).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+
+
+@functools.cache
+def _configure_dynamo() -> None:
+    import torch._dynamo
+
+    cfg = torch._dynamo.config
+    for name in ("cache_size_limit", "recompile_limit"):
+        if hasattr(cfg, name):
+            setattr(cfg, name, max(getattr(cfg, name), 256))
+    try:
+        import torch._functorch.config as functorch_config
+
+        if hasattr(functorch_config, "donated_buffer"):
+            functorch_config.donated_buffer = False
+    except ImportError:
+        pass
+
+
+@functools.cache
+def compiled(fn):
+    """``torch.compile(fn, dynamic=False)``, configured for sweeps; one compiled wrapper per fn."""
+    import torch
+
+    _configure_dynamo()
+    return torch.compile(fn, dynamic=False)
+
+
+def missing(module: str, pip_name: str) -> str | None:
+    """None when ``module`` is importable, else the reason a peer variant is unavailable."""
+    return None if importlib.util.find_spec(module) else f"{pip_name} is not installed (pip install {pip_name})"
