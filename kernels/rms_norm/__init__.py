@@ -13,8 +13,6 @@ for the NPU kernels. ``in_place=True`` lets the backward write dx over the incom
 
 from __future__ import annotations
 
-import importlib.util
-
 import torch
 
 from kernels.peers import compiled, missing
