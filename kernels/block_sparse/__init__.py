@@ -10,7 +10,8 @@ runs :mod:`.npu` (grid = cores, grid-stride), ``"auto"`` the NPU kernels on an N
 kernels elsewhere (the CPU runs either in the Triton interpreter). Tiles, as keyword arguments:
 
 - ``sum_layer`` (gpu): ``heuristic`` ("auto" | "large" | "small"), ``TILE_M``, ``TILE_K``,
-  ``BLOCK_B``, ``PROGRAM_M``, ``num_warps``; the backward autograd runs follows ``heuristic``.
+  ``BLOCK_B``, ``PROGRAM_M``, ``num_warps``. These steer the forward kernel; the backward kernels
+  autograd runs follow ``heuristic`` alone (their broadcast tiles have different limits).
 - ``sum_layer_backward`` (gpu): ``heuristic``, ``TILE_M``, ``TILE_K``, ``BLOCK_B``, ``num_warps``.
 - ``product_layer`` (gpu): ``heuristic``, ``BLOCK_M`` (alias ``TILE_M``), ``BLOCK_B``, ``num_warps``.
 - every npu call: ``TILE_M``, ``TILE_K``, ``BLOCK_B``, ``GRID``.
