@@ -94,7 +94,8 @@ def bench_main(argv) -> int:
     parser = argparse.ArgumentParser(prog=f"workbench bench {spec.name}", description=spec.doc)
     parser.add_argument("family")
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--dtype", default="bf16", help="comma list of fp32, fp16, bf16")
+    default_dtype = "bf16" if "bf16" in spec.dtypes else spec.dtypes[0]
+    parser.add_argument("--dtype", default=default_dtype, help=f"comma list of {', '.join(spec.dtypes)}")
     parser.add_argument("--mode", default="forward", help=f"comma list of {', '.join(spec.modes)}")
     parser.add_argument("--variants", default="", help="comma list (default: every variant that can run here)")
     parser.add_argument(
