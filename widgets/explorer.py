@@ -30,8 +30,11 @@ Programmatic use (tests, scripts): ``ex.set(BLOCK_SIZE=1024)``, ``ex.wait()``, `
 In the page (browser tests): every control has the CSS class ``wb-control-<name>`` (``wb-control-BLOCK_SIZE``,
 ``wb-control-rows`` …) and its name as label; the status line is ``.wb-status`` (inside
 ``.wb-status-line``), an error ``.wb-error``, the figures ``.wb-speed``, ``.wb-memory`` and
-``.wb-heatmap``, the correctness table ``table.wb-checks``, the sweep button ``.wb-sweep-run``,
-its progress bar ``.wb-progress`` and the best-config button ``.wb-apply-best``.
+``.wb-heatmap``, the correctness table ``table.wb-checks`` (its caption names the configuration
+that ran), the sweep axes ``.wb-sweep-x`` / ``.wb-sweep-y`` and their value boxes
+``.wb-sweep-x-values`` / ``.wb-sweep-y-values``, the sweep button ``.wb-sweep-run``, its progress
+bar ``.wb-progress`` and label ``.wb-sweep-label``, the best-config button ``.wb-apply-best`` and
+its text ``.wb-best``.
 """
 
 from __future__ import annotations
@@ -332,7 +335,13 @@ class Explorer:
             ("wb-checks", self.w_checks),
             ("wb-speed", self.speed_fig),
             ("wb-memory", self.memory_fig),
+            ("wb-sweep-x", self.w_sweep_x),
+            ("wb-sweep-x-values", self.w_sweep_xv),
+            ("wb-sweep-y", self.w_sweep_y),
+            ("wb-sweep-y-values", self.w_sweep_yv),
             ("wb-sweep-run", self.w_sweep_run),
+            ("wb-sweep-label", self.w_sweep_label),
+            ("wb-best", self.w_best),
             ("wb-progress", self.w_progress),
             ("wb-apply-best", self.w_apply_best),
             ("wb-heatmap", self.heatmap_box),
@@ -632,15 +641,20 @@ class Explorer:
         sess = self._session_for(cfg["device"])
         self._render_status()
         peers = self._peer_records(sess, cfg)
-        self.w_checks.value = "<b>correctness</b>" + F.checks_html([rec] + peers)
+        # the caption names the configuration that ran, so the table is never read as another's
+        ran = f"{rec.variant} {F.mapping_str(rec.params)}".strip()
+        self.w_checks.value = f"<b>correctness</b> of {html.escape(ran)}" + F.checks_html([rec] + peers)
         axis = self.w_xaxis.value or self.spec.axis
+        # the title names the tiles the figure is drawn at (all but the axis)
+        tiles = F.mapping_str({k: v for k, v in cfg["params"].items() if k != axis})
         speed = F.speed_figure(
             self._slice(sess, cfg, axis) + self._peer_slice(sess, cfg, axis),
             axis,
             self.w_metric.value,
             order=[v.name for v in self.spec.variants],
             highlight=cfg["variant"],
-            title=f"{self.spec.title} {cfg['mode']} {cfg['dtype']} on {cfg['device']}: speed vs {axis}",
+            title=f"{self.spec.title} {cfg['mode']} {cfg['dtype']} on {cfg['device']}: speed vs {axis}"
+            + (f"<br><sup>{html.escape(cfg['variant'])} at {html.escape(tiles)}</sup>" if tiles else ""),
         )
         _update_figure(self.speed_fig, speed)
         memory = F.memory_figure(

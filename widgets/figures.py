@@ -204,13 +204,14 @@ def speed_figure(
         parts.append(tnote)
     if failed:
         parts.append(f"{len(failed)} configuration(s) failed")
+    top = _title_top(parts, 90)
     fig.update_layout(
         title=dict(text="<br>".join([parts[0]] + [f"<sup>{p}</sup>" for p in parts[1:]])),
         xaxis_title=axis,
         yaxis_title=label,
         template="plotly_white",
-        height=420,
-        margin=dict(t=90, l=60, r=20, b=50),
+        height=420 + top - 90,
+        margin=dict(t=top, l=60, r=20, b=50),
         legend=dict(orientation="v"),
     )
     if numeric_x and len(xs_all) > 1 and xs_all[0] > 0 and xs_all[-1] / xs_all[0] >= 8:
@@ -222,6 +223,13 @@ def speed_figure(
     if metric in ("ms", "wall_ms") and ys and min(ys) > 0 and max(ys) / min(ys) >= 20:
         fig.update_yaxes(type="log")
     return fig
+
+
+def _title_top(parts: Sequence[str], least: int) -> int:
+    """Top margin (px) that holds a title of these lines (each part a line, plus its own <br>s),
+    so subtitle notes never overlap the plot; at least ``least``."""
+    lines = sum(p.count("<br>") + 1 for p in parts)
+    return max(least, 40 + 22 * lines)
 
 
 def _add_bound(fig, ok, metric, xs_all, xpos):
@@ -422,13 +430,14 @@ def heatmap_figure(
         parts.append(f"best: {x_axis}={x_values[ix]}, {y_axis}={y_values[iy]} ({best[field]:.4g} {label})")
     if failed_x:
         parts.append(f"{len(failed_x)} failed cell(s) marked ✗")
+    top = _title_top(parts, 110)
     fig.update_layout(
         title=dict(text="<br>".join([parts[0]] + [f"<sup>{p}</sup>" for p in parts[1:]])),
         xaxis=dict(title=x_axis, tickvals=list(range(len(x_values))), ticktext=[str(v) for v in x_values]),
         yaxis=dict(title=y_axis, tickvals=list(range(len(y_values))), ticktext=[str(v) for v in y_values]),
         template="plotly_white",
-        height=max(320, 60 * len(y_values) + 160),
-        margin=dict(t=110, l=80, r=20, b=60),
+        height=max(320, 60 * len(y_values) + 160) + top - 110,
+        margin=dict(t=top, l=80, r=20, b=60),
         showlegend=bool(failed_x),
         legend=dict(orientation="h", y=-0.2),
     )
