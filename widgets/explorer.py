@@ -358,6 +358,7 @@ class Explorer:
 
     def _rebuild_params(self, variant: str) -> None:
         var = self.spec.variant(variant)
+        self._params_variant = variant  # whose tile widgets are on display
         for w in self.param_widgets.values():
             w.unobserve(self._on_control, names="value")
         remembered = self._tile_memory.get(variant, {})
@@ -532,7 +533,11 @@ class Explorer:
         self.relaunch()
 
     def _switch_variant(self, name: str) -> None:
-        """Make ``name`` the variant: its tile controls, modes and axes (no relaunch)."""
+        """Make ``name`` the variant: its tile controls, modes and axes (no relaunch). Already
+        shown (e.g. "Apply best" within the variant): nothing to rebuild, so the tile widgets and
+        the sweep values typed into the panel stay as they are."""
+        if name == self.w_variant.value and getattr(self, "_params_variant", None) == name:
+            return
         with self._hold():
             if self.w_variant.value != name:
                 self.w_variant.value = name
