@@ -1,0 +1,521 @@
+"""JupyterLab in headless Chromium: start a throwaway server, open a notebook, drive the Explorer.
+
+Used by the browser tests (``tests/browser/``) and by ``benchmarks/browser_latency.py``.
+
+- :class:`Lab` starts ``jupyter lab`` (this Python's) on a free localhost port with a random
+  token and temporary config / data / runtime / settings / workspace directories, waits until
+  it answers and shuts it down again: the REST shutdown first (which stops the kernels), then
+  SIGTERM and SIGKILL to its process group and to the kernels it started (they run in sessions
+  of their own).
+- :func:`launch_chromium` drives Debian's ``chromium`` through Playwright's Python API
+  (``executable_path``; Playwright's own browser downloads are never used).
+- :func:`prepare_notebook` copies a notebook with a cell of parameters injected after its
+  ``parameters`` cell (as papermill does), so a live run never edits the checkout's notebook.
+- :class:`NotebookPage` runs the notebook through JupyterLab's menus and reads / sets the
+  Explorer's controls the way a person does (select, keyboard on sliders, typing, clicking),
+  finding them by the Explorer's CSS hooks (``wb-control-<name>``, ``wb-speed`` …).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+# --- locating the pieces ---------------------------------------------------------------------
+def find_chromium() -> str | None:
+    """``$WORKBENCH_CHROMIUM``, else Debian's ``chromium`` on PATH (``/usr/bin/chromium``)."""
+    env = os.environ.get("WORKBENCH_CHROMIUM")
+    if env:
+        return env if os.access(env, os.X_OK) else None
+    for name in ("chromium", "chromium-browser"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def missing_pieces() -> list[str]:
+    """Why the browser suite cannot run here ([] when it can)."""
+    missing = []
+    if find_chromium() is None:
+        missing.append("no chromium executable (apt-get install chromium, or set WORKBENCH_CHROMIUM)")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        missing.append("no Playwright Python package (pip install playwright; its browser download is not needed)")
+    try:
+        import jupyterlab  # noqa: F401
+    except ImportError:
+        missing.append("no jupyterlab")
+    return missing
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- the notebook copy -----------------------------------------------------------------------
+def prepare_notebook(src: Path, dst_dir: Path, params: dict, name: str | None = None) -> Path:
+    """Copy ``src`` into ``dst_dir`` with a cell setting ``params`` right after the cell tagged
+    ``parameters`` (tagged ``injected-parameters``, like papermill's)."""
+    import nbformat
+
+    nb = nbformat.read(str(src), as_version=4)
+    index = next((i for i, c in enumerate(nb.cells) if "parameters" in c.get("metadata", {}).get("tags", [])), None)
+    if index is None:
+        raise ValueError(f"{src} has no cell tagged 'parameters'")
+    source = "# Parameters injected by the browser tests\n" + "\n".join(f"{k} = {v!r}" for k, v in params.items())
+    cell = nbformat.v4.new_code_cell(source, metadata={"tags": ["injected-parameters"]})
+    nb.cells.insert(index + 1, cell)
+    for c in nb.cells:  # a clean start: no old outputs in the page
+        if c.cell_type == "code":
+            c.outputs = []
+            c.execution_count = None
+    dst = Path(dst_dir) / (name or Path(src).name)
+    nbformat.write(nb, str(dst))
+    return dst
+
+
+# --- the server ------------------------------------------------------------------------------
+def _children(pid: int) -> list[int]:
+    """Direct children of ``pid`` (from /proc; [] where there is no /proc)."""
+    out = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...; comm may hold spaces and parentheses
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 1 and int(fields[1]) == pid:
+            out.append(int(entry.name))
+    return out
+
+
+def _die_with_parent() -> None:
+    """In the child before exec (Linux): SIGTERM when the process that started it dies, so a
+    killed test run (CI timeout, SIGKILL) leaves no server behind; the server then stops its
+    kernels, and a kernel exits by itself when its server is gone."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child of ours counts as gone
+        state = Path(f"/proc/{pid}/stat").read_text()
+        return state[state.rfind(")") + 2] != "Z"
+    except OSError:
+        return True
+
+
+class Lab:
+    """A throwaway JupyterLab server rooted at ``root_dir`` (see the module docstring).
+
+    ``env`` is added to the server's environment, which its kernels inherit (the checkout goes
+    first on ``PYTHONPATH`` so a notebook copied elsewhere still imports this checkout's code).
+    """
+
+    def __init__(self, root_dir: Path, work_dir: Path | None = None, env: dict | None = None):
+        self.root_dir = Path(root_dir)
+        self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="wb-lab-"))
+        self.port = free_port()
+        self.token = secrets.token_hex(24)
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.extra_env = dict(env or {})
+        self.proc: subprocess.Popen | None = None
+        self.log_path = self.work_dir / "jupyterlab.log"
+        self._log = None
+        self._kernel_pids: set[int] = set()
+
+    # settings: no news / update checks (no network, no toasts over the page)
+    def _write_settings(self, settings: Path) -> None:
+        notif = settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+        notif.parent.mkdir(parents=True, exist_ok=True)
+        notif.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+
+    def start(self, timeout: float = 90) -> Lab:
+        dirs = {n: self.work_dir / n for n in ("config", "data", "runtime", "settings", "workspaces")}
+        for d in dirs.values():
+            d.mkdir(parents=True, exist_ok=True)
+        self._write_settings(dirs["settings"])
+        # no announcements feed, no update check: nothing leaves the machine
+        lab_config = {"LabApp": {"news_url": None, "check_for_updates_class": "jupyterlab.NeverCheckForUpdate"}}
+        (dirs["config"] / "jupyter_lab_config.json").write_text(json.dumps(lab_config))
+        env = dict(os.environ)
+        env.update(
+            JUPYTER_CONFIG_DIR=str(dirs["config"]),
+            JUPYTER_DATA_DIR=str(dirs["data"]),
+            JUPYTER_RUNTIME_DIR=str(dirs["runtime"]),
+            JUPYTERLAB_SETTINGS_DIR=str(dirs["settings"]),
+            JUPYTERLAB_WORKSPACES_DIR=str(dirs["workspaces"]),
+            PYTHONPATH=os.pathsep.join([str(REPO)] + [p for p in [env.get("PYTHONPATH")] if p]),
+            PYTHONUNBUFFERED="1",
+        )
+        env.update(self.extra_env)
+        cmd = [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={self.port}",
+            "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={self.token}",
+            f"--ServerApp.root_dir={self.root_dir}",
+            f"--LabApp.user_settings_dir={dirs['settings']}",
+            f"--LabApp.workspaces_dir={dirs['workspaces']}",
+        ]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            cmd.append("--allow-root")
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=self.root_dir,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: stop() can signal all of it
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        )
+        self._wait_ready(timeout)
+        return self
+
+    def api(self, path: str, method: str = "GET", timeout: float = 5):
+        req = urllib.request.Request(
+            f"{self.url}{path}", method=method, headers={"Authorization": f"token {self.token}"}
+        )
+        if method != "GET":
+            req.data = b""
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            body = resp.read()
+        return json.loads(body) if body else None
+
+    def _wait_ready(self, timeout: float) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"jupyter lab exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                self.api("/api/status", timeout=2)
+                return
+            except (urllib.error.URLError, ConnectionError, OSError):
+                time.sleep(0.25)
+        raise TimeoutError(f"jupyter lab did not answer within {timeout:.0f} s:\n{self.log_tail()}")
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def notebook_url(self, relpath: str) -> str:
+        return f"{self.url}/lab/tree/{relpath}?token={self.token}&reset"
+
+    def kernel_pids(self) -> set[int]:
+        """Process ids of the server's children now (its kernels)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return set()
+        return set(_children(self.proc.pid))
+
+    def remember_kernels(self) -> None:
+        """Note the server's current child processes (its kernels, in sessions of their own)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self._kernel_pids.update(self.kernel_pids())
+
+    def stop(self, grace: float = 10) -> None:
+        """Shut the server and its kernels down; safe to call twice and after a crash."""
+        if self.proc is None:
+            return
+        self.remember_kernels()
+        if self.proc.poll() is None:
+            try:
+                self.api("/api/shutdown", method="POST", timeout=3)
+            except Exception:
+                pass
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                pass
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if self.proc.poll() is None:
+                try:
+                    os.killpg(self.proc.pid, sig)
+                except ProcessLookupError:
+                    pass
+                try:
+                    self.proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    pass
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            live = [p for p in self._kernel_pids if _alive(p)]
+            for pid in live:
+                try:
+                    os.killpg(pid, sig)  # a kernel leads its own session / process group
+                except (ProcessLookupError, PermissionError):
+                    try:
+                        os.kill(pid, sig)
+                    except ProcessLookupError:
+                        pass
+            end = time.monotonic() + 3
+            while live and time.monotonic() < end:
+                live = [p for p in live if _alive(p)]
+                time.sleep(0.1)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        self.proc = None
+
+    def __enter__(self) -> Lab:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+# --- the browser -----------------------------------------------------------------------------
+def launch_chromium(playwright, executable: str | None = None):
+    executable = executable or find_chromium()
+    if executable is None:
+        raise RuntimeError("no chromium executable")
+    return playwright.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_FLAGS)
+
+
+# JS helpers evaluated in the page ------------------------------------------------------------
+# A plotly graph inside an element: its title and a digest of its traces (what was drawn).
+_PLOT_JS = """
+(sel) => {
+  const host = document.querySelector(sel);
+  if (!host) return null;
+  const gd = host.classList.contains('js-plotly-plot') ? host : host.querySelector('.js-plotly-plot');
+  if (!gd || !gd.data) return {drawn: false};
+  const title = host.querySelector('.gtitle');
+  const traces = gd.data.map(t => ({
+    type: t.type || 'scatter', name: t.name || '',
+    x: Array.from(t.x || []).map(String), y: Array.from(t.y || []).map(String),
+    z: t.z ? Array.from(t.z).map(r => Array.from(r).map(v => v === null ? null : Number(v))) : null,
+  }));
+  return {
+    drawn: true,
+    title: title ? title.textContent : '',
+    traces: traces,
+    points: gd.querySelectorAll('.scatterlayer .point, .heatmaplayer image, .hm image').length,
+  };
+}
+"""
+
+
+class NotebookPage:
+    """One notebook open in JupyterLab, with Explorer helpers. ``page`` is a Playwright Page."""
+
+    def __init__(self, page, lab: Lab, relpath: str):
+        self.page = page
+        self.lab = lab
+        self.relpath = relpath
+        self.console: list[str] = []  # the browser console, uncaught page errors included
+        page.on("console", lambda m: self.console.append(f"[{m.type}] {m.text}"))
+        page.on("pageerror", lambda e: self.console.append(f"[pageerror] {e}"))
+
+    def page_errors(self) -> list[str]:
+        """Uncaught JavaScript errors in the page so far."""
+        return [c for c in self.console if c.startswith("[pageerror]")]
+
+    # --- the notebook ------------------------------------------------------------------------
+    def open(self, timeout: float = 90) -> NotebookPage:
+        self.page.goto(self.lab.notebook_url(self.relpath), wait_until="domcontentloaded", timeout=timeout * 1000)
+        self.page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=timeout * 1000)
+        # the kernel is up when the toolbar's status says idle
+        self.wait_kernel_idle(timeout)
+        return self
+
+    def kernel_status(self) -> str:
+        """The kernel's state as the status bar shows it ("Python 3 (ipykernel) | Idle" -> "idle");
+        '' before a kernel is attached."""
+        return self.page.evaluate(
+            """() => {
+              for (const e of document.querySelectorAll('.jp-StatusBar-TextItem')) {
+                const m = /^(.+) \\| (\\w[\\w ]*)$/.exec(e.textContent.trim());
+                if (m && m[1] !== 'No Kernel') return m[2].toLowerCase();
+              }
+              return '';
+            }"""
+        )
+
+    def wait_kernel_idle(self, timeout: float = 60) -> None:
+        end = time.monotonic() + timeout
+        status = ""
+        while time.monotonic() < end:
+            status = self.kernel_status()
+            if status == "idle":
+                return
+            time.sleep(0.2)
+        raise TimeoutError(f"kernel not idle after {timeout:.0f} s (status {status!r})")
+
+    def run_all(self) -> None:
+        """Run > Run All Cells, through the menu bar as a person would."""
+        self.page.get_by_role("menuitem", name="Run", exact=True).click()
+        self.page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+
+    def cells_state(self) -> list[str]:
+        """Each code cell's prompt: '[3]:' ran, '[*]:' running or queued, '[ ]:' not run."""
+        return self.page.evaluate(
+            """() => Array.from(document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt'))
+                    .map(e => e.textContent.trim())"""
+        )
+
+    def wait_all_ran(self, timeout: float = 240) -> list[str]:
+        """Wait until Run All is over: nothing running or queued and the kernel idle (all cells
+        numbered, or execution stopped at an error and stayed so for a while). Returns the prompts."""
+        end = time.monotonic() + timeout
+        prompts: list[str] = []
+        settled_since = None
+        while time.monotonic() < end:
+            prompts = self.cells_state()
+            numbered = [p for p in prompts if p[1:-2].strip().isdigit()]
+            busy = any("*" in p for p in prompts) or self.kernel_status() != "idle"
+            if prompts and not busy and len(numbered) == len(prompts):
+                return prompts
+            if numbered and not busy:  # stopped early (an error): wait a little to be sure
+                settled_since = settled_since or time.monotonic()
+                if time.monotonic() - settled_since > 3:
+                    return prompts
+            else:
+                settled_since = None
+            time.sleep(0.3)
+        raise TimeoutError(f"cells still running after {timeout:.0f} s: {prompts}")
+
+    def tracebacks(self) -> list[str]:
+        """Texts of error outputs (tracebacks) in the notebook."""
+        return self.page.evaluate(
+            """() => Array.from(document.querySelectorAll('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'))
+                .map(e => e.textContent)
+                .filter(t => /Traceback \\(most recent call last\\)|^\\s*Cell In\\[|\\w+Error: /.test(t))
+                .map(t => t.slice(-3000))"""
+        )
+
+    def widget_errors(self) -> list[str]:
+        """Widget views that failed to render (a front-end / extension mismatch shows these)."""
+        return self.page.evaluate(
+            """() => Array.from(document.querySelectorAll('.jp-OutputArea-output'))
+                .map(e => e.textContent)
+                .filter(t => /Error displaying widget|Failed to load model class|Error rendering/.test(t))
+                .map(t => t.slice(0, 1000))"""
+        )
+
+    # --- the Explorer ------------------------------------------------------------------------
+    def control(self, name: str):
+        return self.page.locator(f".wb-explorer .wb-control-{name}").first
+
+    def text_of(self, css: str) -> str:
+        """Text of the first match (textContent: the notebook skips rendering cells out of view,
+        so innerText of an off-screen Explorer would be empty)."""
+        loc = self.page.locator(f".wb-explorer {css}")
+        return (loc.first.text_content() or "") if loc.count() else ""
+
+    def select(self, name: str, value: str) -> None:
+        """A Dropdown control: pick ``value`` by its label."""
+        self.control(name).locator("select").select_option(label=str(value))
+
+    def dropdown(self, name: str) -> dict:
+        """A Dropdown control: {"value": the shown label, "options": every label}."""
+        return (
+            self.control(name)
+            .locator("select")
+            .evaluate(
+                """s => ({value: s.options[s.selectedIndex] ? s.options[s.selectedIndex].text : null,
+                     options: Array.from(s.options).map(o => o.text)})"""
+            )
+        )
+
+    def input_value(self, css: str) -> str:
+        """The text in a Text / IntText control (by control name or CSS)."""
+        css = css if css.startswith((".", "#")) else f".wb-control-{css}"
+        return self.page.locator(f".wb-explorer {css} input").first.input_value()
+
+    def checks(self) -> dict:
+        """The correctness table: its caption (which configuration ran) and its rows as texts."""
+        return self.page.evaluate(
+            """() => {
+              const host = document.querySelector('.wb-explorer .wb-checks');
+              if (!host) return {caption: '', rows: []};
+              const table = host.querySelector('table');
+              const rest = host.cloneNode(true);
+              rest.querySelectorAll('table').forEach(t => t.remove());
+              const rows = table ? Array.from(table.querySelectorAll('tr')).slice(1)
+                  .map(r => Array.from(r.querySelectorAll('td')).map(c => c.textContent.trim())) : [];
+              return {caption: rest.textContent.trim(), rows: rows};
+            }"""
+        )
+
+    def slider_value(self, name: str) -> str:
+        return (self.control(name).locator(".widget-readout").text_content() or "").strip()
+
+    def slide_to(self, name: str, value: str, options: list[str], timeout: float = 10) -> None:
+        """A SelectionSlider control: focus its handle and step with the arrow keys to ``value``
+        (``options`` are its labels in order). Each key press is a change, as for a person."""
+        handle = self.control(name).locator(".noUi-handle").first
+        current = self.slider_value(name)
+        steps = options.index(str(value)) - options.index(current)
+        handle.focus()
+        key = "ArrowRight" if steps > 0 else "ArrowLeft"
+        for _ in range(abs(steps)):
+            self.page.keyboard.press(key)
+        end = time.monotonic() + timeout
+        while self.slider_value(name) != str(value):
+            if time.monotonic() > end:
+                raise TimeoutError(f"{name} shows {self.slider_value(name)!r}, not {value!r}")
+            time.sleep(0.05)
+
+    def type_into(self, name_or_css: str, text: str) -> None:
+        """A Text control (by control name or CSS): replace its text and commit with Enter."""
+        css = name_or_css if name_or_css.startswith((".", "#")) else f".wb-control-{name_or_css}"
+        box = self.page.locator(f".wb-explorer {css} input, .wb-explorer {css} textarea").first
+        box.fill(str(text))
+        box.press("Enter")
+
+    def plot(self, css: str) -> dict | None:
+        return self.page.evaluate(_PLOT_JS, f".wb-explorer {css}")
+
+    def wait_for(self, predicate, timeout: float, what: str, poll: float = 0.1):
+        """Poll ``predicate()`` until it returns something truthy; that value is returned."""
+        end = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < end:
+            last = predicate()
+            if last:
+                return last
+            time.sleep(poll)
+        raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")

@@ -1,0 +1,203 @@
+"""The live RMSNorm Explorer in a real JupyterLab, driven through headless Chromium.
+
+One notebook run serves the module (session fixture ``notebook``): the tests run in file order
+and each sets the controls it needs, through the page only (select, arrow keys on a slider's
+handle, typing, clicking), then reads what the page shows.
+"""
+
+from __future__ import annotations
+
+import re
+
+from labkit import NotebookPage
+
+import kernels
+
+SPEC = kernels.get("rms_norm")
+QUICK = SPEC.quick  # the notebook's CPU sizes: rows=37, hidden=300
+WAIT = 45  # seconds for one relaunch or sweep to show (an interpreter run takes ~1-2 s)
+
+
+def labels(variant: str, param: str) -> list[str]:
+    return [str(v) for v in SPEC.variant(variant).param(param).values]
+
+
+def names(text: str, *pairs: str) -> bool:
+    """Every ``name=value`` of ``pairs`` appears in ``text`` as a whole item."""
+    return all(re.search(rf"(?<![\w.]){re.escape(p)}(?![\w.])", text) for p in pairs)
+
+
+def shown(nb: NotebookPage, variant: str, *pairs: str) -> dict | None:
+    """The page's state once the correctness table's caption and the speed figure's title both
+    name this configuration and nothing is being measured; None before. (The table, the
+    figure and the status line are separate widgets: their updates arrive one after another.)"""
+    checks = nb.checks()
+    caption = checks["caption"]
+    if not caption.startswith(f"correctness of {variant} ") or not names(caption, *pairs):
+        return None
+    speed = nb.plot(".wb-speed")
+    if not speed or not speed.get("drawn") or not names(speed["title"], f"{variant} at", *pairs):
+        return None
+    status = nb.text_of(".wb-status")
+    if not status or status.startswith("measuring"):
+        return None
+    return {"checks": checks, "status": status, "error": nb.text_of(".wb-error"), "speed": speed}
+
+
+def wait_shown(nb: NotebookPage, variant: str, *pairs: str) -> dict:
+    return nb.wait_for(lambda: shown(nb, variant, *pairs), WAIT, f"the Explorer to show {variant} {pairs}")
+
+
+def trace(plot: dict, name: str) -> dict | None:
+    return next((t for t in plot["traces"] if t["name"] == name), None)
+
+
+def own_rows(checks: dict, variant: str) -> list[list[str]]:
+    return [r for r in checks["rows"] if r and r[0] == variant]
+
+
+def use_variant(nb: NotebookPage, variant: str) -> None:
+    if nb.dropdown("variant")["value"] != variant:
+        nb.select("variant", variant)
+    nb.wait_for(lambda: nb.checks()["caption"].startswith(f"correctness of {variant} "), WAIT, f"variant {variant}")
+
+
+def test_notebook_runs_live_and_the_controls_render(notebook):
+    nb = notebook
+    assert all(p[1:-2].isdigit() for p in nb.prompts), f"Run All did not finish every cell: {nb.prompts}"
+    assert not nb.tracebacks(), "a cell raised:\n" + "\n\n".join(nb.tracebacks())
+    assert not nb.widget_errors(), f"widgets failed to render: {nb.widget_errors()}"
+    assert nb.page.locator(".wb-explorer").count() == 1
+
+    # device, dtype, variant: dropdowns with what can run here
+    device = nb.dropdown("device")
+    assert device == {"value": "cpu", "options": ["cpu"]}, device
+    dtype = nb.dropdown("dtype")
+    assert dtype["value"] == "bf16" and set(dtype["options"]) == set(SPEC.dtypes), dtype
+    variant = nb.dropdown("variant")
+    assert variant["value"] == "gpu_row", variant
+    assert {"gpu_row", "gpu_multirow", "npu", "torch_eager"} <= set(variant["options"]), variant
+    # batch (rows) and hidden: free integers at the quick sizes
+    assert nb.input_value("rows") == str(QUICK["rows"])
+    assert nb.input_value("hidden") == str(QUICK["hidden"])
+    # the tile knobs of the variant: BLOCK_SIZE as a slider at its default
+    assert nb.control("BLOCK_SIZE").locator(".noUi-handle").count() == 1
+    assert nb.slider_value("BLOCK_SIZE") == "auto"
+    assert nb.page.locator(".wb-explorer .wb-control-BLOCK_SIZE_M").count() == 0  # gpu_row has no row tile
+
+    # the first launch drew both figures and a passing correctness table
+    state = wait_shown(nb, "gpu_row", "BLOCK_SIZE=auto")
+    assert state["speed"]["drawn"] and trace(state["speed"], "gpu_row"), state["speed"]
+    memory = nb.plot(".wb-memory")
+    assert memory["drawn"] and memory["traces"], memory
+    assert own_rows(state["checks"], "gpu_row") and all(r[-1] == "pass" for r in state["checks"]["rows"])
+    assert "pass" in state["status"] and "interpreter" in state["status"], state["status"]
+
+    # a multi-row variant brings its TILE_M knob (BLOCK_SIZE_M) with it
+    use_variant(nb, "gpu_multirow")
+    assert nb.page.locator(".wb-explorer .wb-control-BLOCK_SIZE_M").count() == 1
+    assert nb.slider_value("BLOCK_SIZE_M") == "auto"
+    use_variant(nb, "gpu_row")
+    assert nb.page.locator(".wb-explorer .wb-control-BLOCK_SIZE_M").count() == 0
+    assert not nb.page_errors(), nb.page_errors()
+
+
+def test_block_size_change_relaunches_and_redraws(notebook):
+    nb = notebook
+    use_variant(nb, "gpu_row")
+    options = labels("gpu_row", "BLOCK_SIZE")
+    nb.slide_to("BLOCK_SIZE", "auto", options)
+    before = wait_shown(nb, "gpu_row", "BLOCK_SIZE=auto")
+    old = trace(before["speed"], "gpu_row")
+    assert old is not None, before["speed"]
+
+    # 2048 >= hidden: valid, and not measured by the notebook's own sweeps, so a real relaunch
+    nb.slide_to("BLOCK_SIZE", "2048", options)
+    after = wait_shown(nb, "gpu_row", "BLOCK_SIZE=2048")
+    assert "cached" not in after["status"].split(" | "), f"expected a new measurement: {after['status']}"
+    assert "compile+first call" in after["status"] and "pass" in after["status"].split(" | ")
+    assert after["error"] == ""
+    rows = own_rows(after["checks"], "gpu_row")
+    assert rows and all(r[-1] == "pass" for r in rows), after["checks"]
+    speed = after["speed"]
+    assert names(speed["title"], "BLOCK_SIZE=2048"), speed["title"]
+    new = trace(speed, "gpu_row")
+    assert new is not None and new["x"] == [str(QUICK["hidden"])], speed
+    assert new["y"] != old["y"], "the speed figure still shows the old measurement"
+
+    # back to a setting seen before: served from the cache, figure drawn again
+    nb.slide_to("BLOCK_SIZE", "auto", options)
+    back = wait_shown(nb, "gpu_row", "BLOCK_SIZE=auto")
+    assert "cached" in back["status"].split(" | "), back["status"]
+    assert names(back["speed"]["title"], "BLOCK_SIZE=auto")
+
+
+def test_invalid_tile_shows_its_error_and_the_kernel_lives_on(notebook):
+    nb = notebook
+    use_variant(nb, "gpu_row")
+    options = labels("gpu_row", "BLOCK_SIZE")
+    kernel = nb.lab.kernel_pids()
+    assert kernel == nb.kernel_pids_at_start and len(kernel) == 1, (kernel, nb.kernel_pids_at_start)
+
+    # 128 < hidden=300: the untiled kernel cannot hold the row
+    nb.slide_to("BLOCK_SIZE", "128", options)
+    bad = wait_shown(nb, "gpu_row", "BLOCK_SIZE=128")
+    assert "BLOCK_SIZE=128 is smaller than hidden=300" in bad["error"], bad["error"]
+    assert nb.page.locator(".wb-explorer .wb-error").first.is_visible()
+    assert "cannot run" in bad["status"], bad["status"]
+    assert any("error" in " ".join(r) for r in own_rows(bad["checks"], "gpu_row")), bad["checks"]
+    assert not nb.tracebacks(), nb.tracebacks()
+
+    # the kernel is the same process, idle, and no dialog (dead / restarting kernel) came up
+    assert nb.lab.kernel_pids() == kernel
+    nb.wait_kernel_idle(30)
+    assert nb.page.locator(".jp-Dialog").count() == 0
+
+    # a valid setting afterwards runs again and clears the error
+    nb.slide_to("BLOCK_SIZE", "4096", options)
+    good = wait_shown(nb, "gpu_row", "BLOCK_SIZE=4096")
+    assert good["error"] == "", good["error"]
+    assert "pass" in good["status"].split(" | ") and "cached" not in good["status"].split(" | "), good["status"]
+    rows = own_rows(good["checks"], "gpu_row")
+    assert rows and all(r[-1] == "pass" for r in rows), good["checks"]
+    assert names(good["speed"]["title"], "BLOCK_SIZE=4096") and trace(good["speed"], "gpu_row")
+    assert nb.lab.kernel_pids() == kernel
+
+
+def test_sweep_draws_its_heatmap_and_apply_best_sets_the_controls(notebook):
+    nb = notebook
+    use_variant(nb, "gpu_multirow")
+    page = nb.page
+    page.locator(".wb-explorer .wb-sweep-x select").select_option(label="BLOCK_SIZE")
+    page.locator(".wb-explorer .wb-sweep-y select").select_option(label="BLOCK_SIZE_M")
+    # 256 < hidden fails (marked cells); none of these was measured by the notebook's own sweep
+    nb.type_into(".wb-sweep-x-values", "256, 1024")
+    nb.type_into(".wb-sweep-y-values", "2, 8")
+    assert nb.plot(".wb-heatmap") is None or not nb.plot(".wb-heatmap").get("drawn")
+    page.locator(".wb-explorer .wb-sweep-run").first.click()
+
+    nb.wait_for(lambda: "done" in nb.text_of(".wb-sweep-label"), WAIT, "the sweep to finish")
+    assert nb.text_of(".wb-progress").strip() == "4/4", nb.text_of(".wb-progress")
+    heat = nb.wait_for(lambda: (nb.plot(".wb-heatmap") or {}).get("drawn") and nb.plot(".wb-heatmap"), WAIT, "heatmap")
+    cells = next(t for t in heat["traces"] if t["type"] == "heatmap")
+    assert len(cells["z"]) == 2 and all(len(row) == 2 for row in cells["z"]), cells
+    assert [row[0] for row in cells["z"]] == [None, None], "BLOCK_SIZE=256 cells should be failures"
+    assert all(isinstance(row[1], float) and row[1] > 0 for row in cells["z"]), cells["z"]
+    assert "2 failed cell(s)" in heat["title"], heat["title"]
+    assert any(t["type"] == "scatter" and t["name"].startswith("failed") for t in heat["traces"])
+    assert "smaller than hidden=300" in nb.text_of(".wb-failures")
+
+    best = nb.text_of(".wb-best")
+    m = re.search(r"BLOCK_SIZE=(\d+), BLOCK_SIZE_M=(\d+)", best)
+    assert m and m.group(1) == "1024" and m.group(2) in ("2", "8"), best
+    button = page.locator(".wb-explorer .wb-apply-best").first
+    assert button.is_enabled()
+    button.click()
+    state = wait_shown(nb, "gpu_multirow", "BLOCK_SIZE=1024", f"BLOCK_SIZE_M={m.group(2)}")
+    assert nb.slider_value("BLOCK_SIZE") == "1024" and nb.slider_value("BLOCK_SIZE_M") == m.group(2)
+    assert "cached" in state["status"].split(" | "), state["status"]  # the sweep measured it
+    # applying a cell of the same variant keeps the sweep the person typed
+    assert nb.input_value(".wb-sweep-x-values") == "256, 1024"
+    assert nb.input_value(".wb-sweep-y-values") == "2, 8"
+    assert all(r[-1] == "pass" for r in own_rows(state["checks"], "gpu_multirow"))
+    assert not nb.page_errors(), nb.page_errors()
