@@ -25,7 +25,8 @@ import torch
 from kernels.fused_add_rms_norm import gpu, npu
 from kernels.fused_add_rms_norm.reference import CASTING_MODES, fused_add_rms_norm_reference
 from kernels.peers import compiled
-from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Knob, Param, Variant
+from kernels.rms_norm import GPU_MULTIROW_PARAMS, GPU_ROW_PARAMS, NORM_KNOBS, NPU_PARAMS
+from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Variant
 
 IMPLS = ("gpu", "npu", "auto")
 _GPU_TILES = ("BLOCK_SIZE", "BLOCK_SIZE_M", "num_warps", "GRID")
@@ -138,7 +139,6 @@ def fused_add_rms_norm(
 
 
 # --- the spec: what the harness and the Explorer see ---------------------------------------
-POW2 = tuple(2**k for k in range(4, 17))  # 16 … 65536
 
 
 def _make_inputs(problem, dtype, device, seed):
@@ -294,8 +294,6 @@ def _liger(inputs, problem):
 _gpu_row_run, _gpu_row_check = _ours("gpu", {"BLOCK_SIZE_M": 1})
 _gpu_multi_run, _gpu_multi_check = _ours("gpu")
 _npu_run, _npu_check = _ours("npu")
-_GRID_VALUES = ("auto",) + tuple(2**k for k in range(0, 12))
-_BLOCK_SIZE_M_VALUES = ("auto", 1, 2, 4, 8, 16, 32, 64)
 
 
 def _ub_estimate(problem, params, dtype):
@@ -310,21 +308,7 @@ spec = KernelSpec(
     name="fused_add_rms_norm",
     title="Fused add + RMSNorm",
     doc="s = x + r; y = s * rstd * (offset + w), rstd = 1/sqrt(mean(s^2) + eps): returns (y, s).",
-    knobs=(
-        Knob("rows", 4096, low=1, high=1 << 22, doc="rows (batch x sequence)", sweep=(1, 256, 4096, 16384)),
-        Knob(
-            "hidden",
-            4096,
-            low=1,
-            high=1 << 17,
-            doc="hidden size (the normalised axis)",
-            sweep=(512, 1024, 2048, 4096, 8192, 16384, 32768),
-        ),
-        Knob("casting_mode", "llama", values=CASTING_MODES, doc="where the arithmetic happens"),
-        Knob("offset", 0.0, doc="y = s * rstd * (offset + w); gemma uses 1.0"),
-        Knob("weight", True, values=(True, False), doc="with a weight (False: y = s * rstd)"),
-        Knob("eps", 1e-6),
-    ),
+    knobs=NORM_KNOBS,
     quick={"rows": 19, "hidden": 300},
     make_inputs=_make_inputs,
     reference=_reference,
@@ -338,11 +322,7 @@ spec = KernelSpec(
             "gpu_row",
             "gpu",
             _gpu_row_run,
-            params=(
-                Param("BLOCK_SIZE", ("auto",) + POW2, "auto", "row tile; >= hidden (next power of two)"),
-                Param("num_warps", ("auto",) + gpu.NUM_WARPS, "auto", "warps per program"),
-                Param("GRID", _GRID_VALUES, "auto", "backward programs (auto: one per SM)"),
-            ),
+            params=GPU_ROW_PARAMS,
             devices=("cuda", "cpu"),
             check=_gpu_row_check,
             doc="one row per program: add, store s, normalise, whole row in registers",
@@ -351,12 +331,7 @@ spec = KernelSpec(
             "gpu_multirow",
             "gpu",
             _gpu_multi_run,
-            params=(
-                Param("BLOCK_SIZE", ("auto",) + POW2, "auto", "row tile; >= hidden"),
-                Param("BLOCK_SIZE_M", _BLOCK_SIZE_M_VALUES, "auto", "rows per program"),
-                Param("num_warps", ("auto",) + gpu.NUM_WARPS, "auto", "warps per program"),
-                Param("GRID", _GRID_VALUES, "auto", "backward programs (auto: one per SM)"),
-            ),
+            params=GPU_MULTIROW_PARAMS,
             devices=("cuda", "cpu"),
             check=_gpu_multi_check,
             doc="BLOCK_SIZE_M rows per program, for small hidden sizes",
@@ -365,19 +340,7 @@ spec = KernelSpec(
             "npu",
             "npu",
             _npu_run,
-            params=(
-                Param("strategy", npu.STRATEGIES, "auto", "untiled rows, or two-pass column chunks"),
-                Param(
-                    "CHUNK_THRESHOLD",
-                    (512, 1024, 2048, 4096, 8192, 16384),
-                    npu.CHUNK_THRESHOLD,
-                    "auto: chunk when hidden is above this",
-                ),
-                Param("BLOCK_SIZE_M", _BLOCK_SIZE_M_VALUES, "auto", "rows per tile"),
-                Param("BLOCK_SIZE_N", ("auto",) + POW2, "auto", "columns per tile (the chunk width when chunked)"),
-                Param("GRID", _GRID_VALUES, "auto", "programs (auto: vector cores / SMs)"),
-                Param("USE_WHERE", (False, True), False, "zero the padding with tl.where (slow on NPU)"),
-            ),
+            params=NPU_PARAMS,
             devices=("npu", "cuda", "cpu"),
             check=_npu_check,
             doc="triton-ascend style: grid = cores, grid-stride over row blocks, untiled or chunked",

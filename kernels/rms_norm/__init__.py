@@ -205,25 +205,46 @@ _gpu_multi_run, _gpu_multi_check = _ours("gpu")
 _npu_run, _npu_check = _ours("npu")
 _GRID_VALUES = ("auto",) + tuple(2**k for k in range(0, 12))
 
+# Knobs and tile parameters shared by the norm families (fused_add_rms_norm uses them too).
+NORM_KNOBS = (
+    Knob("rows", 4096, low=1, high=1 << 22, doc="rows (batch x sequence)", sweep=(1, 256, 4096, 16384)),
+    Knob(
+        "hidden",
+        4096,
+        low=1,
+        high=1 << 17,
+        doc="hidden size (the normalised axis)",
+        sweep=(512, 1024, 2048, 4096, 8192, 16384, 32768),
+    ),
+    Knob("casting_mode", "llama", values=CASTING_MODES, doc="where the arithmetic happens"),
+    Knob("offset", 0.0, doc="y = v * rstd * (offset + w) for the normalised input v; gemma uses 1.0"),
+    Knob("weight", True, values=(True, False), doc="with a weight (False: y = v * rstd)"),
+    Knob("eps", 1e-6),
+)
+_BLOCK_SIZE_M_VALUES = ("auto", 1, 2, 4, 8, 16, 32, 64)
+GPU_ROW_PARAMS = (
+    Param("BLOCK_SIZE", ("auto",) + POW2, "auto", "row tile; >= hidden (next power of two)"),
+    Param("num_warps", ("auto",) + gpu.NUM_WARPS, "auto", "warps per program"),
+    Param("GRID", _GRID_VALUES, "auto", "backward programs (auto: one per SM)"),
+)
+GPU_MULTIROW_PARAMS = (
+    GPU_ROW_PARAMS[:1] + (Param("BLOCK_SIZE_M", _BLOCK_SIZE_M_VALUES, "auto", "rows per program"),) + GPU_ROW_PARAMS[1:]
+)
+NPU_PARAMS = (
+    Param("strategy", npu.STRATEGIES, "auto", "untiled rows, or two-pass column chunks"),
+    Param("CHUNK_THRESHOLD", (512, 1024, 2048, 4096, 8192, 16384), 2048, "auto: chunk when hidden is above this"),
+    Param("BLOCK_SIZE_M", _BLOCK_SIZE_M_VALUES, "auto", "rows per tile"),
+    Param("BLOCK_SIZE_N", ("auto",) + POW2, "auto", "columns per tile (the chunk width when chunked)"),
+    Param("GRID", _GRID_VALUES, "auto", "programs (auto: vector cores / SMs)"),
+    Param("USE_WHERE", (False, True), False, "zero the padding with tl.where (slow on NPU)"),
+)
+
+
 spec = KernelSpec(
     name="rms_norm",
     title="RMSNorm",
     doc="y = x * rstd * (offset + w), rstd = 1/sqrt(mean(x^2) + eps), over the last axis.",
-    knobs=(
-        Knob("rows", 4096, low=1, high=1 << 22, doc="rows (batch x sequence)", sweep=(1, 256, 4096, 16384)),
-        Knob(
-            "hidden",
-            4096,
-            low=1,
-            high=1 << 17,
-            doc="hidden size (the normalised axis)",
-            sweep=(512, 1024, 2048, 4096, 8192, 16384, 32768),
-        ),
-        Knob("casting_mode", "llama", values=CASTING_MODES, doc="where the arithmetic happens"),
-        Knob("offset", 0.0, doc="y = x * rstd * (offset + w); gemma uses 1.0"),
-        Knob("weight", True, values=(True, False), doc="with a weight (False: y = x * rstd)"),
-        Knob("eps", 1e-6),
-    ),
+    knobs=NORM_KNOBS,
     quick={"rows": 37, "hidden": 300},
     make_inputs=_make_inputs,
     reference=_reference,
@@ -237,11 +258,7 @@ spec = KernelSpec(
             "gpu_row",
             "gpu",
             _gpu_row_run,
-            params=(
-                Param("BLOCK_SIZE", ("auto",) + POW2, "auto", "row tile; >= hidden (next power of two)"),
-                Param("num_warps", ("auto",) + gpu.NUM_WARPS, "auto", "warps per program"),
-                Param("GRID", _GRID_VALUES, "auto", "backward programs (auto: one per SM)"),
-            ),
+            params=GPU_ROW_PARAMS,
             devices=("cuda", "cpu"),
             check=_gpu_row_check,
             doc="one row per program, whole row in registers",
@@ -250,12 +267,7 @@ spec = KernelSpec(
             "gpu_multirow",
             "gpu",
             _gpu_multi_run,
-            params=(
-                Param("BLOCK_SIZE", ("auto",) + POW2, "auto", "row tile; >= hidden"),
-                Param("BLOCK_SIZE_M", ("auto", 1, 2, 4, 8, 16, 32, 64), "auto", "rows per program"),
-                Param("num_warps", ("auto",) + gpu.NUM_WARPS, "auto", "warps per program"),
-                Param("GRID", _GRID_VALUES, "auto", "backward programs (auto: one per SM)"),
-            ),
+            params=GPU_MULTIROW_PARAMS,
             devices=("cuda", "cpu"),
             check=_gpu_multi_check,
             doc="BLOCK_SIZE_M rows per program, for small hidden sizes",
@@ -264,14 +276,7 @@ spec = KernelSpec(
             "npu",
             "npu",
             _npu_run,
-            params=(
-                Param("strategy", npu.STRATEGIES, "auto", "untiled rows, or two-pass column chunks"),
-                Param("CHUNK_THRESHOLD", (512, 1024, 2048, 4096, 8192), 2048, "auto: chunk above this hidden"),
-                Param("BLOCK_SIZE_M", ("auto", 1, 2, 4, 8, 16, 32, 64), "auto", "rows per tile"),
-                Param("BLOCK_SIZE_N", ("auto",) + POW2, "auto", "columns per tile (chunk width)"),
-                Param("GRID", _GRID_VALUES, "auto", "programs (auto: vector cores / SMs)"),
-                Param("USE_WHERE", (False, True), False, "zero padding with tl.where (slow on NPU)"),
-            ),
+            params=NPU_PARAMS,
             devices=("npu", "cuda", "cpu"),
             check=_npu_check,
             doc="triton-ascend style: grid = cores, grid-stride, untiled or chunked",
