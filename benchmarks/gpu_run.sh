@@ -8,7 +8,7 @@ export RES=/tmp/res
 mkdir -p "$OUT" "$RES"
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site
+    && export PYTHONPATH=/tmp/site JUPYTER_PATH=/tmp/site/share/jupyter  # nbconvert templates: wheel data files
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 WORKBENCH_STORE=$RES/workbench.sqlite
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$RES/gpu.txt"
