@@ -41,7 +41,12 @@ def shown(nb: NotebookPage, variant: str, *pairs: str) -> dict | None:
     status = nb.text_of(".wb-status")
     if not status or status.startswith("measuring"):
         return None
-    return {"checks": checks, "status": status, "error": nb.text_of(".wb-error"), "speed": speed}
+    error = nb.text_of(".wb-error")
+    # The figure's layout (title) and its data arrive as separate updates: unless this
+    # configuration failed (no trace to draw), wait for the variant's trace too.
+    if not error and trace(speed, variant) is None:
+        return None
+    return {"checks": checks, "status": status, "error": error, "speed": speed}
 
 
 def wait_shown(nb: NotebookPage, variant: str, *pairs: str) -> dict:
