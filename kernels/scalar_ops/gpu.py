@@ -54,6 +54,7 @@ import triton.language as tl
 from kernels.device import launcher
 
 OP_CODES = {"div": 0, "sub": 1, "pow": 2}
+OP_MUL = 3  # div by a signed zero, sent as a multiply by its reciprocal (see kernel_operands)
 POW_MODES = {
     "ONE": 0,
     "IDENTITY": 1,
@@ -78,7 +79,7 @@ def _scalar_op_kernel(
     X_ptr,
     value,
     n_elements,
-    OP: tl.constexpr,  # 0 div, 1 sub, 2 pow
+    OP: tl.constexpr,  # 0 div, 1 sub, 2 pow, 3 mul (div by ±0 as x * ±inf)
     POW_MODE: tl.constexpr,  # the exponent's class, see the module docstring
     BLOCK_SIZE: tl.constexpr,
 ):
@@ -90,6 +91,8 @@ def _scalar_op_kernel(
     x = tl.load(X_ptr + offsets, mask=mask, other=1.0).to(tl.float32)
     if OP == 0:
         z = x / value
+    elif OP == 3:
+        z = x * value
     elif OP == 1:
         z = x - value
     else:
@@ -163,9 +166,19 @@ def kernel_constants(op: str, value: float) -> tuple[int, int]:
     return OP_CODES[op], (pow_mode(value) if op == "pow" else 0)
 
 
+def kernel_operands(op: str, value: float) -> tuple[int, int, float]:
+    """(OP, POW_MODE, scalar) as launched. Division by a signed zero goes in as a multiply by
+    +-inf (exact: x / +-0 == x * +-inf for every x, nan included), because Triton 3.6's
+    interpreter drops the sign of a -0.0 scalar argument."""
+    code, mode = kernel_constants(op, value)
+    if op == "div" and value == 0.0:
+        return OP_MUL, mode, math.copysign(math.inf, value)
+    return code, mode, float(value)
+
+
 def scalar_op_gpu(op: str, x: torch.Tensor, value: float, tiles: GpuTiles) -> torch.Tensor:
     """z = x (op) value with one Triton launch; z has x's shape and dtype (contiguous)."""
-    code, mode = kernel_constants(op, value)
+    code, mode, scalar = kernel_operands(op, value)
     x_flat = x.contiguous().view(-1)
     z = torch.empty_like(x_flat)
     n = x_flat.numel()
@@ -173,7 +186,7 @@ def scalar_op_gpu(op: str, x: torch.Tensor, value: float, tiles: GpuTiles) -> to
         launcher(_scalar_op_kernel, x_flat)[(triton.cdiv(n, tiles.BLOCK_SIZE),)](
             z,
             x_flat,
-            float(value),
+            scalar,
             n,
             OP=code,
             POW_MODE=mode,

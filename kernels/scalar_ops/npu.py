@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from kernels.device import launcher
-from kernels.scalar_ops.gpu import POW_MODES, kernel_constants
+from kernels.scalar_ops.gpu import POW_MODES, kernel_constants, kernel_operands
 from kernels.spec import NpuCompileCase
 
 UB_BYTES = 192 * 1024  # Unified Buffer per core on Ascend 910B
@@ -56,6 +56,8 @@ def _scalar_op_npu_kernel(
         x = tl.load(X_ptr + offsets, mask=mask, other=1.0).to(tl.float32)
         if OP == 0:
             z = x / value
+        elif OP == 3:
+            z = x * value
         elif OP == 1:
             z = x - value
         else:
@@ -121,7 +123,7 @@ def resolve_tiles(BLOCK_SIZE="auto", GRID="auto", elem_bytes: int = 2, on_npu: b
 
 def scalar_op_npu(op: str, x: torch.Tensor, value: float, tiles: NpuTiles, num_cores: int) -> torch.Tensor:
     """z = x (op) value with a grid of ``num_cores`` (or ``tiles.GRID``) grid-stride programs."""
-    code, mode = kernel_constants(op, value)
+    code, mode, scalar = kernel_operands(op, value)
     x_flat = x.contiguous().view(-1)
     z = torch.empty_like(x_flat)
     grid_cap = num_cores if tiles.GRID == "auto" else tiles.GRID
@@ -130,7 +132,7 @@ def scalar_op_npu(op: str, x: torch.Tensor, value: float, tiles: NpuTiles, num_c
         n = x_part.numel()
         grid = min(grid_cap, triton.cdiv(n, tiles.BLOCK_SIZE))
         launcher(_scalar_op_npu_kernel, x_part)[(grid,)](
-            z_part, x_part, float(value), n, OP=code, POW_MODE=mode, BLOCK_SIZE=tiles.BLOCK_SIZE
+            z_part, x_part, scalar, n, OP=code, POW_MODE=mode, BLOCK_SIZE=tiles.BLOCK_SIZE
         )
     return z.view(x.shape)
 
@@ -159,10 +161,11 @@ def npu_compile_cases() -> list[NpuCompileCase]:
     for dtype, ttype in _TRITON_TYPES.items():
         elem = 4 if dtype == "fp32" else 2
         signature = {"Z_ptr": f"*{ttype}", "X_ptr": f"*{ttype}", "value": "fp32", "n_elements": "i32"}
-        forms = [("div", 0), ("sub", 0)] + [("pow", POW_MODES[name]) for name in _EXAMPLE_EXPONENT]
+        forms = [("div", 0), ("div0", 0), ("sub", 0)] + [("pow", POW_MODES[name]) for name in _EXAMPLE_EXPONENT]
         for op, mode in forms:
             label = op if op != "pow" else f"pow[{_mode_name(mode)}]"
-            code, _ = kernel_constants(op, 1.0)
+            # "div0": division by a signed zero, launched as a multiply (kernel_operands)
+            code = kernel_operands("div", 0.0)[0] if op == "div0" else kernel_constants(op, 1.0)[0]
             for block, default in ((DEFAULT_BLOCK_SIZE, True), (4096, False)):
                 if not default and (op != "pow" or mode != POW_MODES["ODD_INT"]):
                     continue  # one non-default case per dtype: the largest block, the busiest form
@@ -174,7 +177,7 @@ def npu_compile_cases() -> list[NpuCompileCase]:
                         signature=dict(signature),
                         constants={"OP": code, "POW_MODE": mode, "BLOCK_SIZE": block},
                         default=default,
-                        ub_bytes=ub_bytes(block, elem, op),
+                        ub_bytes=ub_bytes(block, elem, "div" if op == "div0" else op),
                     )
                 )
     return cases
