@@ -44,6 +44,11 @@ def dtype_name(dtype: str | torch.dtype) -> str:
     raise ValueError(f"dtype={dtype!r} is not supported; use one of {', '.join(DTYPES)}")
 
 
+def elem_bytes(dtype: str | torch.dtype) -> int:
+    """Bytes per element of a supported dtype (4 for fp32, 2 for fp16 / bf16)."""
+    return DTYPES[dtype_name(dtype)].itemsize
+
+
 @dataclass(frozen=True)
 class Param:
     """A tile or launch parameter of a variant, limited to its allowed values.

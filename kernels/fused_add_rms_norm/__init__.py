@@ -25,8 +25,8 @@ import torch
 from kernels.fused_add_rms_norm import gpu, npu
 from kernels.fused_add_rms_norm.reference import CASTING_MODES, fused_add_rms_norm_reference
 from kernels.peers import compiled
-from kernels.rms_norm import GPU_MULTIROW_PARAMS, GPU_ROW_PARAMS, NORM_KNOBS, NPU_PARAMS
-from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Variant
+from kernels.rms_norm import GPU_MULTIROW_PARAMS, GPU_ROW_PARAMS, NORM_KNOBS, NPU_PARAMS, chosen_tiles, tile_check
+from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Variant, elem_bytes
 
 IMPLS = ("gpu", "npu", "auto")
 _GPU_TILES = ("BLOCK_SIZE", "BLOCK_SIZE_M", "num_warps", "GRID")
@@ -166,10 +166,6 @@ def _reference(inputs, problem):
     )
 
 
-def _elem_bytes(dtype: str) -> int:
-    return 4 if dtype == "fp32" else 2
-
-
 def _min_bytes(problem, mode, dtype):
     """The fewest bytes each mode must move (N = rows x hidden elements, H = hidden).
 
@@ -181,15 +177,11 @@ def _min_bytes(problem, mode, dtype):
       (the norm writes its ds, then the add accumulates it with the incoming one: ``6 N``).
     - full is their sum, ``8 N + 3 H``.
     """
-    n, h, e = problem["rows"] * problem["hidden"], problem["hidden"], _elem_bytes(dtype)
+    n, h, e = problem["rows"] * problem["hidden"], problem["hidden"], elem_bytes(dtype)
     w = 1 if problem["weight"] else 0
     forward = (4 * n + w * h) * e
     backward = (4 * n + 2 * w * h) * e
     return {"forward": forward, "backward": backward, "full": forward + backward}[mode]
-
-
-def _tiles_of(fixed, params):
-    return {**fixed, **{k: v for k, v in params.items() if v != "auto"}}
 
 
 def _ours(impl, fixed=None):
@@ -204,24 +196,10 @@ def _ours(impl, fixed=None):
             offset=problem["offset"],
             casting_mode=problem["casting_mode"],
             impl=impl,
-            **_tiles_of(fixed, params),
+            **chosen_tiles(fixed, params),
         )
 
-    def check(problem, params, dtype, device):
-        tiles = _tiles_of(fixed, params)
-        if impl == "gpu":
-            gpu.resolve_tiles(problem["rows"], problem["hidden"], device.num_cores, **tiles)
-        else:
-            npu.resolve_tiles(
-                problem["rows"],
-                problem["hidden"],
-                device.num_cores,
-                _elem_bytes(dtype),
-                on_npu=device.kind == "npu",
-                **tiles,
-            )
-
-    return run, check
+    return run, tile_check(impl, fixed, gpu, npu)
 
 
 def _eager(inputs, problem):

@@ -18,7 +18,7 @@ import torch
 from kernels.peers import compiled, missing
 from kernels.rms_norm import gpu, npu
 from kernels.rms_norm.reference import CASTING_MODES, rms_norm_reference
-from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Knob, Param, Variant
+from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Knob, Param, Variant, elem_bytes
 
 IMPLS = ("gpu", "npu", "auto")
 _GPU_TILES = ("BLOCK_SIZE", "BLOCK_SIZE_M", "num_warps", "GRID")
@@ -126,17 +126,38 @@ def _reference(inputs, problem):
     )
 
 
-def _elem_bytes(dtype: str) -> int:
-    return 4 if dtype == "fp32" else 2
-
-
 def _min_bytes(problem, mode, dtype):
     """Forward reads x and w and writes y; backward reads dy, x, w and writes dx, dw."""
-    rh, h, e = problem["rows"] * problem["hidden"], problem["hidden"], _elem_bytes(dtype)
+    rh, h, e = problem["rows"] * problem["hidden"], problem["hidden"], elem_bytes(dtype)
     w = 1 if problem["weight"] else 0
     forward = (2 * rh + w * h) * e
     backward = (3 * rh + 2 * w * h) * e
     return {"forward": forward, "backward": backward, "full": forward + backward}[mode]
+
+
+def chosen_tiles(fixed, params) -> dict:
+    """The tile keyword arguments a variant passes: its fixed tiles plus every non-auto Param."""
+    return {**fixed, **{k: v for k, v in params.items() if v != "auto"}}
+
+
+def tile_check(impl, fixed, gpu_module, npu_module):
+    """A Variant.check for a norm family: resolve its tiles for the problem without launching."""
+
+    def check(problem, params, dtype, device):
+        tiles = chosen_tiles(fixed, params)
+        if impl == "gpu":
+            gpu_module.resolve_tiles(problem["rows"], problem["hidden"], device.num_cores, **tiles)
+        else:
+            npu_module.resolve_tiles(
+                problem["rows"],
+                problem["hidden"],
+                device.num_cores,
+                elem_bytes(dtype),
+                on_npu=device.kind == "npu",
+                **tiles,
+            )
+
+    return check
 
 
 def _ours(impl, fixed=None):
@@ -150,21 +171,10 @@ def _ours(impl, fixed=None):
             offset=problem["offset"],
             casting_mode=problem["casting_mode"],
             impl=impl,
-            **fixed,
-            **{k: v for k, v in params.items() if v != "auto"},
+            **chosen_tiles(fixed, params),
         )
 
-    def check(problem, params, dtype, device):
-        x = torch.empty((problem["rows"], problem["hidden"]), dtype=torch.float32, device="meta")
-        tiles = {**fixed, **{k: v for k, v in params.items() if v != "auto"}}
-        if impl == "gpu":
-            gpu.resolve_tiles(problem["rows"], problem["hidden"], device.num_cores, **tiles)
-        else:
-            npu.resolve_tiles(
-                x.shape[0], x.shape[1], device.num_cores, _elem_bytes(dtype), on_npu=device.kind == "npu", **tiles
-            )
-
-    return run, check
+    return run, tile_check(impl, fixed, gpu, npu)
 
 
 def _eager(inputs, problem):

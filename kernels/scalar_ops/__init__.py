@@ -38,7 +38,7 @@ from kernels.scalar_ops.strategies import (
     materialized,
     python,
 )
-from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Knob, Param, Variant
+from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Knob, Param, Variant, elem_bytes
 
 STRATEGIES = ("materialized", "cached", "python", "triton")
 IMPLS = ("gpu", "npu", "auto")
@@ -147,7 +147,7 @@ def _reference(inputs, problem):
 
 def _min_bytes(problem, mode, dtype):
     """Read x, write z: 2 x numel x itemsize (the scalar itself is a few bytes)."""
-    return 2 * problem["numel"] * (4 if dtype == "fp32" else 2)
+    return 2 * problem["numel"] * elem_bytes(dtype)
 
 
 def _check_problem(problem, params, dtype, device):
@@ -169,7 +169,7 @@ def _strategy(strategy, impl=None):
         if impl == "gpu":
             gpu.resolve_tiles(**params)
         elif impl == "npu":
-            npu.resolve_tiles(**params, elem_bytes=4 if dtype == "fp32" else 2, on_npu=device.kind == "npu")
+            npu.resolve_tiles(**params, elem_bytes=elem_bytes(dtype), on_npu=device.kind == "npu")
 
     return run, check
 
