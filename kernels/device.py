@@ -414,6 +414,21 @@ def _index_scalar(self):
 _TRITON_LANG_MODULES = ("triton.language", "triton.language.standard", "triton.language.random")
 
 
+def launch(kernel, like: torch.Tensor, grid, *args, **kwargs):
+    """Launch ``kernel`` over ``grid`` in the form ``like``'s device needs; the hot path.
+
+    Same as ``launcher(kernel, like)[grid](*args, **kwargs)`` with fewer Python layers: on a
+    device tensor it calls ``JITFunction.run`` directly (each layer of ``*args`` repacking costs
+    about a microsecond on a slow host, and a small kernel's call is mostly host time).
+    """
+    if like.device.type != "cpu" or _is_interpreted(kernel):
+        with _TRITON_LOCK:
+            return kernel.run(*args, grid=grid, warmup=False, **kwargs)
+    twin = _twin(kernel)
+    with _TRITON_LOCK, _interpreter_scope(twin.fn):
+        return twin.run(*args, grid=grid, warmup=False, **kwargs)
+
+
 def launcher(kernel, tensor: torch.Tensor) -> _Launcher:
     """The compiled kernel for device tensors, its interpreted twin for CPU tensors."""
     if tensor.device.type != "cpu" or _is_interpreted(kernel):

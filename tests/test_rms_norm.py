@@ -83,6 +83,60 @@ def test_weight_none_and_offset(device, impl):
     _check_against_reference(x, w, dy, 1e-5, 1.0, "gemma", impl)
 
 
+@pytest.mark.parametrize("dw_reduce", ["atomic", "partials"])
+@pytest.mark.parametrize(
+    "rows,hidden,tiles",
+    [
+        (1, 300, {"BWD_CHUNK": 64}),  # one row: a single program walks 5 chunks, the last masked
+        (9, 300, {"BWD_CHUNK": 128, "BLOCK_SIZE_M": 2, "GRID": 3}),  # several programs, odd row tail
+        (13, 257, {"BWD_CHUNK": 32, "BLOCK_SIZE_M": 4}),
+        (6, 300, {}),  # whole rows in registers
+        (7, 123, {"BLOCK_SIZE_M": 2, "GRID": 2}),
+    ],
+)
+@pytest.mark.parametrize("casting_mode", ["llama", "gemma", "none"])
+def test_backward_chunks_and_dw_reductions(device, rows, hidden, tiles, dw_reduce, casting_mode):
+    """The chunked backward (rows wider than BWD_CHUNK) and both dw reductions match the reference."""
+    offset = 1.0 if casting_mode == "gemma" else 0.25
+    x, w = _inputs(rows, hidden, torch.bfloat16, device, seed=rows + hidden, gemma=casting_mode == "gemma")
+    dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(11)).to(device, torch.bfloat16)
+    _check_against_reference(x, w, dy, 1e-6, offset, casting_mode, "gpu", DW_REDUCE=dw_reduce, **tiles)
+
+
+@pytest.mark.parametrize("dw_reduce", ["atomic", "partials"])
+def test_chunked_backward_without_weight(device, dw_reduce):
+    x, _ = _inputs(5, 200, torch.float32, device, weight=False, seed=12)
+    dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(13)).to(device)
+    _check_against_reference(x, None, dy, 1e-5, 0.0, "llama", "gpu", BWD_CHUNK=64, DW_REDUCE=dw_reduce)
+
+
+def test_chunked_backward_equals_whole_rows_and_partials_are_deterministic(device):
+    x, w = _inputs(11, 500, torch.float32, device, seed=14)
+    dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(15)).to(device)
+    grads = {}
+    for name, tiles in {
+        "whole": {"DW_REDUCE": "partials"},
+        "chunked": {"BWD_CHUNK": 128, "DW_REDUCE": "partials"},
+        "chunked_again": {"BWD_CHUNK": 128, "DW_REDUCE": "partials"},
+        "atomic": {"BWD_CHUNK": 128},
+    }.items():
+        xk, wk = x.clone().requires_grad_(), w.clone().requires_grad_()
+        rms_norm(xk, wk, impl="gpu", **tiles).backward(dy)
+        grads[name] = (xk.grad, wk.grad)
+    torch.testing.assert_close(grads["chunked"][0], grads["whole"][0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(grads["chunked"][1], grads["whole"][1], atol=1e-4, rtol=1e-5)
+    torch.testing.assert_close(grads["atomic"][1], grads["chunked"][1], atol=1e-4, rtol=1e-5)
+    assert torch.equal(grads["chunked"][1], grads["chunked_again"][1])
+
+
+def test_no_autograd_node_without_gradients(device):
+    x, w = _inputs(3, 40, torch.float32, device, seed=16)
+    assert rms_norm(x, w).grad_fn is None
+    with torch.no_grad():
+        assert rms_norm(x.requires_grad_(), w).grad_fn is None
+    assert rms_norm(x, w).grad_fn is not None  # x now requires grad
+
+
 def test_chunked_equals_untiled(device):
     x, w = _inputs(7, 1000, torch.float32, device, seed=6)
     untiled = rms_norm(x, w, impl="npu", strategy="untiled")
@@ -120,6 +174,8 @@ def test_in_place_backward_reuses_the_incoming_gradient(device):
         ({"BLOCK_SIZE_M": 512, "impl": "gpu"}, r"exceeds the 65536-element tile"),
         ({"num_warps": 3, "impl": "gpu"}, r"num_warps=3 is not allowed"),
         ({"GRID": 0, "impl": "gpu"}, r"GRID=0 must be a positive integer"),
+        ({"BWD_CHUNK": 100, "impl": "gpu"}, r"BWD_CHUNK=100 must be a power of two"),
+        ({"DW_REDUCE": "tree", "impl": "gpu"}, r"DW_REDUCE='tree' is not allowed"),
         ({"TILE_K": 4, "impl": "gpu"}, r"unknown tile parameter TILE_K"),
         ({"strategy": "fast", "impl": "npu"}, r"strategy='fast' is not allowed"),
         ({"strategy": "untiled", "BLOCK_SIZE_N": 128, "impl": "npu"}, r"BLOCK_SIZE_N=128 is smaller than hidden=300"),
@@ -200,7 +256,7 @@ def test_measure_catches_a_wrong_kernel(monkeypatch):
 @pytest.mark.parametrize(
     "variant", ["gpu_row", "gpu_multirow", "npu", "torch_eager", "torch_functional", "torch_compile"]
 )
-@pytest.mark.parametrize("hidden", [7, 1000, 4096, 32768])
+@pytest.mark.parametrize("hidden", [7, 1000, 4096, 10000, 32768])
 def test_gpu_measure(variant, hidden):
     rec = measure(
         "rms_norm", variant, device="cuda", dtype="bf16", mode="full", problem={"rows": 257, "hidden": hidden}

@@ -20,8 +20,9 @@ incoming gradient ``ds`` (optional: absent when s was not used)::
 
 dx and dr are one tensor (the add's gradient is the identity for both operands). A persistent
 grid of ``GRID`` programs (default: one per SM) walks the row tiles grid-stride; each keeps an
-fp32 partial dw in registers and writes it to row ``p`` of a ``[GRID, hidden]`` buffer that the
-host sums: no atomics, deterministic.
+fp32 partial dw in registers; the partials are reduced as RMSNorm's are (``DW_REDUCE``: fp32
+atomics and a cast by the last program, one launch; or a ``[GRID, hidden]`` buffer the host sums,
+deterministic).
 
 Casting modes (``CASTING_MODE`` constexpr: 0 llama, 1 gemma, 2 none) only decide where values
 are rounded to x's dtype; the arithmetic itself is fp32 (which also keeps the CPU interpreter,
@@ -35,8 +36,16 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.device import device_of, launcher
-from kernels.rms_norm.gpu import CASTING_CODES, NUM_WARPS, GpuTiles, resolve_tiles
+from kernels.device import device_of, launch
+from kernels.rms_norm.gpu import (
+    CASTING_CODES,
+    MAX_TILE_ELEMENTS,
+    NUM_WARPS,
+    GpuTiles,
+    _finish_dw,
+    dw_buffers,
+    resolve_tiles,
+)
 
 __all__ = [
     "CASTING_CODES",
@@ -109,12 +118,16 @@ def _fused_add_rms_norm_backward_kernel(
     W_ptr,
     RSTD_ptr,
     DW_partial_ptr,
+    DW32_ptr,
+    DW_ptr,
+    COUNTER_ptr,
     row_stride,
     n_rows,
     n_cols,
     offset,
     CASTING_MODE: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
+    DW_ATOMIC: tl.constexpr,
     HAS_DS: tl.constexpr,  # an incoming gradient of s (the residual stream) is added to dx
     BLOCK_SIZE: tl.constexpr,
     BLOCK_SIZE_M: tl.constexpr,
@@ -155,13 +168,19 @@ def _fused_add_rms_norm_backward_kernel(
             dw_acc += tl.sum(dy * shat, axis=0)
 
     if HAS_WEIGHT:
-        tl.store(DW_partial_ptr + pid * n_cols + cols, dw_acc, mask=col_mask)
+        if DW_ATOMIC:
+            tl.atomic_add(DW32_ptr + cols, dw_acc, mask=col_mask)
+            _finish_dw(DW32_ptr, DW_ptr, COUNTER_ptr, n_cols, n_programs, BLOCK_SIZE)
+        else:
+            tl.store(DW_partial_ptr + pid * n_cols + cols, dw_acc, mask=col_mask)
 
 
 # --- host side ---------------------------------------------------------------------------
 def tiles_for(x2d: torch.Tensor, **tiles) -> GpuTiles:
-    """Checked tiles for a 2-D input (ValueError names the tile and what is allowed)."""
-    return resolve_tiles(x2d.shape[0], x2d.shape[1], device_of(x2d).num_cores, **tiles)
+    """Checked tiles for a 2-D input (ValueError names the tile and what is allowed).
+
+    The fused backward always holds whole rows (its hidden sizes stay within the register tile)."""
+    return resolve_tiles(x2d.shape[0], x2d.shape[1], device_of(x2d).num_cores, BWD_CHUNK=MAX_TILE_ELEMENTS, **tiles)
 
 
 def fused_add_rms_norm_forward(x2d, r2d, weight, eps, offset, casting_mode, tiles: GpuTiles):
@@ -170,8 +189,10 @@ def fused_add_rms_norm_forward(x2d, r2d, weight, eps, offset, casting_mode, tile
     y = torch.empty_like(x2d)
     s = torch.empty_like(x2d)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
-    grid = (triton.cdiv(n_rows, tiles.BLOCK_SIZE_M),)
-    launcher(_fused_add_rms_norm_forward_kernel, x2d)[grid](
+    launch(
+        _fused_add_rms_norm_forward_kernel,
+        x2d,
+        (triton.cdiv(n_rows, tiles.BLOCK_SIZE_M),),
         y,
         s,
         x2d,
@@ -199,25 +220,34 @@ def fused_add_rms_norm_backward(dy2d, ds2d, s2d, weight, rstd, offset, casting_m
     ds2d = ds2d.contiguous() if ds2d is not None else None
     dx = torch.empty_like(s2d)
     grid = tiles.GRID
-    dw_partial = torch.empty((grid, n_cols), dtype=torch.float32, device=s2d.device) if weight is not None else rstd
-    launcher(_fused_add_rms_norm_backward_kernel, s2d)[(grid,)](
+    atomic = tiles.DW_REDUCE == "atomic"
+    partial, dw32, dw = dw_buffers(weight, n_cols, grid, False, atomic, s2d.device)
+    launch(
+        _fused_add_rms_norm_backward_kernel,
+        s2d,
+        (grid,),
         dx,
         dy2d,
         ds2d if ds2d is not None else dy2d,
         s2d,
         weight if weight is not None else s2d,
         rstd,
-        dw_partial,
+        partial if partial is not None else rstd,
+        dw32 if dw32 is not None else rstd,
+        dw if dw is not None else rstd,
+        dw32[n_cols:] if dw32 is not None else rstd,
         s2d.stride(0),
         n_rows,
         n_cols,
         offset,
         CASTING_MODE=CASTING_CODES[casting_mode],
         HAS_WEIGHT=weight is not None,
+        DW_ATOMIC=atomic,
         HAS_DS=ds2d is not None,
         BLOCK_SIZE=tiles.BLOCK_SIZE,
         BLOCK_SIZE_M=tiles.BLOCK_SIZE_M,
         num_warps=tiles.num_warps,
     )
-    dw = dw_partial.sum(0).to(weight.dtype) if weight is not None else None
+    if weight is not None and not atomic:
+        dw = partial.sum(0).to(weight.dtype)
     return dx, dw

@@ -6,7 +6,8 @@
 ``impl="gpu"`` runs :mod:`.gpu` (whole-row tiles), ``impl="npu"`` runs :mod:`.npu` (grid = cores,
 untiled or chunked), ``impl="auto"`` picks the NPU kernels on an NPU and the GPU kernels
 elsewhere (the CPU runs either in the Triton interpreter). Tile overrides are keyword
-arguments: ``BLOCK_SIZE``, ``BLOCK_SIZE_M``, ``num_warps``, ``GRID`` for the GPU kernels;
+arguments: ``BLOCK_SIZE``, ``BLOCK_SIZE_M``, ``num_warps``, ``GRID``, ``BWD_CHUNK``, ``DW_REDUCE``
+for the GPU kernels;
 ``strategy``, ``CHUNK_THRESHOLD``, ``BLOCK_SIZE_M``, ``BLOCK_SIZE_N``, ``GRID``, ``USE_WHERE``
 for the NPU kernels. ``in_place=True`` lets the backward write dx over the incoming gradient.
 """
@@ -21,7 +22,7 @@ from kernels.rms_norm.reference import CASTING_MODES, rms_norm_reference
 from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Knob, Param, Variant, elem_bytes
 
 IMPLS = ("gpu", "npu", "auto")
-_GPU_TILES = ("BLOCK_SIZE", "BLOCK_SIZE_M", "num_warps", "GRID")
+_GPU_TILES = ("BLOCK_SIZE", "BLOCK_SIZE_M", "num_warps", "GRID", "BWD_CHUNK", "DW_REDUCE")
 _NPU_TILES = ("strategy", "CHUNK_THRESHOLD", "BLOCK_SIZE_M", "BLOCK_SIZE_N", "GRID", "USE_WHERE")
 _SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -66,22 +67,27 @@ def _resolve(impl_module, names, x, tiles):
 
 
 class _RMSNormFunction(torch.autograd.Function):
+    # The non-tensor settings travel as one tuple: every argument of apply costs host time.
     @staticmethod
-    def forward(ctx, x, weight, eps, offset, casting_mode, in_place, impl_module, resolved):
+    def forward(ctx, x, weight, config):
+        eps, offset, casting_mode, _, impl_module, resolved = config
         shape = x.shape
         x2d = x.reshape(-1, shape[-1]).contiguous()
         y, rstd = impl_module.rms_norm_forward(x2d, weight, eps, offset, casting_mode, resolved)
         ctx.save_for_backward(x2d, weight, rstd)
-        ctx.config = (offset, casting_mode, in_place, impl_module, resolved, shape)
+        ctx.config = config
+        ctx.shape = shape
         return y.view(shape)
 
     @staticmethod
     def backward(ctx, dy):
         x2d, weight, rstd = ctx.saved_tensors
-        offset, casting_mode, in_place, impl_module, resolved, shape = ctx.config
-        dy2d = dy.reshape(-1, shape[-1])
-        dx, dw = impl_module.rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, resolved, in_place)
-        return dx.view(shape), dw, None, None, None, None, None, None
+        _, offset, casting_mode, in_place, impl_module, resolved = ctx.config
+        shape = ctx.shape
+        dx, dw = impl_module.rms_norm_backward(
+            dy.reshape(-1, shape[-1]), x2d, weight, rstd, offset, casting_mode, resolved, in_place
+        )
+        return dx.view(shape), dw, None
 
 
 def rms_norm(
@@ -100,7 +106,15 @@ def rms_norm(
     resolved = _resolve(impl_module, names, x, tiles)
     if x.numel() == 0:
         return x.clone()
-    return _RMSNormFunction.apply(x, weight, float(eps), float(offset), casting_mode, in_place, impl_module, resolved)
+    eps, offset = float(eps), float(offset)
+    if torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)):
+        return _RMSNormFunction.apply(x, weight, (eps, offset, casting_mode, in_place, impl_module, resolved))
+    # No autograd node when nothing needs a gradient: apply alone costs ~17 us of host time.
+    shape = x.shape
+    y, _ = impl_module.rms_norm_forward(
+        x.reshape(-1, shape[-1]).contiguous(), weight, eps, offset, casting_mode, resolved
+    )
+    return y.view(shape)
 
 
 # --- the spec: what the harness and the Explorer see ---------------------------------------
@@ -240,6 +254,11 @@ GPU_ROW_PARAMS = (
 GPU_MULTIROW_PARAMS = (
     GPU_ROW_PARAMS[:1] + (Param("BLOCK_SIZE_M", _BLOCK_SIZE_M_VALUES, "auto", "rows per program"),) + GPU_ROW_PARAMS[1:]
 )
+# The backward's own switches (RMSNorm only; the fused kernel keeps whole rows).
+GPU_BACKWARD_PARAMS = (
+    Param("BWD_CHUNK", ("auto",) + POW2, "auto", "backward column chunk (>= hidden: whole rows in registers)"),
+    Param("DW_REDUCE", gpu.DW_REDUCTIONS, "atomic", "dw: fp32 atomics, one launch; partials: deterministic"),
+)
 NPU_PARAMS = (
     Param("strategy", npu.STRATEGIES, "auto", "untiled rows, or two-pass column chunks"),
     Param("CHUNK_THRESHOLD", (512, 1024, 2048, 4096, 8192, 16384), 2048, "auto: chunk when hidden is above this"),
@@ -268,7 +287,7 @@ spec = KernelSpec(
             "gpu_row",
             "gpu",
             _gpu_row_run,
-            params=GPU_ROW_PARAMS,
+            params=GPU_ROW_PARAMS + GPU_BACKWARD_PARAMS,
             devices=("cuda", "cpu"),
             check=_gpu_row_check,
             doc="one row per program, whole row in registers",
@@ -277,7 +296,7 @@ spec = KernelSpec(
             "gpu_multirow",
             "gpu",
             _gpu_multi_run,
-            params=GPU_MULTIROW_PARAMS,
+            params=GPU_MULTIROW_PARAMS + GPU_BACKWARD_PARAMS,
             devices=("cuda", "cpu"),
             check=_gpu_multi_check,
             doc="BLOCK_SIZE_M rows per program, for small hidden sizes",

@@ -12,8 +12,22 @@ Backward. With ``xhat = x * rstd`` and ``m = dy * (offset + w)``::
     dw = sum over rows of dy * xhat
 
 A persistent grid of ``GRID`` programs (default: one per SM) walks the row tiles grid-stride;
-each program accumulates its own fp32 partial ``dw`` in registers and writes it to row ``p`` of a
-``[GRID, hidden]`` buffer, which the host sums. No atomics, deterministic.
+each program accumulates its own fp32 partial ``dw`` and the partials are reduced at the end,
+in one of two ways (``DW_REDUCE``):
+
+- ``atomic`` (default): every program adds its partial into an fp32 ``dw`` with atomics and
+  bumps a counter; the program that finds itself last casts ``dw`` to the weight's dtype. One
+  launch and no host-side reduction: a short backward is mostly host time, and ``sum`` + ``to``
+  on the host cost two more launches. The order of the fp32 additions varies from run to run.
+- ``partials``: each program writes its partial to row ``p`` of a ``[GRID, hidden]`` buffer that
+  the host sums: deterministic, bit for bit.
+
+Rows wider than ``BWD_CHUNK`` take a *chunked* backward: the whole row no longer fits in
+registers (at hidden 32768 the row kernel spills and runs 6x slower), so a program walks each
+row twice in chunks, first for ``mean(m * xhat)``, then for ``dx`` and ``dw``. The second walk
+reads the row again, from L2 (one row per program is 128 KB of x and dy, 17 MB for 132
+programs, well inside the 50 MB L2 of an H100), and the program's partial ``dw`` lives in its own
+row of the ``[GRID, hidden]`` buffer instead of registers.
 """
 
 from __future__ import annotations
@@ -25,7 +39,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.device import device_of, launcher
+from kernels.device import device_of, launch
 from kernels.tiling import cdiv, is_power_of_two, next_power_of_2
 
 CASTING_CODES = {"llama": 0, "gemma": 1, "none": 2}
@@ -33,6 +47,11 @@ CASTING_CODES = {"llama": 0, "gemma": 1, "none": 2}
 # chunked two-pass kernel, which runs on GPUs too.
 MAX_TILE_ELEMENTS = 65536
 NUM_WARPS = (1, 2, 4, 8, 16, 32)
+DW_REDUCTIONS = ("atomic", "partials")
+# The backward keeps a whole row in registers up to this width and walks wider rows in chunks
+# of BWD_CHUNK_DEFAULT (set from the H100 tile sweep in benchmarks/profile_h100.py).
+BWD_WHOLE_ROW_MAX = 8192
+BWD_CHUNK_DEFAULT = 4096
 
 
 @triton.jit
@@ -88,12 +107,16 @@ def _rms_norm_backward_kernel(
     W_ptr,
     RSTD_ptr,
     DW_partial_ptr,
+    DW32_ptr,
+    DW_ptr,
+    COUNTER_ptr,
     row_stride,
     n_rows,
     n_cols,
     offset,
     CASTING_MODE: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
+    DW_ATOMIC: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
     BLOCK_SIZE_M: tl.constexpr,
 ):
@@ -131,7 +154,106 @@ def _rms_norm_backward_kernel(
             dw_acc += tl.sum(dy * xhat, axis=0)
 
     if HAS_WEIGHT:
-        tl.store(DW_partial_ptr + pid * n_cols + cols, dw_acc, mask=col_mask)
+        if DW_ATOMIC:
+            tl.atomic_add(DW32_ptr + cols, dw_acc, mask=col_mask)
+            _finish_dw(DW32_ptr, DW_ptr, COUNTER_ptr, n_cols, n_programs, BLOCK_SIZE)
+        else:
+            tl.store(DW_partial_ptr + pid * n_cols + cols, dw_acc, mask=col_mask)
+
+
+@triton.jit
+def _finish_dw(DW32_ptr, DW_ptr, COUNTER_ptr, n_cols, n_programs, BLOCK_SIZE: tl.constexpr):
+    """Called by every program after adding its partial dw: the last one casts dw to w's dtype.
+
+    The counter's atomic is acquire-release, so the last program sees every other program's
+    additions; it reads them through L2 (``.cg``), where the atomics landed."""
+    done = tl.atomic_add(COUNTER_ptr, 1.0)  # fp32 counter: exact far beyond any grid size
+    if done == n_programs - 1:
+        for start in range(0, n_cols, BLOCK_SIZE):
+            cols = start + tl.arange(0, BLOCK_SIZE)
+            mask = cols < n_cols
+            dw = tl.load(DW32_ptr + cols, mask=mask, other=0.0, cache_modifier=".cg")
+            tl.store(DW_ptr + cols, dw.to(DW_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _rms_norm_backward_chunked_kernel(
+    DX_ptr,
+    DY_ptr,
+    X_ptr,
+    W_ptr,
+    RSTD_ptr,
+    DW_partial_ptr,
+    DW32_ptr,
+    DW_ptr,
+    COUNTER_ptr,
+    row_stride,
+    n_rows,
+    n_cols,
+    offset,
+    CASTING_MODE: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    DW_ATOMIC: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,  # the chunk width, below the row width
+    BLOCK_SIZE_M: tl.constexpr,
+):
+    """The backward for rows too wide for registers: two walks over each row's chunks."""
+    pid = tl.program_id(0)
+    n_programs = tl.num_programs(0)
+    chunk = tl.arange(0, BLOCK_SIZE)
+    partial_row = DW_partial_ptr + pid.to(tl.int64) * n_cols
+    if HAS_WEIGHT:
+        for start in range(0, n_cols, BLOCK_SIZE):
+            tl.store(partial_row + start + chunk, tl.zeros([BLOCK_SIZE], dtype=tl.float32), mask=start + chunk < n_cols)
+
+    n_tiles = tl.cdiv(n_rows, BLOCK_SIZE_M)
+    for tile in range(pid, n_tiles, n_programs):
+        rows = tile * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+        row_mask = rows < n_rows
+        row_offsets = rows.to(tl.int64)[:, None] * row_stride
+        rstd = tl.load(RSTD_ptr + rows, mask=row_mask, other=0.0)
+
+        # Walk 1: mean(m * xhat) per row.
+        acc = tl.zeros([BLOCK_SIZE_M], dtype=tl.float32)
+        for start in range(0, n_cols, BLOCK_SIZE):
+            cols = start + chunk
+            col_mask = cols < n_cols
+            mask = row_mask[:, None] & col_mask[None, :]
+            x = tl.load(X_ptr + row_offsets + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            m = tl.load(DY_ptr + row_offsets + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            if HAS_WEIGHT:
+                m = m * (offset + tl.load(W_ptr + cols, mask=col_mask, other=0.0).to(tl.float32))[None, :]
+            acc += tl.sum(m * x, axis=1)
+        dot = acc * rstd / n_cols
+
+        # Walk 2: dx, and dw into this program's partial row (the row is read again from L2).
+        for start in range(0, n_cols, BLOCK_SIZE):
+            cols = start + chunk
+            col_mask = cols < n_cols
+            mask = row_mask[:, None] & col_mask[None, :]
+            offsets = row_offsets + cols[None, :]
+            x = tl.load(X_ptr + offsets, mask=mask, other=0.0)
+            dy = tl.load(DY_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+            xhat = x.to(tl.float32) * rstd[:, None]
+            if HAS_WEIGHT:
+                m = dy * (offset + tl.load(W_ptr + cols, mask=col_mask, other=0.0).to(tl.float32))[None, :]
+            else:
+                m = dy
+            dx = rstd[:, None] * (m - xhat * dot[:, None])
+            tl.store(DX_ptr + offsets, dx.to(DX_ptr.dtype.element_ty), mask=mask)
+            if HAS_WEIGHT:
+                if CASTING_MODE == 0:
+                    xhat = xhat.to(x.dtype).to(tl.float32)
+                part = tl.load(partial_row + cols, mask=col_mask, other=0.0)
+                tl.store(partial_row + cols, part + tl.sum(dy * xhat, axis=0), mask=col_mask)
+
+    if HAS_WEIGHT:
+        if DW_ATOMIC:
+            for start in range(0, n_cols, BLOCK_SIZE):
+                cols = start + chunk
+                col_mask = cols < n_cols
+                tl.atomic_add(DW32_ptr + cols, tl.load(partial_row + cols, mask=col_mask, other=0.0), mask=col_mask)
+            _finish_dw(DW32_ptr, DW_ptr, COUNTER_ptr, n_cols, n_programs, BLOCK_SIZE)
 
 
 # --- host side ---------------------------------------------------------------------------
@@ -141,6 +263,9 @@ class GpuTiles:
     BLOCK_SIZE_M: int
     num_warps: int
     GRID: int
+    BWD_CHUNK: int = 0  # 0: the backward holds whole rows; else its chunk width
+    bwd_num_warps: int = 0  # 0: num_warps
+    DW_REDUCE: str = "atomic"
 
 
 def default_num_warps(tile_elements: int) -> int:
@@ -168,6 +293,8 @@ def resolve_tiles(
     BLOCK_SIZE_M=1,
     num_warps="auto",
     GRID="auto",
+    BWD_CHUNK="auto",
+    DW_REDUCE="atomic",
 ) -> GpuTiles:
     """Check tile choices and fill in the automatic ones; ValueError says what to change.
 
@@ -197,16 +324,28 @@ def resolve_tiles(
             f"exceeds the {MAX_TILE_ELEMENTS}-element tile a program can hold; lower BLOCK_SIZE_M to "
             f"{max(1, MAX_TILE_ELEMENTS // BLOCK_SIZE)} or less"
         )
-    if num_warps == "auto":
+    explicit_warps = num_warps != "auto"
+    if not explicit_warps:
         num_warps = default_num_warps(BLOCK_SIZE * BLOCK_SIZE_M)
     elif num_warps not in NUM_WARPS:
         raise ValueError(f"num_warps={num_warps!r} is not allowed; use one of {', '.join(map(str, NUM_WARPS))}")
     n_tiles = cdiv(max(n_rows, 1), BLOCK_SIZE_M)
     if GRID == "auto":
         GRID = min(num_cores, n_tiles)
-    elif not (isinstance(GRID, int) and GRID >= 1):
+    elif isinstance(GRID, bool) or not (isinstance(GRID, int) and GRID >= 1):
         raise ValueError(f"GRID={GRID!r} must be a positive integer or 'auto'")
-    return GpuTiles(BLOCK_SIZE, BLOCK_SIZE_M, num_warps, min(GRID, n_tiles))
+    if BWD_CHUNK == "auto":
+        BWD_CHUNK = BWD_CHUNK_DEFAULT if BLOCK_SIZE > BWD_WHOLE_ROW_MAX else BLOCK_SIZE
+    elif not (is_power_of_two(BWD_CHUNK) and 16 <= BWD_CHUNK <= MAX_TILE_ELEMENTS):
+        raise ValueError(
+            f"BWD_CHUNK={BWD_CHUNK!r} must be a power of two from 16 to {MAX_TILE_ELEMENTS} (the backward's "
+            f"column chunk; {BLOCK_SIZE} or more keeps whole rows) or 'auto'"
+        )
+    chunk = 0 if BWD_CHUNK >= BLOCK_SIZE else BWD_CHUNK  # below BLOCK_SIZE: within the tile limit too
+    bwd_warps = num_warps if explicit_warps or not chunk else default_num_warps(chunk * BLOCK_SIZE_M)
+    if DW_REDUCE not in DW_REDUCTIONS:
+        raise ValueError(f"DW_REDUCE={DW_REDUCE!r} is not allowed; use one of {', '.join(DW_REDUCTIONS)}")
+    return GpuTiles(BLOCK_SIZE, BLOCK_SIZE_M, num_warps, min(GRID, n_tiles), chunk, bwd_warps, DW_REDUCE)
 
 
 def rms_norm_forward(x2d, weight, eps, offset, casting_mode, tiles: GpuTiles):
@@ -214,8 +353,10 @@ def rms_norm_forward(x2d, weight, eps, offset, casting_mode, tiles: GpuTiles):
     n_rows, n_cols = x2d.shape
     y = torch.empty_like(x2d)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
-    grid = (cdiv(n_rows, tiles.BLOCK_SIZE_M),)
-    launcher(_rms_norm_forward_kernel, x2d)[grid](
+    launch(
+        _rms_norm_forward_kernel,
+        x2d,
+        (cdiv(n_rows, tiles.BLOCK_SIZE_M),),
         y,
         x2d,
         weight if weight is not None else x2d,
@@ -234,31 +375,53 @@ def rms_norm_forward(x2d, weight, eps, offset, casting_mode, tiles: GpuTiles):
     return y, rstd
 
 
+def dw_buffers(weight, n_cols: int, grid: int, chunked: bool, atomic: bool, device):
+    """(partials [GRID, hidden] fp32 or None, fp32 dw + counter, dw in w's dtype) for a backward.
+
+    One zero-filled allocation holds the fp32 ``dw`` and, after it, the programs' counter."""
+    if weight is None:
+        return None, None, None
+    partial = torch.empty((grid, n_cols), dtype=torch.float32, device=device) if chunked or not atomic else None
+    if not atomic:
+        return partial, None, None
+    return partial, torch.zeros(n_cols + 1, dtype=torch.float32, device=device), torch.empty_like(weight)
+
+
 def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: GpuTiles, in_place=False):
     """Returns (dx, dw); with ``in_place`` dx overwrites dy's buffer (saves one allocation)."""
     n_rows, n_cols = x2d.shape
     dy2d = dy2d.contiguous()
     dx = dy2d if in_place else torch.empty_like(x2d)
     grid = tiles.GRID
-    dw_partial = torch.empty((grid, n_cols), dtype=torch.float32, device=x2d.device) if weight is not None else rstd
-    launcher(_rms_norm_backward_kernel, x2d)[(grid,)](
+    chunked = tiles.BWD_CHUNK > 0
+    atomic = tiles.DW_REDUCE == "atomic"
+    partial, dw32, dw = dw_buffers(weight, n_cols, grid, chunked, atomic, x2d.device)
+    launch(
+        _rms_norm_backward_chunked_kernel if chunked else _rms_norm_backward_kernel,
+        x2d,
+        (grid,),
         dx,
         dy2d,
         x2d,
         weight if weight is not None else x2d,
         rstd,
-        dw_partial,
+        partial if partial is not None else rstd,
+        dw32 if dw32 is not None else rstd,
+        dw if dw is not None else rstd,
+        dw32[n_cols:] if dw32 is not None else rstd,
         x2d.stride(0),
         n_rows,
         n_cols,
         offset,
         CASTING_MODE=CASTING_CODES[casting_mode],
         HAS_WEIGHT=weight is not None,
-        BLOCK_SIZE=tiles.BLOCK_SIZE,
+        DW_ATOMIC=atomic,
+        BLOCK_SIZE=tiles.BWD_CHUNK if chunked else tiles.BLOCK_SIZE,
         BLOCK_SIZE_M=tiles.BLOCK_SIZE_M,
-        num_warps=tiles.num_warps,
+        num_warps=tiles.bwd_num_warps or tiles.num_warps,
     )
-    dw = dw_partial.sum(0).to(weight.dtype) if weight is not None else None
+    if weight is not None and not atomic:
+        dw = partial.sum(0).to(weight.dtype)
     return dx, dw
 
 
