@@ -57,8 +57,20 @@ def default_notebooks_dir() -> Path:
     return here if here.is_dir() else repo_root() / "notebooks"
 
 
+def in_report(path: Path) -> bool:
+    """False for a notebook whose metadata says ``"workbench": {"report": false}`` (e.g.
+    ``suite.ipynb``, which renders the files of ``workbench bench --suite`` and takes none of the
+    report's parameters)."""
+    try:
+        meta = json.loads(Path(path).read_text(encoding="utf-8")).get("metadata", {})
+    except (OSError, ValueError):
+        return True
+    return bool((meta.get("workbench") or {}).get("report", True))
+
+
 def find_notebooks(directory: Path, only: list[str] | None = None) -> list[Path]:
-    """Notebooks in ``directory``, ``index.ipynb`` first; ``only`` filters by stem."""
+    """Notebooks in ``directory``, ``index.ipynb`` first; ``only`` filters by stem. Notebooks that
+    opt out of the report (:func:`in_report`) are left out unless ``only`` names them."""
     found = sorted(p for p in Path(directory).glob("*.ipynb") if not p.name.startswith("."))
     if only:
         wanted = {o.removesuffix(".ipynb") for o in only}
@@ -66,6 +78,8 @@ def find_notebooks(directory: Path, only: list[str] | None = None) -> list[Path]
         if missing:
             raise ValueError(f"no notebook {', '.join(sorted(missing))} in {directory}")
         found = [p for p in found if p.stem in wanted]
+    else:
+        found = [p for p in found if in_report(p)]
     return sorted(found, key=lambda p: (p.stem != "index", p.stem))
 
 
