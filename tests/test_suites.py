@@ -1,0 +1,334 @@
+"""Benchmark suites: the ratio / threshold maths on synthetic records, the registry against the
+specs, and ``workbench bench --suite smoke`` end to end on the CPU interpreter."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import kernels
+from kernels import suites as S
+from kernels.cli import main
+from kernels.suites import (
+    MET,
+    MISSED,
+    NOT_COMPARABLE,
+    NOT_MEASURED,
+    WRONG,
+    Chain,
+    Defaults,
+    Rule,
+    Versus,
+    chain_rows,
+    defaults_rows,
+    failures,
+    peer_plan,
+    required,
+    versus_rows,
+)
+from widgets.report import find_notebooks
+
+REMOTE_SCRIPT = re.compile(r"<script[^>]*\bsrc\s*=\s*[\"']?\s*(https?:)?//", re.IGNORECASE)
+NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+
+
+def rec(
+    variant, x, us, *, backend="gpu", mode="forward", pct=None, passed=True, error=None, method="device-events", **kw
+):
+    """A synthetic record dict (times given in µs)."""
+    return {
+        "kernel": "rms_norm",
+        "variant": variant,
+        "backend": backend,
+        "mode": mode,
+        "axis": "hidden",
+        "x_value": x,
+        "ms_p50": None if us is None else us / 1e3,
+        "pct_copy_bw": pct,
+        "passed": passed,
+        "error": error,
+        "timing_method": method,
+        **kw,
+    }
+
+
+NORM = Versus(
+    "t",
+    "T",
+    "rms_norm",
+    "forward",
+    (1024, 4096),
+    "gpu_multirow",
+    min_ratio=(Rule(1.0), Rule(1.3, 4096)),
+    min_pct_bw=(Rule(90.0, 4096),),
+)
+
+
+def by_x(rows):
+    return {r.x: r for r in rows}
+
+
+# --- thresholds --------------------------------------------------------------------------------
+def test_rules_take_the_largest_that_applies():
+    rules = (Rule(1.0), Rule(1.3, 4096))
+    assert required(rules, 1024) == 1.0
+    assert required(rules, 4096) == 1.3 and required(rules, 32768) == 1.3
+    assert required((Rule(90.0, 2048),), 1024) is None
+    assert required((), 1024) is None
+
+
+# --- versus: ours against the best peer --------------------------------------------------------
+def test_best_peer_ratio_met_and_missed():
+    records = [
+        rec("gpu_multirow", 1024, 10.0, pct=70.0),
+        rec("torch_eager", 1024, 30.0, backend="torch"),
+        rec("liger", 1024, 11.0, backend="peer"),
+        rec("torch_compile", 1024, 9.0, backend="torch", passed=False),  # wrong: never the best
+        rec("gpu_multirow", 4096, 10.0, pct=95.0),
+        rec("torch_eager", 4096, 12.0, backend="torch"),
+        rec("liger", 4096, 14.0, backend="peer"),
+    ]
+    rows = by_x(versus_rows(NORM, records))
+    small, big = rows[1024], rows[4096]
+    assert small.peer == "liger" and small.ratio == pytest.approx(1.1)
+    assert small.status == MET and small.min_ratio == 1.0 and small.min_pct_bw is None  # %BW rule not at 1024
+    assert big.peer == "torch_eager" and big.ratio == pytest.approx(1.2)
+    assert big.status == MISSED and "ratio 1.20 < 1.3" in big.reason
+    assert big.ours_us == pytest.approx(10.0) and big.peer_us == pytest.approx(12.0)
+
+
+def test_copy_bandwidth_rule():
+    fast = [rec("gpu_multirow", 4096, 10.0, pct=85.0), rec("liger", 4096, 20.0, backend="peer")]
+    row = by_x(versus_rows(NORM, fast))[4096]
+    assert row.ratio == pytest.approx(2.0) and row.status == MISSED and "85.0% of copy BW < 90%" in row.reason
+    fast[0]["pct_copy_bw"] = 91.0
+    assert by_x(versus_rows(NORM, fast))[4096].status == MET
+    fast[0]["pct_copy_bw"] = None  # a device without a measured copy bandwidth
+    row = by_x(versus_rows(NORM, fast))[4096]
+    assert row.status == NOT_MEASURED and "copy bandwidth" in row.reason
+
+
+def test_missing_peer_is_not_measured_never_met():
+    target = Versus("bs", "BS", "block_sparse", "forward", (1, 16), "gpu", peers=("pyjuice",), dtype="fp32")
+    records = [rec("gpu", 1, 5.0), rec("gpu", 16, 5.0)]
+    rows = versus_rows(target, records, missing={"pyjuice": "PyJuice is not installed"})
+    assert [r.status for r in rows] == [NOT_MEASURED, NOT_MEASURED]
+    assert all("peer missing: pyjuice: PyJuice is not installed" in r.reason for r in rows)
+    assert rows[0].ours_us == pytest.approx(5.0) and rows[0].ratio is None
+
+
+def test_failed_peer_and_missing_note():
+    records = [rec("gpu_multirow", 1024, 10.0), rec("liger", 1024, None, backend="peer", error="boom", passed=False)]
+    row = by_x(versus_rows(NORM, records))[1024]
+    assert row.status == NOT_MEASURED and "peer failed: liger: boom" in row.reason
+    records.append(rec("torch_eager", 1024, 20.0, backend="torch"))
+    row = by_x(versus_rows(NORM, records, missing={"torch_compile": "does not run on cpu"}))[1024]
+    assert row.status == MET and row.peer == "torch_eager" and "torch_compile" in row.note
+
+
+def test_wrong_ours_and_cpu_times():
+    records = [rec("gpu_multirow", 1024, 10.0, passed=False), rec("liger", 1024, 20.0, backend="peer")]
+    row = by_x(versus_rows(NORM, records))[1024]
+    assert row.status == WRONG
+    assert any("WRONG RESULT" in f for f in failures(NORM, records))
+    cpu = [rec("gpu_multirow", 1024, 1e5, method="interpreter-wall"), rec("torch_eager", 1024, 30.0, method="cpu-wall")]
+    row = by_x(versus_rows(NORM, cpu))[1024]
+    assert row.status == NOT_COMPARABLE and row.ratio is not None  # computed, never judged
+
+
+def test_failures_rule():
+    ok = [rec("gpu_multirow", 1024, 10.0), rec("liger", 1024, None, backend="peer", error="x", passed=False)]
+    assert failures(NORM, ok) == []  # a failing peer is reported in the table, not a failure
+    ours_err = [rec("gpu_multirow", 1024, None, error="no", passed=False)]
+    assert "could not run" in failures(NORM, ours_err)[0]
+
+
+def test_kernel_only_peer_time():
+    """PyJuice's variant stages our inputs each call: its bare kernel is what ours is judged against."""
+    target = Versus(
+        "bs", "BS", "block_sparse", "forward", (1,), "gpu", peers=("pyjuice",), dtype="fp32", kernel_only=("pyjuice",)
+    )
+    records = [
+        rec("gpu", 1, 10.0),
+        rec("pyjuice", 1, 20.0, backend="peer"),
+        rec("pyjuice_kernel", 1, 8.0, backend="peer"),
+    ]
+    row = versus_rows(target, records)[0]
+    assert row.peer == "pyjuice_kernel" and row.ratio == pytest.approx(0.8) and row.status == MISSED
+    assert row.alt_peer.startswith("pyjuice") and row.alt_ratio == pytest.approx(2.0)
+    records[1]["passed"] = False  # the peer's result on our inputs is wrong: its kernel time is void
+    row = versus_rows(target, records)[0]
+    assert row.status == NOT_MEASURED and "peer failed" in row.reason
+
+
+# --- the HMM chain -----------------------------------------------------------------------------
+def test_chain_ratio_prefers_graph_replay():
+    target = Chain("hmm", "HMM", T=32, L=1024, batches=(1, 16))
+
+    def c(variant, batch, us, backend="gpu"):
+        return rec(variant, batch, us, backend=backend, mode="full", axis="batch", method="host-wall")
+
+    records = [
+        c("ours_eager", 1, 3000.0),
+        c("ours_graph", 1, 400.0),
+        c("pyjuice_eager", 1, 1000.0, "peer"),
+        c("pyjuice_graph", 1, 500.0, "peer"),
+        c("ours_eager", 16, 600.0),  # no graph replay (not CUDA): eager is ours
+        c("pyjuice_eager", 16, 1000.0, "peer"),
+    ]
+    rows = by_x(chain_rows(target, records))
+    assert rows[1].ours == "ours_graph" and rows[1].ratio == pytest.approx(2.5) and rows[1].status == MET
+    assert rows[1].alt_ratio == pytest.approx(1.25)  # informative: against PyJuice's own graph replay
+    assert rows[16].ours == "ours_eager" and rows[16].status == MISSED and rows[16].min_ratio == 2.0
+    missing = chain_rows(target, [c("ours_eager", 1, 1.0)], missing={"pyjuice": "not installed"})
+    assert missing[0].status == NOT_MEASURED and "peer missing" in missing[0].reason
+
+
+# --- defaults against the best tiles -------------------------------------------------------------
+def test_defaults_ratio():
+    target = Defaults("d", "D", "rms_norm", "gpu_multirow", "forward", (1024, 4096))
+    records = [
+        rec("gpu_multirow", 1024, 10.0, label="default"),
+        rec("gpu_multirow", 1024, 9.8, label="BLOCK_SIZE_M=2"),
+        rec("gpu_multirow", 1024, 12.0, label="BLOCK_SIZE_M=4"),
+        rec("gpu_multirow", 1024, None, label="BLOCK_SIZE=8192", error="out of resources", passed=False),
+        rec("gpu_multirow", 4096, 10.0, label="default"),
+        rec("gpu_multirow", 4096, 9.0, label="num_warps=8"),
+    ]
+    rows = by_x(defaults_rows(target, records))
+    assert rows[1024].peer == "BLOCK_SIZE_M=2" and rows[1024].ratio == pytest.approx(0.98) and rows[1024].status == MET
+    assert "3 configurations, 1 failed" in rows[1024].note
+    assert rows[4096].ratio == pytest.approx(0.9) and rows[4096].status == MISSED
+    assert failures(target, records) == []  # an explored tile that cannot run is data
+    records[0].update(error="broken", passed=False)
+    assert failures(target, records) and by_x(defaults_rows(target, records))[1024].status == NOT_MEASURED
+
+
+# --- the registry -------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", list(S.SUITES))
+def test_registry_targets_exist_in_the_specs(name):
+    suite = S.SUITES[name]
+    assert suite.names() == S.SUITES["h100"].names()  # smoke: the same targets, tiny shapes
+    for t in suite.targets:
+        assert t.family in kernels.families()
+        spec = kernels.get(t.family)
+        assert t.mode in spec.modes
+        if t.kind == "chain":
+            assert t.T >= 1 and t.L >= 1 and t.batches
+            continue
+        var = spec.variant(t.ours)
+        assert var.backend not in S.PEER_BACKENDS
+        assert t.dtype in spec.dtypes
+        for x in t.values:
+            spec.resolve_problem({**t.problem, spec.axis: x})
+        if t.kind == "versus":
+            assert t.ours == S.OURS[t.family]
+            for p in t.peers or ():
+                assert spec.variant(p).backend in S.PEER_BACKENDS
+            for p in t.kernel_only:
+                assert (t.family, p) in S.KERNEL_ONLY_TIMERS
+        else:
+            for p in t.params or [q.name for q in var.params]:
+                var.param(p)
+
+
+def test_h100_suite_is_the_issue():
+    h = S.SUITES["h100"]
+    assert h.target("rms_norm_forward").values == (1024, 2048, 4096, 8192, 16384, 32768)
+    assert h.target("fused_forward").values == (512, 1024, 2048, 4096, 8192, 16384)
+    assert required(h.target("rms_norm_full").min_ratio, 4096) == 1.3
+    assert required(h.target("fused_forward").min_pct_bw, 2048) == 90.0
+    assert required(h.target("fused_forward").min_pct_bw, 1024) is None
+    bs = h.target("block_sparse_forward")
+    assert bs.values == (1, 2, 4, 8, 16) and bs.peers == ("pyjuice",) and bs.problem["nodes"] == 1024
+    assert required(h.target("hmm_chain").min_ratio, 16) == 2.0
+    assert all(t.problem.get("rows", 4096) == 4096 for t in h.targets if t.kind != "chain")
+
+
+def test_peer_plan_on_the_cpu():
+    run, missing = peer_plan(S.SUITES["smoke"].target("rms_norm_forward"), "cpu")
+    assert "torch_eager" in run and "liger" in missing and "torch_compile" in missing
+    run, missing = peer_plan(S.SUITES["smoke"].target("block_sparse_forward"), "cpu")
+    assert run == [] and "pyjuice" in missing
+
+
+def test_suite_notebook_is_not_in_workbench_report():
+    assert "suite" not in {p.stem for p in find_notebooks(NOTEBOOKS_DIR)}
+    assert [p.stem for p in find_notebooks(NOTEBOOKS_DIR, only=["suite"])] == ["suite"]
+
+
+# --- the command ---------------------------------------------------------------------------------
+def test_bench_suite_smoke_end_to_end(tmp_path, capsys):
+    out = tmp_path / "smoke"
+    rc = main(
+        ["bench", "--suite", "smoke", "--device", "cpu", "--out", str(out), "--store", str(tmp_path / "r.sqlite")]
+    )
+    printed = capsys.readouterr().out
+    assert rc == 0, printed
+    suite = S.SUITES["smoke"]
+    table = printed[printed.index("best peer / config") :]
+    for name in suite.names():
+        assert name in table
+    assert "not measured (peer missing: pyjuice" in table and "not comparable" in table
+    assert " MET" not in table and "MISSED" not in table  # nothing is judged on the CPU
+    for name in ("records.csv", "records.json", "ratios.csv", "environment.json", "suite.json", "report.html"):
+        assert (out / name).exists(), name
+    with (out / "records.csv").open() as f:
+        records = list(csv.DictReader(f))
+    assert records and all(r["device_kind"] == "cpu" for r in records)
+    with (out / "ratios.csv").open() as f:
+        ratios = list(csv.DictReader(f))
+    assert {r["target"] for r in ratios} == set(suite.names())
+    assert len(ratios) == sum(len(t.values) for t in suite.targets)
+    env = json.loads((out / "environment.json").read_text())
+    for key in ("device_name", "driver", "torch", "triton", "python", "git_commit", "date", "copy_bw_gbps"):
+        assert key in env
+    assert env["pyjuice"] and env["liger-kernel"] and env["suite"] == "smoke"
+    page = (out / "report.html").read_text()
+    assert not REMOTE_SCRIPT.search(page) and "require.js" not in page
+    assert page.count("embedded for offline use") == 1 and "Plotly.newPlot(" in page
+    assert "wb-ratios" in page and "rms_norm_forward" in page and "copy_bw_gbps" in page
+
+
+def test_bench_suite_without_html_tools(tmp_path, capsys, monkeypatch):
+    from widgets import suite_report
+
+    monkeypatch.setattr(
+        suite_report, "html_unavailable_reason", lambda: "papermill not installed (pip install papermill)"
+    )
+    out = tmp_path / "o"
+    args = ["bench", "--suite", "smoke", "--device", "cpu", "--only", "block_sparse_forward", "--out", str(out)]
+    rc = main(args + ["--store", str(tmp_path / "r.sqlite")])
+    printed = capsys.readouterr().out
+    assert rc == 0
+    assert "report.html: skipped (papermill not installed" in printed
+    assert (out / "records.csv").exists() and (out / "ratios.csv").exists() and not (out / "report.html").exists()
+    assert "block_sparse_forward" in printed and "rms_norm_forward" not in printed
+
+
+def test_bench_suite_wrong_result_fails(tmp_path, capsys, monkeypatch):
+    real = S.measure
+
+    def wrong(*args, **kwargs):
+        r = real(*args, **kwargs)
+        r.passed = False
+        return r
+
+    monkeypatch.setattr(S, "measure", wrong)
+    args = ["bench", "--suite", "smoke", "--device", "cpu", "--only", "block_sparse_forward", "--no-html"]
+    rc = main(args + ["--out", str(tmp_path / "o"), "--store", str(tmp_path / "r.sqlite")])
+    printed = capsys.readouterr().out
+    assert rc == 1 and "WRONG RESULT" in printed and "wrong result" in printed
+
+
+def test_bench_suite_bad_arguments(capsys):
+    assert main(["bench", "--suite", "nope"]) == 2
+    assert "unknown suite 'nope'" in capsys.readouterr().err
+    assert main(["bench", "--suite", "smoke", "--only", "nope"]) == 2
+    assert "no target 'nope'" in capsys.readouterr().err
+    assert main(["bench"]) == 2
+    assert "--suite NAME" in capsys.readouterr().out
