@@ -31,6 +31,8 @@ BATCHES = (1, 2, 3, 8, 16, 17)
 IMPLS = (
     ("large", "gpu", {"heuristic": "large"}),
     ("small", "gpu", {"heuristic": "small"}),
+    # batch split into one-column programs: a tiling the small-batch sweep tries
+    ("narrow", "gpu", {"heuristic": "small", "TILE_M": 4, "BLOCK_B": 1}),
     ("npu", "npu", {}),
 )
 IMPL_IDS = [name for name, _, _ in IMPLS]
@@ -316,6 +318,14 @@ def test_bad_sum_input(mutate, match):
         sum_layer(x["element_mars"], x["params"], x["cids"], x["pids"], 8)
 
 
+def test_num_stages_is_a_forward_tile(device):
+    lay = layer(64, 16, 5, device, seed=3)
+    args = (lay["element_mars"], lay["params"], lay["cids"], lay["pids"], 16)
+    want = sum_layer_reference(*args)
+    for stages in (1, 3):
+        assert_close(sum_layer(*args, heuristic="small", num_stages=stages), want, what=f"num_stages={stages}")
+
+
 @pytest.mark.parametrize(
     "kwargs,match",
     [
@@ -329,6 +339,7 @@ def test_bad_sum_input(mutate, match):
         ({"PROGRAM_M": 4, "TILE_M": 8}, "PROGRAM_M=4 must be >= TILE_M=8"),
         ({"heuristic": "medium"}, "heuristic='medium' is not allowed"),
         ({"num_warps": 3}, "num_warps=3 is not allowed"),
+        ({"num_stages": 0}, "num_stages=0 is not allowed"),
         ({"TILE_M": 64, "TILE_K": 64, "BLOCK_B": 8}, "exceeds the 16384-element"),
         ({"BLOCK_SIZE": 64}, "unknown tile parameter BLOCK_SIZE"),
         ({"impl": "npu", "heuristic": "small"}, "unknown tile parameter heuristic"),

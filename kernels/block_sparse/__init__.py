@@ -50,7 +50,7 @@ from kernels.device import device_of
 from kernels.spec import KernelSpec, Knob, Param, Variant
 
 IMPLS = ("gpu", "npu", "auto")
-_GPU_SUM_TILES = ("heuristic", "TILE_M", "TILE_K", "BLOCK_B", "PROGRAM_M", "num_warps")
+_GPU_SUM_TILES = ("heuristic", "TILE_M", "TILE_K", "BLOCK_B", "PROGRAM_M", "num_warps", "num_stages")
 _GPU_BWD_TILES = ("heuristic", "TILE_M", "TILE_K", "BLOCK_B", "num_warps")
 _GPU_PRODUCT_TILES = ("heuristic", "BLOCK_M", "TILE_M", "BLOCK_B", "num_warps")
 _NPU_TILES = ("TILE_M", "TILE_K", "BLOCK_B", "GRID")
@@ -249,10 +249,11 @@ def sum_layer(element_mars, params, cids, pids, block_size, impl="auto", **tiles
     n_blocks, n_edges = cids.shape
     batch = element_mars.shape[1]
     if impl == "gpu":
-        _check_tile_names(tiles, _GPU_SUM_TILES, "sum_layer (impl='gpu')")
+        if tiles:
+            _check_tile_names(tiles, _GPU_SUM_TILES, "sum_layer (impl='gpu')")
         cores = _num_cores(element_mars)
         fwd = gpu.resolve_forward_tiles(n_blocks, block_size, n_edges, batch, cores, **tiles)
-        bwd = gpu.resolve_backward_tiles(n_blocks, block_size, n_edges, batch, cores, tiles.get("heuristic", "auto"))
+        bwd = None  # resolved below only when a backward can follow
     else:
         _check_tile_names(tiles, _NPU_TILES, "sum_layer (impl='npu')")
         fwd = bwd = _npu_tiles(cids, block_size, batch, element_mars, tiles)
@@ -260,6 +261,9 @@ def sum_layer(element_mars, params, cids, pids, block_size, impl="auto", **tiles
     if batch == 0:
         return element_mars.new_empty((n_blocks * block_size, 0))
     if torch.is_grad_enabled() and (element_mars.requires_grad or params.requires_grad):
+        if bwd is None:
+            heuristic = tiles.get("heuristic", "auto")
+            bwd = gpu.resolve_backward_tiles(n_blocks, block_size, n_edges, batch, cores, heuristic)
         return _SumLayerFunction.apply(element_mars, params, cids, pids, block_size, impl, fwd, bwd)
     module = gpu if impl == "gpu" else npu
     return module.sum_forward(element_mars, params, cids, pids, block_size, fwd)
@@ -431,8 +435,8 @@ def _ours(impl: str, fixed: dict | None = None):
     def split(problem, params):
         tiles = {**fixed, **_tiles(params)}
         if problem["layer"] == "product":
-            tiles.pop("TILE_K", None)
-            tiles.pop("PROGRAM_M", None)
+            for name in ("TILE_K", "PROGRAM_M", "num_stages"):  # sum-layer tiles only
+                tiles.pop(name, None)
         return tiles
 
     def run(inputs, problem, **params):
@@ -478,6 +482,7 @@ _COMMON_PARAMS = (
 _GPU_EXTRA = (
     Param("PROGRAM_M", ("auto",) + _POW2, "auto", "nodes one program walks, in TILE_M sub-tiles (sum forward)"),
     Param("num_warps", ("auto",) + gpu.NUM_WARPS, "auto", "warps per program"),
+    Param("num_stages", ("auto",) + gpu.NUM_STAGES, "auto", "software-pipelining depth of the edge loop (sum forward)"),
 )
 
 _gpu_run, _gpu_check = _ours("gpu")

@@ -80,6 +80,7 @@ through a product unchanged) to each child row with atomics.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,7 +88,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.device import launcher
+from kernels.device import launch as _launch
 
 NEG_FLT_MAX = tl.constexpr(-3.4028234663852886e38)  # the most negative finite fp32
 HEURISTICS = ("auto", "large", "small")
@@ -96,6 +97,7 @@ NUM_WARPS = (1, 2, 4, 8, 16, 32)
 MAX_3D_TILE = 16384
 MAX_TILE = 1024  # largest single tile dimension accepted
 SMALL_TILE_M = 8  # node tile of the small-batch heuristic (issue: 8 for occupancy)
+NUM_STAGES = (1, 2, 3, 4, 5)
 PRODUCT_BLOCK_M_CAP = 8  # the product layer's BLOCK_M cap of the small heuristic
 
 
@@ -353,6 +355,7 @@ class SumForwardTiles:
     PROGRAM_M: int
     USE_DOT: bool
     num_warps: int
+    num_stages: int = 0  # 0: Triton's default software pipelining depth
 
     def grid(self, n_blocks: int, block_size: int, batch: int) -> tuple[int, int]:
         return (n_blocks * triton.cdiv(block_size, self.PROGRAM_M), triton.cdiv(batch, self.BLOCK_B))
@@ -376,6 +379,7 @@ def _small_forward(block_size: int, n_edges: int, batch: int) -> dict:
     return dict(TILE_M=tile_m, TILE_K=tile_k, BLOCK_B=block_b, PROGRAM_M=tile_m)
 
 
+@functools.lru_cache(maxsize=4096)  # pure in its (hashable) arguments; asked on every call
 def resolve_forward_tiles(
     n_blocks: int,
     block_size: int,
@@ -388,6 +392,7 @@ def resolve_forward_tiles(
     BLOCK_B="auto",
     PROGRAM_M="auto",
     num_warps="auto",
+    num_stages="auto",
 ) -> SumForwardTiles:
     """The forward tiling: a heuristic's choice with explicit tiles overriding it."""
     check_heuristic(heuristic)
@@ -421,7 +426,13 @@ def resolve_forward_tiles(
     if num_warps == "auto":
         num_warps = 8 if use_dot and tm * tb >= 1024 else 4
     check_num_warps(num_warps)
-    return SumForwardTiles("custom" if custom else heuristic, tm, tk, tb, chosen["PROGRAM_M"], use_dot, num_warps)
+    if num_stages == "auto":
+        num_stages = 0
+    elif num_stages not in NUM_STAGES:
+        raise ValueError(f"num_stages={num_stages!r} is not allowed; use one of {', '.join(map(str, NUM_STAGES))}")
+    return SumForwardTiles(
+        "custom" if custom else heuristic, tm, tk, tb, chosen["PROGRAM_M"], use_dot, num_warps, num_stages
+    )
 
 
 @dataclass(frozen=True)
@@ -438,6 +449,7 @@ class SumBackwardTiles:
     num_warps: int
 
 
+@functools.lru_cache(maxsize=4096)  # pure in its (hashable) arguments; asked on every call
 def resolve_backward_tiles(
     n_blocks: int,
     block_size: int,
@@ -499,6 +511,7 @@ class ProductTiles:
     num_warps: int
 
 
+@functools.lru_cache(maxsize=4096)  # pure in its (hashable) arguments; asked on every call
 def resolve_product_tiles(
     n_blocks: int,
     block_size: int,
@@ -537,12 +550,12 @@ def resolve_product_tiles(
 
 # --- host functions ------------------------------------------------------------------------
 def launch(kernel, like: torch.Tensor, grid, *args, **kwargs):
-    """``launcher(kernel, like)[grid](*args, **kwargs)``. In the interpreter numpy would warn about
-    ``log(0)``, which these kernels take on purpose (-inf for zero weights and padding)."""
+    """:func:`kernels.device.launch`. In the interpreter numpy would warn about ``log(0)``, which
+    these kernels take on purpose (-inf for zero weights and padding)."""
     if like.device.type == "cpu":
         with np.errstate(divide="ignore"):
-            return launcher(kernel, like)[grid](*args, **kwargs)
-    return launcher(kernel, like)[grid](*args, **kwargs)
+            return _launch(kernel, like, grid, *args, **kwargs)
+    return _launch(kernel, like, grid, *args, **kwargs)
 
 
 def sum_forward(element_mars, params, cids, pids, block_size: int, tiles: SumForwardTiles, out=None):
@@ -569,6 +582,7 @@ def sum_forward(element_mars, params, cids, pids, block_size: int, tiles: SumFor
         PROGRAM_M=tiles.PROGRAM_M,
         USE_DOT=tiles.USE_DOT,
         num_warps=tiles.num_warps,
+        **({"num_stages": tiles.num_stages} if tiles.num_stages else {}),
     )
     return out
 
