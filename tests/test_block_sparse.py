@@ -258,12 +258,16 @@ def test_product_layer_shared_children(device):
 # --- heuristics ------------------------------------------------------------------------------
 def test_heuristics_at_the_issue_shape():
     """L = 1024 (one block of 1024), 132 SMs: large walks the block in one program at batch 1,
-    small spreads it over 128; auto picks small there and large once its grid fills the SMs."""
+    small spreads it over 256 node tiles of 4 (the H100 sweep's best below batch 16) and from
+    batch 16 over 64 tl.dot programs; auto picks small there and large once its grid fills the SMs."""
     large = gpu.resolve_forward_tiles(1, 1024, 1024, 1, 132, heuristic="large")
     small = gpu.resolve_forward_tiles(1, 1024, 1024, 1, 132, heuristic="small")
     assert large.grid(1, 1024, 1) == (1, 1)
-    assert small.TILE_M == 8 and small.grid(1, 1024, 1)[0] == 128
+    assert small.TILE_M == 4 and small.grid(1, 1024, 1)[0] == 256 and not small.USE_DOT
     assert small.TILE_K > small.BLOCK_B  # TILE_K decoupled from the batch
+    at16 = gpu.resolve_forward_tiles(1, 1024, 1024, 16, 132)
+    assert at16.heuristic == "small" and at16.USE_DOT and at16.grid(1, 1024, 16) == (64, 1)
+    assert at16.num_stages == 2 and at16.num_warps == 4
     assert gpu.resolve_forward_tiles(1, 1024, 1024, 2, 132).heuristic == "small"
     assert gpu.resolve_forward_tiles(16, 64, 1024, 8192, 132).heuristic == "large"
     assert gpu.resolve_forward_tiles(1, 1024, 1024, 64, 132, heuristic="large").USE_DOT

@@ -40,9 +40,10 @@ Two tilings (``heuristic``):
   (``PROGRAM_M = bs``). The grid is
   ``G x cdiv(B, BLOCK_B)``: at batch 1 with one block of 1024 nodes that is a single program,
   one SM busy — the small-batch pathology the issue describes.
-- ``small``: node tiles of ``TILE_M = 8`` are separate programs (``PROGRAM_M = TILE_M``) and
+- ``small``: node tiles of ``TILE_M = 4`` are separate programs (``PROGRAM_M = TILE_M``) and
   ``TILE_K`` is decoupled from the batch (as wide as a ~4096-element register tile allows), so
-  batch 1 with 1024 nodes runs 128 programs.
+  batch 1 with 1024 nodes runs 256 programs. From batch 16 it takes the ``tl.dot`` form in
+  16-node programs (64 at L = 1024) with a two-stage pipelined edge loop.
 - ``auto``: ``large`` when its grid already has at least one program per SM, else ``small``.
 
 Sum layer backward
@@ -96,7 +97,12 @@ NUM_WARPS = (1, 2, 4, 8, 16, 32)
 # Largest broadcast tile TILE_M x TILE_K x BLOCK_B (elements) a program may hold in registers.
 MAX_3D_TILE = 16384
 MAX_TILE = 1024  # largest single tile dimension accepted
-SMALL_TILE_M = 8  # node tile of the small-batch heuristic (issue: 8 for occupancy)
+SMALL_TILE_M = 8  # node tile of the small-batch heuristic (issue: 8 for occupancy; the NPU's default)
+# GPU small-batch tiles from the H100 sweep (benchmarks/tune_h100.py, L = 1024, batch 1-16): node
+# tiles of 4 (256 programs at L = 1024: more programs hide the gather latency) below batch 16,
+# and from batch 16 the tl.dot form in 16-node programs (39.7 us against 83 us at batch 16).
+GPU_SMALL_TILE_M = 4
+GPU_SMALL_DOT_FROM_BATCH = 16
 NUM_STAGES = (1, 2, 3, 4, 5)
 PRODUCT_BLOCK_M_CAP = 8  # the product layer's BLOCK_M cap of the small heuristic
 
@@ -373,8 +379,11 @@ def _large_forward(block_size: int, n_edges: int, batch: int) -> dict:
 
 
 def _small_forward(block_size: int, n_edges: int, batch: int) -> dict:
-    block_b = min(_pow2(batch), 16)
-    tile_m = min(_pow2(block_size), SMALL_TILE_M)
+    if batch >= GPU_SMALL_DOT_FROM_BATCH and block_size >= 16 and n_edges >= 16:
+        tile_k = min(_pow2(n_edges), 64)
+        return dict(TILE_M=16, TILE_K=tile_k, BLOCK_B=16, PROGRAM_M=16)
+    block_b = min(_pow2(batch), 8)
+    tile_m = min(_pow2(block_size), GPU_SMALL_TILE_M)
     tile_k = min(_pow2(n_edges), 256, max(1, 4096 // (tile_m * block_b)))
     return dict(TILE_M=tile_m, TILE_K=tile_k, BLOCK_B=block_b, PROGRAM_M=tile_m)
 
@@ -424,10 +433,11 @@ def resolve_forward_tiles(
             f"broadcast tile (used when a tile is below 16, so tl.dot cannot); lower TILE_K or BLOCK_B"
         )
     if num_warps == "auto":
-        num_warps = 8 if use_dot and tm * tb >= 1024 else 4
+        # Broadcast tiles of at most 16 node-columns ran best with 8 warps (batch 1-4 sweep).
+        num_warps = 8 if (use_dot and tm * tb >= 1024) or (not use_dot and tm * tb <= 16) else 4
     check_num_warps(num_warps)
     if num_stages == "auto":
-        num_stages = 0
+        num_stages = 2 if use_dot and heuristic == "small" else 0  # 2 beat Triton's 3 at batch 16
     elif num_stages not in NUM_STAGES:
         raise ValueError(f"num_stages={num_stages!r} is not allowed; use one of {', '.join(map(str, NUM_STAGES))}")
     return SumForwardTiles(

@@ -245,8 +245,8 @@ def fused_add_rms_norm_backward(dy2d, ds2d, s2d, weight, rstd, offset, casting_m
         DW_ATOMIC=atomic,
         HAS_DS=ds2d is not None,
         BLOCK_SIZE=tiles.BLOCK_SIZE,
-        BLOCK_SIZE_M=tiles.BLOCK_SIZE_M,
-        num_warps=tiles.num_warps,
+        BLOCK_SIZE_M=tiles.bwd_block_size_m or tiles.BLOCK_SIZE_M,
+        num_warps=tiles.bwd_num_warps or tiles.num_warps,
     )
     if weight is not None and not atomic:
         dw = partial.sum(0).to(weight.dtype)

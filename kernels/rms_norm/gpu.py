@@ -50,8 +50,17 @@ NUM_WARPS = (1, 2, 4, 8, 16, 32)
 DW_REDUCTIONS = ("atomic", "partials")
 # The backward keeps a whole row in registers up to this width and walks wider rows in chunks
 # of BWD_CHUNK_DEFAULT (set from the H100 tile sweep in benchmarks/profile_h100.py).
-BWD_WHOLE_ROW_MAX = 8192
+BWD_WHOLE_ROW_MAX = 16384
 BWD_CHUNK_DEFAULT = 4096
+
+
+def default_backward_tiles(block_size: int) -> tuple[int, int]:
+    """(rows per program, warps) of the whole-row backward, from the H100 sweep: small rows
+    want several rows per program (hidden 1024: 8 rows, 23.5 us against 44.9 us with the
+    forward's 2), about 16K elements per tile, and fewer warps than the forward."""
+    rows = max(1, min(8, 16384 // block_size))
+    warps = 4 if block_size <= 1024 else (8 if block_size <= 4096 else 16)
+    return rows, warps
 
 
 @triton.jit
@@ -266,6 +275,7 @@ class GpuTiles:
     BWD_CHUNK: int = 0  # 0: the backward holds whole rows; else its chunk width
     bwd_num_warps: int = 0  # 0: num_warps
     DW_REDUCE: str = "atomic"
+    bwd_block_size_m: int = 0  # 0: BLOCK_SIZE_M
 
 
 def default_num_warps(tile_elements: int) -> int:
@@ -274,7 +284,7 @@ def default_num_warps(tile_elements: int) -> int:
         return 32
     if tile_elements >= 8192:
         return 16
-    if tile_elements >= 2048:
+    if tile_elements > 2048:
         return 8
     return 4
 
@@ -290,7 +300,7 @@ def resolve_tiles(
     n_cols: int,
     num_cores: int,
     BLOCK_SIZE="auto",
-    BLOCK_SIZE_M=1,
+    BLOCK_SIZE_M="auto",
     num_warps="auto",
     GRID="auto",
     BWD_CHUNK="auto",
@@ -314,7 +324,8 @@ def resolve_tiles(
             f"BLOCK_SIZE={BLOCK_SIZE} is smaller than hidden={n_cols}: the untiled kernel keeps a whole "
             f"row in one tile; use BLOCK_SIZE >= {need} (or impl='npu' for column chunks)"
         )
-    if BLOCK_SIZE_M == "auto":
+    auto_rows = BLOCK_SIZE_M == "auto"
+    if auto_rows:
         BLOCK_SIZE_M = default_block_size_m(n_cols)
     elif not is_power_of_two(BLOCK_SIZE_M):
         raise ValueError(f"BLOCK_SIZE_M={BLOCK_SIZE_M!r} must be a power of two (1, 2, 4, …)")
@@ -329,11 +340,6 @@ def resolve_tiles(
         num_warps = default_num_warps(BLOCK_SIZE * BLOCK_SIZE_M)
     elif num_warps not in NUM_WARPS:
         raise ValueError(f"num_warps={num_warps!r} is not allowed; use one of {', '.join(map(str, NUM_WARPS))}")
-    n_tiles = cdiv(max(n_rows, 1), BLOCK_SIZE_M)
-    if GRID == "auto":
-        GRID = min(num_cores, n_tiles)
-    elif isinstance(GRID, bool) or not (isinstance(GRID, int) and GRID >= 1):
-        raise ValueError(f"GRID={GRID!r} must be a positive integer or 'auto'")
     if BWD_CHUNK == "auto":
         BWD_CHUNK = BWD_CHUNK_DEFAULT if BLOCK_SIZE > BWD_WHOLE_ROW_MAX else BLOCK_SIZE
     elif not (is_power_of_two(BWD_CHUNK) and 16 <= BWD_CHUNK <= MAX_TILE_ELEMENTS):
@@ -342,10 +348,24 @@ def resolve_tiles(
             f"column chunk; {BLOCK_SIZE} or more keeps whole rows) or 'auto'"
         )
     chunk = 0 if BWD_CHUNK >= BLOCK_SIZE else BWD_CHUNK  # below BLOCK_SIZE: within the tile limit too
-    bwd_warps = num_warps if explicit_warps or not chunk else default_num_warps(chunk * BLOCK_SIZE_M)
+    # The backward's rows per program and warps: the forward's when given, else their own defaults
+    # (chunked: 2 rows of 16 warps, the best of the hidden-32768 sweep).
+    if chunk:
+        bwd_rows, bwd_warps = 2, 16
+    else:
+        bwd_rows, bwd_warps = default_backward_tiles(BLOCK_SIZE)
+    if not auto_rows:
+        bwd_rows = BLOCK_SIZE_M
+    if explicit_warps:
+        bwd_warps = num_warps
+    n_tiles = cdiv(max(n_rows, 1), bwd_rows)
+    if GRID == "auto":
+        GRID = min(num_cores, n_tiles)
+    elif isinstance(GRID, bool) or not (isinstance(GRID, int) and GRID >= 1):
+        raise ValueError(f"GRID={GRID!r} must be a positive integer or 'auto'")
     if DW_REDUCE not in DW_REDUCTIONS:
         raise ValueError(f"DW_REDUCE={DW_REDUCE!r} is not allowed; use one of {', '.join(DW_REDUCTIONS)}")
-    return GpuTiles(BLOCK_SIZE, BLOCK_SIZE_M, num_warps, min(GRID, n_tiles), chunk, bwd_warps, DW_REDUCE)
+    return GpuTiles(BLOCK_SIZE, BLOCK_SIZE_M, num_warps, min(GRID, n_tiles), chunk, bwd_warps, DW_REDUCE, bwd_rows)
 
 
 def rms_norm_forward(x2d, weight, eps, offset, casting_mode, tiles: GpuTiles):
@@ -417,7 +437,7 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: GpuT
         HAS_WEIGHT=weight is not None,
         DW_ATOMIC=atomic,
         BLOCK_SIZE=tiles.BWD_CHUNK if chunked else tiles.BLOCK_SIZE,
-        BLOCK_SIZE_M=tiles.BLOCK_SIZE_M,
+        BLOCK_SIZE_M=tiles.bwd_block_size_m or tiles.BLOCK_SIZE_M,
         num_warps=tiles.bwd_num_warps or tiles.num_warps,
     )
     if weight is not None and not atomic:
