@@ -191,6 +191,11 @@ def suite_main(argv) -> int:
     parser.add_argument("--only", default="", help="comma list of target names (default: every target)")
     parser.add_argument("--store", default=None, help="SQLite results file (default results/workbench.sqlite)")
     parser.add_argument("--no-html", action="store_true", help="skip report.html (tables and files only)")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the targets an earlier run of this suite wrote into --out (run a long suite in parts)",
+    )
     args = parser.parse_args(argv)
     try:
         suite = S.get_suite(args.suite)
@@ -214,12 +219,18 @@ def suite_main(argv) -> int:
         tag = getattr(rec, "label", None)
         print(f"{format_row(rec)}{f' [{tag}]' if tag else ''}  ({time.perf_counter() - started:.1f} s)", flush=True)
 
+    # --resume: the earlier run's targets are read before the first target rewrites the files.
+    earlier = S.load_previous(suite, device.kind, out) if args.resume else None
+    if earlier is not None:
+        print(f"resume: keeping {', '.join(earlier.target_records)} from {out} (unless measured again)")
+
     def on_target(target, run):
-        S.write_files(run, suite, out)  # after every target: nothing measured is lost
+        S.write_files(S.combined(run, earlier, suite), suite, out)  # after every target: nothing is lost
 
     run = S.run_suite(
         suite, device=device, store=store, rep_ms=args.rep_ms, only=only, on_record=on_record, on_target=on_target
     )
+    run = S.combined(run, earlier, suite)
     print()
     print(format_ratio_table(run.rows))
     S.write_files(run, suite, out)

@@ -971,6 +971,54 @@ def run_suite(
     return run
 
 
+def load_previous(suite: Suite, device_kind: str, out) -> SuiteRun | None:
+    """An earlier run of ``suite`` on ``device_kind`` as ``out``'s suite.json / records.json hold
+    it (None when there is none, or it is another suite or device kind)."""
+    import json
+    from pathlib import Path
+
+    out = Path(out)
+    try:
+        body = json.loads((out / "suite.json").read_text())
+        records = json.loads((out / "records.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if body.get("suite") != suite.name or body.get("device_kind") != device_kind:
+        return None
+    run = SuiteRun(suite.name, device_kind, body.get("device_name", ""))
+    for info in body.get("targets", []):
+        name = info["name"]
+        start = len(run.records)
+        run.records.extend(records[i] for i in info.get("records", []))
+        run.target_records[name] = list(range(start, len(run.records)))
+    run.rows = [RatioRow(**row) for row in body.get("rows", [])]
+    run.failures = list(body.get("failures", []))
+    run.missing = dict(body.get("missing", {}))
+    return run
+
+
+def combined(run: SuiteRun, earlier: SuiteRun | None, suite: Suite) -> SuiteRun:
+    """``run`` plus every target of ``earlier`` that ``run`` did not measure: a suite too long
+    for one command runs in parts (``--only`` ... ``--resume``) into one folder."""
+    if earlier is None:
+        return run
+    both = SuiteRun(run.suite, run.device_kind, run.device_name)
+    for source in (earlier, run):
+        for name, indices in source.target_records.items():
+            if source is earlier and name in run.target_records:
+                continue
+            start = len(both.records)
+            both.records.extend(source.records[i] for i in indices)
+            both.target_records[name] = list(range(start, len(both.records)))
+            both.rows.extend(r for r in source.rows if r.target == name)
+            both.failures.extend(f for f in source.failures if f.startswith(f"{name}:"))
+            if name in source.missing:
+                both.missing[name] = source.missing[name]
+    order = {t.name: i for i, t in enumerate(suite.targets)}
+    both.rows.sort(key=lambda r: order.get(r.target, len(order)))  # stable: keeps x order per target
+    return both
+
+
 # --- files -----------------------------------------------------------------------------------
 def peer_versions() -> dict[str, str]:
     """Installed version of each peer library (``not installed`` otherwise)."""

@@ -332,3 +332,23 @@ def test_bench_suite_bad_arguments(capsys):
     assert "no target 'nope'" in capsys.readouterr().err
     assert main(["bench"]) == 2
     assert "--suite NAME" in capsys.readouterr().out
+
+
+def test_bench_suite_in_parts_with_resume(tmp_path, capsys):
+    """A suite run in parts into one folder: --resume keeps the earlier part's targets and rows."""
+    out = tmp_path / "parts"
+    args = ["bench", "--suite", "smoke", "--device", "cpu", "--out", str(out), "--no-html"]
+    assert main(args + ["--only", "rms_norm_forward"]) == 0
+    first = json.loads((out / "suite.json").read_text())
+    assert main(args + ["--only", "fused_forward", "--resume"]) == 0
+    assert "resume: keeping rms_norm_forward" in capsys.readouterr().out
+    body = json.loads((out / "suite.json").read_text())
+    assert [t["name"] for t in body["targets"]] == ["rms_norm_forward", "fused_forward"]
+    kept = [r for r in body["rows"] if r["target"] == "rms_norm_forward"]
+    assert kept == [r for r in first["rows"] if r["target"] == "rms_norm_forward"]
+    records = json.loads((out / "records.json").read_text())
+    for target in body["targets"]:  # every target's record indices point at its own family
+        assert {records[i]["kernel"] for i in target["records"]} == {target["family"]}
+    # Without --resume a part replaces the folder's contents.
+    assert main(args + ["--only", "fused_forward"]) == 0
+    assert [t["name"] for t in json.loads((out / "suite.json").read_text())["targets"]] == ["fused_forward"]
