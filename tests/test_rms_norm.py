@@ -87,9 +87,12 @@ def test_weight_none_and_offset(device, impl):
 @pytest.mark.parametrize(
     "rows,hidden,tiles",
     [
-        (1, 300, {"BWD_CHUNK": 64}),  # one row: a single program walks 5 chunks, the last masked
+        (1, 300, {"BWD_CHUNK": 64}),  # one row: 5 column chunks, the last masked
+        (1, 300, {"BWD_CHUNK": 64, "BWD_WIDE": "reread"}),  # a single program walks all 5
         (9, 300, {"BWD_CHUNK": 128, "BLOCK_SIZE_M": 2, "GRID": 3}),  # several programs, odd row tail
+        (9, 300, {"BWD_CHUNK": 128, "BLOCK_SIZE_M": 2, "GRID": 3, "BWD_WIDE": "reread"}),
         (13, 257, {"BWD_CHUNK": 32, "BLOCK_SIZE_M": 4}),
+        (13, 257, {"BWD_CHUNK": 32, "BLOCK_SIZE_M": 4, "BWD_WIDE": "reread"}),
         (6, 300, {}),  # whole rows in registers
         (7, 123, {"BLOCK_SIZE_M": 2, "GRID": 2}),
     ],
@@ -119,6 +122,7 @@ def test_chunked_backward_equals_whole_rows_and_partials_are_deterministic(devic
         "chunked": {"BWD_CHUNK": 128, "DW_REDUCE": "partials"},
         "chunked_again": {"BWD_CHUNK": 128, "DW_REDUCE": "partials"},
         "atomic": {"BWD_CHUNK": 128},
+        "reread": {"BWD_CHUNK": 128, "BWD_WIDE": "reread", "DW_REDUCE": "partials"},
     }.items():
         xk, wk = x.clone().requires_grad_(), w.clone().requires_grad_()
         rms_norm(xk, wk, impl="gpu", **tiles).backward(dy)
@@ -126,6 +130,8 @@ def test_chunked_backward_equals_whole_rows_and_partials_are_deterministic(devic
     torch.testing.assert_close(grads["chunked"][0], grads["whole"][0], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(grads["chunked"][1], grads["whole"][1], atol=1e-4, rtol=1e-5)
     torch.testing.assert_close(grads["atomic"][1], grads["chunked"][1], atol=1e-4, rtol=1e-5)
+    torch.testing.assert_close(grads["reread"][0], grads["whole"][0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(grads["reread"][1], grads["whole"][1], atol=1e-4, rtol=1e-5)
     assert torch.equal(grads["chunked"][1], grads["chunked_again"][1])
 
 
@@ -176,6 +182,7 @@ def test_in_place_backward_reuses_the_incoming_gradient(device):
         ({"GRID": 0, "impl": "gpu"}, r"GRID=0 must be a positive integer"),
         ({"BWD_CHUNK": 100, "impl": "gpu"}, r"BWD_CHUNK=100 must be a power of two"),
         ({"DW_REDUCE": "tree", "impl": "gpu"}, r"DW_REDUCE='tree' is not allowed"),
+        ({"BWD_WIDE": "rows", "impl": "gpu"}, r"BWD_WIDE='rows' is not allowed"),
         ({"TILE_K": 4, "impl": "gpu"}, r"unknown tile parameter TILE_K"),
         ({"strategy": "fast", "impl": "npu"}, r"strategy='fast' is not allowed"),
         ({"strategy": "untiled", "BLOCK_SIZE_N": 128, "impl": "npu"}, r"BLOCK_SIZE_N=128 is smaller than hidden=300"),

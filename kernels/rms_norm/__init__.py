@@ -6,8 +6,8 @@
 ``impl="gpu"`` runs :mod:`.gpu` (whole-row tiles), ``impl="npu"`` runs :mod:`.npu` (grid = cores,
 untiled or chunked), ``impl="auto"`` picks the NPU kernels on an NPU and the GPU kernels
 elsewhere (the CPU runs either in the Triton interpreter). Tile overrides are keyword
-arguments: ``BLOCK_SIZE``, ``BLOCK_SIZE_M``, ``num_warps``, ``GRID``, ``BWD_CHUNK``, ``DW_REDUCE``
-for the GPU kernels;
+arguments: ``BLOCK_SIZE``, ``BLOCK_SIZE_M``, ``num_warps``, ``GRID``, ``BWD_CHUNK``, ``DW_REDUCE``,
+``BWD_WIDE`` for the GPU kernels;
 ``strategy``, ``CHUNK_THRESHOLD``, ``BLOCK_SIZE_M``, ``BLOCK_SIZE_N``, ``GRID``, ``USE_WHERE``
 for the NPU kernels. ``in_place=True`` lets the backward write dx over the incoming gradient.
 """
@@ -22,7 +22,7 @@ from kernels.rms_norm.reference import CASTING_MODES, rms_norm_reference
 from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Knob, Param, Variant, elem_bytes
 
 IMPLS = ("gpu", "npu", "auto")
-_GPU_TILES = ("BLOCK_SIZE", "BLOCK_SIZE_M", "num_warps", "GRID", "BWD_CHUNK", "DW_REDUCE")
+_GPU_TILES = ("BLOCK_SIZE", "BLOCK_SIZE_M", "num_warps", "GRID", "BWD_CHUNK", "DW_REDUCE", "BWD_WIDE")
 _NPU_TILES = ("strategy", "CHUNK_THRESHOLD", "BLOCK_SIZE_M", "BLOCK_SIZE_N", "GRID", "USE_WHERE")
 _SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -258,6 +258,7 @@ GPU_MULTIROW_PARAMS = (
 GPU_BACKWARD_PARAMS = (
     Param("BWD_CHUNK", ("auto",) + POW2, "auto", "backward column chunk (>= hidden: whole rows in registers)"),
     Param("DW_REDUCE", gpu.DW_REDUCTIONS, "atomic", "dw: fp32 atomics, one launch; partials: deterministic"),
+    Param("BWD_WIDE", gpu.WIDE_BACKWARDS, "columns", "chunked rows: two kernels by columns, or one re-reading L2"),
 )
 NPU_PARAMS = (
     Param("strategy", npu.STRATEGIES, "auto", "untiled rows, or two-pass column chunks"),

@@ -23,11 +23,16 @@ in one of two ways (``DW_REDUCE``):
   the host sums: deterministic, bit for bit.
 
 Rows wider than ``BWD_CHUNK`` take a *chunked* backward: the whole row no longer fits in
-registers (at hidden 32768 the row kernel spills and runs 6x slower), so a program walks each
-row twice in chunks, first for ``mean(m * xhat)``, then for ``dx`` and ``dw``. The second walk
-reads the row again, from L2 (one row per program is 128 KB of x and dy, 17 MB for 132
-programs, well inside the 50 MB L2 of an H100), and the program's partial ``dw`` lives in its own
-row of the ``[GRID, hidden]`` buffer instead of registers.
+registers (at hidden 32768 the row kernel spills and runs 2x slower than the chunked ones), and
+``dx`` needs the whole row's ``mean(m * xhat)`` first. Two ways (``BWD_WIDE``):
+
+- ``columns`` (default): one kernel stores ``mean(m * xhat)`` per row, a second runs a 2-D grid
+  of row programs x column chunks, each keeping its chunk's ``dw`` partial in registers. It reads
+  x and dy twice from HBM (five row-sized transfers instead of three).
+- ``reread``: one kernel walks each row twice in chunks, the second walk reading the row again
+  from L2, with the program's partial ``dw`` in its own row of a ``[GRID, hidden]`` buffer. The
+  H100 sweep measured it at 736 us for 4096 x 32768 bf16: the partial row's read-modify-write
+  per row and the re-reads load L2 more than HBM.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ CASTING_CODES = {"llama": 0, "gemma": 1, "none": 2}
 MAX_TILE_ELEMENTS = 65536
 NUM_WARPS = (1, 2, 4, 8, 16, 32)
 DW_REDUCTIONS = ("atomic", "partials")
+WIDE_BACKWARDS = ("columns", "reread")
 # The backward keeps a whole row in registers up to this width and walks wider rows in chunks
 # of BWD_CHUNK_DEFAULT (set from the H100 tile sweep in benchmarks/profile_h100.py).
 BWD_WHOLE_ROW_MAX = 16384
@@ -265,6 +271,100 @@ def _rms_norm_backward_chunked_kernel(
             _finish_dw(DW32_ptr, DW_ptr, COUNTER_ptr, n_cols, n_programs, BLOCK_SIZE)
 
 
+@triton.jit
+def _rms_norm_backward_rowdot_kernel(
+    DOT_ptr,
+    DY_ptr,
+    X_ptr,
+    W_ptr,
+    RSTD_ptr,
+    row_stride,
+    n_rows,
+    n_cols,
+    offset,
+    HAS_WEIGHT: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_SIZE_M: tl.constexpr,
+):
+    """Wide rows, pass 1 of ``columns``: dot = mean(m * xhat) per row, walking column chunks."""
+    rows = tl.program_id(0) * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+    row_mask = rows < n_rows
+    row_offsets = rows.to(tl.int64)[:, None] * row_stride
+    acc = tl.zeros([BLOCK_SIZE_M], dtype=tl.float32)
+    for start in range(0, n_cols, BLOCK_SIZE):
+        cols = start + tl.arange(0, BLOCK_SIZE)
+        col_mask = cols < n_cols
+        mask = row_mask[:, None] & col_mask[None, :]
+        x = tl.load(X_ptr + row_offsets + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        m = tl.load(DY_ptr + row_offsets + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        if HAS_WEIGHT:
+            m = m * (offset + tl.load(W_ptr + cols, mask=col_mask, other=0.0).to(tl.float32))[None, :]
+        acc += tl.sum(m * x, axis=1)
+    rstd = tl.load(RSTD_ptr + rows, mask=row_mask, other=0.0)
+    tl.store(DOT_ptr + rows, acc * rstd / n_cols, mask=row_mask)
+
+
+@triton.jit
+def _rms_norm_backward_columns_kernel(
+    DX_ptr,
+    DY_ptr,
+    X_ptr,
+    W_ptr,
+    RSTD_ptr,
+    DOT_ptr,
+    DW_partial_ptr,
+    DW32_ptr,
+    DW_ptr,
+    COUNTER_ptr,
+    row_stride,
+    n_rows,
+    n_cols,
+    offset,
+    CASTING_MODE: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    DW_ATOMIC: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_SIZE_M: tl.constexpr,
+):
+    """Wide rows, pass 2 of ``columns``: program (r, c) owns column chunk c of the row tiles
+    r, r + R, ...: dx there, and that chunk's dw partial in registers."""
+    pid_r = tl.program_id(0)
+    n_row_programs = tl.num_programs(0)
+    cols = tl.program_id(1) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    col_mask = cols < n_cols
+    if HAS_WEIGHT:
+        w = offset + tl.load(W_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+    dw_acc = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
+    n_tiles = tl.cdiv(n_rows, BLOCK_SIZE_M)
+    for tile in range(pid_r, n_tiles, n_row_programs):
+        rows = tile * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+        row_mask = rows < n_rows
+        mask = row_mask[:, None] & col_mask[None, :]
+        offsets = rows.to(tl.int64)[:, None] * row_stride + cols[None, :]
+        x = tl.load(X_ptr + offsets, mask=mask, other=0.0)
+        dy = tl.load(DY_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+        rstd = tl.load(RSTD_ptr + rows, mask=row_mask, other=0.0)
+        dot = tl.load(DOT_ptr + rows, mask=row_mask, other=0.0)
+        xhat = x.to(tl.float32) * rstd[:, None]
+        if HAS_WEIGHT:
+            m = dy * w[None, :]
+        else:
+            m = dy
+        dx = rstd[:, None] * (m - xhat * dot[:, None])
+        tl.store(DX_ptr + offsets, dx.to(DX_ptr.dtype.element_ty), mask=mask)
+        if HAS_WEIGHT:
+            if CASTING_MODE == 0:
+                xhat = xhat.to(x.dtype).to(tl.float32)
+            dw_acc += tl.sum(dy * xhat, axis=0)
+    if HAS_WEIGHT:
+        if DW_ATOMIC:
+            tl.atomic_add(DW32_ptr + cols, dw_acc, mask=col_mask)
+            n_programs = n_row_programs * tl.num_programs(1)
+            _finish_dw(DW32_ptr, DW_ptr, COUNTER_ptr, n_cols, n_programs, BLOCK_SIZE)
+        else:
+            tl.store(DW_partial_ptr + pid_r * n_cols + cols, dw_acc, mask=col_mask)
+
+
 # --- host side ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class GpuTiles:
@@ -276,6 +376,7 @@ class GpuTiles:
     bwd_num_warps: int = 0  # 0: num_warps
     DW_REDUCE: str = "atomic"
     bwd_block_size_m: int = 0  # 0: BLOCK_SIZE_M
+    BWD_WIDE: str = "columns"  # chunked rows: "columns" (two kernels) or "reread" (one, via L2)
 
 
 def default_num_warps(tile_elements: int) -> int:
@@ -305,6 +406,7 @@ def resolve_tiles(
     GRID="auto",
     BWD_CHUNK="auto",
     DW_REDUCE="atomic",
+    BWD_WIDE="columns",
 ) -> GpuTiles:
     """Check tile choices and fill in the automatic ones; ValueError says what to change.
 
@@ -365,7 +467,14 @@ def resolve_tiles(
         raise ValueError(f"GRID={GRID!r} must be a positive integer or 'auto'")
     if DW_REDUCE not in DW_REDUCTIONS:
         raise ValueError(f"DW_REDUCE={DW_REDUCE!r} is not allowed; use one of {', '.join(DW_REDUCTIONS)}")
-    return GpuTiles(BLOCK_SIZE, BLOCK_SIZE_M, num_warps, min(GRID, n_tiles), chunk, bwd_warps, DW_REDUCE, bwd_rows)
+    if BWD_WIDE not in WIDE_BACKWARDS:
+        raise ValueError(f"BWD_WIDE={BWD_WIDE!r} is not allowed; use one of {', '.join(WIDE_BACKWARDS)}")
+    if chunk and BWD_WIDE == "columns":
+        # Row programs x column chunks: about two programs per core in all.
+        GRID = min(GRID, max(1, 2 * num_cores // cdiv(n_cols, chunk)))
+    return GpuTiles(
+        BLOCK_SIZE, BLOCK_SIZE_M, num_warps, min(GRID, n_tiles), chunk, bwd_warps, DW_REDUCE, bwd_rows, BWD_WIDE
+    )
 
 
 def rms_norm_forward(x2d, weight, eps, offset, casting_mode, tiles: GpuTiles):
@@ -415,31 +524,79 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: GpuT
     grid = tiles.GRID
     chunked = tiles.BWD_CHUNK > 0
     atomic = tiles.DW_REDUCE == "atomic"
-    partial, dw32, dw = dw_buffers(weight, n_cols, grid, chunked, atomic, x2d.device)
-    launch(
-        _rms_norm_backward_chunked_kernel if chunked else _rms_norm_backward_kernel,
-        x2d,
-        (grid,),
-        dx,
-        dy2d,
-        x2d,
-        weight if weight is not None else x2d,
-        rstd,
+    columns = chunked and tiles.BWD_WIDE == "columns"
+    partial, dw32, dw = dw_buffers(weight, n_cols, grid, chunked and not columns, atomic, x2d.device)
+    rows = tiles.bwd_block_size_m or tiles.BLOCK_SIZE_M
+    warps = tiles.bwd_num_warps or tiles.num_warps
+    w = weight if weight is not None else x2d
+    dw_args = (
         partial if partial is not None else rstd,
         dw32 if dw32 is not None else rstd,
         dw if dw is not None else rstd,
         dw32[n_cols:] if dw32 is not None else rstd,
-        x2d.stride(0),
-        n_rows,
-        n_cols,
-        offset,
-        CASTING_MODE=CASTING_CODES[casting_mode],
-        HAS_WEIGHT=weight is not None,
-        DW_ATOMIC=atomic,
-        BLOCK_SIZE=tiles.BWD_CHUNK if chunked else tiles.BLOCK_SIZE,
-        BLOCK_SIZE_M=tiles.bwd_block_size_m or tiles.BLOCK_SIZE_M,
-        num_warps=tiles.bwd_num_warps or tiles.num_warps,
     )
+    meta = dict(CASTING_MODE=CASTING_CODES[casting_mode], HAS_WEIGHT=weight is not None, DW_ATOMIC=atomic)
+    if columns:
+        # dx needs each row's mean(m * xhat) before any chunk of it: a first pass stores it.
+        dot = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
+        launch(
+            _rms_norm_backward_rowdot_kernel,
+            x2d,
+            (cdiv(n_rows, rows),),
+            dot,
+            dy2d,
+            x2d,
+            w,
+            rstd,
+            x2d.stride(0),
+            n_rows,
+            n_cols,
+            offset,
+            HAS_WEIGHT=weight is not None,
+            BLOCK_SIZE=tiles.BWD_CHUNK,
+            BLOCK_SIZE_M=rows,
+            num_warps=warps,
+        )
+        launch(
+            _rms_norm_backward_columns_kernel,
+            x2d,
+            (grid, cdiv(n_cols, tiles.BWD_CHUNK)),
+            dx,
+            dy2d,
+            x2d,
+            w,
+            rstd,
+            dot,
+            *dw_args,
+            x2d.stride(0),
+            n_rows,
+            n_cols,
+            offset,
+            **meta,
+            BLOCK_SIZE=tiles.BWD_CHUNK,
+            BLOCK_SIZE_M=rows,
+            num_warps=warps,
+        )
+    else:
+        launch(
+            _rms_norm_backward_chunked_kernel if chunked else _rms_norm_backward_kernel,
+            x2d,
+            (grid,),
+            dx,
+            dy2d,
+            x2d,
+            w,
+            rstd,
+            *dw_args,
+            x2d.stride(0),
+            n_rows,
+            n_cols,
+            offset,
+            **meta,
+            BLOCK_SIZE=tiles.BWD_CHUNK if chunked else tiles.BLOCK_SIZE,
+            BLOCK_SIZE_M=rows,
+            num_warps=warps,
+        )
     if weight is not None and not atomic:
         dw = partial.sum(0).to(weight.dtype)
     return dx, dw
