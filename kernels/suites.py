@@ -905,15 +905,18 @@ def rows_for(target, records: Iterable[Any], missing: Mapping[str, str] | None =
 
 
 def failures(target, records: Iterable[Any]) -> list[str]:
-    """What makes the command fail (the rule ``Session.finish`` follows too): a wrong result
-    anywhere, or one of our kernels (backend gpu / npu) not running at its default tiles. A peer
-    that fails, and a configuration a tile sweep explores that cannot run, are reported in the
-    table, not failures; a peer that is not installed is never attempted."""
+    """What makes the command fail: a wrong result of ours, or one of our kernels (backend gpu /
+    npu) not running at its default tiles. A peer that fails or whose result is wrong (PyJuice's
+    batch-16 kernel on the H100 was off by 1e-3 against the fp32 reference), and a configuration a
+    tile sweep explores that cannot run, are reported in the table, not failures; a peer that is
+    not installed is never attempted."""
     out = []
     for r in map(_d, records):
         where = f"{target.name}: {r.get('variant')} {r.get('mode')} {r.get('axis')}={r.get('x_value')}"
         if r.get("label") not in (None, "default"):
             where += f" [{r['label']}]"
+        if r.get("backend") in PEER_BACKENDS:
+            continue
         if not r.get("error") and r.get("passed") is False:
             out.append(f"{where}: WRONG RESULT (max abs err {r.get('max_abs_err')})")
         elif r.get("error") and r.get("label") in (None, "default") and r.get("backend") not in PEER_BACKENDS:

@@ -145,6 +145,10 @@ def test_failures_rule():
     assert failures(NORM, ok) == []  # a failing peer is reported in the table, not a failure
     ours_err = [rec("gpu_multirow", 1024, None, error="no", passed=False)]
     assert "could not run" in failures(NORM, ours_err)[0]
+    wrong_peer = [rec("liger", 1024, 9.0, backend="peer", passed=False)]
+    assert failures(NORM, wrong_peer) == []  # shown as "peer failed: wrong", never met, not our failure
+    wrong_ours = [rec("gpu_multirow", 1024, 9.0, passed=False)]
+    assert "WRONG RESULT" in failures(NORM, wrong_ours)[0]
 
 
 def test_kernel_only_peer_time():
