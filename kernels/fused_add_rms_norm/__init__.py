@@ -96,8 +96,11 @@ class _FusedAddRMSNormFunction(torch.autograd.Function):
     def forward(ctx, x, residual, weight, config):
         eps, offset, casting_mode, impl_module, resolved = config
         shape = x.shape
-        x2d = x.reshape(-1, shape[-1]).contiguous()
-        r2d = residual.reshape(-1, shape[-1]).contiguous()
+        if len(shape) == 2:  # the common case skips the reshape / view round trip (host time)
+            x2d, r2d = x.contiguous(), residual.contiguous()
+        else:
+            x2d = x.reshape(-1, shape[-1]).contiguous()
+            r2d = residual.reshape(-1, shape[-1]).contiguous()
         y, s, rstd = impl_module.fused_add_rms_norm_forward(x2d, r2d, weight, eps, offset, casting_mode, resolved)
         ctx.save_for_backward(s, weight, rstd)
         ctx.config = config
@@ -105,6 +108,8 @@ class _FusedAddRMSNormFunction(torch.autograd.Function):
         # Gradients that do not arrive (y or s unused) stay None instead of zero tensors, so the
         # kernel skips reading them.
         ctx.set_materialize_grads(False)
+        if len(shape) == 2:
+            return y, s
         return y.view(shape), s.view(shape)
 
     @staticmethod
