@@ -5,7 +5,7 @@ same code runs on CUDA, on an Ascend NPU (through ``torch_npu`` and triton-ascen
 CPU, where Triton kernels run in the Triton interpreter.
 
 Interpreter vs. JIT in one process: Triton picks the interpreter when ``TRITON_INTERPRET=1``
-is set at decoration time, which would force one choice per process. :func:`launcher` keeps
+is set at decoration time, which would force one choice per process. :func:`launch` keeps
 both forms of every kernel: the ``@triton.jit`` object for device tensors and an
 ``InterpretedFunction`` over the same Python function for CPU tensors. The interpreter patches
 ``triton.language`` while it runs, so interpreted launches and JIT compiles never overlap:
@@ -274,27 +274,16 @@ def device_of(tensor: torch.Tensor) -> Device:
 
 # --- one kernel, two forms ---------------------------------------------------------------
 class _Launcher:
-    """``launcher(kernel, tensor)[grid](*args)``: the right form of a kernel for a tensor."""
+    """``launcher(kernel, tensor)[grid](*args)``: :func:`launch` in Triton's indexing style."""
 
-    __slots__ = ("_fn", "_interpreted")
+    __slots__ = ("_kernel", "_like")
 
-    def __init__(self, fn, interpreted: bool):
-        self._fn = fn
-        self._interpreted = interpreted
+    def __init__(self, kernel, like: torch.Tensor):
+        self._kernel = kernel
+        self._like = like
 
     def __getitem__(self, grid):
-        runner = self._fn[grid]
-        interpreted = self._interpreted
-        fn = self._fn
-
-        def launch(*args, **kwargs):
-            with _TRITON_LOCK:
-                if not interpreted:
-                    return runner(*args, **kwargs)
-                with _interpreter_scope(fn.fn):
-                    return runner(*args, **kwargs)
-
-        return launch
+        return functools.partial(launch, self._kernel, self._like, grid)
 
 
 _TWINS: dict[int, object] = {}
@@ -315,12 +304,14 @@ class _interpreter_scope:
     """Run an interpreted kernel without leaving the interpreter's traces behind.
 
     On entry: every ``@triton.jit`` function the kernel can reach (``tl.sum`` and friends in
-    triton.language, and the kernel module's globals) is swapped for its interpreted twin, as
+    triton.language, and the globals of the kernel's module and of every module its helpers come
+    from) is swapped for its interpreted twin, as
     ``TRITON_INTERPRET=1`` would have decorated it. While running, the interpreter patches
     triton.language's builtins; nested helper calls patch ``triton.language.core`` and never
     restore it (Triton 3.6-3.9), which would break the next JIT compile for a GPU. On exit every
-    attribute of triton.language's modules and classes, and of the kernel module, is put back
-    as it was (module globals the interpreter adds for its rewritten functions are kept). Runs under the Triton lock, so no JIT compile sees the swapped names.
+    attribute of triton.language's modules and classes, and of those modules, is put back as it
+    was (module globals the interpreter adds for its rewritten functions are kept). Runs under
+    the Triton lock, so no JIT compile sees the swapped names.
     """
 
     def __init__(self, kernel_fn):
@@ -331,9 +322,9 @@ class _interpreter_scope:
         from triton.runtime.jit import JITFunction
 
         _preload_lazy_triton_modules()
-        kernel_module = sys.modules.get(self.kernel_fn.__module__)
-        self.saved = [(obj, dict(vars(obj))) for obj in _patchable_objects() + [kernel_module] if obj is not None]
-        for module in [sys.modules.get(m) for m in _TRITON_LANG_MODULES] + [kernel_module]:
+        helper_modules = _helper_modules(sys.modules.get(self.kernel_fn.__module__), JITFunction)
+        self.saved = [(obj, dict(vars(obj))) for obj in _patchable_objects() + helper_modules]
+        for module in [sys.modules.get(m) for m in _TRITON_LANG_MODULES] + helper_modules:
             if module is None:
                 continue
             for name, value in list(vars(module).items()):
@@ -357,6 +348,21 @@ class _interpreter_scope:
 
 
 _MISSING = object()
+
+
+def _helper_modules(kernel_module, jit_type) -> list:
+    """The kernel's module and every module whose ``@triton.jit`` helpers it can reach (a helper
+    imported from another family calls helpers of its own module): all get interpreted twins."""
+    found, todo = [], [kernel_module]
+    while todo:
+        module = todo.pop()
+        if module is None or any(module is m for m in found) or module.__name__.startswith("triton."):
+            continue
+        found.append(module)
+        for value in list(vars(module).values()):
+            if isinstance(value, jit_type):
+                todo.append(sys.modules.get(value.fn.__module__))
+    return found
 
 
 def _patchable_objects() -> list:
@@ -431,9 +437,7 @@ def launch(kernel, like: torch.Tensor, grid, *args, **kwargs):
 
 def launcher(kernel, tensor: torch.Tensor) -> _Launcher:
     """The compiled kernel for device tensors, its interpreted twin for CPU tensors."""
-    if tensor.device.type != "cpu" or _is_interpreted(kernel):
-        return _Launcher(kernel, interpreted=False)
-    return _Launcher(_twin(kernel), interpreted=True)
+    return _Launcher(kernel, tensor)
 
 
 def _is_interpreted(kernel) -> bool:

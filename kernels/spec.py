@@ -126,6 +126,9 @@ class Variant:
     the spec has backward modes. ``check(problem, params, dtype, device)`` raises ValueError
     for a configuration that cannot run (before anything is launched); ``available()`` returns
     None or the reason the variant cannot run in this process (e.g. a peer not installed).
+    ``kernel(inputs, problem)``, for a peer whose ``run`` also stages our inputs into its own
+    buffers, returns a zero-argument call of its bare kernel on the same problem, so a benchmark
+    can time the kernel alone (``run`` still checks the result).
     """
 
     name: str
@@ -137,6 +140,7 @@ class Variant:
     available: Callable[[], str | None] | None = None
     modes: tuple[str, ...] | None = None  # None: the spec's modes
     doc: str = ""
+    kernel: Callable[..., Callable[[], Any]] | None = None
 
     def param(self, name: str) -> Param:
         for p in self.params:

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from kernels.bench import Record, compare, git_commit, measure, versions
-from kernels.spec import get
+from kernels.spec import DTYPES, get
 
 # The variant that is "ours" per family: the one whose defaults are the functional API's.
 OURS = {"rms_norm": "gpu_multirow", "fused_add_rms_norm": "gpu_multirow", "block_sparse": "gpu"}
@@ -73,7 +73,7 @@ class Versus:
     """Ours against the best peer along the family's axis (see the module docstring).
 
     ``peers`` None: every variant with a torch or peer backend that can run here. ``kernel_only``:
-    peers whose judged time is their bare kernel (:data:`KERNEL_ONLY_TIMERS`), because the
+    peers whose judged time is their bare kernel (their Variant's ``kernel``), because the
     variant also stages our inputs into the peer's buffers; the variant's own record still checks
     its result and its time is shown as the informative ``alt`` column."""
 
@@ -716,32 +716,22 @@ def _run_versus(target: Versus, ctx: _Context, run: SuiteRun) -> None:
             )
             ctx.emit(rec)
             if name in target.kernel_only:
-                timer = KERNEL_ONLY_TIMERS[(target.family, name)]
-                ctx.emit(timer(spec, problem, target, ctx), to_store=True)
+                ctx.emit(_bare_kernel_record(spec, spec.variant(name), problem, target, ctx), to_store=True)
 
 
-def _pyjuice_layer_kernel(spec, problem: dict, target: Versus, ctx: _Context) -> Record:
-    """PyJuice's transition sum-layer kernel alone on the target's layer shape (CUDA only)."""
-    import torch
-
-    from kernels.block_sparse import _shape, make_layer, peer
-
+def _bare_kernel_record(spec, var, problem: dict, target: Versus, ctx: _Context) -> Record:
+    """A peer's bare kernel (its variant's ``kernel``) timed on the target's problem, recorded as
+    ``<variant>_kernel``; the variant's own record has checked its result on our inputs."""
     dev = ctx.device
     prob = spec.resolve_problem(problem)
     rec = _new_record(
-        spec.name, "pyjuice_kernel", "peer", "forward", target.dtype, dev, prob, {}, spec.axis, prob[spec.axis]
+        spec.name, f"{var.name}_kernel", "peer", "forward", target.dtype, dev, prob, {}, spec.axis, prob[spec.axis]
     )
     try:
-        s = _shape(prob)
-        if prob["tied"] or not (s["K"] == s["nodes"] == s["M"]):
-            raise ValueError("PyJuice's kernel runs an HMM transition layer: K = nodes (K=0), tied=False")
-        layer = make_layer(prob, dev.torch_device, seed=0)
-        bs, L = s["bs"], s["nodes"]
-        i = torch.arange(bs, device=dev.torch_device)
-        weights = layer["params"][layer["pids"].long()[:, :, None] + i]  # [G, K, bs]: node g*bs+i, edge k
-        alpha = weights.permute(0, 2, 1).reshape(L, s["K"])
-        pj = peer.PyJuiceHMM(2, L, 2, alpha, torch.full((L, 2), 0.5), torch.full((L,), 1.0 / L), bs, dev.torch_device)
-        fn = pj.sum_layer(torch.zeros((s["B"], 2), dtype=torch.long, device=dev.torch_device))
+        import torch
+
+        inputs = spec.make_inputs(prob, DTYPES[target.dtype], dev.torch_device, 0)
+        fn = var.kernel(inputs, prob)
         with torch.no_grad():
             fn()
             timing = dev.time(fn, warmup_ms=ctx.warmup_ms, rep_ms=ctx.rep_ms)
@@ -753,16 +743,10 @@ def _pyjuice_layer_kernel(spec, problem: dict, target: Versus, ctx: _Context) ->
             rec.copy_bw_gbps = dev.copy_bandwidth_gbps()
             if rec.copy_bw_gbps:
                 rec.pct_copy_bw = 100.0 * rec.gbps / rec.copy_bw_gbps
-        rec.passed = True  # its result on our inputs is checked by the ``pyjuice`` variant's record
+        rec.passed = True  # its result on our inputs is checked by the variant's own record
     except Exception as exc:  # noqa: BLE001 - a peer that cannot be timed is reported, not fatal
         rec.error, rec.passed = f"{type(exc).__name__}: {exc}"[:2000], False
     return rec
-
-
-# (family, peer variant) -> timer of the peer's bare kernel on the same problem.
-KERNEL_ONLY_TIMERS: dict[tuple[str, str], Callable[..., Record]] = {
-    ("block_sparse", "pyjuice"): _pyjuice_layer_kernel,
-}
 
 
 def _run_defaults(target: Defaults, ctx: _Context, run: SuiteRun) -> None:

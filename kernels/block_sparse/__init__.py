@@ -467,6 +467,10 @@ def _torch_path(inputs, problem):
     return _reference(inputs, problem)
 
 
+def _pyjuice_kernel(inputs, problem):
+    return peer.pyjuice_layer_kernel(inputs, _shape(problem), problem)
+
+
 def _pyjuice_run(inputs, problem):
     if problem["layer"] != "sum":
         raise ValueError("the PyJuice peer runs the sum layer only (layer='sum')")
@@ -567,6 +571,7 @@ spec = KernelSpec(
             available=peer.available,
             modes=("forward",),
             doc="PyJuice's own sum-layer kernel on the same HMM transition layer (needs K = nodes, untied)",
+            kernel=_pyjuice_kernel,
         ),
     ),
 )

@@ -138,3 +138,15 @@ def pyjuice_sum_layer(inputs: dict, shape: dict, problem: dict) -> torch.Tensor:
     pc.element_mars[children] = em.detach()[inputs["cids"][0].long()]
     layer(pc.node_mars, pc.element_mars, pc.params)
     return pc.node_mars[start:end]
+
+
+def pyjuice_layer_kernel(inputs: dict, shape: dict, problem: dict):
+    """The ``pyjuice`` variant's bare kernel: a call of PyJuice's sum layer on its live buffers for
+    our layer, with no staging of our inputs (what a PyJuice model runs per layer)."""
+    _require()
+    if problem["tied"] or shape["K"] != shape["nodes"] or shape["M"] != shape["nodes"]:
+        raise ValueError("the PyJuice peer runs an HMM transition layer: K = nodes (K=0) and tied=False")
+    em = inputs["element_mars"]
+    hmm, layer, _, _ = _layer_for(shape, inputs["params"], inputs["pids"], em.device)
+    pc = hmm.pc
+    return lambda: layer(pc.node_mars, pc.element_mars, pc.params)

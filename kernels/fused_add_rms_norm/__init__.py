@@ -23,7 +23,7 @@ import importlib.util
 import torch
 
 from kernels.fused_add_rms_norm import gpu, npu
-from kernels.fused_add_rms_norm.reference import CASTING_MODES, fused_add_rms_norm_reference
+from kernels.fused_add_rms_norm.reference import fused_add_rms_norm_reference
 from kernels.peers import compiled
 from kernels.rms_norm import (
     GPU_BACKWARD_PARAMS,
@@ -31,33 +31,22 @@ from kernels.rms_norm import (
     GPU_ROW_PARAMS,
     NORM_KNOBS,
     NPU_PARAMS,
+    check_norm_inputs,
     chosen_tiles,
+    resolve_norm_tiles,
     tile_check,
 )
 from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Variant, elem_bytes
 
-IMPLS = ("gpu", "npu", "auto")
 _GPU_TILES = ("BLOCK_SIZE", "BLOCK_SIZE_M", "num_warps", "GRID", "DW_REDUCE")
 _NPU_TILES = ("strategy", "CHUNK_THRESHOLD", "BLOCK_SIZE_M", "BLOCK_SIZE_N", "GRID", "USE_WHERE")
-_SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def _impl_module(impl: str, x: torch.Tensor):
-    if impl not in IMPLS:
-        raise ValueError(f"impl={impl!r} is not allowed; use one of {', '.join(IMPLS)}")
-    if impl == "auto":
-        impl = "npu" if x.device.type == "npu" else "gpu"
-    return (gpu, _GPU_TILES) if impl == "gpu" else (npu, _NPU_TILES)
 
 
 def _validate(x, residual, weight, eps, casting_mode):
     for name, t in (("x", x), ("residual", residual)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if x.dtype not in _SUPPORTED_DTYPES:
-        raise ValueError(f"x has dtype {x.dtype}; fused_add_rms_norm supports float32, float16 and bfloat16")
-    if x.dim() < 1 or x.shape[-1] == 0:
-        raise ValueError(f"x must have a non-empty last (hidden) axis, got shape {tuple(x.shape)}")
+    check_norm_inputs(x, weight, eps, casting_mode, "fused_add_rms_norm")
     if residual.shape != x.shape:
         raise ValueError(
             f"residual has shape {tuple(residual.shape)}; it must equal x's shape {tuple(x.shape)} (no broadcasting)"
@@ -66,51 +55,38 @@ def _validate(x, residual, weight, eps, casting_mode):
         raise ValueError(f"residual is on {residual.device} but x is on {x.device}; put both on one device")
     if residual.dtype != x.dtype:
         raise ValueError(f"residual has dtype {residual.dtype} but x has {x.dtype}; cast residual to x.dtype")
-    if weight is not None:
-        if not isinstance(weight, torch.Tensor):
-            raise ValueError(f"weight must be a tensor or None, got {type(weight).__name__}")
-        if weight.shape != (x.shape[-1],):
-            raise ValueError(
-                f"weight has shape {tuple(weight.shape)}; it must be ({x.shape[-1]},), the hidden size of x"
-            )
-        if weight.device != x.device:
-            raise ValueError(f"weight is on {weight.device} but x is on {x.device}; put both on one device")
-        if weight.dtype != x.dtype:
-            raise ValueError(f"weight has dtype {weight.dtype} but x has {x.dtype}; cast weight to x.dtype")
-    if casting_mode not in CASTING_MODES:
-        raise ValueError(f"casting_mode={casting_mode!r} is not allowed; use one of {', '.join(CASTING_MODES)}")
-    if not (eps >= 0):
-        raise ValueError(f"eps={eps!r} must be >= 0")
 
 
-def _resolve(impl_module, names, x2d, tiles):
-    unknown = sorted(set(tiles) - set(names))
-    if unknown:
-        raise ValueError(f"unknown tile parameter {', '.join(unknown)} for this impl; allowed: {', '.join(names)}")
-    return impl_module.tiles_for(x2d, **tiles)
+_IMPLS = {"gpu": (gpu, _GPU_TILES), "npu": (npu, _NPU_TILES)}
+
+
+def _forward(x, residual, weight, config):
+    """(y, s) shaped like x, and (s as rows, rstd) for the backward. 2-D inputs (the common case)
+    skip the reshape / view round trip: each costs host time."""
+    eps, offset, casting_mode, impl_module, resolved = config
+    shape = x.shape
+    if len(shape) == 2:
+        x2d, r2d = x.contiguous(), residual.contiguous()
+    else:
+        x2d = x.reshape(-1, shape[-1]).contiguous()
+        r2d = residual.reshape(-1, shape[-1]).contiguous()
+    y, s, rstd = impl_module.fused_add_rms_norm_forward(x2d, r2d, weight, eps, offset, casting_mode, resolved)
+    outputs = (y, s) if len(shape) == 2 else (y.view(shape), s.view(shape))
+    return outputs, s, rstd
 
 
 class _FusedAddRMSNormFunction(torch.autograd.Function):
     # The non-tensor settings travel as one tuple: every argument of apply costs host time.
     @staticmethod
     def forward(ctx, x, residual, weight, config):
-        eps, offset, casting_mode, impl_module, resolved = config
-        shape = x.shape
-        if len(shape) == 2:  # the common case skips the reshape / view round trip (host time)
-            x2d, r2d = x.contiguous(), residual.contiguous()
-        else:
-            x2d = x.reshape(-1, shape[-1]).contiguous()
-            r2d = residual.reshape(-1, shape[-1]).contiguous()
-        y, s, rstd = impl_module.fused_add_rms_norm_forward(x2d, r2d, weight, eps, offset, casting_mode, resolved)
-        ctx.save_for_backward(s, weight, rstd)
+        outputs, s2d, rstd = _forward(x, residual, weight, config)
+        ctx.save_for_backward(s2d, weight, rstd)
         ctx.config = config
-        ctx.shape = shape
+        ctx.shape = x.shape
         # Gradients that do not arrive (y or s unused) stay None instead of zero tensors, so the
         # kernel skips reading them.
         ctx.set_materialize_grads(False)
-        if len(shape) == 2:
-            return y, s
-        return y.view(shape), s.view(shape)
+        return outputs
 
     @staticmethod
     def backward(ctx, dy, ds):
@@ -144,9 +120,7 @@ def fused_add_rms_norm(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(y, s)`` with ``s = x + residual`` and ``y = RMSNorm(s)`` (see the module docstring)."""
     _validate(x, residual, weight, eps, casting_mode)
-    impl_module, names = _impl_module(impl, x)
-    probe = x.detach().reshape(-1, x.shape[-1])
-    resolved = _resolve(impl_module, names, probe, tiles)
+    impl_module, resolved = resolve_norm_tiles(impl, x, tiles, _IMPLS)
     if x.numel() == 0:
         s = x + residual
         return s.clone(), s
@@ -156,18 +130,7 @@ def fused_add_rms_norm(
         x.requires_grad or residual.requires_grad or (weight is not None and weight.requires_grad)
     ):
         return _FusedAddRMSNormFunction.apply(x, residual, weight, config)
-    # No autograd node when nothing needs a gradient: apply alone costs ~17 us of host time.
-    shape = x.shape
-    y, s, _ = impl_module.fused_add_rms_norm_forward(
-        x.reshape(-1, shape[-1]).contiguous(),
-        residual.reshape(-1, shape[-1]).contiguous(),
-        weight,
-        eps,
-        offset,
-        casting_mode,
-        resolved,
-    )
-    return y.view(shape), s.view(shape)
+    return _forward(x, residual, weight, config)[0]  # no autograd node: apply alone costs ~17 us of host time
 
 
 # --- the spec: what the harness and the Explorer see ---------------------------------------

@@ -41,9 +41,9 @@ from kernels.rms_norm.gpu import (
     CASTING_CODES,
     MAX_TILE_ELEMENTS,
     NUM_WARPS,
+    DwOutputs,
     GpuTiles,
-    _finish_dw,
-    dw_buffers,
+    _store_dw,
     resolve_tiles,
 )
 
@@ -168,19 +168,30 @@ def _fused_add_rms_norm_backward_kernel(
             dw_acc += tl.sum(dy * shat, axis=0)
 
     if HAS_WEIGHT:
-        if DW_ATOMIC:
-            tl.atomic_add(DW32_ptr + cols, dw_acc, mask=col_mask)
-            _finish_dw(DW32_ptr, DW_ptr, COUNTER_ptr, n_cols, n_programs, BLOCK_SIZE)
-        else:
-            tl.store(DW_partial_ptr + pid * n_cols + cols, dw_acc, mask=col_mask)
+        _store_dw(
+            dw_acc,
+            cols,
+            col_mask,
+            pid,
+            n_programs,
+            DW_partial_ptr,
+            DW32_ptr,
+            DW_ptr,
+            COUNTER_ptr,
+            n_cols,
+            DW_ATOMIC,
+            BLOCK_SIZE,
+        )
 
 
 # --- host side ---------------------------------------------------------------------------
-def tiles_for(x2d: torch.Tensor, **tiles) -> GpuTiles:
-    """Checked tiles for a 2-D input (ValueError names the tile and what is allowed).
-
-    The fused backward always holds whole rows (its hidden sizes stay within the register tile)."""
-    return resolve_tiles(x2d.shape[0], x2d.shape[1], device_of(x2d).num_cores, BWD_CHUNK=MAX_TILE_ELEMENTS, **tiles)
+def tiles_for(x: torch.Tensor, **tiles) -> GpuTiles:
+    """Checked tiles for x viewed as rows of its last axis (ValueError names the tile and what is
+    allowed). The fused backward always holds whole rows (its hidden sizes stay within the
+    register tile)."""
+    n_cols = x.shape[-1]
+    rows = x.numel() // max(n_cols, 1)
+    return resolve_tiles(rows, n_cols, device_of(x).num_cores, BWD_CHUNK=MAX_TILE_ELEMENTS, **tiles)
 
 
 def fused_add_rms_norm_forward(x2d, r2d, weight, eps, offset, casting_mode, tiles: GpuTiles):
@@ -221,7 +232,7 @@ def fused_add_rms_norm_backward(dy2d, ds2d, s2d, weight, rstd, offset, casting_m
     dx = torch.empty_like(s2d)
     grid = tiles.GRID
     atomic = tiles.DW_REDUCE == "atomic"
-    partial, dw32, dw = dw_buffers(weight, n_cols, grid, False, atomic, s2d.device)
+    dw_out = DwOutputs(weight, n_cols, grid, atomic, False, rstd)
     launch(
         _fused_add_rms_norm_backward_kernel,
         s2d,
@@ -232,10 +243,7 @@ def fused_add_rms_norm_backward(dy2d, ds2d, s2d, weight, rstd, offset, casting_m
         s2d,
         weight if weight is not None else s2d,
         rstd,
-        partial if partial is not None else rstd,
-        dw32 if dw32 is not None else rstd,
-        dw if dw is not None else rstd,
-        dw32[n_cols:] if dw32 is not None else rstd,
+        *dw_out.pointers,
         s2d.stride(0),
         n_rows,
         n_cols,
@@ -245,9 +253,7 @@ def fused_add_rms_norm_backward(dy2d, ds2d, s2d, weight, rstd, offset, casting_m
         DW_ATOMIC=atomic,
         HAS_DS=ds2d is not None,
         BLOCK_SIZE=tiles.BLOCK_SIZE,
-        BLOCK_SIZE_M=tiles.bwd_block_size_m or tiles.BLOCK_SIZE_M,
-        num_warps=tiles.bwd_num_warps or tiles.num_warps,
+        BLOCK_SIZE_M=tiles.bwd_block_size_m,
+        num_warps=tiles.bwd_num_warps,
     )
-    if weight is not None and not atomic:
-        dw = partial.sum(0).to(weight.dtype)
-    return dx, dw
+    return dx, dw_out.result(weight)

@@ -41,7 +41,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.device import device_of, launcher
+from kernels.device import device_of, launch
 from kernels.rms_norm import npu as rms_norm_npu
 from kernels.rms_norm.gpu import CASTING_CODES, default_num_warps
 from kernels.spec import NpuCompileCase
@@ -355,11 +355,12 @@ def resolve_tiles(
     return NpuTiles(base.chunked, base.BLOCK_SIZE_M, base.BLOCK_SIZE_N, base.GRID, base.USE_WHERE)
 
 
-def tiles_for(x2d: torch.Tensor, **tiles) -> NpuTiles:
-    dev = device_of(x2d)
-    return resolve_tiles(
-        x2d.shape[0], x2d.shape[1], dev.num_cores, x2d.element_size(), on_npu=dev.kind == "npu", **tiles
-    )
+def tiles_for(x: torch.Tensor, **tiles) -> NpuTiles:
+    """Tiles for x viewed as rows of its last axis."""
+    dev = device_of(x)
+    n_cols = x.shape[-1]
+    rows = x.numel() // max(n_cols, 1)
+    return resolve_tiles(rows, n_cols, dev.num_cores, x.element_size(), on_npu=dev.kind == "npu", **tiles)
 
 
 def _launch_options(x2d, tiles: NpuTiles) -> dict:
@@ -375,7 +376,10 @@ def fused_add_rms_norm_forward(x2d, r2d, weight, eps, offset, casting_mode, tile
     y = torch.empty_like(x2d)
     s = torch.empty_like(x2d)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
-    launcher(_fused_add_rms_norm_forward_npu_kernel, x2d)[(tiles.GRID,)](
+    launch(
+        _fused_add_rms_norm_forward_npu_kernel,
+        x2d,
+        (tiles.GRID,),
         y,
         s,
         x2d,
@@ -406,7 +410,10 @@ def fused_add_rms_norm_backward(dy2d, ds2d, s2d, weight, rstd, offset, casting_m
     dw_partial = (
         torch.zeros((tiles.GRID, n_cols), dtype=torch.float32, device=s2d.device) if weight is not None else rstd
     )
-    launcher(_fused_add_rms_norm_backward_npu_kernel, s2d)[(tiles.GRID,)](
+    launch(
+        _fused_add_rms_norm_backward_npu_kernel,
+        s2d,
+        (tiles.GRID,),
         dx,
         dy2d,
         ds2d if ds2d is not None else dy2d,

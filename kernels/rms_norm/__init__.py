@@ -27,19 +27,13 @@ _NPU_TILES = ("strategy", "CHUNK_THRESHOLD", "BLOCK_SIZE_M", "BLOCK_SIZE_N", "GR
 _SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def _impl_module(impl: str, x: torch.Tensor):
-    if impl not in IMPLS:
-        raise ValueError(f"impl={impl!r} is not allowed; use one of {', '.join(IMPLS)}")
-    if impl == "auto":
-        impl = "npu" if x.device.type == "npu" else "gpu"
-    return (gpu, _GPU_TILES) if impl == "gpu" else (npu, _NPU_TILES)
-
-
-def _validate(x, weight, eps, casting_mode):
+# Shared by the norm families (fused_add_rms_norm too): argument checks and tile resolution.
+def check_norm_inputs(x, weight, eps, casting_mode, op: str = "rms_norm") -> None:
+    """x, weight and the options of a norm over x's last axis; ValueError says what to change."""
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"x must be a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in _SUPPORTED_DTYPES:
-        raise ValueError(f"x has dtype {x.dtype}; rms_norm supports float32, float16 and bfloat16")
+        raise ValueError(f"x has dtype {x.dtype}; {op} supports float32, float16 and bfloat16")
     if x.dim() < 1 or x.shape[-1] == 0:
         raise ValueError(f"x must have a non-empty last (hidden) axis, got shape {tuple(x.shape)}")
     if weight is not None:
@@ -59,26 +53,42 @@ def _validate(x, weight, eps, casting_mode):
         raise ValueError(f"eps={eps!r} must be >= 0")
 
 
-def _resolve(impl_module, names, x, tiles):
+def resolve_norm_tiles(impl: str, x: torch.Tensor, tiles: dict, impls: dict):
+    """(impl module, its resolved tiles) for ``impl`` in ``impls`` ({"gpu": (module, tile names),
+    "npu": ...}); ``auto`` is the NPU kernels on an NPU and the GPU kernels elsewhere."""
+    if impl not in IMPLS:
+        raise ValueError(f"impl={impl!r} is not allowed; use one of {', '.join(IMPLS)}")
+    if impl == "auto":
+        impl = "npu" if x.device.type == "npu" else "gpu"
+    module, names = impls[impl]
     unknown = [name for name in tiles if name not in names]
     if unknown:
         raise ValueError(f"unknown tile parameter {', '.join(unknown)} for this impl; allowed: {', '.join(names)}")
-    return impl_module.tiles_for(x, **tiles)
+    return module, module.tiles_for(x, **tiles)
+
+
+_IMPLS = {"gpu": (gpu, _GPU_TILES), "npu": (npu, _NPU_TILES)}
+
+
+def _forward(x, weight, config):
+    """(y shaped like x, x as contiguous rows, rstd). 2-D inputs (the common case) skip the
+    reshape / view round trip: each costs host time."""
+    eps, offset, casting_mode, _, impl_module, resolved = config
+    shape = x.shape
+    x2d = x.contiguous() if len(shape) == 2 else x.reshape(-1, shape[-1]).contiguous()
+    y, rstd = impl_module.rms_norm_forward(x2d, weight, eps, offset, casting_mode, resolved)
+    return (y if len(shape) == 2 else y.view(shape)), x2d, rstd
 
 
 class _RMSNormFunction(torch.autograd.Function):
     # The non-tensor settings travel as one tuple: every argument of apply costs host time.
     @staticmethod
     def forward(ctx, x, weight, config):
-        eps, offset, casting_mode, _, impl_module, resolved = config
-        shape = x.shape
-        # 2-D inputs (the common case) skip the reshape / view round trip: each costs host time.
-        x2d = x.contiguous() if len(shape) == 2 else x.reshape(-1, shape[-1]).contiguous()
-        y, rstd = impl_module.rms_norm_forward(x2d, weight, eps, offset, casting_mode, resolved)
+        y, x2d, rstd = _forward(x, weight, config)
         ctx.save_for_backward(x2d, weight, rstd)
         ctx.config = config
-        ctx.shape = shape
-        return y if len(shape) == 2 else y.view(shape)
+        ctx.shape = x.shape
+        return y
 
     @staticmethod
     def backward(ctx, dy):
@@ -103,20 +113,15 @@ def rms_norm(
     **tiles,
 ) -> torch.Tensor:
     """RMSNorm over the last axis; differentiable in x and weight (see the module docstring)."""
-    _validate(x, weight, eps, casting_mode)
-    impl_module, names = _impl_module(impl, x)
-    resolved = _resolve(impl_module, names, x, tiles)
+    check_norm_inputs(x, weight, eps, casting_mode)
+    impl_module, resolved = resolve_norm_tiles(impl, x, tiles, _IMPLS)
     if x.numel() == 0:
         return x.clone()
     eps, offset = float(eps), float(offset)
+    config = (eps, offset, casting_mode, in_place, impl_module, resolved)
     if torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)):
-        return _RMSNormFunction.apply(x, weight, (eps, offset, casting_mode, in_place, impl_module, resolved))
-    # No autograd node when nothing needs a gradient: apply alone costs ~17 us of host time.
-    shape = x.shape
-    y, _ = impl_module.rms_norm_forward(
-        x.reshape(-1, shape[-1]).contiguous(), weight, eps, offset, casting_mode, resolved
-    )
-    return y.view(shape)
+        return _RMSNormFunction.apply(x, weight, config)
+    return _forward(x, weight, config)[0]  # no autograd node: apply alone costs ~17 us of host time
 
 
 # --- the spec: what the harness and the Explorer see ---------------------------------------

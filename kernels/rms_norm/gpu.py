@@ -169,11 +169,44 @@ def _rms_norm_backward_kernel(
             dw_acc += tl.sum(dy * xhat, axis=0)
 
     if HAS_WEIGHT:
-        if DW_ATOMIC:
-            tl.atomic_add(DW32_ptr + cols, dw_acc, mask=col_mask)
-            _finish_dw(DW32_ptr, DW_ptr, COUNTER_ptr, n_cols, n_programs, BLOCK_SIZE)
-        else:
-            tl.store(DW_partial_ptr + pid * n_cols + cols, dw_acc, mask=col_mask)
+        _store_dw(
+            dw_acc,
+            cols,
+            col_mask,
+            pid,
+            n_programs,
+            DW_partial_ptr,
+            DW32_ptr,
+            DW_ptr,
+            COUNTER_ptr,
+            n_cols,
+            DW_ATOMIC,
+            BLOCK_SIZE,
+        )
+
+
+@triton.jit
+def _store_dw(
+    dw_acc,
+    cols,
+    col_mask,
+    row,
+    n_programs,
+    DW_partial_ptr,
+    DW32_ptr,
+    DW_ptr,
+    COUNTER_ptr,
+    n_cols,
+    DW_ATOMIC: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+):
+    """A program's partial dw over ``cols``: into row ``row`` of the partials (the host sums), or
+    added atomically into the fp32 dw, the last program casting it (``DW_REDUCE``)."""
+    if DW_ATOMIC:
+        tl.atomic_add(DW32_ptr + cols, dw_acc, mask=col_mask)
+        _finish_dw(DW32_ptr, DW_ptr, COUNTER_ptr, n_cols, n_programs, BLOCK_SIZE)
+    else:
+        tl.store(DW_partial_ptr + row * n_cols + cols, dw_acc, mask=col_mask)
 
 
 @triton.jit
@@ -229,17 +262,9 @@ def _rms_norm_backward_chunked_kernel(
         rstd = tl.load(RSTD_ptr + rows, mask=row_mask, other=0.0)
 
         # Walk 1: mean(m * xhat) per row.
-        acc = tl.zeros([BLOCK_SIZE_M], dtype=tl.float32)
-        for start in range(0, n_cols, BLOCK_SIZE):
-            cols = start + chunk
-            col_mask = cols < n_cols
-            mask = row_mask[:, None] & col_mask[None, :]
-            x = tl.load(X_ptr + row_offsets + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            m = tl.load(DY_ptr + row_offsets + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            if HAS_WEIGHT:
-                m = m * (offset + tl.load(W_ptr + cols, mask=col_mask, other=0.0).to(tl.float32))[None, :]
-            acc += tl.sum(m * x, axis=1)
-        dot = acc * rstd / n_cols
+        dot = _row_dot(
+            DY_ptr, X_ptr, W_ptr, row_offsets, row_mask, rstd, n_cols, offset, HAS_WEIGHT, BLOCK_SIZE, BLOCK_SIZE_M
+        )
 
         # Walk 2: dx, and dw into this program's partial row (the row is read again from L2).
         for start in range(0, n_cols, BLOCK_SIZE):
@@ -290,6 +315,28 @@ def _rms_norm_backward_rowdot_kernel(
     rows = tl.program_id(0) * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
     row_mask = rows < n_rows
     row_offsets = rows.to(tl.int64)[:, None] * row_stride
+    rstd = tl.load(RSTD_ptr + rows, mask=row_mask, other=0.0)
+    dot = _row_dot(
+        DY_ptr, X_ptr, W_ptr, row_offsets, row_mask, rstd, n_cols, offset, HAS_WEIGHT, BLOCK_SIZE, BLOCK_SIZE_M
+    )
+    tl.store(DOT_ptr + rows, dot, mask=row_mask)
+
+
+@triton.jit
+def _row_dot(
+    DY_ptr,
+    X_ptr,
+    W_ptr,
+    row_offsets,
+    row_mask,
+    rstd,
+    n_cols,
+    offset,
+    HAS_WEIGHT: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_SIZE_M: tl.constexpr,
+):
+    """mean(m * xhat) over whole rows walked in column chunks: the term every dx of a row needs."""
     acc = tl.zeros([BLOCK_SIZE_M], dtype=tl.float32)
     for start in range(0, n_cols, BLOCK_SIZE):
         cols = start + tl.arange(0, BLOCK_SIZE)
@@ -300,8 +347,7 @@ def _rms_norm_backward_rowdot_kernel(
         if HAS_WEIGHT:
             m = m * (offset + tl.load(W_ptr + cols, mask=col_mask, other=0.0).to(tl.float32))[None, :]
         acc += tl.sum(m * x, axis=1)
-    rstd = tl.load(RSTD_ptr + rows, mask=row_mask, other=0.0)
-    tl.store(DOT_ptr + rows, acc * rstd / n_cols, mask=row_mask)
+    return acc * rstd / n_cols
 
 
 @triton.jit
@@ -357,26 +403,37 @@ def _rms_norm_backward_columns_kernel(
                 xhat = xhat.to(x.dtype).to(tl.float32)
             dw_acc += tl.sum(dy * xhat, axis=0)
     if HAS_WEIGHT:
-        if DW_ATOMIC:
-            tl.atomic_add(DW32_ptr + cols, dw_acc, mask=col_mask)
-            n_programs = n_row_programs * tl.num_programs(1)
-            _finish_dw(DW32_ptr, DW_ptr, COUNTER_ptr, n_cols, n_programs, BLOCK_SIZE)
-        else:
-            tl.store(DW_partial_ptr + pid_r * n_cols + cols, dw_acc, mask=col_mask)
+        n_programs = n_row_programs * tl.num_programs(1)
+        _store_dw(
+            dw_acc,
+            cols,
+            col_mask,
+            pid_r,
+            n_programs,
+            DW_partial_ptr,
+            DW32_ptr,
+            DW_ptr,
+            COUNTER_ptr,
+            n_cols,
+            DW_ATOMIC,
+            BLOCK_SIZE,
+        )
 
 
 # --- host side ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class GpuTiles:
+    """Resolved tiles: the forward's, then the backward's own (rows, warps, chunking, dw)."""
+
     BLOCK_SIZE: int
     BLOCK_SIZE_M: int
     num_warps: int
     GRID: int
-    BWD_CHUNK: int = 0  # 0: the backward holds whole rows; else its chunk width
-    bwd_num_warps: int = 0  # 0: num_warps
-    DW_REDUCE: str = "atomic"
-    bwd_block_size_m: int = 0  # 0: BLOCK_SIZE_M
-    BWD_WIDE: str = "columns"  # chunked rows: "columns" (two kernels) or "reread" (one, via L2)
+    BWD_CHUNK: int  # 0: the backward holds whole rows; else its chunk width
+    bwd_num_warps: int
+    DW_REDUCE: str
+    bwd_block_size_m: int
+    BWD_WIDE: str  # chunked rows: "columns" (two kernels) or "reread" (one, via L2)
 
 
 def default_num_warps(tile_elements: int) -> int:
@@ -504,16 +561,35 @@ def rms_norm_forward(x2d, weight, eps, offset, casting_mode, tiles: GpuTiles):
     return y, rstd
 
 
-def dw_buffers(weight, n_cols: int, grid: int, chunked: bool, atomic: bool, device):
-    """(partials [GRID, hidden] fp32 or None, fp32 dw + counter, dw in w's dtype) for a backward.
+class DwOutputs:
+    """Where a backward's dw goes (``DW_REDUCE``) and the four pointers its kernel takes for it:
+    the ``[GRID, hidden]`` fp32 partials (``partials``, and the ``reread`` kernel's scratch rows),
+    the fp32 dw, the dw in w's dtype, and the programs' counter (``atomic``; the fp32 dw and the
+    counter share one zero-filled allocation)."""
 
-    One zero-filled allocation holds the fp32 ``dw`` and, after it, the programs' counter."""
-    if weight is None:
-        return None, None, None
-    partial = torch.empty((grid, n_cols), dtype=torch.float32, device=device) if chunked or not atomic else None
-    if not atomic:
-        return partial, None, None
-    return partial, torch.zeros(n_cols + 1, dtype=torch.float32, device=device), torch.empty_like(weight)
+    __slots__ = ("partial", "dw32", "dw", "pointers")
+
+    def __init__(self, weight, n_cols: int, grid: int, atomic: bool, scratch_rows: bool, placeholder):
+        self.partial = self.dw32 = self.dw = None
+        if weight is not None:
+            device = weight.device
+            if scratch_rows or not atomic:
+                self.partial = torch.empty((grid, n_cols), dtype=torch.float32, device=device)
+            if atomic:
+                self.dw32 = torch.zeros(n_cols + 1, dtype=torch.float32, device=device)
+                self.dw = torch.empty_like(weight)
+        self.pointers = (
+            placeholder if self.partial is None else self.partial,
+            placeholder if self.dw32 is None else self.dw32,
+            placeholder if self.dw is None else self.dw,
+            placeholder if self.dw32 is None else self.dw32[n_cols:],
+        )
+
+    def result(self, weight):
+        """dw in w's dtype (None without a weight), after the kernel ran."""
+        if weight is None or self.dw is not None:
+            return self.dw
+        return self.partial.sum(0).to(weight.dtype)
 
 
 def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: GpuTiles, in_place=False):
@@ -525,16 +601,10 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: GpuT
     chunked = tiles.BWD_CHUNK > 0
     atomic = tiles.DW_REDUCE == "atomic"
     columns = chunked and tiles.BWD_WIDE == "columns"
-    partial, dw32, dw = dw_buffers(weight, n_cols, grid, chunked and not columns, atomic, x2d.device)
-    rows = tiles.bwd_block_size_m or tiles.BLOCK_SIZE_M
-    warps = tiles.bwd_num_warps or tiles.num_warps
+    dw_out = DwOutputs(weight, n_cols, grid, atomic, chunked and not columns, rstd)
+    rows = tiles.bwd_block_size_m
+    warps = tiles.bwd_num_warps
     w = weight if weight is not None else x2d
-    dw_args = (
-        partial if partial is not None else rstd,
-        dw32 if dw32 is not None else rstd,
-        dw if dw is not None else rstd,
-        dw32[n_cols:] if dw32 is not None else rstd,
-    )
     meta = dict(CASTING_MODE=CASTING_CODES[casting_mode], HAS_WEIGHT=weight is not None, DW_ATOMIC=atomic)
     if columns:
         # dx needs each row's mean(m * xhat) before any chunk of it: a first pass stores it.
@@ -567,7 +637,7 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: GpuT
             w,
             rstd,
             dot,
-            *dw_args,
+            *dw_out.pointers,
             x2d.stride(0),
             n_rows,
             n_cols,
@@ -587,7 +657,7 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: GpuT
             x2d,
             w,
             rstd,
-            *dw_args,
+            *dw_out.pointers,
             x2d.stride(0),
             n_rows,
             n_cols,
@@ -597,9 +667,7 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: GpuT
             BLOCK_SIZE_M=rows,
             num_warps=warps,
         )
-    if weight is not None and not atomic:
-        dw = partial.sum(0).to(weight.dtype)
-    return dx, dw
+    return dx, dw_out.result(weight)
 
 
 def tiles_for(x: torch.Tensor, **tiles) -> GpuTiles:

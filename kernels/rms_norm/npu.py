@@ -31,7 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.device import device_of, launcher
+from kernels.device import device_of, launch
 from kernels.rms_norm.gpu import CASTING_CODES
 from kernels.tiling import cdiv, is_power_of_two, next_power_of_2
 
@@ -337,7 +337,10 @@ def rms_norm_forward(x2d, weight, eps, offset, casting_mode, tiles: NpuTiles):
     n_rows, n_cols = x2d.shape
     y = torch.empty_like(x2d)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
-    launcher(_rms_norm_forward_npu_kernel, x2d)[(tiles.GRID,)](
+    launch(
+        _rms_norm_forward_npu_kernel,
+        x2d,
+        (tiles.GRID,),
         y,
         x2d,
         weight if weight is not None else x2d,
@@ -363,7 +366,10 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: NpuT
     dw_partial = (
         torch.zeros((tiles.GRID, n_cols), dtype=torch.float32, device=x2d.device) if weight is not None else rstd
     )
-    launcher(_rms_norm_backward_npu_kernel, x2d)[(tiles.GRID,)](
+    launch(
+        _rms_norm_backward_npu_kernel,
+        x2d,
+        (tiles.GRID,),
         dx,
         dy2d,
         x2d,

@@ -51,7 +51,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.device import launcher
+from kernels.device import launch
 
 OP_CODES = {"div": 0, "sub": 1, "pow": 2}
 OP_MUL = 3  # div by a signed zero, sent as a multiply by its reciprocal (see kernel_operands)
@@ -183,7 +183,10 @@ def scalar_op_gpu(op: str, x: torch.Tensor, value: float, tiles: GpuTiles) -> to
     z = torch.empty_like(x_flat)
     n = x_flat.numel()
     if n:
-        launcher(_scalar_op_kernel, x_flat)[(triton.cdiv(n, tiles.BLOCK_SIZE),)](
+        launch(
+            _scalar_op_kernel,
+            x_flat,
+            (triton.cdiv(n, tiles.BLOCK_SIZE),),
             z,
             x_flat,
             scalar,

@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.device import launcher
+from kernels.device import launch
 from kernels.scalar_ops.gpu import POW_MODES, kernel_constants, kernel_operands
 from kernels.spec import NpuCompileCase
 
@@ -131,8 +131,17 @@ def scalar_op_npu(op: str, x: torch.Tensor, value: float, tiles: NpuTiles, num_c
         x_part, z_part = x_flat[start : start + MAX_CHUNK], z[start : start + MAX_CHUNK]
         n = x_part.numel()
         grid = min(grid_cap, triton.cdiv(n, tiles.BLOCK_SIZE))
-        launcher(_scalar_op_npu_kernel, x_part)[(grid,)](
-            z_part, x_part, scalar, n, OP=code, POW_MODE=mode, BLOCK_SIZE=tiles.BLOCK_SIZE
+        launch(
+            _scalar_op_npu_kernel,
+            x_part,
+            (grid,),
+            z_part,
+            x_part,
+            scalar,
+            n,
+            OP=code,
+            POW_MODE=mode,
+            BLOCK_SIZE=tiles.BLOCK_SIZE,
         )
     return z.view(x.shape)
 
