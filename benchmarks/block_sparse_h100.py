@@ -40,8 +40,9 @@ from kernels.block_sparse import (  # noqa: E402
     sum_layer_backward,
     sum_layer_reference,
 )
-from kernels.block_sparse.hmm import HMM, chain_timings, layer_timings  # noqa: E402
-from kernels.device import get_device  # noqa: E402
+from kernels.block_sparse.hmm import HMM  # noqa: E402
+from workbench.device import get_device  # noqa: E402
+from workbench.suites.chain import chain_timings, layer_timings  # noqa: E402
 
 FAILURES: list[str] = []
 

@@ -18,8 +18,8 @@ import time
 
 import torch
 
-from kernels.device import get_device
-from kernels.rms_norm import spec
+from kernels.rms_norm.spec import spec
+from workbench.device import get_device
 
 
 def issue_time_us(dev, fn, n=300):

@@ -31,9 +31,10 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.testing  # noqa: E402
 
-from kernels.device import get_device, launcher  # noqa: E402
+from kernels.launch import launcher  # noqa: E402
 from kernels.rms_norm import gpu as rms_gpu  # noqa: E402
 from kernels.rms_norm import rms_norm  # noqa: E402
+from workbench.device import get_device  # noqa: E402
 
 OUT: dict = {}
 

@@ -23,7 +23,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernels.device import get_device  # noqa: E402
 from kernels.scalar_ops import STRATEGIES  # noqa: E402
 from kernels.scalar_ops.workload import (  # noqa: E402
     DEFAULT_SHAPES,
@@ -32,6 +31,7 @@ from kernels.scalar_ops.workload import (  # noqa: E402
     materialization_rows,
     timing_rows,
 )
+from workbench.device import get_device  # noqa: E402
 
 ALL_STRATEGIES = STRATEGIES + ("triton_npu",)
 # The issue's measurements on this H100 (fp16 div, host µs per call): python, cached, materialised.
@@ -96,10 +96,10 @@ def write_csv(rows, path):
 
 def harness_records(device, dtypes, numels, out):
     """The spec's variants through measure(), written with the common benchmark columns."""
-    from kernels.bench import measure
-    from kernels.scalar_ops import spec
-    from kernels.store import Store
-    from kernels.store import write_csv as write_records
+    from kernels.scalar_ops.spec import spec
+    from workbench.measure import measure
+    from workbench.store import Store
+    from workbench.store import write_csv as write_records
 
     store = Store(out / "scalar_ops.sqlite")
     records = []

@@ -1,8 +1,8 @@
 """What a kernel family is, as data: problem knobs, variants, tile parameters, bytes, tolerances.
 
-The harness (:mod:`kernels.bench`), the CLI and every widget work from a :class:`KernelSpec`
+The measuring tool (``workbench``), its CLI and every widget work from a :class:`KernelSpec`
 alone; a family registers one spec and needs nothing else from them. A new family is a folder
-with ``spec = KernelSpec(...)`` in its ``__init__`` plus a line in :data:`FAMILY_MODULES`.
+with ``spec = KernelSpec(...)`` in its ``spec.py`` plus a line in :data:`FAMILY_MODULES`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ DTYPES: dict[str, torch.dtype] = {
     "bf16": torch.bfloat16,
 }
 MODES = ("forward", "backward", "full")
+# Variant backends that are not ours: torch paths and peer libraries (compared against, never judged).
+PEER_BACKENDS = ("torch", "peer")
 
 # The usual per-dtype tolerances (atol, rtol) for a kernel against an fp32/fp64 reference.
 DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
@@ -142,6 +144,11 @@ class Variant:
     doc: str = ""
     kernel: Callable[..., Callable[[], Any]] | None = None
 
+    @property
+    def is_peer(self) -> bool:
+        """A torch path or a peer library: measured beside ours, never one of our kernels."""
+        return self.backend in PEER_BACKENDS
+
     def param(self, name: str) -> Param:
         for p in self.params:
             if p.name == name:
@@ -244,9 +251,13 @@ def families() -> list[str]:
 
 
 def get(name: str) -> KernelSpec:
+    """The registered family's KernelSpec: ``spec`` in its ``spec.py`` (or, for a family that
+    keeps it there, in its package)."""
     if name not in FAMILY_MODULES or name not in families():
         raise ValueError(f"unknown kernel family {name!r}; families: {', '.join(families())}")
-    return importlib.import_module(FAMILY_MODULES[name]).spec
+    package = FAMILY_MODULES[name]
+    module = package + ".spec" if importlib.util.find_spec(package + ".spec") is not None else package
+    return importlib.import_module(module).spec
 
 
 def as_tuple(outputs: Any) -> tuple:

@@ -23,7 +23,7 @@ def device(request):
 
 @pytest.fixture
 def store(tmp_path):
-    from kernels.store import Store
+    from workbench.store import Store
 
     s = Store(tmp_path / "records.sqlite")
     yield s

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from kernels.bench import compare, measure
+from workbench.measure import compare, measure
 
 
 def test_compare_flags_nan_and_inf_mismatches():

@@ -422,7 +422,7 @@ def test_hmm_single_step_and_small_heuristic():
 @pytest.mark.parametrize("variant", ["gpu", "gpu_small", "npu", "torch"])
 @pytest.mark.parametrize("layer_kind", ["sum", "product"])
 def test_spec_variants_pass_the_harness(variant, layer_kind):
-    from kernels.bench import measure
+    from workbench.measure import measure
 
     rec = measure(
         "block_sparse",

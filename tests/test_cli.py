@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kernels.cli import main
-from kernels.store import Store
+from workbench.cli import main
+from workbench.store import Store
 
 
 def test_bench_prints_a_table_and_stores_records(tmp_path, capsys):

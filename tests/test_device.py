@@ -7,7 +7,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.device import get_device, kinds_present, launcher
+from kernels.launch import launcher
+from workbench.device import get_device, kinds_present
 
 
 @triton.jit
@@ -82,7 +83,7 @@ def test_switch_between_cuda_and_interpreter_in_one_session():
 def test_interpreter_leaves_triton_language_exactly_as_it_was():
     """The interpreter patches triton.language (and nested helper calls never restore their
     patches); a later JIT compile for a GPU needs the originals back, every one of them."""
-    from kernels.device import _patchable_objects
+    from kernels.launch import _patchable_objects
 
     before = [(obj, dict(vars(obj))) for obj in _patchable_objects()]
     _run(torch.randn(70))

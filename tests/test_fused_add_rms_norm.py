@@ -7,9 +7,10 @@ import pytest
 import torch
 
 import kernels
-from kernels.bench import measure
-from kernels.fused_add_rms_norm import fused_add_rms_norm, fused_add_rms_norm_reference, npu, spec
+from kernels.fused_add_rms_norm import fused_add_rms_norm, fused_add_rms_norm_reference, npu
+from kernels.fused_add_rms_norm.spec import spec
 from kernels.spec import NpuCompileCase
+from workbench.measure import measure
 
 TOL = {torch.float32: (1e-4, 1e-4), torch.float16: (2e-2, 1e-2), torch.bfloat16: (1.5e-1, 2e-2)}
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -400,7 +401,7 @@ def test_measure_catches_a_wrong_kernel(monkeypatch, broken):
 
 
 def test_cli_bench_runs_on_cpu(tmp_path, capsys):
-    from kernels.cli import main
+    from workbench.cli import main
 
     rc = main(
         ["bench", "fused_add_rms_norm", "--device", "cpu", "--quick", "--dtype", "bf16", "--hidden", "64"]

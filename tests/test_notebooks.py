@@ -11,7 +11,7 @@ import nbformat
 import pytest
 
 import kernels
-from widgets.report import build_report, execute_notebook, find_notebooks, kernel_env, lab_main, report_main
+from workbench.report import build_report, execute_notebook, find_notebooks, kernel_env, lab_main, report_main
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 # The report's notebooks (suite.ipynb opts out: tests/test_suites.py runs it through the suite command).

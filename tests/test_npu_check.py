@@ -16,8 +16,8 @@ import json
 import pytest
 
 import kernels
-from kernels.npu_check import EXIT_FAILED, EXIT_OK, classify
-from kernels.npu_check.calibration import boundaries, load_calibration
+from workbench.npu_check import EXIT_FAILED, EXIT_OK, classify
+from workbench.npu_check.calibration import boundaries, load_calibration
 
 HIVMC_ONLY = """[ERROR] Cannot find hivmc under $PATH
 [ERROR] Failed to run `hivmc --version`.
@@ -181,7 +181,7 @@ def test_rms_norm_compile_cases_cover_defaults_and_overflows():
 
 
 def test_table_and_csv_from_rows(tmp_path):
-    from kernels.npu_check import _annotate, format_table, write_csv
+    from workbench.npu_check import _annotate, format_table, write_csv
 
     rows = [
         {"family": "f", "case": "a", "dtype": "bf16", "tiles": {"BLOCK_SIZE_M": 2}, "default": True, "verdict": "OK"},
@@ -197,7 +197,7 @@ def test_table_and_csv_from_rows(tmp_path):
 # --- real compiles (triton-ascend + bishengir-compile) ---------------------------------------
 @pytest.fixture(scope="module")
 def npu_env():
-    from kernels.npu_check import env
+    from workbench.npu_check import env
 
     try:
         return env.ensure_env(timeout=420)
@@ -206,7 +206,7 @@ def npu_env():
 
 
 def _check(tmp_path, *args):
-    from kernels.npu_check import main
+    from workbench.npu_check import main
 
     out = tmp_path / "out"
     code = main(["--out", str(out), "--jobs", "1", *args])
@@ -255,6 +255,6 @@ def test_rms_norm_defaults_compile(npu_env, tmp_path):
 @pytest.mark.npu_compile
 def test_a_failing_default_fails_the_check(npu_env, tmp_path):
     """A provider whose default case overflows makes npu-check exit non-zero."""
-    code, data = _check(tmp_path, "--family", "rms_norm", "--cases", "kernels.npu_check.samples:oversize_default")
+    code, data = _check(tmp_path, "--family", "rms_norm", "--cases", "workbench.npu_check.samples:oversize_default")
     assert [r["verdict"] for r in data["cases"]] == [classify.UB_OVERFLOW]
     assert code == EXIT_FAILED

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 import kernels
-from kernels.bench import measure
-from kernels.rms_norm import rms_norm, rms_norm_reference, spec
+from kernels.rms_norm import rms_norm, rms_norm_reference
+from kernels.rms_norm.spec import spec
+from workbench.measure import measure
 
 TRITON_VARIANTS = ("gpu_row", "gpu_multirow", "npu")
 TOL = {torch.float32: (1e-4, 1e-4), torch.float16: (2e-2, 1e-2), torch.bfloat16: (1.5e-1, 2e-2)}

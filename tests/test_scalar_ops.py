@@ -270,7 +270,9 @@ def test_materialization_table_counts_per_step():
 def test_timing_table_on_cpu_leaves_device_time_empty():
     from kernels.scalar_ops.workload import timing_table
 
-    df = timing_table(ops=("div", "pow"), shapes=((), 7), dtypes=("fp16",), device="cpu", rep_ms=2)
+    from workbench.device import get_device
+
+    df = timing_table(ops=("div", "pow"), shapes=((), 7), dtypes=("fp16",), device=get_device("cpu"), rep_ms=2)
     assert len(df) == 2 * 2 * len(STRATEGIES)
     assert (df["host_us"] > 0).all() and df["device_us"].isna().all()
     assert set(df["shape"]) == {"()", "(7,)"}
@@ -336,7 +338,7 @@ def test_capture_demo_bookkeeping_with_a_fake_runtime(monkeypatch):
 
 # --- the spec in the harness, the CLI, NPU compile cases ---------------------------------------
 def test_spec_registered_and_measured_on_cpu():
-    from kernels.bench import measure
+    from workbench.measure import measure
 
     spec = kernels.get("scalar_ops")
     assert spec.modes == ("forward",)
@@ -351,7 +353,7 @@ def test_spec_registered_and_measured_on_cpu():
 
 
 def test_cli_bench_quick(tmp_path, capsys):
-    from kernels.cli import main
+    from workbench.cli import main
 
     rc = main(["bench", "scalar_ops", "--device", "cpu", "--quick", "--rep-ms", "2", "--store", str(tmp_path / "s.db")])
     out = capsys.readouterr().out
@@ -440,7 +442,10 @@ def test_every_strategy_equals_torch_on_cuda():
 def test_runners_and_timing_rows_on_cuda():
     from kernels.scalar_ops.workload import materialization_rows, timing_rows
 
-    rows = timing_rows(("div", "pow"), (*STRATEGIES, "triton_npu"), ((), (2, 128, 64)), ("fp16",), "cuda", rep_ms=5)
+    from workbench.device import get_device
+
+    cuda = get_device("cuda")
+    rows = timing_rows(("div", "pow"), (*STRATEGIES, "triton_npu"), ((), (2, 128, 64)), ("fp16",), cuda, rep_ms=5)
     assert all(r["passed"] and r["device_us"] > 0 and r["host_us"] > 0 for r in rows)
     mat = materialization_rows(rows=64, hidden=896, n_norms=4, steps=2, dtype="bf16", device="cuda")
     assert all(r["passed"] for r in mat)

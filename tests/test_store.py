@@ -10,8 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from kernels.bench import measure
-from kernels.store import COMMON_COLUMNS, Store, write_csv
+from workbench.measure import measure
+from workbench.store import COMMON_COLUMNS, Store, write_csv
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -58,8 +58,8 @@ def test_a_crash_mid_sweep_loses_nothing_already_measured(tmp_path):
     script = textwrap.dedent(
         f"""
         import os
-        from kernels.bench import measure
-        from kernels.store import Store
+        from workbench.measure import measure
+        from workbench.store import Store
         store = Store({str(path)!r})
         for i, hidden in enumerate([8, 16, 32, 64]):
             measure("rms_norm", "torch_eager", device="cpu", dtype="fp32",

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 import kernels
-from kernels import suites as S
-from kernels.cli import main
-from kernels.suites import (
+from workbench import suites as S
+from workbench.cli import main
+from workbench.report import find_notebooks
+from workbench.suites import (
     MET,
     MISSED,
     NOT_COMPARABLE,
@@ -30,7 +31,6 @@ from kernels.suites import (
     required,
     versus_rows,
 )
-from widgets.report import find_notebooks
 
 REMOTE_SCRIPT = re.compile(r"<script[^>]*\bsrc\s*=\s*[\"']?\s*(https?:)?//", re.IGNORECASE)
 NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
@@ -299,11 +299,9 @@ def test_bench_suite_smoke_end_to_end(tmp_path, capsys):
 
 
 def test_bench_suite_without_html_tools(tmp_path, capsys, monkeypatch):
-    from widgets import suite_report
+    from workbench import report
 
-    monkeypatch.setattr(
-        suite_report, "html_unavailable_reason", lambda: "papermill not installed (pip install papermill)"
-    )
+    monkeypatch.setattr(report, "html_unavailable_reason", lambda: "papermill not installed (pip install papermill)")
     out = tmp_path / "o"
     args = ["bench", "--suite", "smoke", "--device", "cpu", "--only", "block_sparse_forward", "--out", str(out)]
     rc = main(args + ["--store", str(tmp_path / "r.sqlite")])
@@ -315,14 +313,16 @@ def test_bench_suite_without_html_tools(tmp_path, capsys, monkeypatch):
 
 
 def test_bench_suite_wrong_result_fails(tmp_path, capsys, monkeypatch):
-    real = S.measure
+    from workbench.suites import run as suite_run
+
+    real = suite_run.measure
 
     def wrong(*args, **kwargs):
         r = real(*args, **kwargs)
         r.passed = False
         return r
 
-    monkeypatch.setattr(S, "measure", wrong)
+    monkeypatch.setattr(suite_run, "measure", wrong)
     args = ["bench", "--suite", "smoke", "--device", "cpu", "--only", "block_sparse_forward", "--no-html"]
     rc = main(args + ["--out", str(tmp_path / "o"), "--store", str(tmp_path / "r.sqlite")])
     printed = capsys.readouterr().out

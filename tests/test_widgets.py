@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from kernels.spec import KernelSpec, Knob, Param, Variant
-from kernels.store import Store
 from widgets import Explorer, Session
-from widgets.core import ResultCache, config_key
+from widgets.core import ResultCache
+from workbench.store import Store
+from workbench.sweep.plan import config_key
 
 
 # --- a toy family: nothing in widgets/ may need to know it ----------------------------------

@@ -1,19 +1,15 @@
-"""Widgets: the live Explorer, sweeps, plotly figures and report export, generic over every KernelSpec.
+"""Widgets: the notebook's model (:class:`Session`), its live view (:class:`Explorer`) and figures.
 
 >>> from widgets import Session
 >>> s = Session("rms_norm", device="cpu", quick=True, headless=True)   # doctest: +SKIP
 
-See :mod:`widgets.session` for the notebook API and :mod:`widgets.explorer` for the Explorer.
+Dependencies run one way: widgets -> workbench -> kernels. Inside widgets the view imports the
+model; the model learns its view here (``Session.view``), never by importing it.
 """
 
+from widgets.explorer import Explorer
 from widgets.session import Session
 
+Session.view = Explorer
+
 __all__ = ["Session", "Explorer"]
-
-
-def __getattr__(name):
-    if name == "Explorer":
-        from widgets.explorer import Explorer
-
-        return Explorer
-    raise AttributeError(name)

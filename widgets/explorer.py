@@ -50,11 +50,12 @@ from typing import Any, Callable, Mapping
 import ipywidgets as W
 import plotly.graph_objects as go
 
-from kernels.device import kinds_present
+from kernels.runtime import kinds_present
 from kernels.spec import KernelSpec
 from widgets import figures as F
-from widgets.core import axis_kind, default_values, short_reason
+from widgets.core import short_reason
 from widgets.session import Session
+from workbench.sweep.plan import axis_kind, default_values, with_axis
 
 __all__ = ["Explorer"]
 
@@ -213,6 +214,7 @@ class Explorer:
         else:
             self.session = Session(source, device=device, dtype=dtype, quick=quick, headless=False, store=store)
         self.spec = self.session.spec
+        self.session.attach(self)
         self._sessions = {self.session.device.kind: self.session}
         self._worker = _Worker(debounce_s)
         self._hold_depth = 0
@@ -236,7 +238,7 @@ class Explorer:
         s = self.session
         runnable = s.runnable()
         if variant is None:
-            ours = [n for n in runnable if self.spec.variant(n).backend not in F.PEER_BACKENDS]
+            ours = [n for n in runnable if not self.spec.variant(n).is_peer]
             variant = (ours or runnable or [self.spec.variants[0].name])[0]
         style = {"description_width": "initial"}
         self.w_variant = W.Dropdown(options=runnable, value=variant, description="variant", style=style)
@@ -460,14 +462,7 @@ class Explorer:
 
     def _session_for(self, kind: str) -> Session:
         if kind not in self._sessions:
-            base = self.session
-            sib = Session(base.spec, device=kind, dtype=base.dtype, quick=base.quick, headless=False, store=False)
-            sib.store = base.store
-            sib.cache = base.cache  # keys carry the device kind
-            sib.records = base.records
-            sib._lock = base._lock
-            sib.seed = base.seed
-            self._sessions[kind] = sib
+            self._sessions[kind] = self.session.on_device(kind)
         return self._sessions[kind]
 
     def set(self, **values) -> Explorer:
@@ -598,7 +593,7 @@ class Explorer:
             added = False
             for name in sess.runnable(cfg["mode"]):
                 var = self.spec.variant(name)
-                if var.backend not in F.PEER_BACKENDS or name == cfg["variant"]:
+                if not var.is_peer or name == cfg["variant"]:
                     continue
                 if token != self._token:
                     return
@@ -724,7 +719,7 @@ class Explorer:
         kind = axis_kind(self.spec, axis, [self.spec.variant(cfg["variant"])])
         for rec in sess.cache.records():
             var = self._variant_or_none(rec.variant)
-            if var is None or var.backend not in F.PEER_BACKENDS or rec.variant == cfg["variant"]:
+            if var is None or not var.is_peer or rec.variant == cfg["variant"]:
                 continue
             if self._matches(rec, cfg, axis if kind == "knob" else None, rec.variant, {}):
                 x = rec.problem.get(axis) if kind == "knob" else None
@@ -735,7 +730,7 @@ class Explorer:
         out = []
         for rec in sess.cache.records():
             var = self._variant_or_none(rec.variant)
-            if var is None or var.backend not in F.PEER_BACKENDS or rec.variant == cfg["variant"]:
+            if var is None or not var.is_peer or rec.variant == cfg["variant"]:
                 continue
             if self._matches(rec, cfg, None, rec.variant, {}):
                 out.append(rec)
@@ -834,7 +829,7 @@ class Explorer:
                         names += [
                             n
                             for n in sess.runnable(cfg["mode"])
-                            if n != cfg["variant"] and self.spec.variant(n).backend in F.PEER_BACKENDS
+                            if n != cfg["variant"] and self.spec.variant(n).is_peer
                         ]
                     rows, _ = sess._line_rows(
                         x_axis,
@@ -852,7 +847,7 @@ class Explorer:
                             self.w_xaxis.value = x_axis
                     self._render_current()
                     failures = F.failures_table(rows, [x_axis])
-                from kernels.store import records_frame
+                from workbench.store import records_frame
 
                 self.sweep_frame = records_frame(rows)
                 self.w_failures.value = _failures_html(failures)
@@ -905,7 +900,6 @@ class Explorer:
 
 
 def _with_x(rec, axis, x):
-    from widgets.core import with_axis
 
     return with_axis(rec, axis, x)
 

@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import plotly.graph_objects as go
 
+from kernels.spec import PEER_BACKENDS  # records carry the backend name, not the Variant
 from widgets.core import METRICS, short_reason
 
 PALETTE = (
@@ -29,7 +30,6 @@ PALETTE = (
     "#7f7f7f",
     "#bcbd22",
 )
-PEER_BACKENDS = ("torch", "peer")
 
 
 def as_dict(record: Any) -> dict:

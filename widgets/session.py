@@ -59,17 +59,19 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from kernels.bench import Record, measure
-from kernels.device import Device, get_device
 from kernels.spec import KernelSpec, Variant, dtype_name, get
-from kernels.store import DEFAULT_PATH, Store, records_frame, write_csv, write_json
 from widgets import figures as F
-from widgets.core import (
-    axis_kind,
+from widgets.core import ResultCache, short_reason
+from workbench.device import Device, get_device
+from workbench.measure import Record, measure
+from workbench.store import DEFAULT_PATH, Store, records_frame, write_csv, write_json
+from workbench.sweep.plan import (
+    PlanItem,
     config_key,
-    default_values,
+    grid_plan,
+    has_axis,
+    line_plan,
     resolve_config,
-    short_reason,
     split_params,
     with_axis,
 )
@@ -95,6 +97,10 @@ class Session:
     rep_ms: timing budget per configuration (default 20 on the CPU interpreter, 100 on devices).
     problem: overrides of the starting problem (knob name -> value).
     """
+
+    # The live view ``explorer()`` builds: set by the widgets package (widgets/__init__.py) to the
+    # Explorer, so the model never imports its view.
+    view: Callable[..., Any] | None = None
 
     def __init__(
         self,
@@ -129,8 +135,6 @@ class Session:
             self.store = store
         else:
             self.store = Store(store)
-        from widgets.core import ResultCache
-
         self.cache = ResultCache()
         self.records: list[Record] = []
         self.figures: list = []
@@ -297,20 +301,7 @@ class Session:
         """Measure a 1-D sweep; returns (records with the swept x, the values)."""
         self._check_mode(mode)
         chosen = self._variants(variants, mode)
-        kind = axis_kind(self.spec, axis, chosen or self.spec.variants)
-        if values is None:
-            values = default_values(self.spec, axis, chosen)
-        values = list(values)
-        plan: list[tuple[Variant, dict, dict, Any]] = []
-        for var in chosen:
-            if kind == "knob":
-                for v in values:
-                    plan.append((var, {**dict(problem or {}), axis: v}, split_params(params, var), v))
-            elif any(p.name == axis for p in var.params):
-                for v in values:
-                    plan.append((var, dict(problem or {}), {**split_params(params, var), axis: v}, v))
-            else:
-                plan.append((var, dict(problem or {}), split_params(params, var), None))
+        plan, values = line_plan(self.spec, chosen, axis, values, problem, params)
         return self._run_plan(plan, axis, mode, dtype, progress, cancel, label=f"sweep {axis}"), values
 
     def sweep2d(
@@ -373,9 +364,11 @@ class Session:
         self._check_mode(mode)
         if variant is None:
             candidates = [
-                v for v in self._variants(None, mode, note=False) if all(self._has_axis(v, a) for a in (x_axis, y_axis))
+                v
+                for v in self._variants(None, mode, note=False)
+                if all(has_axis(self.spec, v, a) for a in (x_axis, y_axis))
             ]
-            ours = [v for v in candidates if v.backend not in F.PEER_BACKENDS]
+            ours = [v for v in candidates if not v.is_peer]
             if not (ours or candidates):
                 raise ValueError(f"no variant runnable on {self.device.kind} has both {x_axis} and {y_axis}")
             var = (ours or candidates)[0]
@@ -384,35 +377,19 @@ class Session:
             if not found:
                 raise ValueError(f"variant {variant!r} cannot run here: {self.unavailable().get(variant, mode)}")
             var = found[0]
-        for a in (x_axis, y_axis):
-            if not self._has_axis(var, a):
-                axis_kind(self.spec, a, [var])  # raises, naming the knobs and tile parameters
-        kinds = {a: axis_kind(self.spec, a, [var]) for a in (x_axis, y_axis)}
-        plan = []
         x_values, y_values = list(x_values), list(y_values)
-        for yv in y_values:
-            for xv in x_values:
-                prob = dict(problem or {})
-                prm = split_params(params, var)
-                for a, v in ((x_axis, xv), (y_axis, yv)):
-                    if kinds[a] == "knob":
-                        prob[a] = v
-                    else:
-                        prm[a] = v
-                plan.append((var, prob, prm, xv))
+        plan = grid_plan(self.spec, var, x_axis, x_values, y_axis, y_values, problem, params)
         rows = self._run_plan(plan, x_axis, mode, dtype, progress, cancel, label=f"sweep {x_axis} x {y_axis}")
         return var, rows, x_values, y_values
 
-    def _has_axis(self, var: Variant, axis: str) -> bool:
-        return any(k.name == axis for k in self.spec.knobs) or any(p.name == axis for p in var.params)
-
-    def _run_plan(self, plan, axis, mode, dtype, progress, cancel, label) -> list[Record]:
+    def _run_plan(self, plan: list[PlanItem], axis, mode, dtype, progress, cancel, label) -> list[Record]:
         bar = None
         if progress is None and not self.headless:
             bar = _progress_bar(len(plan), label)
         t0 = time.perf_counter()
         rows, hits = [], 0
-        for i, (var, prob, prm, x) in enumerate(plan):
+        for i, item in enumerate(plan):
+            var, prob, prm, x = item.variant, item.problem, item.params, item.x
             if cancel is not None and cancel.is_set():
                 break
             if progress is not None:
@@ -522,12 +499,26 @@ class Session:
         if self.headless:
             print("Explorer: live only (this run is headless; the fixed sweeps below stand in for it)")
             return None
-        from widgets.explorer import Explorer
-
-        ex = Explorer(self, variant=variant, **kwargs)
-        self._explorer = ex
+        ex = self.view(self, variant=variant, **kwargs)
         ex.display()
         return ex
+
+    def attach(self, view) -> None:
+        """Called by a view (the Explorer) built on this session: ``apply`` goes to it."""
+        self._explorer = view
+
+    def on_device(self, kind: str) -> Session:
+        """A session on another device kind sharing this one's cache (its keys carry the device
+        kind), store, records and measuring lock: the Explorer's device switch."""
+        sib = Session(self.spec, device=kind, dtype=self.dtype, quick=self.quick, headless=self.headless, store=False)
+        sib.store, sib.cache, sib.records, sib._lock, sib.seed = (
+            self.store,
+            self.cache,
+            self.records,
+            self._lock,
+            self.seed,
+        )
+        return sib
 
     def apply(self, config: Mapping | None = None) -> None:
         """Set the Explorer's controls to ``config`` (default: ``self.best``)."""
@@ -579,7 +570,7 @@ class Session:
             var = self.spec.variant(rec.variant)
         except ValueError:
             return False
-        if var.backend in F.PEER_BACKENDS:
+        if var.is_peer:
             return False
         try:
             return var.resolve_params(rec.params) == var.resolve_params({})

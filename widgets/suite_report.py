@@ -1,11 +1,10 @@
 """The report of a benchmark suite run (``workbench bench --suite NAME``), in the Explorer's format.
 
 The suite run writes its files first (``records.json``, ``ratios.csv``, ``suite.json``,
-``environment.json``: see :func:`kernels.suites.write_files`); this module only reads them.
-:func:`render_report` executes ``notebooks/suite.ipynb`` headless with papermill (parameter
-``records_dir``), exactly as ``workbench report`` runs the family notebooks, and exports it with
-the same offline template (:func:`widgets.report.notebook_to_html`: plotly.js embedded once, no
-CDN scripts) to ``report.html`` beside the files. The notebook calls :func:`load` and
+``environment.json``: see :func:`workbench.suites.write_files`); this module only reads them.
+:func:`workbench.report.render_suite_report` executes ``notebooks/suite.ipynb`` headless with
+papermill (parameter ``records_dir``) and exports it with the offline template to ``report.html``
+beside the files. The notebook calls :func:`load` and
 :func:`show_report`: the environment block, the ratio table coloured by status, and per target a
 ratio figure against its threshold and the speed figure of its records
 (:func:`widgets.figures.speed_figure`; tile sweeps get a bar chart of time relative to default).
@@ -14,7 +13,6 @@ ratio figure against its threshold and the speed figure of its records
 from __future__ import annotations
 
 import html
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,6 @@ import plotly.graph_objects as go
 
 from widgets import figures as F
 
-NOTEBOOK = "suite.ipynb"
 STATUS_COLOURS = {
     "MET": "#d8f0d8",
     "MISSED": "#f6d0d0",
@@ -324,31 +321,3 @@ def show_report(run: dict) -> None:
     show_environment(run)
     show_ratios(run)
     show_targets(run)
-
-
-# --- rendering -----------------------------------------------------------------------------
-def html_unavailable_reason() -> str | None:
-    """None when papermill, nbconvert and ipykernel are importable; else what is missing."""
-    missing = [m for m in ("papermill", "nbconvert", "nbformat", "ipykernel") if importlib.util.find_spec(m) is None]
-    return f"{', '.join(missing)} not installed (pip install {' '.join(missing)})" if missing else None
-
-
-def notebook_path() -> Path:
-    from widgets.report import default_notebooks_dir, repo_root
-
-    for d in (default_notebooks_dir(), repo_root() / "notebooks"):
-        if (d / NOTEBOOK).exists():
-            return d / NOTEBOOK
-    raise FileNotFoundError(f"notebooks/{NOTEBOOK} not found")
-
-
-def render_report(out_dir: str | Path, *, timeout: int | None = 600) -> Path:
-    """Execute the suite notebook on ``out_dir``'s files; write ``suite.ipynb`` and ``report.html`` there."""
-    from widgets.report import execute_notebook, kernel_env, notebook_to_html, repo_root
-
-    out = Path(out_dir).resolve()
-    nb = notebook_path()
-    executed = out / NOTEBOOK
-    with kernel_env(root=repo_root()):
-        execute_notebook(nb, executed, {"records_dir": str(out)}, timeout=timeout, cwd=out)
-    return notebook_to_html(executed, out / "report.html")

@@ -46,7 +46,7 @@ from kernels.block_sparse.reference import (
     sum_layer_backward_reference,
     sum_layer_reference,
 )
-from kernels.device import device_of
+from kernels.runtime import device_of
 from kernels.spec import KernelSpec, Knob, Param, Variant
 
 IMPLS = ("gpu", "npu", "auto")

@@ -89,7 +89,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.device import launch as _launch
+from kernels.launch import launch as _launch
 
 NEG_FLT_MAX = tl.constexpr(-3.4028234663852886e38)  # the most negative finite fp32
 HEURISTICS = ("auto", "large", "small")

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import torch
 
 from kernels.block_sparse import _validate_product, _validate_sum, gpu, largest_block_size, npu
-from kernels.device import get_device
+from kernels.runtime import device_info
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class HMM:
         for name, value, low in (("T", T, 1), ("L", L, 1), ("V", V, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name}={value!r} must be an integer >= {low}")
-        self.device = get_device(device)
+        self.device = device_info(device)
         self.T, self.L, self.V = T, L, V
         self.block_size = largest_block_size(L) if block_size is None else block_size
         if (
@@ -289,131 +289,4 @@ class GraphedChain:
         return self.outputs
 
 
-# --- timing ------------------------------------------------------------------------------
-def _graph_of(fn):
-    """Capture ``fn`` (which must allocate nothing it returns to the caller) as a CUDA graph."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph
-
-
-def layer_calls(hmm: HMM, batch: int, seed: int = 0) -> dict:
-    """One callable per layer of the chain at ``batch``, on live buffers from one forward pass."""
-    x = hmm.sample(batch, seed)
-    state = hmm.forward(x)
-    plan = hmm.plan(batch)
-    m, L, bs = hmm.module, hmm.L, hmm.block_size
-    dev = x.device
-    t = 0 if hmm.T > 1 else None
-    child = hmm.z(state, 1) if hmm.T > 1 else None
-    out_sum = torch.empty((L, batch), dtype=torch.float32, device=dev)
-    out_prod = torch.empty((L, batch), dtype=torch.float32, device=dev)
-    root_out = torch.empty((1, batch), dtype=torch.float32, device=dev)
-    flows = torch.rand((L, batch), dtype=torch.float32, device=dev)
-    eflows = torch.zeros((L, batch), dtype=torch.float32, device=dev)
-    pflows = torch.zeros_like(hmm.trans_params)
-    grad_in = torch.zeros((2 * L, batch), dtype=torch.float32, device=dev)
-    calls = {}
-    if t is not None:
-        calls["sum forward"] = lambda: m.sum_forward(
-            child, hmm.trans_params, hmm.trans_cids, hmm.trans_pids, bs, plan.trans_fwd, out=out_sum
-        )
-        calls["product forward"] = lambda: m.product_forward(
-            state["bufs"][0], hmm.prod_cids, bs, plan.product, out=out_prod
-        )
-
-        def sum_bwd():
-            eflows.zero_()
-            m.sum_backward(
-                flows,
-                child,
-                hmm.trans_params,
-                state["bufs"][0, L:],
-                hmm.trans_cids,
-                hmm.trans_pids,
-                bs,
-                plan.trans_bwd,
-                element_flows=eflows,
-                param_flows=pflows,
-            )
-
-        def prod_bwd():
-            grad_in.zero_()
-            m.product_backward(flows, hmm.prod_cids, bs, 2 * L, plan.product, grad_in=grad_in)
-
-        calls["sum backward"] = sum_bwd
-        calls["product backward"] = prod_bwd
-    calls["root forward"] = lambda: m.sum_forward(
-        hmm.z(state, 0), hmm.root_params, hmm.root_cids, hmm.root_pids, 1, plan.root_fwd, out=root_out
-    )
-    calls["input gather"] = lambda: hmm.emissions(x)
-    return calls
-
-
-def layer_timings(hmm: HMM, batch: int, rep_ms: float = 100, graphs: bool = True) -> list[dict]:
-    """Per layer: device kernel time (do_bench; interpreter wall on the CPU), eager host wall
-    per synchronised call, and the wall of a CUDA-graph replay of the same call (CUDA only)."""
-    dev = hmm.device
-    rows = []
-    for name, fn in layer_calls(hmm, batch).items():
-        fn()
-        kernel = dev.time(fn, rep_ms=rep_ms)
-        wall = dev.wall_per_call(fn, rep_ms=min(rep_ms, 50)) if dev.kind != "cpu" else kernel
-        graph_ms = None
-        if graphs and dev.kind == "cuda" and name != "input gather":
-            g = _graph_of(fn)
-            graph_ms = dev.wall_per_call(g.replay, rep_ms=min(rep_ms, 50)).p50
-        per_chain = {"sum forward": hmm.T - 1, "product forward": hmm.T - 1, "sum backward": hmm.T - 1}
-        per_chain.update({"product backward": hmm.T - 1, "root forward": 1, "input gather": 1})
-        rows.append(
-            {
-                "layer": name,
-                "batch": batch,
-                "kernel_ms": kernel.p50,
-                "eager_wall_ms": wall.p50,
-                "graph_wall_ms": graph_ms,
-                "calls_per_chain": per_chain[name],
-                "timing": kernel.method,
-            }
-        )
-    return rows
-
-
-def chain_timings(hmm: HMM, batch: int, rep_ms: float = 100, graphs: bool = True) -> list[dict]:
-    """Whole chain, forward and forward+backward: device time (do_bench of the eager chain),
-    eager host wall per call, and graph-replay wall (CUDA only)."""
-    dev = hmm.device
-    x = hmm.sample(batch)
-    rows = []
-    for mode, fn in (("forward", lambda: hmm.forward(x)), ("forward+backward", lambda: hmm.forward_backward(x))):
-        fn()
-        device_t = dev.time(fn, rep_ms=rep_ms)
-        wall = dev.wall_per_call(fn, rep_ms=min(rep_ms, 50)) if dev.kind != "cpu" else device_t
-        graph_ms = None
-        if graphs and dev.kind == "cuda":
-            g = hmm.graphed(batch, backward=mode != "forward")
-            g.x.copy_(x)
-            graph_ms = dev.wall_per_call(g.replay, rep_ms=min(rep_ms, 50)).p50
-        rows.append(
-            {
-                "mode": mode,
-                "batch": batch,
-                "T": hmm.T,
-                "L": hmm.L,
-                "block_size": hmm.block_size,
-                "device_ms": device_t.p50,
-                "eager_wall_ms": wall.p50,
-                "graph_wall_ms": graph_ms,
-                "timing": device_t.method,
-            }
-        )
-    return rows
-
-
-__all__ = ["HMM", "GraphedChain", "chain_timings", "layer_calls", "layer_timings"]
+__all__ = ["HMM", "ChainPlan", "GraphedChain"]

@@ -36,7 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.device import device_of, launch
+from kernels.launch import launch
 from kernels.rms_norm.gpu import (
     CASTING_CODES,
     MAX_TILE_ELEMENTS,
@@ -46,6 +46,7 @@ from kernels.rms_norm.gpu import (
     _store_dw,
     resolve_tiles,
 )
+from kernels.runtime import device_of
 
 __all__ = [
     "CASTING_CODES",

@@ -41,9 +41,10 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.device import device_of, launch
+from kernels.launch import launch
 from kernels.rms_norm import npu as rms_norm_npu
 from kernels.rms_norm.gpu import CASTING_CODES, default_num_warps
+from kernels.runtime import device_of
 from kernels.spec import NpuCompileCase
 
 UB_BYTES = rms_norm_npu.UB_BYTES  # Unified Buffer per core on Ascend 910B (192 KB)

@@ -44,7 +44,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.device import device_of, launch
+from kernels.launch import launch
+from kernels.runtime import device_of
 from kernels.tiling import cdiv, is_power_of_two, next_power_of_2
 
 CASTING_CODES = {"llama": 0, "gemma": 1, "none": 2}

@@ -31,8 +31,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.device import device_of, launch
+from kernels.launch import launch
 from kernels.rms_norm.gpu import CASTING_CODES
+from kernels.runtime import device_of
 from kernels.tiling import cdiv, is_power_of_two, next_power_of_2
 
 UB_BYTES = 192 * 1024  # Unified Buffer per core on Ascend 910B

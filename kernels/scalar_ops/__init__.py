@@ -16,7 +16,8 @@ Python number; z has x's shape and dtype. Strategies:
   Tile overrides: ``BLOCK_SIZE``, ``num_warps`` (gpu); ``BLOCK_SIZE``, ``GRID`` (npu). The Triton
   strategy has no autograd: it refuses inputs that require grad while grad is enabled.
 
-Measurement helpers for the notebook and the benchmark script are in :mod:`.workload`.
+Measurement helpers for the notebook and the benchmark script are in :mod:`.workload`; the
+KernelSpec is :mod:`.spec`.
 """
 
 from __future__ import annotations
@@ -26,19 +27,18 @@ import numbers
 
 import torch
 
+from kernels.runtime import device_info
 from kernels.scalar_ops import gpu, npu
 from kernels.scalar_ops.reference import OPS, scalar_op_reference
 from kernels.scalar_ops.strategies import (
     SCALAR_CACHE,
     ScalarCache,
-    _device_model,
     cached,
     counting,
     is_capturing,
     materialized,
     python,
 )
-from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Knob, Param, Variant, elem_bytes
 
 STRATEGIES = ("materialized", "cached", "python", "triton")
 IMPLS = ("gpu", "npu", "auto")
@@ -109,15 +109,12 @@ def _triton(op, x, value, impl, tiles):
         raise ValueError(f"unknown tile parameter {', '.join(unknown)} for impl={impl!r}; allowed: {', '.join(names)}")
     if impl == "gpu":
         return gpu.scalar_op_gpu(op, x, value, gpu.resolve_tiles(**tiles))
-    dev = _device_model(x.device)
+    dev = device_info(x.device)  # a dict lookup after the first call
     resolved = npu.resolve_tiles(**tiles, elem_bytes=x.element_size(), on_npu=dev.kind == "npu")
     return npu.scalar_op_npu(op, x, value, resolved, dev.num_cores)
 
 
-# --- the spec: what the harness and the Explorer see ---------------------------------------
-NUMEL_SWEEP = (1, 16384, 262144, 1 << 20, 1 << 22, 1 << 24, 1 << 26)
-
-
+# --- inputs (the spec and the workloads use them) ------------------------------------------
 def random_input(shape, op: str, value: float, seed: int = 0) -> torch.Tensor:
     """Random fp32 x for an operation (never zeros).
 
@@ -136,112 +133,6 @@ def random_input(shape, op: str, value: float, seed: int = 0) -> torch.Tensor:
     return magnitude * sign
 
 
-def _make_inputs(problem, dtype, device, seed):
-    shape = () if problem["zero_dim"] else (problem["numel"],)
-    return {"x": random_input(shape, problem["op"], problem["value"], seed).to(device, dtype)}
-
-
-def _reference(inputs, problem):
-    return scalar_op_reference(problem["op"], inputs["x"], problem["value"])
-
-
-def _min_bytes(problem, mode, dtype):
-    """Read x, write z: 2 x numel x itemsize (the scalar itself is a few bytes)."""
-    return 2 * problem["numel"] * elem_bytes(dtype)
-
-
-def _check_problem(problem, params, dtype, device):
-    if problem["zero_dim"] and problem["numel"] != 1:
-        raise ValueError(f"zero_dim=True makes a 0-d tensor, which has numel 1; got numel={problem['numel']}")
-
-
-def _strategy(strategy, impl=None):
-    def run(inputs, problem, **params):
-        tiles = {k: v for k, v in params.items() if v != "auto"}
-        if impl is not None:
-            tiles["impl"] = impl
-        return scalar_op(problem["op"], inputs["x"], problem["value"], strategy, **tiles)
-
-    def check(problem, params, dtype, device):
-        _check_problem(problem, params, dtype, device)
-        if strategy == "triton" and problem["op"] == "pow":
-            gpu.pow_mode(problem["value"])
-        if impl == "gpu":
-            gpu.resolve_tiles(**params)
-        elif impl == "npu":
-            npu.resolve_tiles(**params, elem_bytes=elem_bytes(dtype), on_npu=device.kind == "npu")
-
-    return run, check
-
-
-_GRID_VALUES = ("auto",) + tuple(2**k for k in range(0, 12))
-_runs = {name: _strategy(name) for name in ("materialized", "cached", "python")}
-_triton_gpu_run, _triton_gpu_check = _strategy("triton", "gpu")
-_triton_npu_run, _triton_npu_check = _strategy("triton", "npu")
-
-spec = KernelSpec(
-    name="scalar_ops",
-    title="Scalar operand (div / sub / pow)",
-    doc="z = x / value, x - value or x ** value: materialised vs cached 0-d vs Python scalar vs Triton.",
-    knobs=(
-        Knob("op", "div", values=OPS, doc="div: x / value, sub: x - value, pow: x ** value"),
-        Knob("numel", 1 << 24, low=1, high=1 << 31, doc="elements of x (flat)", sweep=NUMEL_SWEEP),
-        Knob("value", 3.0, doc="the scalar (a Python number)"),
-        Knob("zero_dim", False, values=(False, True), doc="x as a 0-d tensor (needs numel=1)"),
-    ),
-    quick={"numel": 4099},
-    make_inputs=_make_inputs,
-    reference=_reference,
-    output_names=("z",),
-    axis="numel",
-    min_bytes=_min_bytes,
-    modes=("forward",),
-    tolerances=dict(DEFAULT_TOLERANCES),
-    variants=(
-        Variant(
-            "materialized",
-            "torch",
-            _runs["materialized"][0],
-            check=_runs["materialized"][1],
-            doc="full-shape host tensor of the scalar + host-to-device copy every call",
-        ),
-        Variant(
-            "cached",
-            "torch",
-            _runs["cached"][0],
-            check=_runs["cached"][1],
-            doc="persistent 0-d device tensor per (device, dtype, value), LRU-bounded",
-        ),
-        Variant(
-            "python", "torch", _runs["python"][0], check=_runs["python"][1], doc="torch's operator with a Python number"
-        ),
-        Variant(
-            "triton",
-            "gpu",
-            _triton_gpu_run,
-            params=(
-                Param("BLOCK_SIZE", ("auto",) + gpu.BLOCK_SIZES, "auto", "elements per program"),
-                Param("num_warps", ("auto",) + gpu.NUM_WARPS, "auto", "warps per program"),
-            ),
-            devices=("cuda", "cpu"),
-            check=_triton_gpu_check,
-            doc="Triton kernel, scalar as an argument, a block per program",
-        ),
-        Variant(
-            "triton_npu",
-            "npu",
-            _triton_npu_run,
-            params=(
-                Param("BLOCK_SIZE", ("auto",) + npu.BLOCK_SIZES, "auto", "elements per block"),
-                Param("GRID", _GRID_VALUES, "auto", "programs (auto: vector cores / SMs)"),
-            ),
-            devices=("npu", "cuda", "cpu"),
-            check=_triton_npu_check,
-            doc="triton-ascend style: grid = cores, grid-stride, scalar as an argument",
-        ),
-    ),
-)
-
 __all__ = [
     "IMPLS",
     "OPS",
@@ -253,5 +144,4 @@ __all__ = [
     "random_input",
     "scalar_op",
     "scalar_op_reference",
-    "spec",
 ]

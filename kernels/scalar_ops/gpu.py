@@ -51,7 +51,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.device import launch
+from kernels.launch import launch
 
 OP_CODES = {"div": 0, "sub": 1, "pow": 2}
 OP_MUL = 3  # div by a signed zero, sent as a multiply by its reciprocal (see kernel_operands)

@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.device import launch
+from kernels.launch import launch
 from kernels.scalar_ops.gpu import POW_MODES, kernel_constants, kernel_operands
 from kernels.spec import NpuCompileCase
 

@@ -35,30 +35,18 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.device import Device, get_device
+from kernels.runtime import device_info
 
 TORCH_OPS = {"div": torch.div, "sub": torch.sub, "pow": torch.pow}
 
 
 # --- graph capture, asked of the device model ----------------------------------------------
-_DEVICES: dict[torch.device, Device] = {}
-
-
-def _device_model(device: torch.device) -> Device:
-    """The :class:`Device` for a torch.device, remembered: resolving one costs tens of µs, which
-    is more than the operation this family times on small tensors."""
-    dev = _DEVICES.get(device)
-    if dev is None:
-        dev = _DEVICES[device] = get_device(device)
-    return dev
-
-
 def is_capturing(device: torch.device) -> bool:
     """True while a graph is being captured on the current stream of ``device``'s runtime
     (``torch.cuda`` / ``torch.npu``: ``is_current_stream_capturing``); always False on the CPU."""
     if device.type == "cpu":
         return False
-    backend = _device_model(device).backend
+    backend = device_info(device).backend  # a dict lookup after the first call
     check = getattr(backend, "is_current_stream_capturing", None)
     return bool(check()) if check is not None else False
 

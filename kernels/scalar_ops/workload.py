@@ -11,7 +11,9 @@
 
 Host time is wall time of one call including a device synchronisation (the issue's "host µs per
 call, wall, synchronised"). Device time is ``Device.time`` (do_bench, L2 flushed); on the CPU
-there is no device timer, so it is left empty rather than invented.
+there is no device timer, so it is left empty rather than invented. The timers are the measuring
+tool's: the timing functions take its device (``workbench.device.get_device(...)``, or a
+notebook Session's ``s.device``), since the library itself imports nothing of the tool.
 """
 
 from __future__ import annotations
@@ -22,11 +24,11 @@ from typing import Iterable, Sequence
 
 import torch
 
-from kernels.bench import compare
-from kernels.device import get_device
+from kernels.runtime import device_info
 from kernels.scalar_ops import STRATEGIES, ScalarCache, counting, random_input, scalar_op
 from kernels.scalar_ops.reference import OPS, scalar_op_reference
 from kernels.spec import DEFAULT_TOLERANCES, DTYPES, dtype_name
+from kernels.testing import compare
 
 # 0-d; the issue's (2, 128, 64); 1 Mi; the issue's (2, 2048, 4096); 64 Mi elements.
 DEFAULT_SHAPES: tuple[tuple[int, ...], ...] = ((), (2, 128, 64), (1024, 1024), (2, 2048, 4096), (64, 1024, 1024))
@@ -49,7 +51,7 @@ def as_shape(size) -> tuple[int, ...]:
 def make_x(shape, dtype, device, op: str = "div", value: float = 1.0, seed: int = 0) -> torch.Tensor:
     """Random x for an operation (:func:`kernels.scalar_ops.random_input`) on a device and dtype."""
     x = random_input(as_shape(shape), op, value, seed)
-    return x.to(get_device(device).torch_device, DTYPES[dtype_name(dtype)])
+    return x.to(device_info(device).torch_device, DTYPES[dtype_name(dtype)])
 
 
 def strategy_runner(strategy: str):
@@ -66,6 +68,16 @@ def strategy_runner(strategy: str):
 
 
 # --- host and device time per call ---------------------------------------------------------
+def _timer_device(device):
+    """The measuring tool's device object, which has the timers (``time``, ``wall_per_call``)."""
+    if not (hasattr(device, "time") and hasattr(device, "wall_per_call")):
+        raise ValueError(
+            f"device={device!r}: timing needs the workbench's device object; pass "
+            "workbench.device.get_device(...) or a Session's s.device"
+        )
+    return device
+
+
 def time_strategy(
     op: str,
     strategy: str,
@@ -82,7 +94,7 @@ def time_strategy(
     The first call is made before timing (it compiles Triton kernels and fills the cache), and
     its result is checked against the fp64/fp32 reference so a timing is never of a wrong answer.
     """
-    dev = get_device(device)
+    dev = _timer_device(device)
     value = DEFAULT_VALUES[op] if value is None else float(value)
     x = make_x(shape, dtype, dev, op, value)
     run = strategy_runner(strategy)
@@ -145,7 +157,7 @@ def timing_rows(
     On the CPU, Triton runs in the interpreter (about a millisecond per program), so Triton rows
     above ``max_interpreted_numel`` elements are skipped there; the other strategies run at every size.
     """
-    dev = get_device(device)
+    dev = _timer_device(device)
     rows = []
     for dtype in dtypes:
         for op in ops:
@@ -198,7 +210,7 @@ def rmsnorm_backward_step(xs: Sequence[torch.Tensor], dys: Sequence[torch.Tensor
     """
     run = strategy_runner(strategy)
     calls: list[str] = []
-    dev = get_device(xs[0].device)
+    dev = device_info(xs[0].device)
     with torch.no_grad(), counting() as counts:
         saved = [rmsnorm_forward(x)[1:] for x in xs]
         dev.synchronize()
@@ -245,7 +257,7 @@ def materialization_rows(
     """
     from kernels.scalar_ops import SCALAR_CACHE
 
-    dev = get_device(device)
+    dev = device_info(device)
     torch_dtype = DTYPES[dtype_name(dtype)]
     atol, rtol = DEFAULT_TOLERANCES[dtype_name(dtype)]
     gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -300,7 +312,7 @@ def capture_demo(device="auto", dtype="fp16", shape=(2, 128, 64), replays: int =
     uncached value came from an on-device fill, counted in ``capture_fills``); the materialized
     strategy is refused inside capture (it would record a host-to-device copy).
     """
-    dev = get_device(device)
+    dev = device_info(device)
     api = _graph_api(dev)
     if api is None:
         return {"skipped": f"no graph capture on {dev.kind} ({dev.name}); run on a CUDA or NPU device"}

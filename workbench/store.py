@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 from typing import Iterable
 
-from kernels.bench import Record
+from workbench.measure import Record
 
 DEFAULT_PATH = Path(os.environ.get("WORKBENCH_STORE", "results/workbench.sqlite"))
 

@@ -22,6 +22,7 @@ import argparse
 import contextlib
 import datetime as _dt
 import html
+import importlib.util
 import json
 import os
 import platform
@@ -174,7 +175,7 @@ def environment(device: str = "auto") -> dict:
     import torch
     import triton
 
-    from kernels.bench import git_commit
+    from workbench.measure import git_commit
 
     env = {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -187,7 +188,7 @@ def environment(device: str = "auto") -> dict:
         "git_commit": git_commit() or "(not a git checkout)",
     }
     try:
-        from kernels.device import get_device
+        from workbench.device import get_device
 
         dev = get_device(device)
         env.update({k: v for k, v in dev.describe().items()})
@@ -231,7 +232,7 @@ def build_report(
 
     ``jobs > 1`` runs that many notebooks at once (each in its own kernel): faster, but their
     timings disturb each other, so keep 1 for reports whose numbers matter."""
-    from kernels.store import write_csv
+    from workbench.store import write_csv
 
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -420,3 +421,30 @@ def _has_module(name: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(name) is not None
+
+
+SUITE_NOTEBOOK = "suite.ipynb"
+
+
+# --- the suite report (notebooks/suite.ipynb on a suite run's files) -----------------------------------------------------------------------------
+def html_unavailable_reason() -> str | None:
+    """None when papermill, nbconvert and ipykernel are importable; else what is missing."""
+    missing = [m for m in ("papermill", "nbconvert", "nbformat", "ipykernel") if importlib.util.find_spec(m) is None]
+    return f"{', '.join(missing)} not installed (pip install {' '.join(missing)})" if missing else None
+
+
+def suite_notebook_path() -> Path:
+    for d in (default_notebooks_dir(), repo_root() / "notebooks"):
+        if (d / SUITE_NOTEBOOK).exists():
+            return d / SUITE_NOTEBOOK
+    raise FileNotFoundError(f"notebooks/{SUITE_NOTEBOOK} not found")
+
+
+def render_suite_report(out_dir: str | Path, *, timeout: int | None = 600) -> Path:
+    """Execute the suite notebook on ``out_dir``'s files; write ``suite.ipynb`` and ``report.html`` there."""
+    out = Path(out_dir).resolve()
+    nb = suite_notebook_path()
+    executed = out / SUITE_NOTEBOOK
+    with kernel_env(root=repo_root()):
+        execute_notebook(nb, executed, {"records_dir": str(out)}, timeout=timeout, cwd=out)
+    return notebook_to_html(executed, out / "report.html")

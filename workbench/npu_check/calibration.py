@@ -13,14 +13,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kernels.npu_check.classify import UB_BITS_910B
-from kernels.npu_check.worker import BISHENGIR_FLAGS, TARGET_ARCH
+from workbench.npu_check.classify import UB_BITS_910B
+from workbench.npu_check.worker import BISHENGIR_FLAGS, TARGET_ARCH
 
 FILE_NAME = "ub_calibration.json"
 
 
 def calibration_path(family: str) -> Path:
-    return Path(__file__).resolve().parents[1] / family / FILE_NAME
+    """``kernels/FAMILY/ub_calibration.json``: the calibration lives beside the family's kernels."""
+    import kernels
+
+    return Path(kernels.__file__).resolve().parent / family / FILE_NAME
 
 
 def load_calibration(family: str) -> dict | None:

@@ -160,8 +160,8 @@ def run_workers(
     log=None,
 ) -> tuple[list[dict], list[dict], list[str]]:
     """Run ``jobs`` worker processes over the cases; (case rows, notes, problems)."""
-    from kernels.npu_check import env as npu_env
-    from kernels.npu_check import worker
+    from workbench.npu_check import env as npu_env
+    from workbench.npu_check import worker
 
     root = npu_env.repo_root()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -262,7 +262,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quiet", action="store_true", help="print only failures and the summary")
     args = parser.parse_args(argv)
 
-    from kernels.npu_check import env as npu_env
+    from workbench.npu_check import env as npu_env
 
     t0 = time.perf_counter()
     if args.calibrate:
@@ -317,7 +317,7 @@ def main(argv=None) -> int:
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
 
-    from kernels.npu_check.classify import UB_BITS_910B
+    from workbench.npu_check.classify import UB_BITS_910B
 
     rows = [_annotate(r, r.get("available_bits") or UB_BITS_910B) for r in rows]
     shown = rows if not args.quiet else [r for r in rows if r.get("default") and r.get("verdict") != "OK"]
@@ -357,7 +357,7 @@ def main(argv=None) -> int:
     (out_dir / "npu_check.json").write_text(json.dumps(payload, indent=1, default=str))
     write_csv(rows, out_dir / "npu_check.csv")
     if args.calibrate:
-        from kernels.npu_check.calibration import write_calibration
+        from workbench.npu_check.calibration import write_calibration
 
         path = write_calibration(families[0], rows, versions)
         print(f"npu-check: calibration written to {path}")

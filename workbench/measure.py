@@ -32,21 +32,9 @@ from typing import Any, Mapping
 
 import torch
 
-from kernels.device import Device, get_device
 from kernels.spec import DTYPES, KernelSpec, Variant, as_tuple, dtype_name, get
-
-
-@dataclass
-class TensorCheck:
-    """Correctness of one output or gradient against the reference."""
-
-    name: str
-    max_abs: float
-    max_rel: float
-    atol: float
-    rtol: float
-    nan_mismatch: int
-    passed: bool
+from kernels.testing import TensorCheck, compare
+from workbench.device import Device, get_device
 
 
 @dataclass
@@ -137,25 +125,6 @@ def _upcast(inputs: Mapping[str, Any], dtype: torch.dtype) -> dict[str, Any]:
 
 def _grad_inputs(inputs: Mapping[str, Any]) -> list[str]:
     return [n for n, v in inputs.items() if isinstance(v, torch.Tensor) and v.requires_grad]
-
-
-def compare(name: str, got: torch.Tensor, want: torch.Tensor, atol: float, rtol: float) -> TensorCheck:
-    """Max abs / rel error and pass (``|got - want| <= atol + rtol * |want|`` everywhere)."""
-    if got.shape != want.shape:
-        raise AssertionError(f"{name}: shape {tuple(got.shape)} differs from the reference {tuple(want.shape)}")
-    g = got.detach().to(want.dtype)
-    w = want.detach()
-    finite_g, finite_w = torch.isfinite(g), torch.isfinite(w)
-    # NaN/Inf must appear in the same places (and infinities with the same sign).
-    same_nonfinite = (g == w) | (torch.isnan(g) & torch.isnan(w))
-    nan_mismatch = int(((~finite_g | ~finite_w) & ~same_nonfinite).sum())
-    both = finite_g & finite_w
-    diff = (g - w).abs().where(both, torch.zeros_like(w))
-    max_abs = float(diff.max()) if diff.numel() else 0.0
-    rel = diff / w.abs().clamp_min(1e-6)
-    max_rel = float(rel.max()) if rel.numel() else 0.0
-    within = bool((diff <= atol + rtol * w.abs().where(both, torch.zeros_like(w))).all())
-    return TensorCheck(name, max_abs, max_rel, atol, rtol, nan_mismatch, within and nan_mismatch == 0)
 
 
 def _sync_call(device: Device, fn) -> tuple[Any, float]:

@@ -1,4 +1,4 @@
-"""Case providers for checking npu-check itself (``--cases kernels.npu_check.samples:NAME``)."""
+"""Case providers for checking npu-check itself (``--cases workbench.npu_check.samples:NAME``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """npu-check worker: runs inside the triton-ascend virtualenv, never in the main environment.
 
-    <npu-venv>/bin/python kernels/npu_check/worker.py --kernels-root REPO --workdir DIR --out FILE.jsonl \
+    <npu-venv>/bin/python workbench/npu_check/worker.py --kernels-root REPO --workdir DIR --out FILE.jsonl \
         --families rms_norm,... [--defaults-only] [--shard K --shards N] [--cases MODULE:FUNC] [--keep]
 
 For every case of every family's ``npu.npu_compile_cases()`` (or of ``--cases``), it runs
@@ -31,7 +31,7 @@ import time
 import traceback
 import types
 
-if __name__ == "__main__":  # drop kernels/npu_check from the path: its module names must not shadow anything
+if __name__ == "__main__":  # drop workbench/npu_check from the path: its module names must not shadow anything
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
 
@@ -129,7 +129,7 @@ def compile_case(case, casedir: str, bishengir: str, timeout: float, keep: bool)
     from triton.backends.compiler import GPUTarget
     from triton.compiler.compiler import ASTSource
 
-    from kernels.npu_check import classify
+    from workbench.npu_check import classify
 
     os.makedirs(casedir, exist_ok=True)
     cache = os.path.join(casedir, "cache")

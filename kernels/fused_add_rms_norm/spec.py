@@ -1,0 +1,168 @@
+"""The fused add + RMSNorm KernelSpec: the norm families' knobs and tiles (:mod:`kernels.rms_norm.spec`),
+its variants, bytes and tolerances."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from kernels.fused_add_rms_norm import fused_add_rms_norm, gpu, npu
+from kernels.fused_add_rms_norm.reference import fused_add_rms_norm_reference
+from kernels.peers import compiled
+from kernels.rms_norm.spec import GPU_BACKWARD_PARAMS, NORM_KNOBS, norm_inputs, our_variants
+from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Variant, elem_bytes
+
+
+def _make_inputs(problem, dtype, device, seed):
+    return norm_inputs(problem, dtype, device, seed, names=("x", "residual"))
+
+
+def _reference(inputs, problem):
+    return fused_add_rms_norm_reference(
+        inputs["x"],
+        inputs["residual"],
+        inputs.get("weight"),
+        problem["eps"],
+        problem["offset"],
+        problem["casting_mode"],
+    )
+
+
+def _min_bytes(problem, mode, dtype):
+    """The fewest bytes each mode must move (N = rows x hidden elements, H = hidden).
+
+    - forward reads x, r and w and writes y and s: ``4 N + H`` elements. The per-row fp32 rstd
+      (4 bytes a row) is working state, not counted — as in RMSNorm.
+    - backward reads dy, the incoming ds (the harness always sends a gradient through s), the
+      saved s and w, and writes dx and dw: ``4 N + 2 H`` elements. dr is the same tensor as dx
+      (the add's gradient is the identity), so it costs no write; the unfused chain moves more
+      (the norm writes its ds, then the add accumulates it with the incoming one: ``6 N``).
+    - full is their sum, ``8 N + 3 H``.
+    """
+    n, h, e = problem["rows"] * problem["hidden"], problem["hidden"], elem_bytes(dtype)
+    w = 1 if problem["weight"] else 0
+    forward = (4 * n + w * h) * e
+    backward = (4 * n + 2 * w * h) * e
+    return {"forward": forward, "backward": backward, "full": forward + backward}[mode]
+
+
+def _eager(inputs, problem):
+    """The unfused module math: ``s = x + r`` then the Llama RMSNorm, in eager PyTorch."""
+    return _reference(inputs, problem)
+
+
+def _torch_compile(inputs, problem):
+    return compiled(fused_add_rms_norm_reference)(
+        inputs["x"],
+        inputs["residual"],
+        inputs.get("weight"),
+        problem["eps"],
+        problem["offset"],
+        problem["casting_mode"],
+    )
+
+
+def _rms_norm_after_add(inputs, problem):
+    """Unfused with our own norm: torch's add, then :func:`kernels.rms_norm.rms_norm`."""
+    from kernels.rms_norm import rms_norm
+
+    s = inputs["x"] + inputs["residual"]
+    y = rms_norm(
+        s,
+        inputs.get("weight"),
+        eps=problem["eps"],
+        offset=problem["offset"],
+        casting_mode=problem["casting_mode"],
+    )
+    return y, s
+
+
+def _liger_available():
+    try:
+        found = importlib.util.find_spec("liger_kernel") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        return "Liger-Kernel is not installed (pip install liger-kernel)"
+    try:
+        if importlib.util.find_spec("liger_kernel.ops.fused_add_rms_norm") is None:
+            return "this Liger-Kernel has no liger_kernel.ops.fused_add_rms_norm (needs liger-kernel >= 0.6)"
+    except Exception as exc:  # a broken install: say why instead of failing the whole sweep
+        return f"Liger-Kernel cannot be imported: {exc}"
+    return None
+
+
+def _liger(inputs, problem):
+    from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
+
+    if inputs.get("weight") is None:
+        raise ValueError("Liger's fused add + RMSNorm needs a weight; set weight=True")
+    # (X, R, W, eps, offset, casting_mode, in_place): in_place=False keeps dy intact.
+    return LigerFusedAddRMSNormFunction.apply(
+        inputs["x"],
+        inputs["residual"],
+        inputs["weight"],
+        problem["eps"],
+        problem["offset"],
+        problem["casting_mode"],
+        False,
+    )
+
+
+def _ub_estimate(problem, params, dtype):
+    """UB bytes for the npu variant's tiles (None for a configuration that cannot resolve)."""
+    try:
+        return npu.ub_estimate(problem, params, dtype)
+    except ValueError:
+        return None
+
+
+spec = KernelSpec(
+    name="fused_add_rms_norm",
+    title="Fused add + RMSNorm",
+    doc="s = x + r; y = s * rstd * (offset + w), rstd = 1/sqrt(mean(s^2) + eps): returns (y, s).",
+    knobs=NORM_KNOBS,
+    quick={"rows": 19, "hidden": 300},
+    make_inputs=_make_inputs,
+    reference=_reference,
+    output_names=("y", "s"),
+    axis="hidden",
+    min_bytes=_min_bytes,
+    tolerances=dict(DEFAULT_TOLERANCES),
+    ub_estimate=_ub_estimate,
+    variants=our_variants(
+        fused_add_rms_norm,
+        ("x", "residual"),
+        gpu,
+        npu,
+        GPU_BACKWARD_PARAMS[1:2],  # DW_REDUCE: the fused backward keeps whole rows
+        (
+            "one row per program: add, store s, normalise, whole row in registers",
+            "BLOCK_SIZE_M rows per program, for small hidden sizes",
+            "triton-ascend style: grid = cores, grid-stride over row blocks, untiled or chunked",
+        ),
+    )
+    + (
+        Variant("torch_eager", "torch", _eager, doc="unfused: s = x + r, then the Llama RMSNorm module math"),
+        Variant(
+            "torch_compile",
+            "torch",
+            _torch_compile,
+            devices=("cuda", "npu"),
+            doc="torch.compile of the unfused eager math",
+        ),
+        Variant(
+            "rms_norm_after_add",
+            "gpu",  # its norm is our Triton kernel (interpreted on the CPU, and timed as such)
+            _rms_norm_after_add,
+            doc="unfused: torch add, then our rms_norm kernel (impl auto)",
+        ),
+        Variant(
+            "liger",
+            "peer",
+            _liger,
+            devices=("cuda",),
+            available=_liger_available,
+            doc="Liger-Kernel's LigerFusedAddRMSNormFunction",
+        ),
+    ),
+)

@@ -1,0 +1,192 @@
+"""The one launch path: every family's kernels go through :func:`launch`.
+
+Interpreter vs. JIT in one process: Triton picks the interpreter when ``TRITON_INTERPRET=1``
+is set at decoration time, which would force one choice per process. :func:`launch` keeps
+both forms of every kernel: the ``@triton.jit`` object for device tensors and an
+``InterpretedFunction`` over the same Python function for CPU tensors. The interpreter patches
+``triton.language`` while it runs, so interpreted launches and JIT compiles never overlap:
+both go through one process-wide lock.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import sys
+import threading
+
+import torch
+
+_TRITON_LOCK = threading.RLock()
+
+
+# --- one kernel, two forms ---------------------------------------------------------------
+class _Launcher:
+    """``launcher(kernel, tensor)[grid](*args)``: :func:`launch` in Triton's indexing style."""
+
+    __slots__ = ("_kernel", "_like")
+
+    def __init__(self, kernel, like: torch.Tensor):
+        self._kernel = kernel
+        self._like = like
+
+    def __getitem__(self, grid):
+        return functools.partial(launch, self._kernel, self._like, grid)
+
+
+_TWINS: dict[int, object] = {}
+
+
+def _twin(jit_fn):
+    """The InterpretedFunction over a JITFunction's Python function (cached)."""
+    twin = _TWINS.get(id(jit_fn))
+    if twin is None:
+        from triton.runtime.interpreter import InterpretedFunction
+
+        twin = InterpretedFunction(jit_fn.fn)
+        _TWINS[id(jit_fn)] = twin
+    return twin
+
+
+class _interpreter_scope:
+    """Run an interpreted kernel without leaving the interpreter's traces behind.
+
+    On entry: every ``@triton.jit`` function the kernel can reach (``tl.sum`` and friends in
+    triton.language, and the globals of the kernel's module and of every module its helpers come
+    from) is swapped for its interpreted twin, as
+    ``TRITON_INTERPRET=1`` would have decorated it. While running, the interpreter patches
+    triton.language's builtins; nested helper calls patch ``triton.language.core`` and never
+    restore it (Triton 3.6-3.9), which would break the next JIT compile for a GPU. On exit every
+    attribute of triton.language's modules and classes, and of those modules, is put back as it
+    was (module globals the interpreter adds for its rewritten functions are kept). Runs under
+    the Triton lock, so no JIT compile sees the swapped names.
+    """
+
+    def __init__(self, kernel_fn):
+        self.kernel_fn = kernel_fn
+        self.saved: list[tuple[object, dict]] = []
+
+    def __enter__(self):
+        from triton.runtime.jit import JITFunction
+
+        _preload_lazy_triton_modules()
+        helper_modules = _helper_modules(sys.modules.get(self.kernel_fn.__module__), JITFunction)
+        self.saved = [(obj, dict(vars(obj))) for obj in _patchable_objects() + helper_modules]
+        for module in [sys.modules.get(m) for m in _TRITON_LANG_MODULES] + helper_modules:
+            if module is None:
+                continue
+            for name, value in list(vars(module).items()):
+                if isinstance(value, JITFunction):
+                    setattr(module, name, _twin(value))
+        return self
+
+    def __exit__(self, *exc):
+        for obj, before in self.saved:
+            now = dict(vars(obj))
+            for name, value in before.items():
+                if now.get(name, _MISSING) is not value:
+                    setattr(obj, name, value)
+            if isinstance(obj, type):
+                # Attributes the interpreter added to a class (tensor.__index__ …) go; names it
+                # added to a module's globals stay, as its cached rewritten functions need them.
+                for name in now.keys() - before.keys():
+                    delattr(obj, name)
+        self.saved = []
+        return False
+
+
+_MISSING = object()
+
+
+def _helper_modules(kernel_module, jit_type) -> list:
+    """The kernel's module and every module whose ``@triton.jit`` helpers it can reach (a helper
+    imported from another family calls helpers of its own module): all get interpreted twins."""
+    found, todo = [], [kernel_module]
+    while todo:
+        module = todo.pop()
+        if module is None or any(module is m for m in found) or module.__name__.startswith("triton."):
+            continue
+        found.append(module)
+        for value in list(vars(module).values()):
+            if isinstance(value, jit_type):
+                todo.append(sys.modules.get(value.fn.__module__))
+    return found
+
+
+def _patchable_objects() -> list:
+    """triton.language's modules and the classes they define: what the interpreter patches."""
+    key = len(sys.modules)  # recomputed only when modules were imported since
+    if _PATCHABLE[0] != key:
+        _PATCHABLE[:] = [key, _find_patchable_objects()]
+    return list(_PATCHABLE[1])
+
+
+_PATCHABLE: list = [None, []]
+
+
+def _find_patchable_objects() -> list:
+    modules = [m for n, m in list(sys.modules.items()) if n.startswith("triton.language") and m is not None]
+    objects, seen = [], set()
+    for module in modules:
+        for obj in [module] + [v for v in vars(module).values() if isinstance(v, type)]:
+            if id(obj) in seen or (isinstance(obj, type) and not obj.__module__.startswith("triton.language")):
+                continue
+            seen.add(id(obj))
+            objects.append(obj)
+    return objects
+
+
+@functools.lru_cache(maxsize=1)
+def _preload_lazy_triton_modules() -> None:
+    """Modules Triton imports on first launch copy helpers from triton.language and insist they
+    are JITFunctions; import them before any swap so they see the real objects. Also make
+    Triton 3.6's interpreter work with NumPy >= 2.4 (see :func:`_index_scalar`)."""
+    for name in ("triton.experimental.gluon", "triton.experimental.gluon.language"):
+        try:
+            importlib.import_module(name)
+        except Exception:
+            pass
+    from triton.runtime import interpreter
+
+    original = getattr(interpreter, "_patch_lang_tensor", None)
+    if original is not None and not getattr(original, "_workbench_wrapped", False):
+
+        def patch_lang_tensor(tensor, scope):
+            original(tensor, scope)
+            scope.set_attr(tensor, "__index__", _index_scalar)
+
+        patch_lang_tensor._workbench_wrapped = True
+        interpreter._patch_lang_tensor = patch_lang_tensor
+
+
+def _index_scalar(self):
+    """``int(t)`` for an interpreter scalar tensor held as a one-element array. Triton 3.6 calls
+    ``int()`` on the 1-d array, which NumPy >= 2.4 refuses; e.g. ``range(pid, n, num_programs)``."""
+    return int(self.handle.data.reshape(-1)[0])
+
+
+_TRITON_LANG_MODULES = ("triton.language", "triton.language.standard", "triton.language.random")
+
+
+def launch(kernel, like: torch.Tensor, grid, *args, **kwargs):
+    """Launch ``kernel`` over ``grid`` in the form ``like``'s device needs; the hot path.
+
+    Same as ``launcher(kernel, like)[grid](*args, **kwargs)`` with fewer Python layers: on a
+    device tensor it calls ``JITFunction.run`` directly (each layer of ``*args`` repacking costs
+    about a microsecond on a slow host, and a small kernel's call is mostly host time).
+    """
+    if like.device.type != "cpu" or _is_interpreted(kernel):
+        with _TRITON_LOCK:
+            return kernel.run(*args, grid=grid, warmup=False, **kwargs)
+    twin = _twin(kernel)
+    with _TRITON_LOCK, _interpreter_scope(twin.fn):
+        return twin.run(*args, grid=grid, warmup=False, **kwargs)
+
+
+def launcher(kernel, tensor: torch.Tensor) -> _Launcher:
+    """The compiled kernel for device tensors, its interpreted twin for CPU tensors."""
+    return _Launcher(kernel, tensor)
+
+
+def _is_interpreted(kernel) -> bool:
+    return type(kernel).__name__ == "InterpretedFunction"

@@ -1,0 +1,226 @@
+"""The RMSNorm KernelSpec: problem knobs, variants (ours and the peers), tiles, bytes, tolerances.
+
+The knobs, tile Params, input maker and our-variant builder here are shared by the norm families
+(``fused_add_rms_norm.spec`` builds on them), so both families describe the same tiles alike.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels.peers import compiled, missing
+from kernels.rms_norm import gpu, npu, rms_norm
+from kernels.rms_norm.reference import CASTING_MODES, rms_norm_reference
+from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Knob, Param, Variant, elem_bytes
+
+POW2 = tuple(2**k for k in range(4, 17))  # 16 … 65536
+
+
+# --- shared by the norm families -------------------------------------------------------------
+def norm_inputs(problem, dtype, device, seed, names=("x",)) -> dict:
+    """Fresh random rows for each of ``names`` (every one requires grad) and the weight."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    rows, hidden = problem["rows"], problem["hidden"]
+    inputs = {}
+    for name in names:
+        t = torch.randn(rows, hidden, generator=gen, dtype=torch.float32)
+        inputs[name] = t.to(device, dtype).requires_grad_()
+    if problem["weight"]:
+        w = 1.0 + 0.1 * torch.randn(hidden, generator=gen, dtype=torch.float32)
+        if problem["casting_mode"] == "gemma":
+            w = w - 1.0  # gemma stores w around 0 and uses offset 1
+        inputs["weight"] = w.to(device, dtype).requires_grad_()
+    return inputs
+
+
+def chosen_tiles(fixed, params) -> dict:
+    """The tile keyword arguments a variant passes: its fixed tiles plus every non-auto Param."""
+    return {**fixed, **{k: v for k, v in params.items() if v != "auto"}}
+
+
+def tile_check(impl, fixed, gpu_module, npu_module):
+    """A Variant.check for a norm family: resolve its tiles for the problem without launching."""
+
+    def check(problem, params, dtype, device):
+        tiles = chosen_tiles(fixed, params)
+        if impl == "gpu":
+            gpu_module.resolve_tiles(problem["rows"], problem["hidden"], device.num_cores, **tiles)
+        else:
+            npu_module.resolve_tiles(
+                problem["rows"],
+                problem["hidden"],
+                device.num_cores,
+                elem_bytes(dtype),
+                on_npu=device.kind == "npu",
+                **tiles,
+            )
+
+    return check
+
+
+def our_variants(api, tensor_names, gpu_module, npu_module, backward_params, docs) -> tuple[Variant, ...]:
+    """The three variants of our kernels in a norm family: ``gpu_row`` (one row per program),
+    ``gpu_multirow`` (the API default) and ``npu``. ``api(*tensors, eps=, offset=,
+    casting_mode=, impl=, **tiles)`` is the family's function; ``docs`` the three docstrings."""
+
+    def ours(impl, fixed=None):
+        fixed = dict(fixed or {})
+
+        def run(inputs, problem, **params):
+            return api(
+                *(inputs[n] for n in tensor_names),
+                inputs.get("weight"),
+                eps=problem["eps"],
+                offset=problem["offset"],
+                casting_mode=problem["casting_mode"],
+                impl=impl,
+                **chosen_tiles(fixed, params),
+            )
+
+        return run, tile_check(impl, fixed, gpu_module, npu_module)
+
+    row_run, row_check = ours("gpu", {"BLOCK_SIZE_M": 1})
+    multi_run, multi_check = ours("gpu")
+    npu_run, npu_check = ours("npu")
+    gpu_only = ("cuda", "cpu")
+    return (
+        Variant("gpu_row", "gpu", row_run, GPU_ROW_PARAMS + backward_params, gpu_only, row_check, doc=docs[0]),
+        Variant(
+            "gpu_multirow", "gpu", multi_run, GPU_MULTIROW_PARAMS + backward_params, gpu_only, multi_check, doc=docs[1]
+        ),
+        Variant("npu", "npu", npu_run, NPU_PARAMS, ("npu", "cuda", "cpu"), npu_check, doc=docs[2]),
+    )
+
+
+_GRID_VALUES = ("auto",) + tuple(2**k for k in range(0, 12))
+NORM_KNOBS = (
+    Knob("rows", 4096, low=1, high=1 << 22, doc="rows (batch x sequence)", sweep=(1, 256, 4096, 16384)),
+    Knob(
+        "hidden",
+        4096,
+        low=1,
+        high=1 << 17,
+        doc="hidden size (the normalised axis)",
+        sweep=(512, 1024, 2048, 4096, 8192, 16384, 32768),
+    ),
+    Knob("casting_mode", "llama", values=CASTING_MODES, doc="where the arithmetic happens"),
+    Knob("offset", 0.0, doc="y = v * rstd * (offset + w) for the normalised input v; gemma uses 1.0"),
+    Knob("weight", True, values=(True, False), doc="with a weight (False: y = v * rstd)"),
+    Knob("eps", 1e-6),
+)
+_BLOCK_SIZE_M_VALUES = ("auto", 1, 2, 4, 8, 16, 32, 64)
+GPU_ROW_PARAMS = (
+    Param("BLOCK_SIZE", ("auto",) + POW2, "auto", "row tile; >= hidden (next power of two)"),
+    Param("num_warps", ("auto",) + gpu.NUM_WARPS, "auto", "warps per program"),
+    Param("GRID", _GRID_VALUES, "auto", "backward programs (auto: one per SM)"),
+)
+GPU_MULTIROW_PARAMS = (
+    GPU_ROW_PARAMS[:1] + (Param("BLOCK_SIZE_M", _BLOCK_SIZE_M_VALUES, "auto", "rows per program"),) + GPU_ROW_PARAMS[1:]
+)
+# The backward's own switches (RMSNorm only; the fused kernel keeps whole rows).
+GPU_BACKWARD_PARAMS = (
+    Param("BWD_CHUNK", ("auto",) + POW2, "auto", "backward column chunk (>= hidden: whole rows in registers)"),
+    Param("DW_REDUCE", gpu.DW_REDUCTIONS, "atomic", "dw: fp32 atomics, one launch; partials: deterministic"),
+    Param("BWD_WIDE", gpu.WIDE_BACKWARDS, "columns", "chunked rows: two kernels by columns, or one re-reading L2"),
+)
+NPU_PARAMS = (
+    Param("strategy", npu.STRATEGIES, "auto", "untiled rows, or two-pass column chunks"),
+    Param("CHUNK_THRESHOLD", (512, 1024, 2048, 4096, 8192, 16384), 2048, "auto: chunk when hidden is above this"),
+    Param("BLOCK_SIZE_M", _BLOCK_SIZE_M_VALUES, "auto", "rows per tile"),
+    Param("BLOCK_SIZE_N", ("auto",) + POW2, "auto", "columns per tile (the chunk width when chunked)"),
+    Param("GRID", _GRID_VALUES, "auto", "programs (auto: vector cores / SMs)"),
+    Param("USE_WHERE", (False, True), False, "zero the padding with tl.where (slow on NPU)"),
+)
+
+
+# --- RMSNorm -----------------------------------------------------------------------------------
+def _make_inputs(problem, dtype, device, seed):
+    return norm_inputs(problem, dtype, device, seed)
+
+
+def _reference(inputs, problem):
+    return rms_norm_reference(
+        inputs["x"], inputs.get("weight"), problem["eps"], problem["offset"], problem["casting_mode"]
+    )
+
+
+def _min_bytes(problem, mode, dtype):
+    """Forward reads x and w and writes y; backward reads dy, x, w and writes dx, dw."""
+    rh, h, e = problem["rows"] * problem["hidden"], problem["hidden"], elem_bytes(dtype)
+    w = 1 if problem["weight"] else 0
+    forward = (2 * rh + w * h) * e
+    backward = (3 * rh + 2 * w * h) * e
+    return {"forward": forward, "backward": backward, "full": forward + backward}[mode]
+
+
+def _eager(inputs, problem):
+    return _reference(inputs, problem)
+
+
+def _functional(inputs, problem):
+    w = inputs.get("weight")
+    if w is not None and problem["offset"]:
+        w = w + problem["offset"]
+    return torch.nn.functional.rms_norm(inputs["x"], (problem["hidden"],), w, problem["eps"])
+
+
+def _torch_compile(inputs, problem):
+    return compiled(rms_norm_reference)(
+        inputs["x"], inputs.get("weight"), problem["eps"], problem["offset"], problem["casting_mode"]
+    )
+
+
+def _liger_available():
+    return missing("liger_kernel", "liger-kernel")
+
+
+def _liger(inputs, problem):
+    from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+
+    if inputs.get("weight") is None:
+        raise ValueError("Liger's RMSNorm needs a weight; set weight=True")
+    return LigerRMSNormFunction.apply(
+        inputs["x"], inputs["weight"], problem["eps"], problem["offset"], problem["casting_mode"], False
+    )
+
+
+spec = KernelSpec(
+    name="rms_norm",
+    title="RMSNorm",
+    doc="y = x * rstd * (offset + w), rstd = 1/sqrt(mean(x^2) + eps), over the last axis.",
+    knobs=NORM_KNOBS,
+    quick={"rows": 37, "hidden": 300},
+    make_inputs=_make_inputs,
+    reference=_reference,
+    output_names=("y",),
+    axis="hidden",
+    min_bytes=_min_bytes,
+    tolerances=dict(DEFAULT_TOLERANCES),
+    ub_estimate=npu.ub_estimate,  # NPU tiles -> Unified Buffer bytes (calibrated; > npu.UB_BYTES overflows)
+    variants=our_variants(
+        rms_norm,
+        ("x",),
+        gpu,
+        npu,
+        GPU_BACKWARD_PARAMS,
+        (
+            "one row per program, whole row in registers",
+            "BLOCK_SIZE_M rows per program, for small hidden sizes",
+            "triton-ascend style: grid = cores, grid-stride, untiled or chunked",
+        ),
+    )
+    + (
+        Variant("torch_eager", "torch", _eager, doc="Llama module math in eager PyTorch"),
+        Variant(
+            "torch_functional",
+            "torch",
+            _functional,
+            available=lambda: None if hasattr(torch.nn.functional, "rms_norm") else "needs torch >= 2.4",
+            doc="torch.nn.functional.rms_norm",
+        ),
+        Variant(
+            "torch_compile", "torch", _torch_compile, devices=("cuda", "npu"), doc="torch.compile of the eager math"
+        ),
+        Variant("liger", "peer", _liger, devices=("cuda",), available=_liger_available, doc="Liger-Kernel RMSNorm"),
+    ),
+)

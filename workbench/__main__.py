@@ -1,0 +1,5 @@
+"""``python -m workbench ...``: the same as the ``workbench`` console script."""
+
+from workbench.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,224 @@
+"""The HMM chain target: ours (graph replay or eager) against PyJuice on the same HMM, and the
+chain / per-layer timings the block-sparse benchmark prints."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import torch
+
+from kernels.block_sparse.hmm import HMM
+from workbench.device import get_device
+from workbench.measure import compare
+from workbench.suites.context import RunContext, SuiteRun, new_record
+from workbench.suites.targets import Chain
+
+
+def _chain_checks(hmm, ll, flows, want, want_flows) -> list:
+    """Log-likelihoods and transition / prior flows against the classical recursion (fp64)."""
+    out = [compare("ll", ll, want, 1e-3, 1e-5)]
+    for name, got in (("trans", hmm.trans_matrix(flows["trans"])), ("prior", flows["prior"])):
+        ref = want_flows[name]
+        scale = max(1.0, float(ref.abs().max()))
+        out.append(compare(f"flows_{name}", got, ref, 1e-3 * scale, 1e-5))
+    return out
+
+
+def run_chain(target: Chain, ctx: RunContext, run: SuiteRun) -> None:
+    from kernels.block_sparse import peer
+
+    dev = ctx.device
+    missing: dict[str, str] = {}
+    run.missing[target.name] = missing
+    hmm = HMM(T=target.T, L=target.L, V=target.V, device=dev)
+    problem = {"T": target.T, "L": target.L, "V": target.V, "block_size": hmm.block_size}
+    pj, reason = None, peer.available()
+    if reason is None:
+        try:
+            pj = peer.PyJuiceHMM.like(hmm)
+        except Exception as exc:  # noqa: BLE001 - reported as the peer failing to build
+            reason = f"PyJuice's HMM could not be built: {type(exc).__name__}: {exc}"
+    if pj is None:
+        missing["pyjuice"] = reason
+    graphs = dev.kind == "cuda"
+
+    def record(variant, backend, mode, batch, ms, method, checks=(), error=None, params=None):
+        rec = new_record(
+            "hmm_chain", variant, backend, mode, "fp32", dev, {**problem, "batch": batch}, params or {}, "batch", batch
+        )
+        rec.timing_method = method
+        rec.ms_p50 = rec.wall_ms = ms
+        rec.checks = [asdict(c) for c in checks]
+        rec.max_abs_err = max((c.max_abs for c in checks), default=None)
+        rec.max_rel_err = max((c.max_rel for c in checks), default=None)
+        rec.error = error
+        rec.passed = False if error else all(c.passed for c in checks)
+        ctx.emit(rec, to_store=True)
+
+    wall_rep = min(ctx.rep_ms, 50)
+    for batch in target.batches:
+        x = hmm.sample(batch)
+        try:
+            want, want_flows = hmm.reference_loglik(x, grads=True)
+
+            ll, flows = hmm.forward_backward(x)
+            eager_checks = _chain_checks(hmm, ll, flows, want, want_flows)
+            graph_checks = []
+            if graphs:
+                g = hmm.graphed(batch)
+                g.x.copy_(x)
+                g_ll, g_flows = g.replay()
+                dev.synchronize()
+                graph_checks = _chain_checks(hmm, g_ll, g_flows, want, want_flows)
+            for row in chain_timings(hmm, batch, rep_ms=ctx.rep_ms, graphs=graphs):
+                mode = "full" if row["mode"] == "forward+backward" else "forward"
+                cpu = dev.kind == "cpu"
+                n = len(eager_checks) if mode == "full" else 1  # forward: the log-likelihood only
+                method = row["timing"] if cpu else "host-wall"
+                record("ours_eager", "gpu", mode, batch, row["eager_wall_ms"], method, eager_checks[:n])
+                if not cpu:
+                    record("ours_eager_kernels", "gpu", mode, batch, row["device_ms"], row["timing"], eager_checks[:n])
+                if row["graph_wall_ms"] is not None:
+                    record("ours_graph", "gpu", mode, batch, row["graph_wall_ms"], "host-wall", graph_checks[:n])
+        except Exception as exc:  # noqa: BLE001 - one batch failing must not stop the suite
+            record("ours_eager", "gpu", target.mode, batch, None, "", error=f"{type(exc).__name__}: {exc}"[:2000])
+        if pj is None:
+            continue
+        for variant, use_graph in (("pyjuice_eager", False), ("pyjuice_graph", True)):
+            try:
+                theirs = pj.forward(x)
+                checks = [compare("ll", theirs, hmm.reference_loglik(x), 1e-3, 1e-5)]
+                fn = lambda g=use_graph, x=x: pj.forward_backward(x, graph=g)  # noqa: E731
+                with torch.no_grad():
+                    fn()  # with graph=True PyJuice records its graph here and replays it afterwards
+                    ms = dev.wall_per_call(fn, rep_ms=wall_rep).p50
+                record(variant, "peer", "full", batch, ms, "host-wall", checks, params={"graph": use_graph})
+            except Exception as exc:  # noqa: BLE001
+                record(variant, "peer", "full", batch, None, "", error=f"{type(exc).__name__}: {exc}"[:2000])
+
+
+# --- chain and layer timings ---------------------------------------------------------------------------
+def _graph_of(fn):
+    """Capture ``fn`` (which must allocate nothing it returns to the caller) as a CUDA graph."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
+
+
+def layer_calls(hmm: HMM, batch: int, seed: int = 0) -> dict:
+    """One callable per layer of the chain at ``batch``, on live buffers from one forward pass."""
+    x = hmm.sample(batch, seed)
+    state = hmm.forward(x)
+    plan = hmm.plan(batch)
+    m, L, bs = hmm.module, hmm.L, hmm.block_size
+    dev = x.device
+    t = 0 if hmm.T > 1 else None
+    child = hmm.z(state, 1) if hmm.T > 1 else None
+    out_sum = torch.empty((L, batch), dtype=torch.float32, device=dev)
+    out_prod = torch.empty((L, batch), dtype=torch.float32, device=dev)
+    root_out = torch.empty((1, batch), dtype=torch.float32, device=dev)
+    flows = torch.rand((L, batch), dtype=torch.float32, device=dev)
+    eflows = torch.zeros((L, batch), dtype=torch.float32, device=dev)
+    pflows = torch.zeros_like(hmm.trans_params)
+    grad_in = torch.zeros((2 * L, batch), dtype=torch.float32, device=dev)
+    calls = {}
+    if t is not None:
+        calls["sum forward"] = lambda: m.sum_forward(
+            child, hmm.trans_params, hmm.trans_cids, hmm.trans_pids, bs, plan.trans_fwd, out=out_sum
+        )
+        calls["product forward"] = lambda: m.product_forward(
+            state["bufs"][0], hmm.prod_cids, bs, plan.product, out=out_prod
+        )
+
+        def sum_bwd():
+            eflows.zero_()
+            m.sum_backward(
+                flows,
+                child,
+                hmm.trans_params,
+                state["bufs"][0, L:],
+                hmm.trans_cids,
+                hmm.trans_pids,
+                bs,
+                plan.trans_bwd,
+                element_flows=eflows,
+                param_flows=pflows,
+            )
+
+        def prod_bwd():
+            grad_in.zero_()
+            m.product_backward(flows, hmm.prod_cids, bs, 2 * L, plan.product, grad_in=grad_in)
+
+        calls["sum backward"] = sum_bwd
+        calls["product backward"] = prod_bwd
+    calls["root forward"] = lambda: m.sum_forward(
+        hmm.z(state, 0), hmm.root_params, hmm.root_cids, hmm.root_pids, 1, plan.root_fwd, out=root_out
+    )
+    calls["input gather"] = lambda: hmm.emissions(x)
+    return calls
+
+
+def layer_timings(hmm: HMM, batch: int, rep_ms: float = 100, graphs: bool = True) -> list[dict]:
+    """Per layer: device kernel time (do_bench; interpreter wall on the CPU), eager host wall
+    per synchronised call, and the wall of a CUDA-graph replay of the same call (CUDA only)."""
+    dev = get_device(hmm.device)  # the tool's device: it has the timers
+    rows = []
+    for name, fn in layer_calls(hmm, batch).items():
+        fn()
+        kernel = dev.time(fn, rep_ms=rep_ms)
+        wall = dev.wall_per_call(fn, rep_ms=min(rep_ms, 50)) if dev.kind != "cpu" else kernel
+        graph_ms = None
+        if graphs and dev.kind == "cuda" and name != "input gather":
+            g = _graph_of(fn)
+            graph_ms = dev.wall_per_call(g.replay, rep_ms=min(rep_ms, 50)).p50
+        per_chain = {"sum forward": hmm.T - 1, "product forward": hmm.T - 1, "sum backward": hmm.T - 1}
+        per_chain.update({"product backward": hmm.T - 1, "root forward": 1, "input gather": 1})
+        rows.append(
+            {
+                "layer": name,
+                "batch": batch,
+                "kernel_ms": kernel.p50,
+                "eager_wall_ms": wall.p50,
+                "graph_wall_ms": graph_ms,
+                "calls_per_chain": per_chain[name],
+                "timing": kernel.method,
+            }
+        )
+    return rows
+
+
+def chain_timings(hmm: HMM, batch: int, rep_ms: float = 100, graphs: bool = True) -> list[dict]:
+    """Whole chain, forward and forward+backward: device time (do_bench of the eager chain),
+    eager host wall per call, and graph-replay wall (CUDA only)."""
+    dev = get_device(hmm.device)  # the tool's device: it has the timers
+    x = hmm.sample(batch)
+    rows = []
+    for mode, fn in (("forward", lambda: hmm.forward(x)), ("forward+backward", lambda: hmm.forward_backward(x))):
+        fn()
+        device_t = dev.time(fn, rep_ms=rep_ms)
+        wall = dev.wall_per_call(fn, rep_ms=min(rep_ms, 50)) if dev.kind != "cpu" else device_t
+        graph_ms = None
+        if graphs and dev.kind == "cuda":
+            g = hmm.graphed(batch, backward=mode != "forward")
+            g.x.copy_(x)
+            graph_ms = dev.wall_per_call(g.replay, rep_ms=min(rep_ms, 50)).p50
+        rows.append(
+            {
+                "mode": mode,
+                "batch": batch,
+                "T": hmm.T,
+                "L": hmm.L,
+                "block_size": hmm.block_size,
+                "device_ms": device_t.p50,
+                "eager_wall_ms": wall.p50,
+                "graph_wall_ms": graph_ms,
+                "timing": device_t.method,
+            }
+        )
+    return rows

@@ -1,0 +1,166 @@
+"""``workbench bench --suite NAME``: run a suite, print a line per measurement and the ratio
+table, write records / ratios / environment and the HTML report into ``--out``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from workbench import suites as S
+from workbench.cli import _split, format_row
+from workbench.device import get_device
+from workbench.store import Store
+
+
+def suite_main(argv) -> int:
+    """Run a suite's targets (module docstring)."""
+    parser = argparse.ArgumentParser(
+        prog="workbench bench --suite",
+        description="Run a benchmark suite (targets with thresholds) and write its report.",
+    )
+    parser.add_argument("--suite", required=True, help=f"one of {', '.join(S.SUITES)}")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--out", default=None, help="output folder (default reports/<suite>/)")
+    parser.add_argument(
+        "--rep-ms", type=float, default=None, help="timing budget per measurement (default: the suite's)"
+    )
+    parser.add_argument("--only", default="", help="comma list of target names (default: every target)")
+    parser.add_argument("--store", default=None, help="SQLite results file (default results/workbench.sqlite)")
+    parser.add_argument("--no-html", action="store_true", help="skip report.html (tables and files only)")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the targets an earlier run of this suite wrote into --out (run a long suite in parts)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        suite = S.get_suite(args.suite)
+        only = _split(args.only)
+        for name in only:
+            suite.target(name)
+        device = get_device(args.device)
+    except ValueError as exc:
+        print(f"workbench bench: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.out or f"reports/{suite.name}")
+    store = Store(args.store) if args.store else Store()
+    peers = ", ".join(f"{k} {v}" for k, v in S.peer_versions().items())
+    print(f"suite {suite.name}: {suite.title}")
+    print(f"device: {device.name} ({device.kind}); peers: {peers}; out: {out}")
+    if device.kind == "cpu":
+        print("note: CPU times are Triton-interpreter (or CPU) wall times: ratios are not judged on the CPU")
+    started = time.perf_counter()
+
+    def on_record(rec):
+        tag = getattr(rec, "label", None)
+        print(f"{format_row(rec)}{f' [{tag}]' if tag else ''}  ({time.perf_counter() - started:.1f} s)", flush=True)
+
+    # --resume: the earlier run's targets are read before the first target rewrites the files.
+    earlier = S.load_previous(suite, device.kind, out) if args.resume else None
+    if earlier is not None:
+        print(f"resume: keeping {', '.join(earlier.target_records)} from {out} (unless measured again)")
+
+    def on_target(target, run):
+        S.write_files(S.combined(run, earlier, suite), suite, out)  # after every target: nothing is lost
+
+    run = S.run_suite(
+        suite, device=device, store=store, rep_ms=args.rep_ms, only=only, on_record=on_record, on_target=on_target
+    )
+    run = S.combined(run, earlier, suite)
+    print()
+    print(format_ratio_table(run.rows))
+    S.write_files(run, suite, out)
+    env = suite_environment(device, suite, argv)
+    (out / "environment.json").write_text(json.dumps(env, indent=1, default=str))
+    status = 0
+    if args.no_html:
+        print("\nreport.html: skipped (--no-html)")
+    else:
+        status = _write_html(out)
+    print(
+        f"\n{len(run.records)} records -> {store.path}; files in {out}: "
+        + ", ".join(sorted(p.name for p in out.iterdir() if p.is_file()))
+    )
+    if run.failures:
+        print("\nFAILED:\n  " + "\n  ".join(run.failures))
+        return 1
+    return status
+
+
+def _write_html(out) -> int:
+    """report.html from the files just written; a missing papermill / nbconvert skips it (0),
+    a report that fails to render is an error (1)."""
+    from workbench import report
+
+    reason = report.html_unavailable_reason()
+    if reason:
+        print(f"\nreport.html: skipped ({reason}); the tables and CSV / JSON files are written")
+        return 0
+    try:
+        path = report.render_suite_report(out)
+    except Exception as exc:  # noqa: BLE001 - the measurements are on disk already; say what broke
+        print(f"\nreport.html: FAILED ({type(exc).__name__}: {str(exc)[:2000]})")
+        return 1
+    print(f"\nreport.html: {path}")
+    return 0
+
+
+def suite_environment(device, suite, argv) -> dict:
+    """The report's environment block (``widgets.report.environment`` where the widgets import)
+    plus the suite, the command, installed peer versions and the device's copy bandwidth."""
+    from workbench.report import environment
+
+    env = environment(device)
+    env["suite"] = suite.name
+    env["command"] = "workbench bench " + " ".join(argv)
+    for dist, version in S.peer_versions().items():
+        env[dist] = version
+    try:
+        bw = device.copy_bandwidth_gbps()
+    except Exception as exc:  # noqa: BLE001
+        bw = f"not measured ({exc})"
+    env["copy_bw_gbps"] = round(bw, 1) if isinstance(bw, float) else (bw if bw is not None else "n/a (CPU)")
+    return env
+
+
+def _us(v) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.1f}" if v < 1e5 else f"{v:.3g}"
+
+
+def format_ratio_table(rows) -> str:
+    """Per target and x: ours µs, best peer (name, µs), ratio, %BW, threshold, status."""
+    header = (
+        f"{'target':30s} {'x':>13s} {'ours':16s} {'µs':>9s} {'best peer / config':24s} {'µs':>9s} "
+        f"{'ratio':>7s} {'%BW':>6s} {'threshold':18s} status"
+    )
+    lines = [header, "-" * len(header)]
+    current = None
+    for r in rows:
+        if r.target != current:
+            current = r.target
+            notes = sorted({r2.note for r2 in rows if r2.target == r.target and r2.note and r2.kind != "defaults"})
+            lines.append(f"# {r.title} [{r.family} {r.mode}]" + (f" -- {notes[0]}" if len(notes) == 1 else ""))
+        x = f"{r.x_name}={r.x}"
+        ratio = "-" if r.ratio is None else f"{r.ratio:.3g}"
+        bw = "-" if r.pct_copy_bw is None else f"{r.pct_copy_bw:.1f}"
+        extra = ""
+        if r.alt_peer:
+            alt = "-" if r.alt_ratio is None else f"{r.alt_ratio:.3g}"
+            extra = f"  [vs {r.alt_peer}: {_us(r.alt_peer_us)} µs, ratio {alt}]"
+        if r.kind == "defaults" and r.note:
+            extra += f"  [{r.note}]"
+        lines.append(
+            f"{r.target:30s} {x:>13s} {r.ours[:16]:16s} {_us(r.ours_us):>9s} {(r.peer or '-')[:24]:24s} "
+            f"{_us(r.peer_us):>9s} {ratio:>7s} {bw:>6s} {r.threshold():18s} {r.verdict()}{extra}"
+        )
+    counts = {}
+    for r in rows:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    lines.append("")
+    lines.append("summary: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
+    return "\n".join(lines)

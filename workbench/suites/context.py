@@ -1,0 +1,55 @@
+"""What a suite run carries while it measures: its records, rows and per-target bookkeeping."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from workbench.measure import Record, git_commit, versions
+from workbench.suites.judge import record_dict
+
+
+@dataclass
+class SuiteRun:
+    """What one run produced: every record (in order), the rows, and which records each target took."""
+
+    suite: str
+    device_kind: str
+    device_name: str
+    records: list = field(default_factory=list)
+    rows: list = field(default_factory=list)
+    target_records: dict = field(default_factory=dict)
+    missing: dict = field(default_factory=dict)  # target -> {peer: reason}
+    failures: list = field(default_factory=list)
+
+    def record_dicts(self) -> list[dict]:
+        return [record_dict(r) for r in self.records]
+
+
+@dataclass
+class RunContext:
+    device: Any
+    store: Any
+    rep_ms: float
+    warmup_ms: float
+    emit: Callable[[Any], None]
+
+
+def new_record(kernel, variant, backend, mode, dtype, dev, problem, params, axis, x) -> Record:
+    return Record(
+        kernel=kernel,
+        variant=variant,
+        backend=backend,
+        mode=mode,
+        dtype=dtype,
+        device_kind=dev.kind,
+        device_name=dev.name,
+        problem=dict(problem),
+        params=dict(params),
+        axis=axis,
+        x_value=x,
+        versions=versions(),
+        commit=git_commit(),
+        timestamp=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    )

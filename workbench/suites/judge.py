@@ -1,0 +1,331 @@
+"""The ratio maths of a suite: records in, judged rows out (pure; no device, no files).
+
+Every point ends as ``MET``, ``MISSED``, ``not measured`` (a peer missing or failed, a number the
+device cannot give), ``not comparable`` (CPU interpreter or CPU wall times, which are never
+judged against device numbers) or ``wrong result``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from workbench.suites.targets import (
+    CPU_TIMINGS,
+    MET,
+    MISSED,
+    NOT_COMPARABLE,
+    NOT_MEASURED,
+    PEER_BACKENDS,
+    WRONG,
+    Chain,
+    Defaults,
+    Rule,
+    Versus,
+    required,
+)
+
+
+# --- the ratio maths (pure: records in, rows out) ---------------------------------------------
+@dataclass
+class RatioRow:
+    """One judged point of one target (a row of ``ratios.csv``)."""
+
+    target: str
+    kind: str
+    title: str
+    family: str
+    mode: str
+    x_name: str
+    x: Any
+    ours: str
+    ours_us: float | None = None
+    peer: str | None = None
+    peer_us: float | None = None
+    ratio: float | None = None
+    pct_copy_bw: float | None = None
+    min_ratio: float | None = None
+    min_pct_bw: float | None = None
+    status: str = NOT_MEASURED
+    reason: str = ""
+    alt_peer: str | None = None
+    alt_peer_us: float | None = None
+    alt_ratio: float | None = None
+    note: str = ""
+    timing: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def threshold(self) -> str:
+        bits = []
+        if self.min_ratio is not None:
+            bits.append(f"ratio>={self.min_ratio:g}")
+        if self.min_pct_bw is not None:
+            bits.append(f"%BW>={self.min_pct_bw:g}")
+        return ", ".join(bits) or "-"
+
+    def verdict(self) -> str:
+        return f"{self.status} ({self.reason})" if self.reason else self.status
+
+
+def record_dict(record: Any) -> dict:
+    """A record (a :class:`~kernels.bench.Record` or its dict) as a dict, with its sweep
+    ``label`` where it has one (the configuration of a :class:`Defaults` sweep)."""
+    if hasattr(record, "to_dict"):
+        d = record.to_dict()
+        if getattr(record, "label", None) is not None:
+            d["label"] = record.label
+        return d
+    return dict(record)
+
+
+_d = record_dict
+
+
+def _ok(r: dict) -> bool:
+    return not r.get("error") and r.get("passed") is True and r.get("ms_p50") is not None
+
+
+def _us(ms: float | None) -> float | None:
+    return None if ms is None else ms * 1e3
+
+
+def _cpu_timed(*records: dict) -> bool:
+    return any(r.get("timing_method") in CPU_TIMINGS for r in records)
+
+
+def _short(text: Any, n: int = 160) -> str:
+    text = " ".join(str(text or "").split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def best_of(records: Iterable[Any]) -> dict | None:
+    """The fastest record that ran and passed its check (None when none did)."""
+    ok = [r for r in map(_d, records) if _ok(r)]
+    return min(ok, key=lambda r: r["ms_p50"]) if ok else None
+
+
+def label(record: dict) -> str:
+    """A record's name in the table: its variant, or for a tile sweep its non-default params."""
+    return record.get("label") or record.get("variant") or "?"
+
+
+def judge(
+    row: RatioRow,
+    ours: Any | None,
+    candidates: Sequence[Any],
+    *,
+    missing: Mapping[str, str] | None = None,
+    ratio_rules: Sequence[Rule] = (),
+    bw_rules: Sequence[Rule] = (),
+    alt: Any | None = None,
+) -> RatioRow:
+    """Fill ``row`` from our record and the candidates' (peers, or sweep configurations).
+
+    ``missing``: candidates that could not be measured here (name -> reason). The ratio is the
+    best candidate's time over ours; the status is MISSED when any threshold that could be
+    evaluated is missed, else "not measured" / "not comparable" when one could not be, else MET.
+    """
+    missing = dict(missing or {})
+    x = row.x
+    row.min_ratio = required(ratio_rules, x)
+    row.min_pct_bw = required(bw_rules, x)
+    if ours is None:
+        row.status, row.reason = NOT_MEASURED, "ours was not measured"
+        return row
+    o = _d(ours)
+    row.timing = o.get("timing_method") or ""
+    if o.get("error"):
+        row.status, row.reason = NOT_MEASURED, f"ours failed: {_short(o['error'])}"
+        return row
+    if o.get("passed") is False:
+        row.status, row.reason = WRONG, "our result is wrong"
+        return row
+    row.ours_us = _us(o.get("ms_p50"))
+    row.pct_copy_bw = o.get("pct_copy_bw")
+    cands = [_d(c) for c in candidates]
+    best = best_of(cands)
+    if alt is not None:
+        a = _d(alt)
+        row.alt_peer = label(a)
+        if _ok(a):
+            row.alt_peer_us = _us(a["ms_p50"])
+            if row.ours_us:
+                row.alt_ratio = row.alt_peer_us / row.ours_us
+    states: list[tuple[str, str]] = []  # (state, reason) per threshold
+    if best is not None:
+        row.peer, row.peer_us = label(best), _us(best["ms_p50"])
+        if row.ours_us:
+            row.ratio = row.peer_us / row.ours_us
+    if row.min_ratio is not None:
+        if best is None:
+            if missing and not cands:
+                why = "; ".join(f"{k}: {v}" for k, v in missing.items())
+                states.append((NOT_MEASURED, f"peer missing: {why}"))
+            elif cands:
+                failed = "; ".join(f"{label(c)}: {_short(c.get('error') or 'wrong result', 80)}" for c in cands)
+                states.append((NOT_MEASURED, f"peer failed: {failed}"))
+            else:
+                states.append((NOT_MEASURED, "no peer can run on this device"))
+        elif _cpu_timed(o, best):
+            states.append((NOT_COMPARABLE, "CPU interpreter / CPU wall times"))
+        elif row.ratio is None:
+            states.append((NOT_MEASURED, "no time"))
+        elif row.ratio >= row.min_ratio:
+            states.append((MET, ""))
+        else:
+            states.append((MISSED, f"ratio {row.ratio:.2f} < {row.min_ratio:g}"))
+    if row.min_pct_bw is not None:
+        if _cpu_timed(o):
+            states.append((NOT_COMPARABLE, "no copy bandwidth on the CPU"))
+        elif row.pct_copy_bw is None:
+            states.append((NOT_MEASURED, "no copy bandwidth measured"))
+        elif row.pct_copy_bw >= row.min_pct_bw:
+            states.append((MET, ""))
+        else:
+            states.append((MISSED, f"{row.pct_copy_bw:.1f}% of copy BW < {row.min_pct_bw:g}%"))
+    if missing and best is not None:
+        row.note = "not here: " + "; ".join(f"{k} ({_short(v, 80)})" for k, v in missing.items())
+    for state in (MISSED, NOT_MEASURED, NOT_COMPARABLE):
+        hits = [why for s, why in states if s == state]
+        if hits:
+            row.status, row.reason = state, "; ".join(h for h in hits if h)
+            return row
+    row.status, row.reason = (MET, "") if states else (NOT_MEASURED, "no threshold")
+    return row
+
+
+def _at(records: Sequence[dict], x: Any, *, variant: str | None = None, mode: str | None = None) -> list[dict]:
+    return [
+        r
+        for r in records
+        if str(r.get("x_value")) == str(x)
+        and (variant is None or r.get("variant") == variant)
+        and (mode is None or r.get("mode") == mode)
+    ]
+
+
+def _last(records: Sequence[dict]) -> dict | None:
+    return records[-1] if records else None
+
+
+def _row(target, x) -> RatioRow:
+    return RatioRow(
+        target=target.name,
+        kind=target.kind,
+        title=target.title,
+        family=target.family,
+        mode=target.mode,
+        x_name=target.axis(),
+        x=x,
+        ours=target.ours,
+    )
+
+
+def versus_rows(target: Versus, records: Iterable[Any], missing: Mapping[str, str] | None = None) -> list[RatioRow]:
+    """Judge a :class:`Versus` target from its records (ours and every peer at each x)."""
+    recs = [r for r in map(_d, records) if r.get("mode") == target.mode]
+    rows = []
+    for x in target.values:
+        here = _at(recs, x)
+        ours = _last([r for r in here if r.get("variant") == target.ours and not r.get("label")])
+        cands, alt = [], None
+        peer_names = sorted({r["variant"] for r in here if r.get("variant") != target.ours})
+        for name in peer_names:
+            mine = [r for r in here if r["variant"] == name]
+            if name in target.kernel_only:
+                alt = _last(mine)
+                alt = dict(alt, label=f"{name} (incl. input staging)") if alt else None
+                continue
+            cands.append(_last(mine))
+        for name in target.kernel_only:
+            kernel = _last([r for r in here if r.get("variant") == f"{name}_kernel"])
+            checked = _last([r for r in here if r.get("variant") == name])
+            if kernel is None:
+                continue
+            cands = [c for c in cands if c.get("variant") != f"{name}_kernel"]
+            if checked is not None and not _ok(checked):
+                # the bare kernel counts only when the variant's result on our inputs passed
+                kernel = dict(kernel, error=checked.get("error") or "its result on our inputs is wrong")
+            cands.append(kernel)
+        rows.append(
+            judge(
+                _row(target, x),
+                ours,
+                cands,
+                missing=missing,
+                ratio_rules=target.min_ratio,
+                bw_rules=target.min_pct_bw,
+                alt=alt,
+            )
+        )
+    return rows
+
+
+def chain_rows(target: Chain, records: Iterable[Any], missing: Mapping[str, str] | None = None) -> list[RatioRow]:
+    """Judge the HMM chain: ours (graph replay, else eager) against PyJuice's eager wall."""
+    recs = [r for r in map(_d, records) if r.get("mode") == target.mode]
+    rows = []
+    for x in target.values:
+        here = _at(recs, x)
+        ours = _last(_at(here, x, variant=target.ours)) or _last(_at(here, x, variant="ours_eager"))
+        row = _row(target, x)
+        if ours is not None:
+            row.ours = ours["variant"]
+        cands = [r for name in target.peers for r in _at(here, x, variant=name)[-1:]]
+        alt = _last(_at(here, x, variant=target.alt_peer))
+        rows.append(judge(row, ours, cands, missing=missing, ratio_rules=target.min_ratio, alt=alt))
+    return rows
+
+
+def defaults_rows(target: Defaults, records: Iterable[Any]) -> list[RatioRow]:
+    """Judge default tiles: ``ratio = best configuration's time / default's`` (<= 1)."""
+    recs = [r for r in map(_d, records) if r.get("mode") == target.mode and r.get("variant") == target.variant]
+    rows = []
+    for x in target.values:
+        here = _at(recs, x)
+        default = _last([r for r in here if r.get("label") == "default"])
+        row = _row(target, x)
+        row.ours = "default"
+        measured = [r for r in here if r.get("label")]
+        sweep = [r for r in measured if r.get("label") != "default"]
+        judge(row, default, measured, ratio_rules=target.min_ratio)
+        tried = len(sweep)
+        failed = sum(1 for r in sweep if not _ok(r))
+        row.note = f"{tried} configurations" + (f", {failed} failed" if failed else "")
+        rows.append(row)
+    return rows
+
+
+def sweep_label(params: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items()) or "default"
+
+
+def rows_for(target, records: Iterable[Any], missing: Mapping[str, str] | None = None) -> list[RatioRow]:
+    """The judged rows of one target from its records."""
+    if target.kind == "versus":
+        return versus_rows(target, records, missing)
+    if target.kind == "chain":
+        return chain_rows(target, records, missing)
+    return defaults_rows(target, records)
+
+
+def failures(target, records: Iterable[Any]) -> list[str]:
+    """What makes the command fail: a wrong result of ours, or one of our kernels (backend gpu /
+    npu) not running at its default tiles. A peer that fails or whose result is wrong (PyJuice's
+    batch-16 kernel on the H100 was off by 1e-3 against the fp32 reference), and a configuration a
+    tile sweep explores that cannot run, are reported in the table, not failures; a peer that is
+    not installed is never attempted."""
+    out = []
+    for r in map(_d, records):
+        where = f"{target.name}: {r.get('variant')} {r.get('mode')} {r.get('axis')}={r.get('x_value')}"
+        if r.get("label") not in (None, "default"):
+            where += f" [{r['label']}]"
+        if r.get("backend") in PEER_BACKENDS:
+            continue
+        if not r.get("error") and r.get("passed") is False:
+            out.append(f"{where}: WRONG RESULT (max abs err {r.get('max_abs_err')})")
+        elif r.get("error") and r.get("label") in (None, "default") and r.get("backend") not in PEER_BACKENDS:
+            out.append(f"{where}: could not run: {_short(r['error'])}")
+    return out

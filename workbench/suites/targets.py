@@ -1,0 +1,342 @@
+"""Benchmark suites as data: the targets, their sizes and thresholds.
+
+``workbench bench --suite h100`` runs :data:`SUITES` ``["h100"]``: every target below, with every
+peer installed, side by side in one process, and judges each point against its thresholds.
+``smoke`` is the same targets at tiny sizes, so CI runs the whole path on the CPU interpreter.
+
+A target is one of three kinds:
+
+- :class:`Versus` — "ours" (one named variant of a family at its API defaults) against the best
+  peer at each value of the family's axis: ``ratio = best peer time / our time`` (> 1: we are
+  faster), plus, where a rule asks, our share of the device's copy bandwidth.
+- :class:`Chain` — the HMM chain (T steps of L latents) forward + backward host wall: ours
+  (CUDA-graph replay where there is CUDA, else eager) against PyJuice's eager ``pc(x)`` +
+  ``pc.backward``; PyJuice's own graph replay is shown beside it, not judged.
+- :class:`Defaults` — a variant's default tiles against the best configuration a bounded sweep
+  of its tile :class:`~kernels.spec.Param` values finds (one parameter at a time, the others at
+  their defaults; values whose ``check`` raises are skipped): ``ratio = best / default``.
+
+Thresholds are data: a tuple of :class:`Rule` (``value`` from ``from_x`` on); at each x the
+largest rule that applies is required. How points are judged is :mod:`.judge`; how targets are
+measured is :mod:`.run`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from kernels.spec import get
+
+OURS = {"rms_norm": "gpu_multirow", "fused_add_rms_norm": "gpu_multirow", "block_sparse": "gpu"}
+PEER_BACKENDS = ("torch", "peer")
+# Distributions of the peer libraries, for the environment block.
+PEER_DISTRIBUTIONS = ("liger-kernel", "pyjuice")
+CPU_TIMINGS = ("interpreter-wall", "cpu-wall")
+
+MET, MISSED, NOT_MEASURED, NOT_COMPARABLE, WRONG = "MET", "MISSED", "not measured", "not comparable", "wrong result"
+
+
+# --- targets as data ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Rule:
+    """Require at least ``value`` at every x >= ``from_x`` (every x when ``from_x`` is None)."""
+
+    value: float
+    from_x: float | None = None
+
+    def applies(self, x: Any) -> bool:
+        if self.from_x is None:
+            return True
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and x >= self.from_x
+
+    def text(self) -> str:
+        return f">= {self.value:g}" + ("" if self.from_x is None else f" from {self.from_x:g}")
+
+
+def required(rules: Sequence[Rule], x: Any) -> float | None:
+    """The threshold at ``x``: the largest value among the rules that apply, or None."""
+    values = [r.value for r in rules if r.applies(x)]
+    return max(values) if values else None
+
+
+@dataclass(frozen=True)
+class Versus:
+    """Ours against the best peer along the family's axis (see the module docstring).
+
+    ``peers`` None: every variant with a torch or peer backend that can run here. ``kernel_only``:
+    peers whose judged time is their bare kernel (their Variant's ``kernel``), because the
+    variant also stages our inputs into the peer's buffers; the variant's own record still checks
+    its result and its time is shown as the informative ``alt`` column."""
+
+    name: str
+    title: str
+    family: str
+    mode: str
+    values: tuple
+    ours: str
+    peers: tuple[str, ...] | None = None
+    problem: Mapping[str, Any] = field(default_factory=dict)
+    dtype: str = "bf16"
+    min_ratio: tuple[Rule, ...] = (Rule(1.0),)
+    min_pct_bw: tuple[Rule, ...] = ()
+    kernel_only: tuple[str, ...] = ()
+    kind: str = "versus"
+
+    def axis(self) -> str:
+        return get(self.family).axis
+
+
+@dataclass(frozen=True)
+class Chain:
+    """The HMM chain forward + backward wall: ours against PyJuice (module docstring)."""
+
+    name: str
+    title: str
+    T: int
+    L: int
+    batches: tuple[int, ...]
+    V: int = 64
+    min_ratio: tuple[Rule, ...] = (Rule(2.0),)
+    family: str = "block_sparse"
+    mode: str = "full"
+    ours: str = "ours_graph"  # falls back to ours_eager where there are no CUDA graphs
+    peers: tuple[str, ...] = ("pyjuice_eager",)
+    alt_peer: str = "pyjuice_graph"
+    kind: str = "chain"
+
+    @property
+    def values(self) -> tuple:
+        return self.batches
+
+    def axis(self) -> str:
+        return "batch"
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """Default tiles of ``variant`` against the best of a 1-D sweep of each tile parameter.
+
+    ``params`` None sweeps every tile parameter of the variant; ``max_values`` caps how many
+    runnable non-default values each parameter visits (None: all declared values)."""
+
+    name: str
+    title: str
+    family: str
+    variant: str
+    mode: str
+    values: tuple
+    problem: Mapping[str, Any] = field(default_factory=dict)
+    params: tuple[str, ...] | None = None
+    max_values: int | None = None
+    dtype: str = "bf16"
+    min_ratio: tuple[Rule, ...] = (Rule(0.95),)
+    kind: str = "defaults"
+
+    @property
+    def ours(self) -> str:
+        return self.variant
+
+    def axis(self) -> str:
+        return get(self.family).axis
+
+
+Target = Versus | Chain | Defaults
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    title: str
+    targets: tuple
+    rep_ms: float = 100
+    warmup_ms: float = 25
+    doc: str = ""
+
+    def target(self, name: str):
+        for t in self.targets:
+            if t.name == name:
+                return t
+        raise ValueError(f"suite {self.name!r} has no target {name!r}; targets: {', '.join(self.names())}")
+
+    def names(self) -> list[str]:
+        return [t.name for t in self.targets]
+
+
+def _targets(
+    *,
+    rows: int,
+    norm_hidden: tuple,
+    fused_hidden: tuple,
+    norm_big: int,
+    fused_bw_from: int,
+    nodes: int,
+    batches: tuple,
+    hmm: dict,
+    defaults: dict,
+) -> tuple:
+    """The issue-8 targets at one set of sizes (the h100 suite's, or the smoke suite's)."""
+    rn, fa, bsp = OURS["rms_norm"], OURS["fused_add_rms_norm"], OURS["block_sparse"]
+    layer = {"layer": "sum", "nodes": nodes, "block_size": 0, "K": 0, "tied": False}
+    d = defaults
+    return (
+        Versus(
+            "rms_norm_forward",
+            "1. RMSNorm forward",
+            "rms_norm",
+            "forward",
+            norm_hidden,
+            rn,
+            problem={"rows": rows},
+            min_pct_bw=(Rule(90.0, norm_big),),
+        ),
+        Versus(
+            "rms_norm_full",
+            "2. RMSNorm forward+backward",
+            "rms_norm",
+            "full",
+            norm_hidden,
+            rn,
+            problem={"rows": rows},
+            min_ratio=(Rule(1.0), Rule(1.3, norm_big)),
+        ),
+        Versus(
+            "fused_forward",
+            "3. Fused add+RMSNorm forward",
+            "fused_add_rms_norm",
+            "forward",
+            fused_hidden,
+            fa,
+            problem={"rows": rows},
+            min_pct_bw=(Rule(90.0, fused_bw_from),),
+        ),
+        Versus(
+            "fused_full",
+            "4. Fused add+RMSNorm forward+backward",
+            "fused_add_rms_norm",
+            "full",
+            fused_hidden,
+            fa,
+            problem={"rows": rows},
+        ),
+        Versus(
+            "block_sparse_forward",
+            f"5. Block-sparse sum layer forward, L={nodes} (one block of {nodes} nodes, K={nodes})",
+            "block_sparse",
+            "forward",
+            batches,
+            bsp,
+            peers=("pyjuice",),
+            problem=layer,
+            dtype="fp32",
+            kernel_only=("pyjuice",),
+        ),
+        Chain(
+            "hmm_chain",
+            f"6. HMM chain T={hmm['T']}, L={hmm['L']} forward+backward wall (ours <= 0.5x PyJuice eager)",
+            **hmm,
+        ),
+        Defaults(
+            "defaults_rms_norm_forward",
+            "7. Defaults vs best tiles: RMSNorm forward",
+            "rms_norm",
+            rn,
+            "forward",
+            d["rms_forward"],
+            problem={"rows": rows},
+            params=("BLOCK_SIZE", "BLOCK_SIZE_M", "num_warps"),  # GRID steers the backward only
+            max_values=d.get("max_values"),
+        ),
+        Defaults(
+            "defaults_rms_norm_full",
+            "7. Defaults vs best tiles: RMSNorm forward+backward",
+            "rms_norm",
+            rn,
+            "full",
+            d["rms_full"],
+            problem={"rows": rows},
+            params=d.get("full_params"),
+            max_values=d.get("max_values"),
+        ),
+        Defaults(
+            "defaults_fused_forward",
+            "7. Defaults vs best tiles: fused add+RMSNorm forward",
+            "fused_add_rms_norm",
+            fa,
+            "forward",
+            d["fused_forward"],
+            problem={"rows": rows},
+            params=("BLOCK_SIZE", "BLOCK_SIZE_M", "num_warps"),
+            max_values=d.get("max_values"),
+        ),
+        Defaults(
+            "defaults_block_sparse_forward",
+            f"7. Defaults vs best tiles: block-sparse sum forward, L={nodes}",
+            "block_sparse",
+            bsp,
+            "forward",
+            d["block_sparse"],
+            problem=layer,
+            params=d.get("block_sparse_params"),
+            max_values=d.get("max_values"),
+            dtype="fp32",
+        ),
+    )
+
+
+SUITES: dict[str, Suite] = {
+    "h100": Suite(
+        "h100",
+        "Issue 8 targets on an H100 (bf16 norms at 4096 rows; block-sparse fp32 at L=1024)",
+        _targets(
+            rows=4096,
+            norm_hidden=(1024, 2048, 4096, 8192, 16384, 32768),
+            fused_hidden=(512, 1024, 2048, 4096, 8192, 16384),
+            norm_big=4096,
+            fused_bw_from=2048,
+            nodes=1024,
+            batches=(1, 2, 4, 8, 16),
+            hmm={"T": 32, "L": 1024, "batches": (1, 16)},
+            defaults={
+                "rms_forward": (1024, 4096, 16384),
+                "rms_full": (4096,),
+                "fused_forward": (1024, 4096),
+                "block_sparse": (1, 16),
+            },
+        ),
+        rep_ms=100,
+        doc="the issue's sizes; ratios measured side by side in one run",
+    ),
+    "smoke": Suite(
+        "smoke",
+        "Issue 8 targets at tiny sizes (CPU interpreter; checks the path, judges nothing)",
+        _targets(
+            rows=16,
+            norm_hidden=(128, 300),
+            fused_hidden=(128, 300),
+            norm_big=300,
+            fused_bw_from=300,
+            nodes=48,
+            batches=(1, 3),
+            hmm={"T": 4, "L": 16, "V": 8, "batches": (1, 2)},
+            defaults={
+                "rms_forward": (300,),
+                "rms_full": (128,),
+                "fused_forward": (300,),
+                "block_sparse": (3,),
+                "max_values": 1,
+                "full_params": ("BLOCK_SIZE_M",),
+                "block_sparse_params": ("heuristic",),
+            },
+        ),
+        rep_ms=1,
+        warmup_ms=1,
+        doc="the same targets with tiny shapes, for CI on the CPU",
+    ),
+}
+
+
+def get_suite(name: str) -> Suite:
+    if name not in SUITES:
+        raise ValueError(f"unknown suite {name!r}; suites: {', '.join(SUITES)}")
+    return SUITES[name]

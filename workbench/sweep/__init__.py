@@ -1,0 +1,1 @@
+"""Sweeps: plans derived from a KernelSpec (:mod:`.plan`), shared by the notebooks and the CLI."""
