@@ -1,24 +1,55 @@
 #!/usr/bin/env bash
-# One call on the lent GPU machine: install carried wheels, run the GPU tests, then the benches.
-# Usage (device machine, repo root): bash benchmarks/gpu_run.sh "<pytest -k expr or ''>" "<bench script>"
-# Everything lands in $RES (a scratch dir) and comes back as one archive, $OUT/results.tgz.
+# The one entry for a command on a GPU machine: install the carried wheels, then run the steps
+# named on the command line, in order, each bounded in time. Everything lands in $RES and comes
+# back as $OUT/results.tgz, with the step logs beside it (a device call returns few files).
+#
+#   bash benchmarks/gpu_run.sh tests "rms_norm or fused"          # pytest -m gpu -k EXPR
+#   bash benchmarks/gpu_run.sh suite h100 --only rms_norm_forward  # workbench bench --suite ... into $RES/<suite>
+#   bash benchmarks/gpu_run.sh profile --only host                 # benchmarks/profile_calls.py
+#   bash benchmarks/gpu_run.sh tune --only rms_forward             # benchmarks/tune_tiles.py
+#   bash benchmarks/gpu_run.sh run python3 some_script.py ...      # anything else, output kept
+# Steps chain with "+": gpu_run.sh tests "block_sparse" + suite h100 --only hmm_chain
+# Budget per step: STEP_TIMEOUT seconds (default 540). A suite step resumes into $RES/<suite>
+# (or SUITE_OUT), so a suite longer than one call runs in parts (--resume is added for you).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
-export RES=/tmp/res
+RES=${RES:-/tmp/res}
 mkdir -p "$OUT" "$RES"
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site JUPYTER_PATH=/tmp/site/share/jupyter  # nbconvert templates: wheel data files
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 WORKBENCH_STORE=$RES/workbench.sqlite
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$RES/gpu.txt"
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$RES/gpu.txt"
-if [ -n "${1:-}" ]; then
-  timeout 400 python3 -m pytest -q -ra -m gpu -k "$1" -p no:cacheprovider --continue-on-collection-errors \
-    -o faulthandler_timeout=90 2>&1 | tee "$RES/pytest_gpu.txt" | tail -25
-fi
-if [ -n "${2:-}" ]; then
-  bash "$2" 2>&1 | tee "$RES/bench.txt"
-fi
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$RES/gpu.txt" 2>&1
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$RES/gpu.txt"
+cat "$RES/gpu.txt"
+
+step() {
+  local name=$1; shift
+  local t=${STEP_TIMEOUT:-540}
+  echo "=== $name $* (timeout ${t}s)"
+  case "$name" in
+    tests) timeout "$t" python3 -m pytest -q -ra -m gpu -k "${1:-}" -p no:cacheprovider -o faulthandler_timeout=120 \
+             2>&1 | tee -a "$RES/pytest_gpu.txt" | tail -30 ;;
+    suite) local suite=$1; shift
+           local dir=${SUITE_OUT:-$RES/$suite}
+           timeout "$t" python3 -m workbench bench --suite "$suite" --device cuda --out "$dir" --resume "$@" 2>&1 \
+             | tee -a "$RES/suite_$suite.txt" | tail -${SUITE_TAIL:-60} ;;
+    profile) timeout "$t" python3 benchmarks/profile_calls.py --out "$RES" "$@" 2>&1 | tee -a "$RES/profile.txt" | tail -80 ;;
+    tune) timeout "$t" python3 benchmarks/tune_tiles.py --out "$RES" "$@" 2>&1 | tee -a "$RES/tune.txt" | tail -80 ;;
+    run) timeout "$t" "$@" 2>&1 | tee -a "$RES/run.txt" | tail -80 ;;
+    *) echo "gpu_run.sh: unknown step '$name' (tests, suite, profile, tune, run)"; return 2 ;;
+  esac
+}
+
+args=()
+for a in "$@" "+"; do
+  if [ "$a" = "+" ]; then
+    [ ${#args[@]} -gt 0 ] && step "${args[@]}"
+    args=()
+  else
+    args+=("$a")
+  fi
+done
 tar czf "$OUT/results.tgz" -C "$RES" .
-cp "$RES/bench.txt" "$RES/pytest_gpu.txt" "$OUT/" 2>/dev/null || true
+cp "$RES"/*.txt "$OUT/" 2>/dev/null || true

@@ -269,7 +269,6 @@ def test_materialization_table_counts_per_step():
 
 def test_timing_table_on_cpu_leaves_device_time_empty():
     from kernels.scalar_ops.workload import timing_table
-
     from workbench.device import get_device
 
     df = timing_table(ops=("div", "pow"), shapes=((), 7), dtypes=("fp16",), device=get_device("cpu"), rep_ms=2)
@@ -441,7 +440,6 @@ def test_every_strategy_equals_torch_on_cuda():
 @pytest.mark.gpu
 def test_runners_and_timing_rows_on_cuda():
     from kernels.scalar_ops.workload import materialization_rows, timing_rows
-
     from workbench.device import get_device
 
     cuda = get_device("cuda")

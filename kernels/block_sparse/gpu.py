@@ -98,7 +98,7 @@ NUM_WARPS = (1, 2, 4, 8, 16, 32)
 MAX_3D_TILE = 16384
 MAX_TILE = 1024  # largest single tile dimension accepted
 SMALL_TILE_M = 8  # node tile of the small-batch heuristic (issue: 8 for occupancy; the NPU's default)
-# GPU small-batch tiles from the H100 sweep (benchmarks/tune_h100.py, L = 1024, batch 1-16): node
+# GPU small-batch tiles from the H100 sweep (benchmarks/tune_tiles.py, L = 1024, batch 1-16): node
 # tiles of 4 (256 programs at L = 1024: more programs hide the gather latency) below batch 16,
 # and from batch 16 the tl.dot form in 16-node programs (39.7 us against 83 us at batch 16).
 GPU_SMALL_TILE_M = 4

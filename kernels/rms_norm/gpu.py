@@ -56,7 +56,7 @@ NUM_WARPS = (1, 2, 4, 8, 16, 32)
 DW_REDUCTIONS = ("atomic", "partials")
 WIDE_BACKWARDS = ("columns", "reread")
 # The backward keeps a whole row in registers up to this width and walks wider rows in chunks
-# of BWD_CHUNK_DEFAULT (set from the H100 tile sweep in benchmarks/profile_h100.py).
+# of BWD_CHUNK_DEFAULT (set from the H100 tile sweep in benchmarks/profile_calls.py).
 BWD_WHOLE_ROW_MAX = 16384
 BWD_CHUNK_DEFAULT = 4096
 

@@ -1,7 +1,7 @@
 # ruff: noqa: B023, E731  (the lambdas are timed inside the loop that defines them)
 """Tile sweeps that set the GPU defaults from data (run on the GPU machine).
 
-    python3 benchmarks/tune_h100.py --out /tmp/res [--only block_sparse,rms_backward,rms_forward]
+    python3 benchmarks/tune_tiles.py --out /tmp/res [--only block_sparse,rms_backward,rms_forward]
 
 Times the plain host functions (``sum_forward``, ``rms_norm_forward``, ``rms_norm_backward``),
 not the autograd path, so the numbers are kernel time and not host time: each point is the

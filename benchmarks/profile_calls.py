@@ -1,7 +1,7 @@
 # ruff: noqa: B023, E731  (the lambdas are timed inside the loop that defines them)
 """Where the time goes on the GPU machine: host cost of each piece of a call, and kernel times.
 
-    python3 benchmarks/profile_h100.py --out /tmp/res            # on the GPU machine
+    python3 benchmarks/profile_calls.py --out /tmp/res            # on the GPU machine
 
 1. Host issue time per call (back-to-back, no sync inside the loop) of the pieces of an RMSNorm
    call at 4096 x 1024 bf16: allocations, a raw Triton launch, our launcher, a compiled-kernel

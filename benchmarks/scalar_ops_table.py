@@ -1,7 +1,7 @@
 """Scalar-operand table for the issue's closing note: host µs per call and device µs per strategy.
 
-    python3 benchmarks/scalar_ops_h100.py --device cuda --out /tmp/out      # on the H100
-    python3 benchmarks/scalar_ops_h100.py --device cpu --quick              # a smoke run here
+    python3 benchmarks/scalar_ops_table.py --device cuda --out /tmp/out      # on the H100
+    python3 benchmarks/scalar_ops_table.py --device cpu --quick              # a smoke run here
 
 Prints, for fp16 and fp32, div / sub / pow, every strategy at 0-d, (2,128,64), 1 Mi, (2,2048,4096)
 and 64 Mi elements: host wall µs per synchronised call and device µs (do_bench, L2 flushed).
