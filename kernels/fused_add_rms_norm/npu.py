@@ -25,6 +25,12 @@ sizes, but at benchmark sizes the row overflowed the 192 KB Unified Buffer (UB).
 The grid is the number of vector cores: program ``p`` visits row blocks ``p, p + GRID, …``, a
 grid-stride loop whose stride in rows is ``GRID x BLOCK_SIZE_M``.
 
+What is shared with RMSNorm's NPU kernels: the per-tile arithmetic (:mod:`kernels.rms_norm.tile_math`)
+and the whole backward (RMSNorm's backward kernel on the saved s, with its ``HAS_DS`` switch).
+The forward stays its own kernel: it adds and stores s (in the chunked form, pass 2 reads s back),
+and its untiled form loads the weight row once per program, so its Unified Buffer plan differs
+from RMSNorm's and is calibrated separately (``ub_calibration.json``).
+
 triton-ascend rules kept here: padding zeroed by ``tl.load(..., other=0)`` (the vector unit
 cannot compare integers, so ``tl.where`` over a tile mask becomes scalar code; ``USE_WHERE=True``
 keeps that slow form as an explorable switch in the forward), no ``eviction_policy`` /
@@ -44,6 +50,7 @@ import triton.language as tl
 from kernels.launch import launch
 from kernels.rms_norm import npu as rms_norm_npu
 from kernels.rms_norm.gpu import CASTING_CODES, default_num_warps
+from kernels.rms_norm.tile_math import normalized, weighted
 from kernels.runtime import device_of
 from kernels.spec import NpuCompileCase
 
@@ -114,14 +121,7 @@ def _fused_add_rms_norm_forward_npu_kernel(
                 mask = row_mask[:, None] & c_mask[None, :]
                 offs = rows[:, None] * n_cols + c[None, :]
                 s = tl.load(S_ptr + offs, mask=mask, other=0.0)
-                if CASTING_MODE == 2:
-                    y = s.to(tl.float32) * rstd.to(s.dtype).to(tl.float32)[:, None]
-                else:
-                    y = s.to(tl.float32) * rstd[:, None]
-                if CASTING_MODE != 1:
-                    y = y.to(s.dtype).to(tl.float32)
-                if HAS_WEIGHT:
-                    y = y * (offset + tl.load(W_ptr + c, mask=c_mask, other=0.0).to(tl.float32))[None, :]
+                y = weighted(normalized(s, rstd, CASTING_MODE), W_ptr, c, c_mask, offset, HAS_WEIGHT)
                 tl.store(Y_ptr + offs, y.to(Y_ptr.dtype.element_ty), mask=mask)
         else:
             mask = row_mask[:, None] & col_mask[None, :]
@@ -136,111 +136,11 @@ def _fused_add_rms_norm_forward_npu_kernel(
             tl.store(S_ptr + offs, s, mask=mask)
             sf = s.to(tl.float32)
             rstd = 1.0 / tl.sqrt(tl.sum(sf * sf, axis=1) / n_cols + eps)
-            if CASTING_MODE == 2:
-                y = sf * rstd.to(s.dtype).to(tl.float32)[:, None]
-            else:
-                y = sf * rstd[:, None]
-            if CASTING_MODE != 1:
-                y = y.to(s.dtype).to(tl.float32)
-            if HAS_WEIGHT:
+            y = normalized(s, rstd, CASTING_MODE)
+            if HAS_WEIGHT:  # the weight row loaded once per program (above)
                 y = y * w[None, :]
             tl.store(Y_ptr + offs, y.to(Y_ptr.dtype.element_ty), mask=mask)
         tl.store(RSTD_ptr + rows, rstd, mask=row_mask)
-
-
-@triton.jit
-def _fused_add_rms_norm_backward_npu_kernel(
-    DX_ptr,
-    DY_ptr,
-    DS_ptr,
-    S_ptr,
-    W_ptr,
-    RSTD_ptr,
-    DW_partial_ptr,
-    n_rows,
-    n_cols,
-    offset,
-    CASTING_MODE: tl.constexpr,
-    HAS_WEIGHT: tl.constexpr,
-    HAS_DS: tl.constexpr,
-    BLOCK_SIZE_M: tl.constexpr,
-    BLOCK_SIZE_N: tl.constexpr,
-    CHUNKED: tl.constexpr,
-):
-    """dx (= dr) per row, plus the incoming ds; partial dw in row ``pid`` of DW_partial."""
-    pid = tl.program_id(0)
-    n_programs = tl.num_programs(0)
-    n_blocks = tl.cdiv(n_rows, BLOCK_SIZE_M)
-    cols = tl.arange(0, BLOCK_SIZE_N)
-    if CHUNKED:
-        for block in range(pid, n_blocks, n_programs):
-            rows = block * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
-            row_mask = rows < n_rows
-            rstd = tl.load(RSTD_ptr + rows, mask=row_mask, other=0.0)
-            # Pass 1: mean(m * shat) per row, chunk by chunk.
-            dot = tl.zeros([BLOCK_SIZE_M], dtype=tl.float32)
-            for start in range(0, n_cols, BLOCK_SIZE_N):
-                c = start + cols
-                c_mask = c < n_cols
-                mask = row_mask[:, None] & c_mask[None, :]
-                offs = rows[:, None] * n_cols + c[None, :]
-                shat = tl.load(S_ptr + offs, mask=mask, other=0.0).to(tl.float32) * rstd[:, None]
-                m = tl.load(DY_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-                if HAS_WEIGHT:
-                    m = m * (offset + tl.load(W_ptr + c, mask=c_mask, other=0.0).to(tl.float32))[None, :]
-                dot += tl.sum(m * shat, axis=1)
-            dot = dot / n_cols
-            # Pass 2: dx (+ ds), and this program's dw partial updated in place (one owner per row
-            # of DW_partial, zeroed by the host).
-            for start in range(0, n_cols, BLOCK_SIZE_N):
-                c = start + cols
-                c_mask = c < n_cols
-                mask = row_mask[:, None] & c_mask[None, :]
-                offs = rows[:, None] * n_cols + c[None, :]
-                s = tl.load(S_ptr + offs, mask=mask, other=0.0)
-                shat = s.to(tl.float32) * rstd[:, None]
-                dy = tl.load(DY_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-                m = dy
-                if HAS_WEIGHT:
-                    m = dy * (offset + tl.load(W_ptr + c, mask=c_mask, other=0.0).to(tl.float32))[None, :]
-                dx = rstd[:, None] * (m - shat * dot[:, None])
-                if HAS_DS:
-                    dx += tl.load(DS_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-                tl.store(DX_ptr + offs, dx.to(DX_ptr.dtype.element_ty), mask=mask)
-                if HAS_WEIGHT:
-                    if CASTING_MODE == 0:
-                        shat = shat.to(s.dtype).to(tl.float32)
-                    partial_ptr = DW_partial_ptr + pid * n_cols + c
-                    acc = tl.load(partial_ptr, mask=c_mask, other=0.0)
-                    tl.store(partial_ptr, acc + tl.sum(dy * shat, axis=0), mask=c_mask)
-    else:
-        col_mask = cols < n_cols
-        if HAS_WEIGHT:
-            w = offset + tl.load(W_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
-        dw_acc = tl.zeros([BLOCK_SIZE_N], dtype=tl.float32)
-        for block in range(pid, n_blocks, n_programs):
-            rows = block * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
-            row_mask = rows < n_rows
-            mask = row_mask[:, None] & col_mask[None, :]
-            offs = rows[:, None] * n_cols + cols[None, :]
-            rstd = tl.load(RSTD_ptr + rows, mask=row_mask, other=0.0)
-            s = tl.load(S_ptr + offs, mask=mask, other=0.0)
-            shat = s.to(tl.float32) * rstd[:, None]
-            dy = tl.load(DY_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-            m = dy
-            if HAS_WEIGHT:
-                m = dy * w[None, :]
-            dot = tl.sum(m * shat, axis=1) / n_cols
-            dx = rstd[:, None] * (m - shat * dot[:, None])
-            if HAS_DS:
-                dx += tl.load(DS_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-            tl.store(DX_ptr + offs, dx.to(DX_ptr.dtype.element_ty), mask=mask)
-            if HAS_WEIGHT:
-                if CASTING_MODE == 0:
-                    shat = shat.to(s.dtype).to(tl.float32)
-                dw_acc += tl.sum(dy * shat, axis=0)
-        if HAS_WEIGHT:
-            tl.store(DW_partial_ptr + pid * n_cols + cols, dw_acc, mask=col_mask)
 
 
 # --- host side: tiles, the UB model, launches ---------------------------------------------
@@ -412,7 +312,7 @@ def fused_add_rms_norm_backward(dy2d, ds2d, s2d, weight, rstd, offset, casting_m
         torch.zeros((tiles.GRID, n_cols), dtype=torch.float32, device=s2d.device) if weight is not None else rstd
     )
     launch(
-        _fused_add_rms_norm_backward_npu_kernel,
+        rms_norm_npu._rms_norm_backward_npu_kernel,
         s2d,
         (tiles.GRID,),
         dx,
@@ -465,12 +365,12 @@ def _compile_case(kind, hidden, dtype, tiles: NpuTiles, default) -> NpuCompileCa
         }
         constants = {"USE_WHERE": tiles.USE_WHERE}
     else:
-        kernel = _fused_add_rms_norm_backward_npu_kernel
+        kernel = rms_norm_npu._rms_norm_backward_npu_kernel  # on the saved s, with HAS_DS
         signature = {
             "DX_ptr": f"*{t}",
             "DY_ptr": f"*{t}",
             "DS_ptr": f"*{t}",
-            "S_ptr": f"*{t}",
+            "X_ptr": f"*{t}",
             "W_ptr": f"*{t}",
             "RSTD_ptr": "*fp32",
             "DW_partial_ptr": "*fp32",

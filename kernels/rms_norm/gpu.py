@@ -45,6 +45,7 @@ import triton
 import triton.language as tl
 
 from kernels.launch import launch
+from kernels.rms_norm.tile_math import backward_tile, normalized, weighted
 from kernels.runtime import device_of
 from kernels.tiling import cdiv, is_power_of_two, next_power_of_2
 
@@ -96,21 +97,11 @@ def _rms_norm_forward_kernel(
     offsets = rows.to(tl.int64)[:, None] * row_stride + cols[None, :]
 
     x = tl.load(X_ptr + offsets, mask=mask, other=0.0)
-    # Arithmetic in fp32; the casting modes differ only in where results are rounded to x's
-    # dtype (this also keeps the CPU interpreter, whose bf16 arithmetic is unreliable, exact).
+    # Arithmetic in fp32 (this also keeps the CPU interpreter, whose bf16 arithmetic is
+    # unreliable, exact); tile_math says where each casting mode rounds.
     xf = x.to(tl.float32)
     rstd = tl.rsqrt(tl.sum(xf * xf, axis=1) / n_cols + eps)
-    if CASTING_MODE == 2:
-        # "none": rstd and x * rstd rounded as if computed in x's dtype.
-        y = xf * rstd.to(x.dtype).to(tl.float32)[:, None]
-    else:
-        y = xf * rstd[:, None]
-    if CASTING_MODE != 1:
-        # "llama" / "none": the normalised x is cast back before the weight; "gemma" stays fp32.
-        y = y.to(x.dtype).to(tl.float32)
-    if HAS_WEIGHT:
-        w = tl.load(W_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
-        y = y * (offset + w)[None, :]
+    y = weighted(normalized(x, rstd, CASTING_MODE), W_ptr, cols, col_mask, offset, HAS_WEIGHT)
     tl.store(RSTD_ptr + rows, rstd, mask=row_mask)
     tl.store(Y_ptr + offsets, y.to(Y_ptr.dtype.element_ty), mask=mask)
 
@@ -119,6 +110,7 @@ def _rms_norm_forward_kernel(
 def _rms_norm_backward_kernel(
     DX_ptr,
     DY_ptr,
+    DS_ptr,
     X_ptr,
     W_ptr,
     RSTD_ptr,
@@ -133,14 +125,19 @@ def _rms_norm_backward_kernel(
     CASTING_MODE: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
     DW_ATOMIC: tl.constexpr,
+    HAS_DS: tl.constexpr,  # fused add + RMSNorm: the residual stream's gradient ds is added to dx
     BLOCK_SIZE: tl.constexpr,
     BLOCK_SIZE_M: tl.constexpr,
 ):
-    """dx per row; this program's partial dw over the row tiles it visits (grid-stride)."""
+    """dx per row; this program's partial dw over the row tiles it visits (grid-stride).
+
+    The fused family's backward is this kernel with ``X_ptr`` = the saved ``s = x + r`` and
+    ``HAS_DS``: the add passes ``dx + ds`` to both x and r."""
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_SIZE)
     col_mask = cols < n_cols
+    w = offset
     if HAS_WEIGHT:
         w = offset + tl.load(W_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
     dw_acc = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
@@ -154,20 +151,11 @@ def _rms_norm_backward_kernel(
         x = tl.load(X_ptr + offsets, mask=mask, other=0.0)
         dy = tl.load(DY_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
         rstd = tl.load(RSTD_ptr + rows, mask=row_mask, other=0.0)
-
-        xhat = x.to(tl.float32) * rstd[:, None]
-        if HAS_WEIGHT:
-            m = dy * w[None, :]
-        else:
-            m = dy
-        dot = tl.sum(m * xhat, axis=1) / n_cols
-        dx = rstd[:, None] * (m - xhat * dot[:, None])
+        dx, dw = backward_tile(x, dy, w, rstd, rstd, n_cols, CASTING_MODE, HAS_WEIGHT, True)
+        if HAS_DS:
+            dx += tl.load(DS_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
         tl.store(DX_ptr + offsets, dx.to(DX_ptr.dtype.element_ty), mask=mask)
-        if HAS_WEIGHT:
-            if CASTING_MODE == 0:
-                # llama multiplied the weight by x * rstd already cast to x's dtype.
-                xhat = xhat.to(x.dtype).to(tl.float32)
-            dw_acc += tl.sum(dy * xhat, axis=0)
+        dw_acc += dw
 
     if HAS_WEIGHT:
         _store_dw(
@@ -275,18 +263,14 @@ def _rms_norm_backward_chunked_kernel(
             offsets = row_offsets + cols[None, :]
             x = tl.load(X_ptr + offsets, mask=mask, other=0.0)
             dy = tl.load(DY_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-            xhat = x.to(tl.float32) * rstd[:, None]
+            w = offset
             if HAS_WEIGHT:
-                m = dy * (offset + tl.load(W_ptr + cols, mask=col_mask, other=0.0).to(tl.float32))[None, :]
-            else:
-                m = dy
-            dx = rstd[:, None] * (m - xhat * dot[:, None])
+                w = offset + tl.load(W_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+            dx, dw = backward_tile(x, dy, w, rstd, dot, n_cols, CASTING_MODE, HAS_WEIGHT, False)
             tl.store(DX_ptr + offsets, dx.to(DX_ptr.dtype.element_ty), mask=mask)
             if HAS_WEIGHT:
-                if CASTING_MODE == 0:
-                    xhat = xhat.to(x.dtype).to(tl.float32)
                 part = tl.load(partial_row + cols, mask=col_mask, other=0.0)
-                tl.store(partial_row + cols, part + tl.sum(dy * xhat, axis=0), mask=col_mask)
+                tl.store(partial_row + cols, part + dw, mask=col_mask)
 
     if HAS_WEIGHT:
         if DW_ATOMIC:
@@ -379,6 +363,7 @@ def _rms_norm_backward_columns_kernel(
     n_row_programs = tl.num_programs(0)
     cols = tl.program_id(1) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     col_mask = cols < n_cols
+    w = offset
     if HAS_WEIGHT:
         w = offset + tl.load(W_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
     dw_acc = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
@@ -392,17 +377,9 @@ def _rms_norm_backward_columns_kernel(
         dy = tl.load(DY_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
         rstd = tl.load(RSTD_ptr + rows, mask=row_mask, other=0.0)
         dot = tl.load(DOT_ptr + rows, mask=row_mask, other=0.0)
-        xhat = x.to(tl.float32) * rstd[:, None]
-        if HAS_WEIGHT:
-            m = dy * w[None, :]
-        else:
-            m = dy
-        dx = rstd[:, None] * (m - xhat * dot[:, None])
+        dx, dw = backward_tile(x, dy, w, rstd, dot, n_cols, CASTING_MODE, HAS_WEIGHT, False)
         tl.store(DX_ptr + offsets, dx.to(DX_ptr.dtype.element_ty), mask=mask)
-        if HAS_WEIGHT:
-            if CASTING_MODE == 0:
-                xhat = xhat.to(x.dtype).to(tl.float32)
-            dw_acc += tl.sum(dy * xhat, axis=0)
+        dw_acc += dw
     if HAS_WEIGHT:
         n_programs = n_row_programs * tl.num_programs(1)
         _store_dw(
@@ -593,13 +570,18 @@ class DwOutputs:
         return self.partial.sum(0).to(weight.dtype)
 
 
-def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: GpuTiles, in_place=False):
-    """Returns (dx, dw); with ``in_place`` dx overwrites dy's buffer (saves one allocation)."""
+def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: GpuTiles, in_place=False, ds2d=None):
+    """Returns (dx, dw); with ``in_place`` dx overwrites dy's buffer (saves one allocation).
+
+    ``ds2d``: the fused family's residual-stream gradient, added to dx (whole-row tiles only:
+    the fused family's tiles never chunk the backward)."""
     n_rows, n_cols = x2d.shape
     dy2d = dy2d.contiguous()
     dx = dy2d if in_place else torch.empty_like(x2d)
     grid = tiles.GRID
     chunked = tiles.BWD_CHUNK > 0
+    if ds2d is not None and chunked:
+        raise ValueError("a residual gradient (ds) needs the whole-row backward; use BWD_CHUNK >= hidden")
     atomic = tiles.DW_REDUCE == "atomic"
     columns = chunked and tiles.BWD_WIDE == "columns"
     dw_out = DwOutputs(weight, n_cols, grid, atomic, chunked and not columns, rstd)
@@ -648,9 +630,9 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: GpuT
             BLOCK_SIZE_M=rows,
             num_warps=warps,
         )
-    else:
+    elif chunked:
         launch(
-            _rms_norm_backward_chunked_kernel if chunked else _rms_norm_backward_kernel,
+            _rms_norm_backward_chunked_kernel,
             x2d,
             (grid,),
             dx,
@@ -664,7 +646,31 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: GpuT
             n_cols,
             offset,
             **meta,
-            BLOCK_SIZE=tiles.BWD_CHUNK if chunked else tiles.BLOCK_SIZE,
+            BLOCK_SIZE=tiles.BWD_CHUNK,
+            BLOCK_SIZE_M=rows,
+            num_warps=warps,
+        )
+    else:
+        if ds2d is not None:
+            ds2d = ds2d.contiguous()
+        launch(
+            _rms_norm_backward_kernel,
+            x2d,
+            (grid,),
+            dx,
+            dy2d,
+            ds2d if ds2d is not None else dy2d,
+            x2d,
+            w,
+            rstd,
+            *dw_out.pointers,
+            x2d.stride(0),
+            n_rows,
+            n_cols,
+            offset,
+            **meta,
+            HAS_DS=ds2d is not None,
+            BLOCK_SIZE=tiles.BLOCK_SIZE,
             BLOCK_SIZE_M=rows,
             num_warps=warps,
         )

@@ -33,6 +33,7 @@ import triton.language as tl
 
 from kernels.launch import launch
 from kernels.rms_norm.gpu import CASTING_CODES
+from kernels.rms_norm.tile_math import backward_tile, normalized, weighted
 from kernels.runtime import device_of
 from kernels.tiling import cdiv, is_power_of_two, next_power_of_2
 
@@ -87,14 +88,7 @@ def _rms_norm_forward_npu_kernel(
                 mask = row_mask[:, None] & col_mask[None, :]
                 offs = rows[:, None] * n_cols + c[None, :]
                 x = tl.load(X_ptr + offs, mask=mask, other=0.0)
-                if CASTING_MODE == 2:
-                    y = x.to(tl.float32) * rstd.to(x.dtype).to(tl.float32)[:, None]
-                else:
-                    y = x.to(tl.float32) * rstd[:, None]
-                if CASTING_MODE != 1:
-                    y = y.to(x.dtype).to(tl.float32)
-                if HAS_WEIGHT:
-                    y = y * (offset + tl.load(W_ptr + c, mask=col_mask, other=0.0).to(tl.float32))[None, :]
+                y = weighted(normalized(x, rstd, CASTING_MODE), W_ptr, c, col_mask, offset, HAS_WEIGHT)
                 tl.store(Y_ptr + offs, y.to(Y_ptr.dtype.element_ty), mask=mask)
         else:
             col_mask = cols < n_cols
@@ -106,14 +100,7 @@ def _rms_norm_forward_npu_kernel(
                 x = tl.load(X_ptr + offs, mask=mask, other=0.0)
             xf = x.to(tl.float32)
             rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, axis=1) / n_cols + eps)
-            if CASTING_MODE == 2:
-                y = xf * rstd.to(x.dtype).to(tl.float32)[:, None]
-            else:
-                y = xf * rstd[:, None]
-            if CASTING_MODE != 1:
-                y = y.to(x.dtype).to(tl.float32)
-            if HAS_WEIGHT:
-                y = y * (offset + tl.load(W_ptr + cols, mask=col_mask, other=0.0).to(tl.float32))[None, :]
+            y = weighted(normalized(x, rstd, CASTING_MODE), W_ptr, cols, col_mask, offset, HAS_WEIGHT)
             tl.store(Y_ptr + offs, y.to(Y_ptr.dtype.element_ty), mask=mask)
         tl.store(RSTD_ptr + rows, rstd, mask=row_mask)
 
@@ -122,6 +109,7 @@ def _rms_norm_forward_npu_kernel(
 def _rms_norm_backward_npu_kernel(
     DX_ptr,
     DY_ptr,
+    DS_ptr,
     X_ptr,
     W_ptr,
     RSTD_ptr,
@@ -131,11 +119,14 @@ def _rms_norm_backward_npu_kernel(
     offset,
     CASTING_MODE: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
+    HAS_DS: tl.constexpr,  # fused add + RMSNorm: the residual stream's gradient ds is added to dx
     BLOCK_SIZE_M: tl.constexpr,
     BLOCK_SIZE_N: tl.constexpr,
     CHUNKED: tl.constexpr,
 ):
-    """dx per row; per-program partial dw in row ``pid`` of DW_partial (zeroed by the host)."""
+    """dx per row; per-program partial dw in row ``pid`` of DW_partial (zeroed by the host).
+
+    The fused family's backward is this kernel on the saved ``s = x + r`` with ``HAS_DS``."""
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
     n_blocks = tl.cdiv(n_rows, BLOCK_SIZE_M)
@@ -165,21 +156,21 @@ def _rms_norm_backward_npu_kernel(
                 mask = row_mask[:, None] & col_mask[None, :]
                 offs = rows[:, None] * n_cols + c[None, :]
                 x = tl.load(X_ptr + offs, mask=mask, other=0.0)
-                xhat = x.to(tl.float32) * rstd[:, None]
                 dy = tl.load(DY_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-                m = dy
+                w = offset
                 if HAS_WEIGHT:
-                    m = dy * (offset + tl.load(W_ptr + c, mask=col_mask, other=0.0).to(tl.float32))[None, :]
-                dx = rstd[:, None] * (m - xhat * dot[:, None])
+                    w = offset + tl.load(W_ptr + c, mask=col_mask, other=0.0).to(tl.float32)
+                dx, dw = backward_tile(x, dy, w, rstd, dot, n_cols, CASTING_MODE, HAS_WEIGHT, False)
+                if HAS_DS:
+                    dx += tl.load(DS_ptr + offs, mask=mask, other=0.0).to(tl.float32)
                 tl.store(DX_ptr + offs, dx.to(DX_ptr.dtype.element_ty), mask=mask)
                 if HAS_WEIGHT:
-                    if CASTING_MODE == 0:
-                        xhat = xhat.to(x.dtype).to(tl.float32)
                     partial_ptr = DW_partial_ptr + pid * n_cols + c
                     acc = tl.load(partial_ptr, mask=col_mask, other=0.0)
-                    tl.store(partial_ptr, acc + tl.sum(dy * xhat, axis=0), mask=col_mask)
+                    tl.store(partial_ptr, acc + dw, mask=col_mask)
     else:
         col_mask = cols < n_cols
+        w = offset
         if HAS_WEIGHT:
             w = offset + tl.load(W_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
         dw_acc = tl.zeros([BLOCK_SIZE_N], dtype=tl.float32)
@@ -190,18 +181,12 @@ def _rms_norm_backward_npu_kernel(
             offs = rows[:, None] * n_cols + cols[None, :]
             rstd = tl.load(RSTD_ptr + rows, mask=row_mask, other=0.0)
             x = tl.load(X_ptr + offs, mask=mask, other=0.0)
-            xhat = x.to(tl.float32) * rstd[:, None]
             dy = tl.load(DY_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-            m = dy
-            if HAS_WEIGHT:
-                m = dy * w[None, :]
-            dot = tl.sum(m * xhat, axis=1) / n_cols
-            dx = rstd[:, None] * (m - xhat * dot[:, None])
+            dx, dw = backward_tile(x, dy, w, rstd, rstd, n_cols, CASTING_MODE, HAS_WEIGHT, True)
+            if HAS_DS:
+                dx += tl.load(DS_ptr + offs, mask=mask, other=0.0).to(tl.float32)
             tl.store(DX_ptr + offs, dx.to(DX_ptr.dtype.element_ty), mask=mask)
-            if HAS_WEIGHT:
-                if CASTING_MODE == 0:
-                    xhat = xhat.to(x.dtype).to(tl.float32)
-                dw_acc += tl.sum(dy * xhat, axis=0)
+            dw_acc += dw
         if HAS_WEIGHT:
             tl.store(DW_partial_ptr + pid * n_cols + cols, dw_acc, mask=col_mask)
 
@@ -373,6 +358,7 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: NpuT
         (tiles.GRID,),
         dx,
         dy2d,
+        dy2d,  # no residual gradient (HAS_DS=False): a placeholder pointer
         x2d,
         weight if weight is not None else x2d,
         rstd,
@@ -382,6 +368,7 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: NpuT
         offset,
         CASTING_MODE=CASTING_CODES[casting_mode],
         HAS_WEIGHT=weight is not None,
+        HAS_DS=False,
         BLOCK_SIZE_M=tiles.BLOCK_SIZE_M,
         BLOCK_SIZE_N=tiles.BLOCK_SIZE_N,
         CHUNKED=tiles.chunked,
@@ -405,7 +392,8 @@ def _signature(kind: str, dtype: str) -> dict:
         names = {"Y_ptr": p, "X_ptr": p, "W_ptr": p, "RSTD_ptr": "*fp32"}
         scalars = {"n_rows": "i32", "n_cols": "i32", "eps": "fp32", "offset": "fp32"}
     else:
-        names = {"DX_ptr": p, "DY_ptr": p, "X_ptr": p, "W_ptr": p, "RSTD_ptr": "*fp32", "DW_partial_ptr": "*fp32"}
+        names = {"DX_ptr": p, "DY_ptr": p, "DS_ptr": p, "X_ptr": p, "W_ptr": p}
+        names.update(RSTD_ptr="*fp32", DW_partial_ptr="*fp32")
         scalars = {"n_rows": "i32", "n_cols": "i32", "offset": "fp32"}
     return {**names, **scalars}
 
@@ -421,7 +409,9 @@ def _compile_case(kind, dtype, tiles: NpuTiles, label, default=False, casting_mo
         "BLOCK_SIZE_N": tiles.BLOCK_SIZE_N,
         "CHUNKED": tiles.chunked,
     }
-    if not backward:
+    if backward:
+        constants["HAS_DS"] = False
+    else:
         constants["USE_WHERE"] = tiles.USE_WHERE
     strategy = "chunked" if tiles.chunked else "untiled"
     extras = "".join(

@@ -74,21 +74,9 @@ DEFAULT_NUM_WARPS = 4
 
 
 @triton.jit
-def _scalar_op_kernel(
-    Z_ptr,
-    X_ptr,
-    value,
-    n_elements,
-    OP: tl.constexpr,  # 0 div, 1 sub, 2 pow, 3 mul (div by ±0 as x * ±inf)
-    POW_MODE: tl.constexpr,  # the exponent's class, see the module docstring
-    BLOCK_SIZE: tl.constexpr,
-):
-    """z = x (op) value for one block of BLOCK_SIZE elements, in fp32, rounded once at the store."""
-    pid = tl.program_id(0)
-    offsets = pid.to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-    mask = offsets < n_elements
-    # Padding lanes load 1.0 so that log() sees a harmless value; they are never stored.
-    x = tl.load(X_ptr + offsets, mask=mask, other=1.0).to(tl.float32)
+def apply_op(x, value, OP: tl.constexpr, POW_MODE: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+    """x (op) value in fp32 for one block (shared with the NPU kernel: no libdevice, only
+    ``tl.exp`` / ``tl.log`` / ``tl.sqrt``). Padding lanes hold 1.0, so ``log`` stays finite."""
     if OP == 0:
         z = x / value
     elif OP == 3:
@@ -116,6 +104,26 @@ def _scalar_op_kernel(
             z = 1.0 / (x * tl.exp((-value - 1.0) * tl.log(tl.abs(x))))
         else:
             z = tl.exp(value * tl.log(x))
+    return z
+
+
+@triton.jit
+def _scalar_op_kernel(
+    Z_ptr,
+    X_ptr,
+    value,
+    n_elements,
+    OP: tl.constexpr,  # 0 div, 1 sub, 2 pow, 3 mul (div by ±0 as x * ±inf)
+    POW_MODE: tl.constexpr,  # the exponent's class, see the module docstring
+    BLOCK_SIZE: tl.constexpr,
+):
+    """z = x (op) value for one block of BLOCK_SIZE elements, in fp32, rounded once at the store."""
+    pid = tl.program_id(0)
+    offsets = pid.to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    # Padding lanes load 1.0 so that log() sees a harmless value; they are never stored.
+    x = tl.load(X_ptr + offsets, mask=mask, other=1.0).to(tl.float32)
+    z = apply_op(x, value, OP, POW_MODE, BLOCK_SIZE)
     tl.store(Z_ptr + offsets, z.to(Z_ptr.dtype.element_ty), mask=mask)
 
 

@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from kernels.launch import launch
-from kernels.scalar_ops.gpu import POW_MODES, kernel_constants, kernel_operands
+from kernels.scalar_ops.gpu import POW_MODES, apply_op, kernel_constants, kernel_operands
 from kernels.spec import NpuCompileCase
 
 UB_BYTES = 192 * 1024  # Unified Buffer per core on Ascend 910B
@@ -54,33 +54,7 @@ def _scalar_op_npu_kernel(
         offsets = block * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
         mask = offsets < n_elements
         x = tl.load(X_ptr + offsets, mask=mask, other=1.0).to(tl.float32)
-        if OP == 0:
-            z = x / value
-        elif OP == 3:
-            z = x * value
-        elif OP == 1:
-            z = x - value
-        else:
-            if POW_MODE == 0:
-                z = tl.full([BLOCK_SIZE], 1.0, tl.float32)
-            elif POW_MODE == 1:
-                z = x
-            elif POW_MODE == 2:
-                z = x * x
-            elif POW_MODE == 3:
-                z = 1.0 / x
-            elif POW_MODE == 4:
-                z = tl.sqrt(x)
-            elif POW_MODE == 5:
-                z = 1.0 / tl.sqrt(x)
-            elif POW_MODE == 6:
-                z = tl.exp(value * tl.log(tl.abs(x)))
-            elif POW_MODE == 7:
-                z = x * tl.exp((value - 1.0) * tl.log(tl.abs(x)))
-            elif POW_MODE == 8:
-                z = 1.0 / (x * tl.exp((-value - 1.0) * tl.log(tl.abs(x))))
-            else:
-                z = tl.exp(value * tl.log(x))
+        z = apply_op(x, value, OP, POW_MODE, BLOCK_SIZE)
         tl.store(Z_ptr + offsets, z.to(Z_ptr.dtype.element_ty), mask=mask)
 
 
