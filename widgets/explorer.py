@@ -23,6 +23,10 @@ move), and a correctness table (every output and gradient). A sweep panel runs 1
 on the worker with a progress bar; a 2-D sweep draws a heatmap with failed cells marked and the
 best config outlined; "Apply best" (or clicking a heatmap cell) sets the controls to it.
 
+Why one long module: the Explorer is one object whose controls, relaunch, rendering and sweep
+panel share its widget state and locks; what knows no family (the worker, the control builders)
+is :mod:`widgets.controls`, and sweep planning is :mod:`workbench.sweep.plan`.
+
 Programmatic use (tests, scripts): ``ex.set(BLOCK_SIZE=1024)``, ``ex.wait()``, ``ex.record``,
 ``ex.error_text``, ``ex.status_text``, ``ex.last_cached``, ``ex.last_latency_s``,
 ``ex.run_sweep("BLOCK_SIZE", [...], "BLOCK_SIZE_M", [...])``, ``ex.apply_best()``.
@@ -43,8 +47,6 @@ import contextlib
 import html
 import threading
 import time
-import traceback
-from collections import deque
 from typing import Any, Callable, Mapping
 
 import ipywidgets as W
@@ -53,138 +55,12 @@ import plotly.graph_objects as go
 from kernels.runtime import kinds_present
 from kernels.spec import KernelSpec
 from widgets import figures as F
+from widgets.controls import Worker, knob_widget, param_widget, parse_values
 from widgets.core import short_reason
 from widgets.session import Session
 from workbench.sweep.plan import axis_kind, default_values, with_axis
 
 __all__ = ["Explorer"]
-
-
-class _Worker:
-    """One background thread: debounced "latest wins" requests plus queued jobs (sweeps)."""
-
-    def __init__(self, debounce_s: float):
-        self.debounce_s = debounce_s
-        self._cv = threading.Condition()
-        self._pending: tuple[float, Callable[[], None]] | None = None
-        self._jobs: deque[Callable[[], None]] = deque()
-        self._busy = False
-        self._stopped = False
-        self._thread = threading.Thread(target=self._loop, name="explorer-worker", daemon=True)
-        self._thread.start()
-
-    def request(self, fn: Callable[[], None], delay: float | None = None) -> None:
-        with self._cv:
-            self._pending = (time.monotonic() + (self.debounce_s if delay is None else delay), fn)
-            self._cv.notify_all()
-
-    def submit(self, fn: Callable[[], None]) -> None:
-        with self._cv:
-            self._jobs.append(fn)
-            self._cv.notify_all()
-
-    @property
-    def busy(self) -> bool:
-        with self._cv:
-            return self._busy or self._pending is not None or bool(self._jobs)
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until nothing is pending or running; False on timeout."""
-        end = None if timeout is None else time.monotonic() + timeout
-        with self._cv:
-            while self._busy or self._pending is not None or self._jobs:
-                left = None if end is None else end - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._cv.wait(0.05 if left is None else min(left, 0.05))
-        return True
-
-    def stop(self) -> None:
-        with self._cv:
-            self._stopped = True
-            self._cv.notify_all()
-
-    def _loop(self) -> None:
-        while True:
-            with self._cv:
-                while True:
-                    if self._stopped:
-                        return
-                    now = time.monotonic()
-                    if self._jobs:
-                        fn = self._jobs.popleft()
-                        break
-                    if self._pending is not None and self._pending[0] <= now:
-                        fn = self._pending[1]
-                        self._pending = None
-                        break
-                    self._cv.wait(None if self._pending is None else max(0.0, self._pending[0] - now))
-                self._busy = True
-            try:
-                fn()
-            except Exception:  # the jobs report their own errors; never let the thread die
-                traceback.print_exc()
-            finally:
-                with self._cv:
-                    self._busy = False
-                    self._cv.notify_all()
-
-
-def _param_widget(param, value) -> W.Widget:
-    values = list(param.values)
-    numeric = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    desc = param.name
-    if len(numeric) >= 3 and all(v == "auto" or v in numeric for v in values):
-        return W.SelectionSlider(
-            options=[(str(v), v) for v in values],
-            value=value,
-            description=desc,
-            continuous_update=False,
-            tooltip=param.doc,
-            style={"description_width": "initial"},
-            layout=W.Layout(width="420px"),
-        )
-    return W.Dropdown(
-        options=[(str(v), v) for v in values],
-        value=value,
-        description=desc,
-        tooltip=param.doc,
-        style={"description_width": "initial"},
-    )
-
-
-def _knob_widget(knob, value) -> W.Widget:
-    style = {"description_width": "initial"}
-    if knob.values is not None:
-        return W.Dropdown(options=[(str(v), v) for v in knob.values], value=value, description=knob.name, style=style)
-    if isinstance(knob.default, bool):
-        return W.Checkbox(value=bool(value), description=knob.name, style=style)
-    if isinstance(knob.default, int):
-        # a free integer: impossible sizes are typed in and reported, not clamped away
-        return W.IntText(value=int(value), description=knob.name, style=style, layout=W.Layout(width="200px"))
-    if isinstance(knob.default, float):
-        return W.FloatText(value=float(value), description=knob.name, style=style, layout=W.Layout(width="200px"))
-    return W.Text(value=str(value), description=knob.name, style=style)
-
-
-def _parse_values(text: str, like: list) -> list:
-    """Comma list -> values typed like the allowed ones (ints, floats, bools, "auto")."""
-    out = []
-    for t in [t.strip() for t in text.split(",") if t.strip()]:
-        value: Any = t
-        low = t.lower()
-        if low in ("true", "false"):
-            value = low == "true"
-        else:
-            for cast in (int, float):
-                try:
-                    value = cast(t)
-                    break
-                except ValueError:
-                    pass
-        match = [v for v in like if str(v) == str(value)]
-        out.append(match[0] if match else value)
-    return out
 
 
 class Explorer:
@@ -216,7 +92,7 @@ class Explorer:
         self.spec = self.session.spec
         self.session.attach(self)
         self._sessions = {self.session.device.kind: self.session}
-        self._worker = _Worker(debounce_s)
+        self._worker = Worker(debounce_s)
         self._hold_depth = 0
         self._token = 0
         self._tile_memory: dict[str, dict] = {}
@@ -245,7 +121,7 @@ class Explorer:
         self.w_device = W.Dropdown(options=kinds_present(), value=s.device.kind, description="device", style=style)
         self.w_dtype = W.Dropdown(options=list(self.spec.dtypes), value=s.dtype, description="dtype", style=style)
         self.w_mode = W.ToggleButtons(options=list(self.spec.modes), value="forward", description="mode", style=style)
-        self.knob_widgets = {k.name: _knob_widget(k, s.problem[k.name]) for k in self.spec.knobs}
+        self.knob_widgets = {k.name: knob_widget(k, s.problem[k.name]) for k in self.spec.knobs}
         self.param_widgets: dict[str, W.Widget] = {}
         self.params_box = W.HBox(layout=W.Layout(flex_flow="row wrap"))
         self.w_peers = W.Checkbox(value=peers, description="measure peers too", style=style)
@@ -367,7 +243,7 @@ class Explorer:
         self.param_widgets = {}
         for p in var.params:
             value = remembered.get(p.name, p.default)
-            w = _param_widget(p, value if value in p.values else p.default)
+            w = param_widget(p, value if value in p.values else p.default)
             w.add_class(f"wb-control-{p.name}")
             w.observe(self._on_control, names="value")
             self.param_widgets[p.name] = w
@@ -865,9 +741,9 @@ class Explorer:
         var = self.spec.variant(self.w_variant.value)
         x_axis = self.w_sweep_x.value
         like_x = default_values(self.spec, x_axis, [var])
-        xs = _parse_values(self.w_sweep_xv.value, like_x)
+        xs = parse_values(self.w_sweep_xv.value, like_x)
         y_axis = self.w_sweep_y.value if self.w_sweep_y.value != "(none)" else None
-        ys = _parse_values(self.w_sweep_yv.value, default_values(self.spec, y_axis, [var])) if y_axis else None
+        ys = parse_values(self.w_sweep_yv.value, default_values(self.spec, y_axis, [var])) if y_axis else None
         if not xs or (y_axis and not ys):
             raise ValueError("give the sweep some values (comma separated)")
         self.run_sweep(x_axis, xs, y_axis, ys)

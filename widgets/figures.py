@@ -5,6 +5,9 @@ Every function takes records (``kernels.bench.Record`` or their dicts) and retur
 ``go.FigureWidget`` to update them live; headless notebooks display them statically with
 :func:`show` (JSON for JupyterLab plus HTML that needs only ``window.Plotly``, which the report
 embeds once per page).
+
+Why one long module: every figure and table the Session, the Explorer and the reports draw
+shares one colour order, metric table and hover format.
 """
 
 from __future__ import annotations

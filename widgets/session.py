@@ -49,6 +49,9 @@ Rules every method follows:
 - ``finish()`` fails the notebook (AssertionError listing them) when a record's correctness check
   failed, or when one of our own kernels (backend gpu / npu) failed to run at its default tile
   configuration — errors of explicitly chosen tiles are exploration results, not failures.
+
+Why one long module: it is the notebook API, one method per thing a notebook does; planning
+lives in :mod:`workbench.sweep.plan` and measuring in :mod:`workbench.measure`.
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ loaded from CDNs) are left out, so the report opens offline.
 
 Notebooks run on the Python interpreter running this command: the ``python3`` kernel name is
 pointed at ``sys.executable`` through a temporary kernelspec on ``JUPYTER_PATH``.
+
+Why one long module: running notebooks headless, exporting them offline and the index page share
+one kernel environment and one HTML template.
 """
 
 from __future__ import annotations

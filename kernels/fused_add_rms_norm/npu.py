@@ -37,6 +37,9 @@ keeps that slow form as an explorable switch in the forward), no ``eviction_poli
 ``cache_modifier``, ``1 / tl.sqrt`` instead of libdevice, no fp64, int32 offsets (the host
 refuses tensors of 2**31 elements or more). Arithmetic is fp32; the casting modes
 (``CASTING_MODE``: 0 llama, 1 gemma, 2 none) only decide where values are rounded to x's dtype.
+
+Why one long module: the forward kernel, its Unified Buffer model and the configurations
+``workbench npu-check`` compiles change together.
 """
 
 from __future__ import annotations

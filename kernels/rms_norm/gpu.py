@@ -33,6 +33,10 @@ registers (at hidden 32768 the row kernel spills and runs 2x slower than the chu
   from L2, with the program's partial ``dw`` in its own row of a ``[GRID, hidden]`` buffer. The
   H100 sweep measured it at 736 us for 4096 x 32768 bf16: the partial row's read-modify-write
   per row and the re-reads load L2 more than HBM.
+
+Why one long module: the forward, the three backward forms and their tile resolution are one
+op's GPU kernels, read top to bottom (Liger's one-file-per-op); the shared tile arithmetic is
+:mod:`.tile_math`.
 """
 
 from __future__ import annotations

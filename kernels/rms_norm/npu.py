@@ -20,6 +20,9 @@ Backward, with ``xhat = x * rstd`` and ``m = dy * (offset + w)``::
 
     dx = rstd * (m - xhat * mean(m * xhat))
     dw = sum over rows of dy * xhat           (per-program partials, summed on the host)
+
+Why one long module: the NPU kernels, the Unified Buffer model calibrated against them and the
+configurations ``workbench npu-check`` compiles change together.
 """
 
 from __future__ import annotations
