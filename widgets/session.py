@@ -21,7 +21,7 @@ Also: ``s.measure(variant, problem, params, mode)`` (one configuration, a Record
 ``s.runnable()`` / ``s.unavailable()`` (what can run here, and why not), ``s.best`` (the best
 config of the last ``sweep2d``) and ``s.apply(s.best)`` (set the Explorer to it),
 ``s.explorer(variant=..., debounce_s=0.2, peers=True, metric="ms")``, ``s.frame()`` (records as a
-DataFrame), ``s.problem`` (the starting problem), ``s.device`` (a ``kernels.device.Device``).
+DataFrame), ``s.problem`` (the starting problem), ``s.device`` (a ``workbench.device.Device``).
 
 Rules every method follows:
 
@@ -95,7 +95,7 @@ class Session:
     quick: problems default to ``spec.quick`` (small sizes for the CPU interpreter).
     headless: no widgets at all (papermill / reports): no Explorer, no progress bar, no buttons.
     out_dir: where ``finish()`` writes ``<family>_records.csv`` and ``<family>_records.json``.
-    store: a :class:`kernels.store.Store`, a path to a SQLite file, ``None`` for the default
+    store: a :class:`workbench.store.Store`, a path to a SQLite file, ``None`` for the default
         store, or ``False`` for none.
     rep_ms: timing budget per configuration (default 20 on the CPU interpreter, 100 on devices).
     problem: overrides of the starting problem (knob name -> value).
@@ -628,7 +628,7 @@ class Session:
 def default_store_path() -> Path:
     """``$WORKBENCH_STORE``; else ``results/workbench.sqlite`` of the checkout the kernels
     package lives in (so notebooks opened in notebooks/ share the repository's store); else
-    ``kernels.store.DEFAULT_PATH`` (relative to the working directory)."""
+    ``workbench.store.DEFAULT_PATH`` (relative to the working directory)."""
     env = os.environ.get("WORKBENCH_STORE")
     if env:
         return Path(env)

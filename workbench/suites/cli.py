@@ -109,7 +109,7 @@ def _write_html(out) -> int:
 
 
 def suite_environment(device, suite, argv) -> dict:
-    """The report's environment block (``widgets.report.environment`` where the widgets import)
+    """The report's environment block (``workbench.report.environment``)
     plus the suite, the command, installed peer versions and the device's copy bandwidth."""
     from workbench.report import environment
 

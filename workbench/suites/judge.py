@@ -70,7 +70,7 @@ class RatioRow:
 
 
 def record_dict(record: Any) -> dict:
-    """A record (a :class:`~kernels.bench.Record` or its dict) as a dict, with its sweep
+    """A record (a :class:`~workbench.measure.Record` or its dict) as a dict, with its sweep
     ``label`` where it has one (the configuration of a :class:`Defaults` sweep)."""
     if hasattr(record, "to_dict"):
         d = record.to_dict()
