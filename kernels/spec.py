@@ -109,14 +109,24 @@ class Knob:
         return value
 
     def parse(self, text: str):
-        """Value from command-line text, typed like the default."""
+        """Value from command-line text, typed like the default; ValueError says what is expected."""
         if isinstance(self.default, bool):
-            return text.lower() in ("1", "true", "yes", "on")
+            low = text.strip().lower()
+            if low not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+                raise ValueError(f"{self.name}={text!r} must be true or false")
+            return low in ("1", "true", "yes", "on")
+        kind = None
         if isinstance(self.default, int) and not (self.values and isinstance(self.values[0], str)):
-            return int(text)
-        if isinstance(self.default, float):
-            return float(text)
-        return text
+            kind = int
+        elif isinstance(self.default, float):
+            kind = float
+        if kind is None:
+            return text
+        try:
+            return kind(text)
+        except ValueError:
+            what = "an integer" if kind is int else "a number"
+            raise ValueError(f"{self.name}={text!r} must be {what}") from None
 
 
 @dataclass(frozen=True)

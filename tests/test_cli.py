@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from workbench.cli import main
 from workbench.store import Store
 
@@ -58,3 +60,59 @@ def test_unknown_family_and_device(capsys):
 def test_list(capsys):
     main(["list"])
     assert "rms_norm               RMSNorm: gpu_row" in capsys.readouterr().out
+
+
+# --- user errors: one line that says what to change, exit 2, never a traceback ------------------
+USER_ERRORS = [
+    (["bench", "rms_norm", "--device", "cpu", "--hidden", "abc"], "hidden='abc' must be an integer"),
+    (["bench", "rms_norm", "--device", "cpu", "--rows", "0"], "rows=0 is out of range"),
+    (["bench", "rms_norm", "--device", "cpu", "--weight", "maybe"], "weight='maybe' must be true or false"),
+    (["bench", "rms_norm", "--device", "cpu", "--param", "BLOCK_SIZE=abc"], "BLOCK_SIZE='abc' is not allowed"),
+    (["bench", "rms_norm", "--device", "cpu", "--param", "NOPE=3"], "--param NOPE: no chosen variant has this tile"),
+    (["bench", "rms_norm", "--device", "cpu", "--param", "=3"], "--param expects NAME=VALUE"),
+    (["bench", "rms_norm", "--device", "cpu", "--variants", "nope"], "rms_norm has no variant 'nope'"),
+    (["bench", "rms_norm", "--device", "cpu", "--mode", "sideways"], "--mode sideways is not a mode of rms_norm"),
+    (["bench", "rms_norm", "--device", "cpu", "--dtype", "fp64"], "dtype='fp64' is not supported"),
+    (["bench", "rms_norm", "--device", "cpu", "--rep-ms", "0"], "the timing budget must be a positive number"),
+    (["bench", "rms_norm", "--device", "tpu"], "is not a device kind"),
+    (["bench", "nope"], "unknown kernel family 'nope'"),
+    (["bench", "--suite", "nope"], "unknown suite 'nope'"),
+    (["bench", "--suite", "smoke", "--only", "nope"], "suite 'smoke' has no target 'nope'"),
+    (["report", "--device", "tpu"], "is not a device kind"),
+    (["npu-check", "--family", "nope"], "unknown family nope"),
+]
+
+
+@pytest.mark.parametrize("argv,message", USER_ERRORS, ids=[" ".join(a[:4]) for a, _ in USER_ERRORS])
+def test_user_errors_are_one_line_and_exit_2(argv, message, capsys, tmp_path):
+    rc = main(argv + (["--store", str(tmp_path / "r.sqlite")] if argv[0] == "bench" and argv[1] != "nope" else []))
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert rc == 2, captured
+    assert "Traceback" not in captured.err + captured.out
+    assert len(lines) == 1 and message in lines[0], lines
+    assert lines[0].startswith(f"workbench {argv[0]}: ")
+
+
+@pytest.mark.parametrize("content", [b"hello, not a database\n", b"SQLite format 3\x00" + b"\x00" * 200])
+def test_a_store_that_is_not_ours_is_refused_and_left_untouched(tmp_path, capsys, content):
+    path = tmp_path / "notes.txt"
+    path.write_bytes(content)
+    argv = ["bench", "rms_norm", "--device", "cpu", "--quick", "--variants", "gpu_row", "--store", str(path)]
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2 and "cannot be used as a results store" in err and "left untouched" in err
+    assert path.read_bytes() == content
+
+
+def test_a_store_with_someone_elses_records_table_is_refused(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "other.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE records (name TEXT)")
+        conn.execute("INSERT INTO records VALUES ('theirs')")
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match="not a workbench store"):
+        Store(path)
+    assert path.read_bytes() == before

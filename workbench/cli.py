@@ -7,6 +7,10 @@
     workbench lab
 
 Sub-commands are a registry (name -> module:function), so a new one is one line.
+
+User errors: a command raises :class:`UsageError` (or ``ValueError``, the project's "what to
+change" error) and :func:`main` prints it as one line, ``workbench CMD: message``, and exits 2,
+never with a traceback. Exit 1 is kept for a wrong result or a failed check.
 """
 
 from __future__ import annotations
@@ -16,6 +20,11 @@ import importlib
 import itertools
 import sys
 import time
+
+
+class UsageError(ValueError):
+    """Bad input from the command line: the message says what to change."""
+
 
 COMMANDS = {
     "bench": "workbench.cli:bench_main",
@@ -41,7 +50,18 @@ def main(argv=None) -> int:
     except (ImportError, AttributeError) as exc:
         print(f"workbench {name}: not available ({exc})", file=sys.stderr)
         return 2
-    return int(target(rest) or 0)
+    try:
+        return int(target(rest) or 0)
+    except ValueError as exc:  # UsageError and the library's own "what to change" errors
+        print(f"workbench {name}: {one_line(exc)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"workbench {name}: interrupted; every record measured so far is in the store", file=sys.stderr)
+        return 130
+
+
+def one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def list_main(argv) -> int:
@@ -65,8 +85,8 @@ def _split(text: str) -> list[str]:
 
 def _parse_param(text: str):
     name, _, value = text.partition("=")
-    if not _:
-        raise SystemExit(f"--param expects NAME=VALUE, got {text!r}")
+    if not _ or not name:
+        raise UsageError(f"--param expects NAME=VALUE (e.g. --param BLOCK_SIZE=1024), got {text!r}")
     for cast in (int, float):
         try:
             return name, cast(value)
@@ -95,11 +115,7 @@ def bench_main(argv) -> int:
             f"       workbench bench --suite NAME [options]; suites: {', '.join(SUITES)}"
         )
         return 2
-    try:
-        spec = kernels.get(known.family)
-    except ValueError as exc:
-        print(f"workbench bench: {exc}", file=sys.stderr)
-        return 2
+    spec = kernels.get(known.family)
 
     parser = argparse.ArgumentParser(prog=f"workbench bench {spec.name}", description=spec.doc)
     parser.add_argument("family")
@@ -119,25 +135,26 @@ def bench_main(argv) -> int:
     for knob in spec.knobs:
         parser.add_argument(f"--{knob.name.replace('_', '-')}", dest=f"knob_{knob.name}", default=None, help=knob.doc)
     args = parser.parse_args(argv)
+    check_budget(args.rep_ms)
 
     from workbench.device import get_device
 
-    try:
-        device = get_device(args.device)
-    except ValueError as exc:
-        print(f"workbench bench: {exc}", file=sys.stderr)
-        return 2
+    device = get_device(args.device)
     axes = {}
     for knob in spec.knobs:
         text = getattr(args, f"knob_{knob.name}")
         if text is not None:
-            axes[knob.name] = [knob.parse(t) for t in _split(text)]
-    variants = _split(args.variants) or [v.name for v in spec.variants if v.unavailable_reason(device.kind) is None]
+            axes[knob.name] = [knob.validate(knob.parse(t)) for t in _split(text)] or _empty(knob.name)
+    dtypes, modes = _checked_dtypes_modes(spec, args.dtype, args.mode)
+    variants = [spec.variant(n).name for n in _split(args.variants)] or [
+        v.name for v in spec.variants if v.unavailable_reason(device.kind) is None
+    ]
     overrides = dict(_parse_param(p) for p in args.param)
+    _check_overrides(spec, variants, overrides)
     store = Store(args.store) if args.store else Store()
     records = []
     names = list(axes)
-    for dtype, mode in itertools.product(_split(args.dtype), _split(args.mode)):
+    for dtype, mode in itertools.product(dtypes, modes):
         for values in itertools.product(*[axes[n] for n in names]) if names else [()]:
             problem = dict(zip(names, values))
             for vname in variants:
@@ -168,6 +185,44 @@ def bench_main(argv) -> int:
     print(f"\n{len(records)} records -> {store.path}")
     failed = [r for r in records if r.error is None and r.passed is False]
     return 1 if failed else 0
+
+
+def check_budget(rep_ms: float | None) -> None:
+    if rep_ms is not None and not rep_ms > 0:
+        raise UsageError(f"--rep-ms {rep_ms:g}: the timing budget must be a positive number of milliseconds")
+
+
+def _empty(option: str):
+    raise UsageError(f"--{option.replace('_', '-')} needs at least one value (a comma list)")
+
+
+def _checked_dtypes_modes(spec, dtype_text: str, mode_text: str) -> tuple[list[str], list[str]]:
+    """The comma lists of --dtype / --mode, each value checked against the family."""
+    from kernels.spec import dtype_name
+
+    dtypes = [dtype_name(d) for d in _split(dtype_text)] or _empty("dtype")
+    for d in dtypes:
+        if d not in spec.dtypes:
+            raise UsageError(f"--dtype {d} is not supported by {spec.name}; use one of {', '.join(spec.dtypes)}")
+    modes = _split(mode_text) or _empty("mode")
+    for m in modes:
+        if m not in spec.modes:
+            raise UsageError(f"--mode {m} is not a mode of {spec.name}; use one of {', '.join(spec.modes)}")
+    return dtypes, modes
+
+
+def _check_overrides(spec, variants: list[str], overrides: dict) -> None:
+    """Every --param names a tile of at least one chosen variant and a value it allows."""
+    for name, value in overrides.items():
+        having = [spec.variant(v) for v in variants if any(p.name == name for p in spec.variant(v).params)]
+        if not having:
+            known = sorted({p.name for v in variants for p in spec.variant(v).params})
+            raise UsageError(
+                f"--param {name}: no chosen variant has this tile; tiles of {', '.join(variants)}: "
+                f"{', '.join(known) or 'none'}"
+            )
+        for var in having:
+            var.param(name).validate(value)
 
 
 def _fmt(v, spec="{:.3f}"):

@@ -373,6 +373,9 @@ def report_main(argv) -> int:
     args = parser.parse_args(argv)
     only = [t.strip() for t in args.only.split(",") if t.strip()] or None
     try:
+        from workbench.device import get_device
+
+        get_device(args.device)  # a device that is not here: say so once, before any notebook runs
         result = build_report(
             Path(args.out),
             device=args.device,

@@ -64,15 +64,33 @@ class Store:
     """Append-only record store in one SQLite file (``:memory:`` for a throwaway one)."""
 
     def __init__(self, path: str | os.PathLike = DEFAULT_PATH):
+        """Open (or create) the store; a path that is not a results store is a ValueError that
+        says so, and the file is left exactly as it was (nothing is written before the check)."""
         self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL" if self.path != ":memory:" else "PRAGMA journal_mode=MEMORY")
-        self._conn.execute(
-            "CREATE TABLE IF NOT EXISTS records (id INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL)"
-        )
+        try:
+            if self.path != ":memory:":
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            self._check_schema()
+            self._conn.execute("PRAGMA journal_mode=WAL" if self.path != ":memory:" else "PRAGMA journal_mode=MEMORY")
+            self._conn.execute(
+                "CREATE TABLE IF NOT EXISTS records (id INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL)"
+            )
+        except (sqlite3.DatabaseError, OSError) as exc:
+            raise ValueError(
+                f"store {self.path!r} cannot be used as a results store ({exc}); it was left untouched: "
+                "choose another file with --store (or WORKBENCH_STORE)"
+            ) from None
+
+    def _check_schema(self) -> None:
+        """Reading the schema makes SQLite read the file's header (a non-database fails here,
+        before anything is written); an existing ``records`` table must be ours."""
+        tables = self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
+        if ("records",) in tables:
+            columns = {row[1] for row in self._conn.execute("PRAGMA table_info(records)")}
+            if "body" not in columns:
+                raise sqlite3.DatabaseError("its 'records' table is not a workbench store's")
 
     def append(self, record: Record | dict) -> None:
         body = record.to_dict() if isinstance(record, Record) else dict(record)

@@ -72,7 +72,7 @@ def _families(requested: str) -> list[str]:
     wanted = [f.strip() for f in requested.split(",") if f.strip()]
     unknown = [f for f in wanted if f not in known]
     if unknown:
-        raise SystemExit(f"npu-check: unknown family {', '.join(unknown)}; families: {', '.join(known)}")
+        raise ValueError(f"unknown family {', '.join(unknown)}; families: {', '.join(known)}")
     return wanted
 
 

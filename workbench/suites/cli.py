@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 from workbench import suites as S
-from workbench.cli import _split, format_row
+from workbench.cli import _split, check_budget, format_row
 from workbench.device import get_device
 from workbench.store import Store
 
@@ -36,15 +35,12 @@ def suite_main(argv) -> int:
         help="keep the targets an earlier run of this suite wrote into --out (run a long suite in parts)",
     )
     args = parser.parse_args(argv)
-    try:
-        suite = S.get_suite(args.suite)
-        only = _split(args.only)
-        for name in only:
-            suite.target(name)
-        device = get_device(args.device)
-    except ValueError as exc:
-        print(f"workbench bench: {exc}", file=sys.stderr)
-        return 2
+    check_budget(args.rep_ms)
+    suite = S.get_suite(args.suite)
+    only = _split(args.only)
+    for name in only:
+        suite.target(name)
+    device = get_device(args.device)
     out = Path(args.out or f"reports/{suite.name}")
     store = Store(args.store) if args.store else Store()
     peers = ", ".join(f"{k} {v}" for k, v in S.peer_versions().items())
