@@ -59,6 +59,24 @@ class Record:
     wall_ms: float | None = None
     launch_overhead_ms: float | None = None
     compile_ms: float | None = None
+    # Issue 14's three timings, each a median with its confidence interval and sample count.
+    # kernel: device work only (method says how: cuda-graph, profiler, npu-events, cpu-wall);
+    # call: a user's eager call, host included; host: the time to issue one call from Python.
+    kernel_ms: float | None = None
+    kernel_lo_ms: float | None = None
+    kernel_hi_ms: float | None = None
+    kernel_n: int | None = None
+    kernel_method: str = ""
+    call_ms: float | None = None
+    call_lo_ms: float | None = None
+    call_hi_ms: float | None = None
+    call_n: int | None = None
+    host_ms: float | None = None
+    host_lo_ms: float | None = None
+    host_hi_ms: float | None = None
+    host_n: int | None = None
+    noisy: bool | None = None
+    device_state: dict = field(default_factory=dict)
     min_bytes: int | None = None
     gbps: float | None = None
     pct_copy_bw: float | None = None

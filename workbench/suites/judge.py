@@ -43,6 +43,8 @@ class RatioRow:
     peer: str | None = None
     peer_us: float | None = None
     ratio: float | None = None
+    ratio_lo: float | None = None
+    ratio_hi: float | None = None
     pct_copy_bw: float | None = None
     min_ratio: float | None = None
     min_pct_bw: float | None = None

@@ -35,6 +35,8 @@ PEER_DISTRIBUTIONS = ("liger-kernel", "pyjuice")
 CPU_TIMINGS = ("interpreter-wall", "cpu-wall")
 
 MET, MISSED, NOT_MEASURED, NOT_COMPARABLE, WRONG = "MET", "MISSED", "not measured", "not comparable", "wrong result"
+# A ratio whose confidence interval straddles its threshold: neither MET nor MISSED.
+TIE = "within noise"
 
 
 # --- targets as data ---------------------------------------------------------------------------
