@@ -315,14 +315,15 @@ def test_bench_suite_without_html_tools(tmp_path, capsys, monkeypatch):
 def test_bench_suite_wrong_result_fails(tmp_path, capsys, monkeypatch):
     from workbench.suites import run as suite_run
 
-    real = suite_run.measure
+    real = suite_run.measure_many
 
     def wrong(*args, **kwargs):
-        r = real(*args, **kwargs)
-        r.passed = False
-        return r
+        records = real(*args, **kwargs)
+        for r in records:
+            r.passed = False
+        return records
 
-    monkeypatch.setattr(suite_run, "measure", wrong)
+    monkeypatch.setattr(suite_run, "measure_many", wrong)
     args = ["bench", "--suite", "smoke", "--device", "cpu", "--only", "block_sparse_forward", "--no-html"]
     rc = main(args + ["--out", str(tmp_path / "o"), "--store", str(tmp_path / "r.sqlite")])
     printed = capsys.readouterr().out

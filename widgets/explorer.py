@@ -464,20 +464,22 @@ class Explorer:
             self._show_exception(exc)
 
     def _measure_peers(self, cfg: dict, token: int) -> None:
+        """The peers at their defaults, timed side by side with ours (interleaved trials)."""
         try:
             sess = self._session_for(cfg["device"])
-            added = False
-            for name in sess.runnable(cfg["mode"]):
-                var = self.spec.variant(name)
-                if not var.is_peer or name == cfg["variant"]:
-                    continue
-                if token != self._token:
-                    return
-                rec, cached = sess._measure(var, cfg["problem"], {}, cfg["mode"], cfg["dtype"])
-                if not cached:
-                    sess.records.append(rec)
-                    added = True
-            if added and token == self._token:
+            peers = [
+                self.spec.variant(name)
+                for name in sess.runnable(cfg["mode"])
+                if self.spec.variant(name).is_peer and name != cfg["variant"]
+            ]
+            missing = [p for p in peers if sess.lookup(p.name, cfg["problem"], {}, cfg["mode"], cfg["dtype"]) is None]
+            if not missing or token != self._token:
+                return
+            ours = (self.spec.variant(cfg["variant"]), cfg["params"])
+            pairs = [ours] + [(p, {}) for p in missing]
+            recs = sess._measure_side_by_side(pairs, cfg["problem"], cfg["mode"], cfg["dtype"])
+            sess.records.extend(recs)
+            if token == self._token:
                 self._render_current()
         except Exception as exc:
             self._show_exception(exc)
@@ -686,6 +688,7 @@ class Explorer:
                             "variant": var.name,
                             "params": dict(best["params"]),
                             "problem": dict(best["problem"]),
+                            "ties": best.get("ties", []),
                         }
                     if self.heatmap_fig is None:
                         self.heatmap_fig = self._figure_widget(fig)
@@ -696,7 +699,9 @@ class Explorer:
                     self._hook_heatmap_clicks(var.name, x_axis, xs, y_axis, ys)
                     self.w_apply_best.disabled = self.best is None
                     self.w_best.value = (
-                        f"best: {html.escape(F.mapping_str(self.best['params']))}" if self.best else "no passing cell"
+                        f"best: {html.escape(F.mapping_str(self.best['params']) + F.ties_note(self.best))}"
+                        if self.best
+                        else "no passing cell"
                     )
                     failures = F.failures_table(rows, [x_axis, y_axis])
                 else:

@@ -70,14 +70,49 @@ def metric_values(rec: dict, metric: str) -> tuple[float | None, float | None, f
     mid = rec.get(field)
     if mid is None:
         return None, None, None
-    if metric == "ms":
-        return mid, rec.get("ms_p20"), rec.get("ms_p80")
+    lo, hi = interval_ms(rec, "call" if metric == "call_ms" else "kernel")
+    if metric in ("ms", "call_ms"):
+        return mid, lo, hi
     if metric in ("gbps", "pct_copy_bw"):
-        p20, p80, p50 = rec.get("ms_p20"), rec.get("ms_p80"), rec.get("ms_p50")
-        if p20 and p80 and p50:
-            # faster calls (p20) give the higher bandwidth
-            return mid, mid * p50 / p80, mid * p50 / p20
+        p50 = rec.get("ms_p50")
+        if lo and hi and p50:
+            # the faster end of the time's interval gives the higher bandwidth
+            return mid, mid * p50 / hi, mid * p50 / lo
     return mid, None, None
+
+
+def interval_ms(rec: dict, timing: str = "kernel") -> tuple[float | None, float | None]:
+    """The confidence interval of a record's median ``timing`` (older records: its p20-p80)."""
+    lo, hi = rec.get(f"{timing}_lo_ms"), rec.get(f"{timing}_hi_ms")
+    if lo is not None and hi is not None:
+        return lo, hi
+    if timing == "kernel":
+        return rec.get("ms_p20"), rec.get("ms_p80")
+    return None, None
+
+
+def ties_note(best: dict) -> str:
+    """' (a tie with N others within noise: ...)' when other configurations cannot be told apart."""
+    ties = best.get("ties") or []
+    if not ties:
+        return ""
+    shown = "; ".join(mapping_str(t) for t in ties[:3]) + ("; ..." if len(ties) > 3 else "")
+    return f" (a tie with {len(ties)} other(s) within noise: {shown})"
+
+
+def ties_with(best: dict, others: Iterable[dict]) -> list[dict]:
+    """The records whose kernel-time interval overlaps ``best``'s: they cannot be told apart from it."""
+    b_lo, b_hi = interval_ms(best)
+    if b_lo is None or b_hi is None:
+        return []
+    out = []
+    for r in others:
+        if r is best or r.get("error") or r.get("ms_p50") is None:
+            continue
+        lo, hi = interval_ms(r)
+        if lo is not None and hi is not None and lo <= b_hi and b_lo <= hi:
+            out.append(r)
+    return out
 
 
 def usable_metric(records: Sequence[dict], metric: str) -> tuple[str, str]:
@@ -102,8 +137,10 @@ def speed_figure(
     title: str | None = None,
     highlight: str | None = None,
     bound: bool = True,
+    show_calls: bool = True,
 ) -> go.Figure:
-    """p50 with a p20-p80 band against ``axis`` (each record's ``x_value``), one line per
+    """Median kernel time with its 95% interval as a band, and (dotted) the eager call time,
+    against ``axis`` (each record's ``x_value``), one line per
     variant; peers (torch / peer backends) dashed; a variant measured once (it lacks a swept
     tile parameter) drawn as a flat reference line; the copy-bandwidth bound when the records
     carry a device copy bandwidth. Failed records are left out and counted in the title."""
@@ -125,6 +162,7 @@ def speed_figure(
         return x if numeric_x else str(x)
 
     names = list(order) + sorted({r["variant"] for r in ok} - set(order))
+    calls = show_calls and any(r.get("call_ms") is not None for r in ok)
     fig = go.Figure()
     for name in names:
         rows = [r for r in ok if r["variant"] == name]
@@ -190,16 +228,33 @@ def speed_figure(
                 name=name + (" (peer)" if peer else ""),
                 legendgroup=name,
                 line=dict(color=color, dash=dash, width=width),
-                customdata=[[r.get("ms_p20"), r.get("ms_p80"), r.get("gbps"), r.get("passed")] for r in rows],
+                customdata=[[lows[i], highs[i], r.get("gbps"), r.get("passed")] for i, r in enumerate(rows)],
                 hovertemplate=(
                     f"{name}<br>{axis}=%{{x}}<br>{label}: %{{y:.4g}}"
-                    "<br>p20-p80 ms: %{customdata[0]:.4g} - %{customdata[1]:.4g}<br>pass: %{customdata[3]}<extra></extra>"
+                    "<br>95% interval: %{customdata[0]:.4g} - %{customdata[1]:.4g}<br>pass: %{customdata[3]}"
+                    "<extra></extra>"
                 ),
             )
         )
+        if metric == "ms" and calls and all(r.get("call_ms") is not None for r in rows):
+            # The eager call beside the kernel: the gap is what the host adds per call.
+            fig.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=[r["call_ms"] for r in rows],
+                    mode="lines+markers",
+                    name=f"{name} call",
+                    legendgroup=name,
+                    marker=dict(symbol="circle-open"),
+                    line=dict(color=color, dash="dot", width=1),
+                    hovertemplate=f"{name} eager call<br>{axis}=%{{x}}<br>%{{y:.4g}} ms<extra></extra>",
+                )
+            )
     if bound:
         _add_bound(fig, ok, metric, xs_all, xpos)
     parts = [title or f"speed vs {axis}"]
+    if calls:
+        parts.append("solid: kernel time (device work, band = 95% interval); dotted: eager call, host included")
     if note:
         parts.append(note)
     tnote = timing_note(ok)
@@ -364,10 +419,13 @@ def heatmap_figure(
     z, text, hover = [], [], []
     failed_x, failed_y, failed_text = [], [], []
     best, best_pos = None, None
+    pos: dict[int, tuple[int, int]] = {}
     for iy, yv in enumerate(y_values):
         zr, tr, hr = [], [], []
         for ix, xv in enumerate(x_values):
             r = grid.get((str(yv), str(xv)))
+            if r is not None:
+                pos[id(r)] = (ix, iy)
             v = r.get(field) if r else None
             bad = r is None or r.get("error") or r.get("passed") is False
             if r is not None and bad:
@@ -431,6 +489,23 @@ def heatmap_figure(
             line=dict(color="red", width=4),
         )
         parts.append(f"best: {x_axis}={x_values[ix]}, {y_axis}={y_values[iy]} ({best[field]:.4g} {label})")
+        # Cells of the same problem whose kernel-time interval overlaps the best's: crowning one
+        # of them over the others would crown noise.
+        same_problem = [r for r in recs if id(r) in pos and r.get("problem") == best.get("problem")]
+        tied = [r for r in ties_with(best, same_problem) if r.get("passed") is not False]
+        for r in tied:
+            tx, ty = pos[id(r)]
+            fig.add_shape(
+                type="rect",
+                x0=tx - 0.5,
+                x1=tx + 0.5,
+                y0=ty - 0.5,
+                y1=ty + 0.5,
+                line=dict(color="red", width=2, dash="dot"),
+            )
+        if tied:
+            parts.append(f"{len(tied)} more within noise of the best (dotted)")
+        best = dict(best, ties=[dict(r.get("params") or {}) for r in tied])
     if failed_x:
         parts.append(f"{len(failed_x)} failed cell(s) marked ✗")
     top = _title_top(parts, 110)
@@ -457,22 +532,31 @@ def _fmt(v: Any, spec: str = "{:.4g}", unit: str = "") -> str:
 def status_text(
     record: Any, *, cached: bool = False, ub_bytes: int | None = None, elapsed_s: float | None = None
 ) -> str:
-    """One line: compile time, device time, wall per call, launch overhead, GB/s, % copy BW."""
+    """One line: compile time, kernel time with its interval, eager call and host issue time (the
+    host's overhead), noise and throttling flags, GB/s, % copy BW, peak memory, pass."""
     r = as_dict(record)
     if r.get("error"):
         return f"error: {short_reason(r['error'], 400)}"
     method = r.get("timing_method") or ""
-    timelabel = (
-        "interpreter time" if method == "interpreter-wall" else ("cpu time" if method == "cpu-wall" else "device time")
-    )
+    on_cpu = method in ("interpreter-wall", "cpu-wall")
+    timelabel = "interpreter time" if method == "interpreter-wall" else ("cpu time" if on_cpu else "kernel")
+    lo, hi = interval_ms(r)
     bits = [
         f"{r['variant']} {r['mode']} {r['dtype']} on {r.get('device_kind')}",
         f"compile+first call {_fmt(r.get('compile_ms'), '{:.1f}', ' ms')}",
-        f"{timelabel} {_fmt(r.get('ms_p50'), '{:.4g}', ' ms')} (p20 {_fmt(r.get('ms_p20'))}, p80 {_fmt(r.get('ms_p80'))})",
-        f"wall/call {_fmt(r.get('wall_ms'), '{:.4g}', ' ms')}",
-        "launch overhead n/a (interpreter)"
-        if method in ("interpreter-wall", "cpu-wall")
-        else f"launch overhead {_fmt(r.get('launch_overhead_ms'), '{:.3g}', ' ms')}",
+        f"{timelabel} {_fmt(r.get('ms_p50'), '{:.4g}', ' ms')} [{_fmt(lo)}, {_fmt(hi)}]"
+        + (f" ({r['kernel_method']})" if r.get("kernel_method") and not on_cpu else ""),
+    ]
+    if not on_cpu:
+        bits += [
+            f"eager call {_fmt(r.get('call_ms'), '{:.4g}', ' ms')}",
+            f"host issue {_fmt(r.get('host_ms'), '{:.3g}', ' ms')}",
+        ]
+    if r.get("noisy") and not on_cpu:
+        bits.append("NOISY (interval wider than ±2%)")
+    if (r.get("device_state") or {}).get("throttled"):
+        bits.append("THROTTLED: " + ", ".join(r["device_state"].get("slowdowns", [])))
+    bits += [
         f"{_fmt(r.get('gbps'), '{:.1f}')} GB/s",
         f"{_fmt(r.get('pct_copy_bw'), '{:.1f}')}% of copy BW",
         f"peak {_fmt(r.get('peak_mb'), '{:.2f}', ' MB')}",

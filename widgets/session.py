@@ -66,7 +66,7 @@ from kernels.spec import KernelSpec, Variant, dtype_name, get
 from widgets import figures as F
 from widgets.core import ResultCache, short_reason
 from workbench.device import Device, get_device
-from workbench.measure import Record, measure
+from workbench.measure import Record, measure, measure_many
 from workbench.store import DEFAULT_PATH, Store, records_frame, write_csv, write_json
 from workbench.sweep.plan import (
     PlanItem,
@@ -239,6 +239,33 @@ class Session:
             self.cache.put(key, rec)
         return rec, False
 
+    def _measure_side_by_side(
+        self, variants: Sequence[tuple[Variant, Mapping]], problem: Mapping | None, mode: str, dtype: str | None
+    ) -> list[Record]:
+        """Measure (variant, params) pairs together, trials interleaved (A B C A B C ...),
+        so the overlay compares numbers taken under the same conditions; replaces their cache
+        entries. Never raises for a configuration that cannot run."""
+        dt = dtype_name(dtype or self.dtype)
+        configs, keys = [], []
+        for var, params in variants:
+            prob, prm, _ = resolve_config(self.spec, var, {**self.problem, **dict(problem or {})}, params, False)
+            configs.append(dict(variant=var, dtype=dt, mode=mode, problem=prob, params=prm, seed=self.seed))
+            keys.append(config_key(var.name, self.device.kind, dt, mode, prob, prm))
+        with self._lock:
+            recs = measure_many(
+                self.spec,
+                configs,
+                device=self.device,
+                rep_ms=self.rep_ms,
+                warmup_ms=min(25.0, self.rep_ms),
+                store=self.store,
+                on_error="record",
+            )
+            for key, rec in zip(keys, recs):
+                self.measured += 1
+                self.cache.put(key, rec)
+        return recs
+
     def measure(
         self,
         variant: str,
@@ -348,7 +375,12 @@ class Session:
         )
         self.best = None
         if best is not None:
-            self.best = {"variant": var.name, "params": dict(best["params"]), "problem": dict(best["problem"])}
+            self.best = {
+                "variant": var.name,
+                "params": dict(best["params"]),
+                "problem": dict(best["problem"]),
+                "ties": best.get("ties", []),
+            }
         if show:
             self._show(fig)
             failures = F.failures_table(rows, [x_axis, y_axis])
@@ -598,7 +630,7 @@ class Session:
         display(pd.DataFrame(failures))
 
     def _show_best(self, best: dict) -> None:
-        text = f"best: {best['variant']} {F.mapping_str(best['params'])}"
+        text = f"best: {best['variant']} {F.mapping_str(best['params'])}" + F.ties_note(best)
         if self.headless:
             print(text)
             return

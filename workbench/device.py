@@ -1,4 +1,4 @@
-"""Devices as the measuring tool sees them: detection, timers, memory and copy bandwidth.
+"""Devices as the measuring tool sees them: detection, timings, memory, bandwidth and state.
 
 :class:`Device` extends the library's :class:`kernels.runtime.DeviceInfo` (kind, index, name,
 cores) with what only a benchmark needs: per-call timings, peak-memory windows, the measured
@@ -11,11 +11,15 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping, Sequence
 
 import torch
 
 from kernels.runtime import KINDS, DeviceCache, DeviceInfo, kinds_present
+from workbench import device_state, timing
+
+# The three timings of a measurement (workbench.timing explains each).
+TIMINGS = ("kernel", "call", "host")
 
 __all__ = ["KINDS", "Device", "Timing", "device_of", "get_device", "kinds_present"]
 
@@ -54,26 +58,97 @@ class Device(DeviceInfo):
         return max(0, self.backend.max_memory_allocated(self.index) - baseline)
 
     def time(self, fn: Callable[[], object], warmup_ms: float = 25, rep_ms: float = 100) -> Timing:
-        """Per-call time of ``fn``. On devices: ``triton.testing.do_bench`` (device events, L2
-        flushed between calls). On the CPU: wall time of whole calls."""
-        if self.kind == "cpu":
-            return wall_timing(fn, rep_ms, method="interpreter-wall")
-        import triton.testing
-
-        # No Triton lock here: autograd runs CUDA backward on its own thread, whose launches
-        # take the lock; holding it around do_bench would deadlock a backward timing.
-        p50, p20, p80 = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=[0.5, 0.2, 0.8])
-        return Timing(p50=p50, p20=p20, p80=p80, n=0, method="device-events")
+        """Per-call time of one eager call of ``fn`` (the *call* timing): device events with L2
+        flushed before each call, sampled until the median's interval is within +-2% or
+        ``rep_ms`` is spent. On the CPU: wall time of whole calls."""
+        est = self.timings({0: fn}, which=("call",), budget_s=rep_ms / 1e3)[0]["call"]
+        return Timing(p50=est.median, p20=est.p20, p80=est.p80, n=est.n, method=est.method)
 
     def wall_per_call(self, fn: Callable[[], object], rep_ms: float = 50, max_calls: int = 200) -> Timing:
         """Host wall time of one synchronised call (issue + run + sync), median of many."""
         return wall_timing(fn, rep_ms, method="host-wall", sync=self.synchronize, max_calls=max_calls)
 
+    def samplers(self, fn: Callable[[], object], which: Sequence[str] = TIMINGS) -> tuple[dict, str]:
+        """The samplers of ``fn``'s kernel, call and host timings here, and a note on any fallback.
+
+        CUDA: graph replay (else the profiler) for kernel, flushed device events for call, the
+        issue time for host. NPU: back-to-back device events for kernel (no graph capture
+        there), flushed events for call. CPU: every timing is the interpreter's (or torch's)
+        wall time and carries that label; there is no separate host time.
+        """
+        out: dict[str, timing.Sampler] = {}
+        note = ""
+        if self.kind == "cpu":
+            # One wall timing stands for both kernel and call: sampling it twice would only
+            # double the interpreter's cost.
+            named = [name for name in which if name != "host"][:1]
+            return {name: timing.WallSampler(fn, method="interpreter-wall") for name in named}, note
+        if "kernel" in which:
+            if self.kind == "cuda":
+                out["kernel"], note = timing.kernel_sampler(fn)
+            else:
+                out["kernel"] = timing.BackToBackSampler(fn, self.backend, method=f"{self.kind}-events")
+        if "call" in which:
+            out["call"] = timing.EventCallSampler(fn, self.backend, flush=self._flush_l2)
+        if "host" in which:
+            out["host"] = timing.HostSampler(fn, sync=self.synchronize)
+        return out, note
+
+    def timings(
+        self,
+        fns: Mapping[object, Callable[[], object]],
+        *,
+        which: Sequence[str] = TIMINGS,
+        rel_width: float = timing.DEFAULT_REL_WIDTH,
+        budget_s: float = 1.0,
+    ) -> dict[object, dict[str, timing.Estimate]]:
+        """Kernel, call and host timings of several calls at once, their trials interleaved.
+
+        ``budget_s`` is per call and timing; all samplers alternate (A B C A B C ...) until every
+        median's interval is within ``rel_width`` or the budget is spent. Returns, per key, the
+        estimates by timing name, plus ``"note"`` where the kernel timing had to fall back.
+        """
+        samplers, notes = {}, {}
+        for key, fn in fns.items():
+            per_fn, notes[key] = self.samplers(fn, which)
+            for name, sampler in per_fn.items():
+                samplers[(key, name)] = sampler
+        try:
+            estimates = timing.run_interleaved(
+                samplers,
+                rel_width=rel_width,
+                budget_s=budget_s * max(1, len(samplers)),
+                # The interpreter is slow and its wall time is never compared with a device's.
+                min_samples=3 if self.kind == "cpu" else timing.MIN_SAMPLES,
+            )
+        finally:
+            for sampler in samplers.values():
+                getattr(sampler, "close", lambda: None)()
+        out: dict[object, dict] = {key: {} for key in fns}
+        for (key, name), est in estimates.items():
+            out[key][name] = est
+        for key, note in notes.items():
+            if note:
+                out[key]["note"] = note
+        return out
+
+    def state(self) -> dict:
+        """Clocks, temperature, power and slowdown reasons now (NVML); {} where there is none."""
+        return device_state.snapshot(self.kind, self.index)
+
+    def _flush_l2(self) -> None:
+        """Overwrite a buffer larger than any L2 so each timed call starts cold (``do_bench``'s way)."""
+        key = (self.kind, self.index)
+        if key not in _FLUSH:
+            _FLUSH[key] = torch.empty(256 * 2**20, dtype=torch.int8, device=self.torch_device)
+        _FLUSH[key].zero_()
+
     def copy_bandwidth_gbps(self) -> float | None:
         """Measured device-to-device copy bandwidth in GB/s (bytes read + written).
 
-        Measured once per device per process (a 512 MiB copy timed with do_bench); None on the
-        CPU, where kernel times are interpreter times and no bandwidth share is meaningful.
+        Measured once per device per process (a 512 MiB copy, far above any L2, timed like a
+        kernel so that GB/s figures compare like with like); None on the CPU, where kernel times
+        are interpreter times and no bandwidth share is meaningful.
         """
         if self.kind == "cpu":
             return None
@@ -82,8 +157,8 @@ class Device(DeviceInfo):
             n_bytes = 512 * 2**20
             src = torch.empty(n_bytes, dtype=torch.uint8, device=self.torch_device).random_(0, 255)
             dst = torch.empty_like(src)
-            timing = self.time(lambda: dst.copy_(src), warmup_ms=25, rep_ms=200)
-            _COPY_BW[key] = 2 * n_bytes / (timing.p50 * 1e-3) / 1e9
+            est = self.timings({0: lambda: dst.copy_(src)}, which=("kernel",), budget_s=0.5)[0]["kernel"]
+            _COPY_BW[key] = 2 * n_bytes / (est.median * 1e-3) / 1e9
             del src, dst
         return _COPY_BW[key]
 
@@ -99,6 +174,7 @@ class Device(DeviceInfo):
 
 
 _COPY_BW: dict[tuple[str, int], float] = {}
+_FLUSH: dict[tuple[str, int], torch.Tensor] = {}
 
 
 def wall_timing(fn, rep_ms, method, sync=None, max_calls=200) -> Timing:

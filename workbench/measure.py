@@ -24,17 +24,20 @@ import functools
 import math
 import platform
 import subprocess
+import sys
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
 from kernels.spec import DTYPES, KernelSpec, Variant, as_tuple, dtype_name, get
 from kernels.testing import TensorCheck, compare
+from workbench import device_state
 from workbench.device import Device, get_device
+from workbench.timing import DEFAULT_REL_WIDTH
 
 
 @dataclass
@@ -170,9 +173,110 @@ def measure(
     time_it: bool = True,
     store=None,
     on_error: str = "raise",
+    rel_width: float = DEFAULT_REL_WIDTH,
 ) -> Record:
     """Measure one configuration; see the module docstring for the protocol."""
+    config = dict(variant=variant, dtype=dtype, mode=mode, problem=problem, params=params, seed=seed)
+    return measure_many(
+        spec,
+        [config],
+        device=device,
+        warmup_ms=warmup_ms,
+        rep_ms=rep_ms,
+        quick=quick,
+        check=check,
+        time_it=time_it,
+        store=store,
+        on_error=on_error,
+        rel_width=rel_width,
+    )[0]
+
+
+def measure_many(
+    spec: KernelSpec | str,
+    configs: Sequence[Mapping[str, Any]],
+    *,
+    device: str | Device = "auto",
+    warmup_ms: float = 25,
+    rep_ms: float = 100,
+    quick: bool = False,
+    check: bool = True,
+    time_it: bool = True,
+    store=None,
+    on_error: str = "raise",
+    rel_width: float = DEFAULT_REL_WIDTH,
+    extra: Sequence[tuple[Record, Callable[[], object]]] = (),
+) -> list[Record]:
+    """Measure several configurations of one family side by side, their timing trials interleaved.
+
+    Each config is a mapping with ``variant`` and optionally ``dtype``, ``mode``, ``problem``,
+    ``params`` and ``seed`` (the keywords of :func:`measure`). Every configuration is prepared
+    and checked first; then all of them are timed together, trials alternating (A B C A B C ...)
+    so that drift in clocks or temperature hits each alike, and a ratio between two of them is
+    a ratio of numbers taken under the same conditions. ``rep_ms`` is the time budget per
+    configuration and timing; sampling stops earlier once every median's interval is within
+    ``rel_width``.
+
+    ``extra``: (record, call) pairs timed in the same rounds, for calls that are not a variant
+    (a peer's bare kernel); their records get the timings and nothing else.
+    """
     spec = get(spec) if isinstance(spec, str) else spec
+    prepared: list[_Prepared] = []
+    records: list[Record] = []
+    for config in configs:
+        rec, prep = _prepare(spec, config, device, quick, check, on_error)
+        records.append(rec)
+        if prep is not None and time_it:
+            prepared.append(prep)
+    if time_it and extra:
+        dev = get_device(device)
+        prepared += [_Prepared(rec, spec, dev, rec.problem, fn) for rec, fn in extra]
+    if prepared:
+        _time_together(prepared, warmup_ms, rep_ms, rel_width, on_error)
+    for prep in prepared:
+        prep.step = None  # drop the inputs and graphs before the next configuration allocates
+    for rec in records:
+        if store is not None:
+            store.append(rec)
+    return records
+
+
+@dataclass
+class _Prepared:
+    """A configuration that ran and was checked, ready to be timed."""
+
+    record: Record
+    spec: KernelSpec
+    device: Device
+    prob: dict
+    step: Callable[[], object] | None
+
+
+def _new_record(spec, var_name, backend, mode, dtype, dev_kind, dev_name, prob, params, seed) -> Record:
+    return Record(
+        kernel=spec.name,
+        variant=var_name,
+        backend=backend,
+        mode=mode,
+        dtype=dtype,
+        device_kind=dev_kind,
+        device_name=dev_name,
+        problem=prob,
+        params=dict(params or {}),
+        axis=spec.axis,
+        x_value=(prob or {}).get(spec.axis),
+        seed=seed,
+        versions=versions(),
+        commit=git_commit(),
+        timestamp=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    )
+
+
+def _prepare(spec, config, device, quick, check, on_error) -> tuple[Record, _Prepared | None]:
+    """Resolve, run once (compile), check; a failure becomes the record's error (or raises)."""
+    variant, mode = config["variant"], config.get("mode", "forward")
+    dtype, seed = config.get("dtype", "bf16"), config.get("seed", 0)
+    problem, params = config.get("problem"), config.get("params")
     record = None
     try:
         dev = get_device(device)
@@ -186,23 +290,7 @@ def measure(
         if dt not in spec.dtypes:
             raise ValueError(f"dtype={dt!r} is not supported by {spec.name}; use one of {', '.join(spec.dtypes)}")
         prob = spec.resolve_problem(problem, quick=quick)
-        record = Record(
-            kernel=spec.name,
-            variant=var.name,
-            backend=var.backend,
-            mode=mode,
-            dtype=dt,
-            device_kind=dev.kind,
-            device_name=dev.name,
-            problem=prob,
-            params=dict(params or {}),
-            axis=spec.axis,
-            x_value=prob.get(spec.axis),
-            seed=seed,
-            versions=versions(),
-            commit=git_commit(),
-            timestamp=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        )
+        record = _new_record(spec, var.name, var.backend, mode, dt, dev.kind, dev.name, prob, params, seed)
         reason = var.unavailable_reason(dev.kind)
         if reason:
             raise ValueError(reason)
@@ -210,35 +298,98 @@ def measure(
         record.params = prm
         if var.check is not None:
             var.check(prob, prm, dt, dev)
-        _run_measurement(spec, var, dev, dt, mode, prob, prm, seed, warmup_ms, rep_ms, check, time_it, record)
+        step = _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, check, record)
+        record.min_bytes = int(spec.min_bytes(prob, mode, dt))
+        return record, _Prepared(record, spec, dev, prob, step)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a readable record or a ValueError
         if on_error == "raise":
             if isinstance(exc, (ValueError, AssertionError)):
                 raise
             raise ValueError(f"{type(exc).__name__}: {exc}") from exc
         if record is None:
-            record = Record(
-                kernel=spec.name,
-                variant=str(getattr(variant, "name", variant)),
-                backend="?",
-                mode=mode,
-                dtype=str(dtype),
-                device_kind=str(device),
-                device_name="",
-                problem=dict(problem or {}),
-                params=dict(params or {}),
-                axis=spec.axis,
-                x_value=(problem or {}).get(spec.axis),
-                seed=seed,
-                versions=versions(),
-                commit=git_commit(),
-                timestamp=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            )
+            name = str(getattr(variant, "name", variant))
+            record = _new_record(spec, name, "?", mode, str(dtype), str(device), "", dict(problem or {}), params, seed)
         record.error = _short_error(exc)
         record.passed = False
-    if store is not None:
-        store.append(record)
-    return record
+        return record, None
+
+
+def _time_together(prepared: list[_Prepared], warmup_ms, rep_ms, rel_width, on_error) -> None:
+    """Time every prepared configuration, interleaved; one that fails is retried alone."""
+    dev = prepared[0].device
+    for prep in prepared:
+        _warm_up(prep, warmup_ms)
+    state_start = dev.state()
+    try:
+        results = dev.timings({i: p.step for i, p in enumerate(prepared)}, rel_width=rel_width, budget_s=rep_ms / 1e3)
+    except Exception:  # noqa: BLE001 - isolate the configuration that failed
+        if len(prepared) == 1:
+            return _timing_failed(prepared[0], on_error)
+        for prep in prepared:
+            _time_together([prep], 0, rep_ms, rel_width, on_error)
+        return
+    state = device_state.around(state_start, dev.state())
+    for i, prep in enumerate(prepared):
+        _fill_timings(prep, results[i], state)
+    for prep in prepared:
+        _peak_memory(prep)
+
+
+def _warm_up(prep: _Prepared, warmup_ms: float) -> None:
+    if prep.device.kind == "cpu":
+        return  # the interpreter's first call already ran; its wall time needs no warm clocks
+    deadline = time.perf_counter() + warmup_ms / 1e3
+    prep.device.synchronize()
+    prep.step()
+    while time.perf_counter() < deadline:
+        prep.step()
+        prep.device.synchronize()
+
+
+def _timing_failed(prep: _Prepared, on_error: str) -> None:
+    exc = sys.exc_info()[1]
+    if on_error == "raise":
+        raise ValueError(f"timing {prep.record.kernel}/{prep.record.variant} failed: {_short_error(exc)}") from exc
+    prep.record.error = "timing failed: " + _short_error(exc)
+    prep.record.passed = False
+
+
+def _fill_timings(prep: _Prepared, est: dict, state: dict) -> None:
+    rec, dev = prep.record, prep.device
+    for name in ("kernel", "call", "host"):
+        if name in est:
+            for field_name, value in est[name].fields(name).items():
+                setattr(rec, field_name, value)
+    kernel = est["kernel"]
+    rec.kernel_method = kernel.method + (f"; {est['note']}" if est.get("note") else "")
+    rec.noisy = not all(e.converged for name, e in est.items() if name != "note")
+    rec.device_state = state
+    # The headline speed (ms_p50, what figures and rankings read) is the kernel time: what a tile
+    # changes. The call and host times stand beside it.
+    rec.ms_p50, rec.ms_p20, rec.ms_p80 = kernel.median, kernel.p20, kernel.p80
+    if dev.kind == "cpu":
+        rec.timing_method = "cpu-wall" if rec.backend in ("torch", "peer") else "interpreter-wall"
+        rec.kernel_method = rec.timing_method
+        rec.wall_ms = kernel.median
+        rec.call_ms = rec.call_lo_ms = rec.call_hi_ms = rec.call_n = None
+    else:
+        rec.timing_method = kernel.method
+        rec.wall_ms = est["call"].median
+        rec.launch_overhead_ms = est["host"].median
+    if kernel.median > 0 and dev.kind != "cpu":
+        rec.gbps = rec.min_bytes / (kernel.median * 1e-3) / 1e9
+        rec.copy_bw_gbps = dev.copy_bandwidth_gbps()
+        if rec.copy_bw_gbps:
+            rec.pct_copy_bw = 100.0 * rec.gbps / rec.copy_bw_gbps
+
+
+def _peak_memory(prep: _Prepared) -> None:
+    dev = prep.device
+    baseline = dev.reset_peak_memory()
+    if baseline is not None:  # no allocator statistics on the CPU: skip the extra call
+        prep.step()
+        peak = dev.peak_memory_above(baseline)
+        prep.record.peak_mb = None if peak is None else peak / 2**20
 
 
 def _short_error(exc: BaseException) -> str:
@@ -251,7 +402,8 @@ def _short_error(exc: BaseException) -> str:
     return text.strip()[:2000]
 
 
-def _run_measurement(spec, var, dev, dt, mode, prob, prm, seed, warmup_ms, rep_ms, check, time_it, record):
+def _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, check, record) -> Callable[[], object]:
+    """Run the configuration once (compiling it), check it, and return the call to time."""
     torch_dtype = DTYPES[dt]
     inputs = spec.make_inputs(prob, torch_dtype, dev.torch_device, seed)
     grad_names = _grad_inputs(inputs)
@@ -284,45 +436,21 @@ def _run_measurement(spec, var, dev, dt, mode, prob, prm, seed, warmup_ms, rep_m
     if check:
         _check(spec, dev, dt, prob, inputs, outputs, grads, grad_names, grad_outs, record)
 
-    if time_it:
-        if mode == "forward":
+    if mode == "forward":
 
-            def step():
-                with torch.no_grad():
-                    return forward()
+        def step():
+            with torch.no_grad():
+                return forward()
 
-        elif mode == "backward":
-            step = backward
-        else:
+        return step
+    if mode == "backward":
+        return backward
 
-            def step():
-                outs = [o for o in forward() if isinstance(o, torch.Tensor) and o.requires_grad]
-                return torch.autograd.grad(outs, grad_tensors, grad_outs)
+    def step():
+        outs = [o for o in forward() if isinstance(o, torch.Tensor) and o.requires_grad]
+        return torch.autograd.grad(outs, grad_tensors, grad_outs)
 
-        timing = dev.time(step, warmup_ms=warmup_ms, rep_ms=rep_ms)
-        if dev.kind == "cpu" and var.backend in ("torch", "peer"):
-            record.timing_method = "cpu-wall"
-        else:
-            record.timing_method = timing.method
-        record.ms_p50, record.ms_p20, record.ms_p80 = timing.p50, timing.p20, timing.p80
-        if dev.kind == "cpu":
-            record.wall_ms = timing.p50
-        else:
-            record.wall_ms = dev.wall_per_call(step, rep_ms=min(rep_ms, 50)).p50
-        record.launch_overhead_ms = max(0.0, record.wall_ms - timing.p50)
-        record.min_bytes = int(spec.min_bytes(prob, mode, dt))
-        if timing.p50 > 0 and dev.kind != "cpu":
-            record.gbps = record.min_bytes / (timing.p50 * 1e-3) / 1e9
-            record.copy_bw_gbps = dev.copy_bandwidth_gbps()
-            if record.copy_bw_gbps:
-                record.pct_copy_bw = 100.0 * record.gbps / record.copy_bw_gbps
-        baseline = dev.reset_peak_memory()
-        if baseline is not None:  # no allocator statistics on the CPU: skip the extra call
-            step()
-            peak = dev.peak_memory_above(baseline)
-            record.peak_mb = None if peak is None else peak / 2**20
-    else:
-        record.min_bytes = int(spec.min_bytes(prob, mode, dt))
+    return step
 
 
 def _check(spec, dev, dt, prob, inputs, outputs, grads, grad_names, grad_outs, record):

@@ -1,6 +1,8 @@
 """The ratio maths of a suite: records in, judged rows out (pure; no device, no files).
 
-Every point ends as ``MET``, ``MISSED``, ``not measured`` (a peer missing or failed, a number the
+A ratio carries the interval its two medians' confidence intervals imply; it is MET or MISSED
+only when that interval lies wholly on one side of the threshold, otherwise "within noise".
+Every point ends as ``MET``, ``MISSED``, ``within noise``, ``not measured`` (a peer missing or failed, a number the
 device cannot give), ``not comparable`` (CPU interpreter or CPU wall times, which are never
 judged against device numbers) or ``wrong result``.
 """
@@ -17,6 +19,7 @@ from workbench.suites.targets import (
     NOT_COMPARABLE,
     NOT_MEASURED,
     PEER_BACKENDS,
+    TIE,
     WRONG,
     Chain,
     Defaults,
@@ -24,6 +27,7 @@ from workbench.suites.targets import (
     Versus,
     required,
 )
+from workbench.timing import Estimate, ratio_interval, verdict
 
 
 # --- the ratio maths (pure: records in, rows out) ---------------------------------------------
@@ -89,6 +93,30 @@ def _ok(r: dict) -> bool:
     return not r.get("error") and r.get("passed") is True and r.get("ms_p50") is not None
 
 
+def timed(r: dict, timing: str = "kernel") -> tuple[float | None, float | None, float | None]:
+    """(median, lo, hi) in ms of one timing ("kernel" or "call") of a record.
+
+    Records from before the timing work (or the chain's wall times) have only ``ms_p50``: their
+    median stands alone and its interval is unknown (None), so it is judged as a point.
+    """
+    if r.get(f"{timing}_ms") is not None:
+        return r[f"{timing}_ms"], r.get(f"{timing}_lo_ms"), r.get(f"{timing}_hi_ms")
+    if timing == "kernel" or r.get("timing_method") in CPU_TIMINGS:
+        return r.get("ms_p50"), None, None
+    return None, None, None
+
+
+def ratio_with_interval(peer: dict, ours: dict, timing: str) -> tuple[float | None, float | None, float | None]:
+    """peer / ours with the interval the two medians' intervals imply (a point where unknown)."""
+    p, p_lo, p_hi = timed(peer, timing)
+    o, o_lo, o_hi = timed(ours, timing)
+    if not p or not o:
+        return None, None, None
+    num = Estimate(p, p if p_lo is None else p_lo, p if p_hi is None else p_hi, 0, "", True, p, p)
+    den = Estimate(o, o if o_lo is None else o_lo, o if o_hi is None else o_hi, 0, "", True, o, o)
+    return ratio_interval(num, den)
+
+
 def _us(ms: float | None) -> float | None:
     return None if ms is None else ms * 1e3
 
@@ -102,10 +130,10 @@ def _short(text: Any, n: int = 160) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def best_of(records: Iterable[Any]) -> dict | None:
-    """The fastest record that ran and passed its check (None when none did)."""
-    ok = [r for r in map(_d, records) if _ok(r)]
-    return min(ok, key=lambda r: r["ms_p50"]) if ok else None
+def best_of(records: Iterable[Any], timing: str = "kernel") -> dict | None:
+    """The fastest record (median of ``timing``) that ran and passed its check (None when none did)."""
+    ok = [r for r in map(_d, records) if _ok(r) and timed(r, timing)[0] is not None]
+    return min(ok, key=lambda r: timed(r, timing)[0]) if ok else None
 
 
 def label(record: dict) -> str:
@@ -122,12 +150,15 @@ def judge(
     ratio_rules: Sequence[Rule] = (),
     bw_rules: Sequence[Rule] = (),
     alt: Any | None = None,
+    timing: str = "kernel",
 ) -> RatioRow:
     """Fill ``row`` from our record and the candidates' (peers, or sweep configurations).
 
     ``missing``: candidates that could not be measured here (name -> reason). The ratio is the
     best candidate's time over ours; the status is MISSED when any threshold that could be
-    evaluated is missed, else "not measured" / "not comparable" when one could not be, else MET.
+    evaluated is missed, else "not measured" / "not comparable" when one could not be, else
+    "within noise" when the ratio's interval straddles its threshold, else MET. ``timing`` is
+    what is compared: "kernel" (device work, the default) or "call" (a user's eager call).
     """
     missing = dict(missing or {})
     x = row.x
@@ -137,29 +168,30 @@ def judge(
         row.status, row.reason = NOT_MEASURED, "ours was not measured"
         return row
     o = _d(ours)
-    row.timing = o.get("timing_method") or ""
+    method = o.get(f"{timing}_method") or o.get("timing_method") or ""
+    row.timing = f"{timing} ({method})" if method else timing
     if o.get("error"):
         row.status, row.reason = NOT_MEASURED, f"ours failed: {_short(o['error'])}"
         return row
     if o.get("passed") is False:
         row.status, row.reason = WRONG, "our result is wrong"
         return row
-    row.ours_us = _us(o.get("ms_p50"))
+    row.ours_us = _us(timed(o, timing)[0])
     row.pct_copy_bw = o.get("pct_copy_bw")
     cands = [_d(c) for c in candidates]
-    best = best_of(cands)
+    best = best_of(cands, timing)
     if alt is not None:
         a = _d(alt)
         row.alt_peer = label(a)
         if _ok(a):
-            row.alt_peer_us = _us(a["ms_p50"])
-            if row.ours_us:
+            row.alt_peer_us = _us(timed(a, timing)[0])
+            if row.ours_us and row.alt_peer_us:
                 row.alt_ratio = row.alt_peer_us / row.ours_us
     states: list[tuple[str, str]] = []  # (state, reason) per threshold
     if best is not None:
-        row.peer, row.peer_us = label(best), _us(best["ms_p50"])
+        row.peer, row.peer_us = label(best), _us(timed(best, timing)[0])
         if row.ours_us:
-            row.ratio = row.peer_us / row.ours_us
+            row.ratio, row.ratio_lo, row.ratio_hi = ratio_with_interval(best, o, timing)
     if row.min_ratio is not None:
         if best is None:
             if missing and not cands:
@@ -174,10 +206,17 @@ def judge(
             states.append((NOT_COMPARABLE, "CPU interpreter / CPU wall times"))
         elif row.ratio is None:
             states.append((NOT_MEASURED, "no time"))
-        elif row.ratio >= row.min_ratio:
-            states.append((MET, ""))
         else:
-            states.append((MISSED, f"ratio {row.ratio:.2f} < {row.min_ratio:g}"))
+            state = verdict(row.ratio_lo, row.ratio_hi, row.min_ratio)
+            span = f"ratio {row.ratio:.2f}"
+            if row.ratio_lo != row.ratio_hi:
+                span += f" [{row.ratio_lo:.2f}, {row.ratio_hi:.2f}]"
+            if state == MISSED:
+                states.append((MISSED, f"{span} < {row.min_ratio:g}"))
+            elif state == TIE:
+                states.append((TIE, f"{span} straddles {row.min_ratio:g}"))
+            else:
+                states.append((MET, ""))
     if row.min_pct_bw is not None:
         if _cpu_timed(o):
             states.append((NOT_COMPARABLE, "no copy bandwidth on the CPU"))
@@ -189,7 +228,7 @@ def judge(
             states.append((MISSED, f"{row.pct_copy_bw:.1f}% of copy BW < {row.min_pct_bw:g}%"))
     if missing and best is not None:
         row.note = "not here: " + "; ".join(f"{k} ({_short(v, 80)})" for k, v in missing.items())
-    for state in (MISSED, NOT_MEASURED, NOT_COMPARABLE):
+    for state in (MISSED, NOT_MEASURED, NOT_COMPARABLE, TIE):
         hits = [why for s, why in states if s == state]
         if hits:
             row.status, row.reason = state, "; ".join(h for h in hits if h)
@@ -260,6 +299,7 @@ def versus_rows(target: Versus, records: Iterable[Any], missing: Mapping[str, st
                 ratio_rules=target.min_ratio,
                 bw_rules=target.min_pct_bw,
                 alt=alt,
+                timing=target.timing,
             )
         )
     return rows

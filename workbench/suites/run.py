@@ -13,7 +13,7 @@ import torch
 
 from kernels.spec import DTYPES, get
 from workbench.device import get_device
-from workbench.measure import Record, measure
+from workbench.measure import Record, measure_many
 from workbench.suites.chain import run_chain
 from workbench.suites.context import RunContext, SuiteRun, new_record
 from workbench.suites.judge import failures, rows_for, sweep_label
@@ -49,50 +49,53 @@ def _run_versus(target: Versus, ctx: RunContext, run: SuiteRun) -> None:
     axis = spec.axis
     for x in target.values:
         problem = {**target.problem, axis: x}
-        for name in [target.ours] + peers:
-            rec = measure(
-                spec,
-                name,
-                device=ctx.device,
-                dtype=target.dtype,
-                mode=target.mode,
-                problem=problem,
-                warmup_ms=ctx.warmup_ms,
-                rep_ms=ctx.rep_ms,
-                store=ctx.store,
-                on_error="record",
-            )
+        names = [target.ours] + peers
+        bare = [
+            _bare_kernel(spec, spec.variant(name), problem, target, ctx) for name in names if name in target.kernel_only
+        ]
+        configs = [dict(variant=name, dtype=target.dtype, mode=target.mode, problem=problem) for name in names]
+        # Ours and every peer at this x are timed together, their trials interleaved.
+        recs = measure_many(
+            spec,
+            configs,
+            device=ctx.device,
+            warmup_ms=ctx.warmup_ms,
+            rep_ms=ctx.rep_ms,
+            store=ctx.store,
+            on_error="record",
+            extra=[(rec, fn) for rec, fn in bare if fn is not None],
+        )
+        for name, rec in zip(names, recs):
             ctx.emit(rec)
-            if name in target.kernel_only:
-                ctx.emit(_bare_kernel_record(spec, spec.variant(name), problem, target, ctx), to_store=True)
+            for bare_rec, _ in bare:
+                if bare_rec.variant == f"{name}_kernel":
+                    ctx.emit(bare_rec, to_store=True)
 
 
-def _bare_kernel_record(spec, var, problem: dict, target: Versus, ctx: RunContext) -> Record:
-    """A peer's bare kernel (its variant's ``kernel``) timed on the target's problem, recorded as
-    ``<variant>_kernel``; the variant's own record has checked its result on our inputs."""
+def _bare_kernel(spec, var, problem: dict, target: Versus, ctx: RunContext) -> tuple[Record, Callable | None]:
+    """A peer's bare kernel (its variant's ``kernel``) on the target's problem, as a record named
+    ``<variant>_kernel`` and the call to time (None when it cannot run; the record says why).
+    The variant's own record checks its result on our inputs."""
     dev = ctx.device
     prob = spec.resolve_problem(problem)
     rec = new_record(
         spec.name, f"{var.name}_kernel", "peer", "forward", target.dtype, dev, prob, {}, spec.axis, prob[spec.axis]
     )
+    rec.min_bytes = int(spec.min_bytes(prob, "forward", target.dtype))
     try:
         inputs = spec.make_inputs(prob, DTYPES[target.dtype], dev.torch_device, 0)
-        fn = var.kernel(inputs, prob)
-        with torch.no_grad():
-            fn()
-            timing = dev.time(fn, warmup_ms=ctx.warmup_ms, rep_ms=ctx.rep_ms)
-        rec.timing_method = timing.method
-        rec.ms_p50, rec.ms_p20, rec.ms_p80 = timing.p50, timing.p20, timing.p80
-        rec.min_bytes = int(spec.min_bytes(prob, "forward", target.dtype))
-        if dev.kind != "cpu" and timing.p50 > 0:
-            rec.gbps = rec.min_bytes / (timing.p50 * 1e-3) / 1e9
-            rec.copy_bw_gbps = dev.copy_bandwidth_gbps()
-            if rec.copy_bw_gbps:
-                rec.pct_copy_bw = 100.0 * rec.gbps / rec.copy_bw_gbps
+        kernel = var.kernel(inputs, prob)
+
+        def fn():
+            with torch.no_grad():
+                return kernel()
+
+        fn()
         rec.passed = True  # its result on our inputs is checked by the variant's own record
+        return rec, fn
     except Exception as exc:  # noqa: BLE001 - a peer that cannot be timed is reported, not fatal
         rec.error, rec.passed = f"{type(exc).__name__}: {exc}"[:2000], False
-    return rec
+        return rec, None
 
 
 def _run_defaults(target: Defaults, ctx: RunContext, run: SuiteRun) -> None:
@@ -119,20 +122,17 @@ def _run_defaults(target: Defaults, ctx: RunContext, run: SuiteRun) -> None:
                         continue  # a value this problem cannot take: skipped, not measured
                 configs.append({pname: value})
                 taken += 1
-        for params in configs:
-            rec = measure(
-                spec,
-                var,
-                device=ctx.device,
-                dtype=target.dtype,
-                mode=target.mode,
-                problem=problem,
-                params=params,
-                warmup_ms=ctx.warmup_ms,
-                rep_ms=ctx.rep_ms,
-                store=ctx.store,
-                on_error="record",
-            )
+        # The default and every alternative tile at this x are timed together, interleaved.
+        recs = measure_many(
+            spec,
+            [dict(variant=var, dtype=target.dtype, mode=target.mode, problem=problem, params=p) for p in configs],
+            device=ctx.device,
+            warmup_ms=ctx.warmup_ms,
+            rep_ms=ctx.rep_ms,
+            store=ctx.store,
+            on_error="record",
+        )
+        for params, rec in zip(configs, recs):
             ctx.emit(rec, label=sweep_label(params))
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from kernels.spec import get
+from workbench import timing
 
 OURS = {"rms_norm": "gpu_multirow", "fused_add_rms_norm": "gpu_multirow", "block_sparse": "gpu"}
 PEER_BACKENDS = ("torch", "peer")
@@ -34,9 +35,10 @@ PEER_BACKENDS = ("torch", "peer")
 PEER_DISTRIBUTIONS = ("liger-kernel", "pyjuice")
 CPU_TIMINGS = ("interpreter-wall", "cpu-wall")
 
-MET, MISSED, NOT_MEASURED, NOT_COMPARABLE, WRONG = "MET", "MISSED", "not measured", "not comparable", "wrong result"
-# A ratio whose confidence interval straddles its threshold: neither MET nor MISSED.
-TIE = "within noise"
+# MET, MISSED and TIE ("within noise": the ratio's interval straddles its threshold) are the
+# timing module's verdicts.
+MET, MISSED, TIE = timing.MET, timing.MISSED, timing.TIE
+NOT_MEASURED, NOT_COMPARABLE, WRONG = "not measured", "not comparable", "wrong result"
 
 
 # --- targets as data ---------------------------------------------------------------------------
@@ -83,6 +85,9 @@ class Versus:
     min_ratio: tuple[Rule, ...] = (Rule(1.0),)
     min_pct_bw: tuple[Rule, ...] = ()
     kernel_only: tuple[str, ...] = ()
+    # What is judged: "kernel" (device work; what a tile changes) or "call" (a user's eager
+    # call, host included; the targets about launch cost).
+    timing: str = "kernel"
     kind: str = "versus"
 
     def axis(self) -> str:

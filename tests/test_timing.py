@@ -1,0 +1,228 @@
+"""workbench.timing: the statistics on synthetic timings with known distributions (CPU), and the
+three timings on a real kernel (GPU)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from workbench import timing
+from workbench.suites.judge import RatioRow, judge
+from workbench.suites.targets import MET, MISSED, TIE, Rule
+
+
+class Synthetic:
+    """A sampler drawing per-call times from a known distribution."""
+
+    method = "synthetic"
+
+    def __init__(self, draw, batch=1):
+        self.draw, self.batch = draw, batch
+
+    def sample(self):
+        return [float(self.draw()) for _ in range(self.batch)]
+
+
+def fake_clock(step_s):
+    ticks = itertools.count()
+    return lambda: next(ticks) * step_s
+
+
+def test_median_interval_covers_the_true_median_at_its_confidence():
+    """Lognormal(mu, 0.3) has median exp(mu); the 95% interval must cover it ~95% of the time."""
+    rng = np.random.default_rng(1)
+    true_median = math.exp(0.5)
+    trials, covered = 400, 0
+    for _ in range(trials):
+        lo, hi = timing.median_interval(rng.lognormal(0.5, 0.3, size=31))
+        covered += lo <= true_median <= hi
+    # Order-statistic intervals are conservative: coverage at or a little above 95%.
+    assert 0.92 <= covered / trials <= 0.995
+
+
+def test_interval_narrows_with_samples_and_is_unbounded_for_one():
+    rng = np.random.default_rng(2)
+    few = timing.estimate(rng.normal(10, 1, 12), "m")
+    many = timing.estimate(rng.normal(10, 1, 1200), "m")
+    assert many.rel_half_width < few.rel_half_width
+    one = timing.estimate([3.0], "m")
+    assert math.isinf(one.rel_half_width) and not one.converged
+
+
+def test_stopping_rule_stops_early_on_a_quiet_timing():
+    rng = np.random.default_rng(3)
+    quiet = Synthetic(lambda: rng.normal(1.0, 0.005))  # 0.5% noise: +-2% after the minimum
+    est = timing.run_interleaved({"a": quiet}, budget_s=1e9, clock=fake_clock(0.0))["a"]
+    assert est.converged and est.n == timing.MIN_SAMPLES
+    assert est.lo <= 1.0 <= est.hi and est.rel_half_width <= timing.DEFAULT_REL_WIDTH
+
+
+def test_a_noisy_cell_runs_out_of_budget_and_says_so():
+    rng = np.random.default_rng(4)
+    noisy = Synthetic(lambda: rng.uniform(0.5, 1.5))  # +-50%: the +-2% rule needs thousands
+    est = timing.run_interleaved({"a": noisy}, budget_s=0.05, clock=fake_clock(0.001))["a"]
+    assert not est.converged
+    assert est.n >= timing.MIN_SAMPLES and est.n < 100  # stopped by the budget, not the sample cap
+    assert est.rel_half_width > timing.DEFAULT_REL_WIDTH
+
+
+def test_trials_alternate_between_variants():
+    rng = np.random.default_rng(5)
+    samplers = {name: Synthetic(lambda: rng.normal(1.0, 0.001)) for name in "ABC"}
+    order: list = []
+    out = timing.run_interleaved(samplers, budget_s=1e9, clock=fake_clock(0.0), order=order)
+    assert set(out) == set("ABC")
+    assert len(order) == 3 * timing.MIN_SAMPLES
+    assert order == list("ABC") * timing.MIN_SAMPLES
+
+
+def test_a_converged_variant_keeps_alternating_while_another_is_noisy():
+    rng = np.random.default_rng(6)
+    samplers = {
+        "quiet": Synthetic(lambda: rng.normal(1.0, 0.001)),
+        "noisy": Synthetic(lambda: rng.uniform(0.5, 1.5)),
+    }
+    order: list = []
+    out = timing.run_interleaved(samplers, budget_s=0.1, clock=fake_clock(0.001), order=order)
+    assert out["quiet"].converged and not out["noisy"].converged
+    assert out["quiet"].n == out["noisy"].n  # drift must hit both alike: same number of trials
+    assert order[:6] == ["quiet", "noisy"] * 3
+
+
+def test_ratio_interval_and_the_three_verdicts():
+    def est(median, half):
+        return timing.Estimate(median, median - half, median + half, 20, "m", True, median, median)
+
+    ratio, lo, hi = timing.ratio_interval(est(10.0, 0.2), est(8.0, 0.1))
+    assert ratio == pytest.approx(1.25) and lo == pytest.approx(9.8 / 8.1) and hi == pytest.approx(10.2 / 7.9)
+    assert timing.verdict(lo, hi, 1.0) == MET
+    assert timing.verdict(lo, hi, 1.25) == TIE
+    assert timing.verdict(lo, hi, 1.4) == MISSED
+
+
+def _record(variant, backend, us, half_us):
+    ms, half = us / 1e3, half_us / 1e3
+    return {
+        "variant": variant,
+        "backend": backend,
+        "mode": "forward",
+        "passed": True,
+        "ms_p50": ms,
+        "kernel_ms": ms,
+        "kernel_lo_ms": ms - half,
+        "kernel_hi_ms": ms + half,
+        "kernel_method": "cuda-graph",
+        "timing_method": "cuda-graph",
+    }
+
+
+@pytest.mark.parametrize(
+    "ours_us, peer_us, half_us, status",
+    [
+        (10.0, 10.1, 0.3, TIE),  # 1% apart with +-3% intervals: no verdict is honest
+        (10.0, 12.0, 0.1, MET),
+        (10.0, 8.0, 0.1, MISSED),
+    ],
+)
+def test_judge_calls_a_straddling_ratio_within_noise(ours_us, peer_us, half_us, status):
+    row = RatioRow(
+        target="t", kind="versus", title="t", family="rms_norm", mode="forward", x_name="hidden", x=1, ours="o"
+    )
+    ours = _record("o", "gpu", ours_us, half_us)
+    peer = _record("p", "torch", peer_us, half_us)
+    judged = judge(row, ours, [peer], ratio_rules=(Rule(1.0),))
+    assert judged.status == status
+    assert judged.ratio_lo <= judged.ratio <= judged.ratio_hi
+    if status == TIE:
+        assert "straddles 1" in judged.reason
+
+
+def test_judge_call_targets_read_call_time():
+    row = RatioRow(
+        target="t", kind="versus", title="t", family="rms_norm", mode="forward", x_name="hidden", x=1, ours="o"
+    )
+    ours = dict(_record("o", "gpu", 10.0, 0.1), call_ms=0.030, call_lo_ms=0.029, call_hi_ms=0.031)
+    peer = dict(_record("p", "torch", 12.0, 0.1), call_ms=0.020, call_lo_ms=0.0195, call_hi_ms=0.0205)
+    assert judge(row, ours, [peer], ratio_rules=(Rule(1.0),)).status == MET  # kernel: ours faster
+    row2 = RatioRow(
+        target="t", kind="versus", title="t", family="rms_norm", mode="forward", x_name="hidden", x=1, ours="o"
+    )
+    judged = judge(row2, ours, [peer], ratio_rules=(Rule(1.0),), timing="call")
+    assert judged.status == MISSED and judged.timing.startswith("call")  # call: the peer is faster
+
+
+def test_measure_on_the_cpu_labels_interpreter_wall_time():
+    from workbench.measure import measure
+
+    rec = measure("rms_norm", "gpu_row", device="cpu", dtype="fp32", problem={"rows": 3, "hidden": 40}, rep_ms=1)
+    assert rec.ok and rec.kernel_method == "interpreter-wall" and rec.timing_method == "interpreter-wall"
+    assert rec.kernel_n >= 3 and rec.kernel_ms == rec.ms_p50 > 0
+    assert rec.call_ms is None and rec.host_ms is None  # no device: no separate call or host time
+    assert isinstance(rec.noisy, bool)
+
+
+def test_measure_many_interleaves_and_keeps_each_configuration_apart():
+    from workbench.measure import measure_many
+
+    configs = [
+        dict(variant="gpu_row", dtype="fp32", problem={"rows": 3, "hidden": 40}),
+        dict(variant="torch_eager", dtype="fp32", problem={"rows": 3, "hidden": 40}),
+        dict(variant="gpu_row", dtype="fp32", problem={"rows": 3, "hidden": 40}, params={"BLOCK_SIZE": 8}),
+    ]
+    recs = measure_many("rms_norm", configs, device="cpu", rep_ms=1, on_error="record")
+    assert [r.variant for r in recs] == ["gpu_row", "torch_eager", "gpu_row"]
+    assert recs[0].ok and recs[1].ok and recs[1].timing_method == "cpu-wall"
+    assert not recs[2].ok and "BLOCK_SIZE" in recs[2].error  # a bad tile stays its own error record
+    assert recs[2].kernel_ms is None
+
+
+# --- GPU: the three timings on a real kernel ---------------------------------------------------
+@pytest.mark.gpu
+def test_graph_replay_and_profiler_agree_on_a_capturable_kernel():
+    from kernels.rms_norm import rms_norm
+
+    x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+
+    def call():
+        return rms_norm(x, w)
+
+    call()
+    samplers = {"graph": timing.CudaGraphSampler(call), "profiler": timing.ProfilerKernelSampler(call)}
+    est = timing.run_interleaved(samplers, budget_s=2.0)
+    graph, prof = est["graph"].median, est["profiler"].median
+    assert graph > 0 and prof > 0
+    assert abs(graph - prof) / prof < 0.10, (graph, prof)
+
+
+@pytest.mark.gpu
+def test_three_timings_of_a_real_kernel():
+    from workbench.measure import measure
+
+    rec = measure(
+        "rms_norm", "gpu_multirow", device="cuda", dtype="bf16", mode="full", problem={"rows": 4096, "hidden": 1024}
+    )
+    assert rec.ok, rec.error
+    assert rec.kernel_method.startswith("cuda-graph")
+    assert 0 < rec.kernel_lo_ms <= rec.kernel_ms <= rec.kernel_hi_ms
+    assert rec.call_ms >= rec.kernel_ms * 0.9  # a call cannot take less device time than its kernels
+    assert rec.host_ms > 0 and rec.host_n >= timing.MIN_SAMPLES
+    assert rec.ms_p50 == rec.kernel_ms
+
+
+@pytest.mark.gpu
+def test_an_uncapturable_call_falls_back_to_the_profiler():
+    x = torch.randn(1 << 20, device="cuda")
+
+    def call():
+        y = x * 2
+        return y.sum().item()  # a read-back: cannot be captured in a CUDA graph
+
+    sampler, note = timing.kernel_sampler(call)
+    assert sampler.method == "profiler" and "not capturable" in note
+    est = timing.run_interleaved({"k": sampler}, budget_s=1.0)["k"]
+    assert est.median > 0

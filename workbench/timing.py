@@ -1,0 +1,370 @@
+"""Timings a kernel engineer can trust: kernel, call and host time, each a median with an interval.
+
+One number from one ``do_bench`` run mixes the device's work with the host's launch cost and its
+noise; on the lent H100 that moved a cell by 2x between runs. This module takes three timings
+of the same call, each answering one question:
+
+* **kernel** - the device's work only. On CUDA the call is captured in a CUDA graph and the
+  graph is replayed (``do_bench_cudagraph``'s idea: no host in the loop); where a call cannot
+  be captured (a host sync inside, a peer that reads a value back) the profiler's sum of device
+  kernel time per call stands in, and the estimate says which method ran.
+* **call** - what a user's eager loop pays: device events around one call, L2 flushed before
+  it, host issue time included (``do_bench``'s protocol).
+* **host** - the wall time to issue one call from Python, the device idle and synchronised
+  before it. ``call - kernel`` hides host work that overlaps the device, so host is its own
+  number.
+
+Each timing is a stream of samples. :func:`run_interleaved` draws them round-robin over every
+sampler it is given (A B C A B C ...) so that clock or thermal drift hits all alike, and stops
+when the 95% confidence interval of every median is within ``rel_width`` (default +-2%) of it,
+or when the time budget ends; a timing that did not get there is marked not converged, and
+the record that holds it is "noisy". The interval is the distribution-free one for a quantile
+(order statistics of a binomial, ``scipy.stats.quantile_test``): it holds for skewed,
+heavy-tailed timing samples without a normality assumption.
+
+A ratio of two medians carries the interval those two intervals imply (:func:`ratio_interval`),
+and a verdict against a threshold is MET or MISSED only when the interval lies wholly on one
+side of it, otherwise a tie (:func:`verdict`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable, Mapping, Protocol, Sequence
+
+import numpy as np
+
+CONFIDENCE = 0.95
+DEFAULT_REL_WIDTH = 0.02
+MIN_SAMPLES = 10
+MAX_SAMPLES = 2000
+
+# Verdict words (the suites' vocabulary; workbench.suites.targets re-uses them).
+MET, MISSED, TIE = "MET", "MISSED", "within noise"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A median per-call time in ms with its confidence interval, from ``n`` samples."""
+
+    median: float
+    lo: float
+    hi: float
+    n: int
+    method: str
+    converged: bool
+    p20: float
+    p80: float
+
+    @property
+    def rel_half_width(self) -> float:
+        """Half the interval's width relative to the median (inf when it is unbounded)."""
+        if not (math.isfinite(self.lo) and math.isfinite(self.hi)) or self.median <= 0:
+            return math.inf
+        return (self.hi - self.lo) / 2 / self.median
+
+    def overlaps(self, other: "Estimate") -> bool:
+        """Whether the two intervals overlap: the two medians cannot be told apart."""
+        return self.lo <= other.hi and other.lo <= self.hi
+
+    def fields(self, prefix: str) -> dict:
+        """This estimate as ``Record`` fields named ``{prefix}_ms``, ``{prefix}_lo_ms``, ..."""
+        return {
+            f"{prefix}_ms": self.median,
+            f"{prefix}_lo_ms": _finite_or_none(self.lo),
+            f"{prefix}_hi_ms": _finite_or_none(self.hi),
+            f"{prefix}_n": self.n,
+        }
+
+
+def _finite_or_none(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+# --- statistics --------------------------------------------------------------------------------
+def median_interval(samples: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Distribution-free confidence interval of the median (order statistics; scipy).
+
+    With too few samples for the requested confidence a bound is infinite, which reads as
+    "not converged" rather than as a false precision.
+    """
+    from scipy import stats
+
+    x = np.asarray(samples, dtype=float)
+    if x.size == 0:
+        return -math.inf, math.inf
+    if x.size == 1:
+        return -math.inf, math.inf
+    ci = stats.quantile_test(x, q=float(np.median(x)), p=0.5).confidence_interval(confidence_level=confidence)
+    lo = float(ci.low) if np.isfinite(ci.low) else -math.inf
+    hi = float(ci.high) if np.isfinite(ci.high) else math.inf
+    return lo, hi
+
+
+def estimate(samples: Sequence[float], method: str, rel_width: float = DEFAULT_REL_WIDTH) -> Estimate:
+    """Median, interval and convergence of one timing's samples."""
+    x = np.asarray(samples, dtype=float)
+    lo, hi = median_interval(x)
+    med = float(np.median(x)) if x.size else math.nan
+    p20, p80 = (float(v) for v in np.quantile(x, [0.2, 0.8])) if x.size else (math.nan, math.nan)
+    est = Estimate(median=med, lo=lo, hi=hi, n=int(x.size), method=method, converged=False, p20=p20, p80=p80)
+    done = x.size >= MIN_SAMPLES and est.rel_half_width <= rel_width
+    return Estimate(median=med, lo=lo, hi=hi, n=int(x.size), method=method, converged=done, p20=p20, p80=p80)
+
+
+def ratio_interval(num: Estimate, den: Estimate) -> tuple[float, float, float]:
+    """``num / den`` with the interval the two medians' intervals imply.
+
+    The bounds pair the extremes (lowest numerator over highest denominator and the reverse):
+    if each interval covers its median, the ratio's interval covers the ratio of medians.
+    """
+    ratio = num.median / den.median
+    lo = num.lo / den.hi if den.hi > 0 and math.isfinite(den.hi) and num.lo > 0 else 0.0
+    hi = num.hi / den.lo if den.lo > 0 and math.isfinite(num.hi) else math.inf
+    return ratio, lo, hi
+
+
+def verdict(lo: float, hi: float, threshold: float) -> str:
+    """MET when the whole interval clears ``threshold``, MISSED when it is wholly below, else a tie."""
+    if lo >= threshold:
+        return MET
+    if hi < threshold:
+        return MISSED
+    return TIE
+
+
+# --- sampling ----------------------------------------------------------------------------------
+class Sampler(Protocol):
+    """One timing of one call: ``method`` names how, ``sample()`` returns new per-call times (ms)."""
+
+    method: str
+
+    def sample(self) -> list[float]: ...
+
+
+def run_interleaved(
+    samplers: Mapping[object, Sampler],
+    *,
+    rel_width: float = DEFAULT_REL_WIDTH,
+    budget_s: float = 1.0,
+    min_samples: int = MIN_SAMPLES,
+    max_samples: int = MAX_SAMPLES,
+    clock: Callable[[], float] = time.perf_counter,
+    order: list | None = None,
+) -> dict[object, Estimate]:
+    """Sample every sampler round-robin until all medians are within ``rel_width`` or time ends.
+
+    Each round draws once from each sampler in the mapping's order, so trials of variants A, B
+    and C alternate (A B C A B C ...). A sampler whose estimate has converged still takes its
+    turn while others have not: alternation is what keeps drift from favouring one side.
+    ``order`` (a list) receives the keys in the order they were sampled, for tests and logs.
+    """
+    if not samplers:
+        return {}
+    samples: dict[object, list[float]] = {k: [] for k in samplers}
+    start = clock()
+    while True:
+        for key, sampler in samplers.items():
+            samples[key].extend(sampler.sample())
+            if order is not None:
+                order.append(key)
+        counts = [len(v) for v in samples.values()]
+        enough = min(counts) >= min_samples
+        if enough and all(estimate(samples[k], samplers[k].method, rel_width).converged for k in samplers):
+            break
+        if (enough and clock() - start >= budget_s) or max(counts) >= max_samples:
+            break
+    return {k: estimate(samples[k], samplers[k].method, rel_width) for k in samplers}
+
+
+class WallSampler:
+    """Wall time of whole synchronised calls (the CPU, the interpreter, or a host-side timing)."""
+
+    def __init__(self, fn: Callable[[], object], method: str, sync: Callable[[], None] | None = None, batch: int = 1):
+        self.fn, self.method, self.sync, self.batch = fn, method, sync or (lambda: None), batch
+
+    def sample(self) -> list[float]:
+        out = []
+        for _ in range(self.batch):
+            self.sync()
+            t0 = time.perf_counter()
+            self.fn()
+            self.sync()
+            out.append((time.perf_counter() - t0) * 1e3)
+        return out
+
+
+class HostSampler:
+    """Time to issue one call from Python with the device idle before it (no sync inside the timing)."""
+
+    method = "host-issue"
+
+    def __init__(self, fn: Callable[[], object], sync: Callable[[], None], batch: int = 5):
+        self.fn, self.sync, self.batch = fn, sync, batch
+
+    def sample(self) -> list[float]:
+        out = []
+        for _ in range(self.batch):
+            self.sync()
+            t0 = time.perf_counter()
+            self.fn()
+            out.append((time.perf_counter() - t0) * 1e3)
+        self.sync()
+        return out
+
+
+class EventCallSampler:
+    """Device events around one eager call, L2 flushed before each (``do_bench``'s protocol)."""
+
+    method = "device-events"
+
+    def __init__(self, fn: Callable[[], object], backend, flush: Callable[[], None], batch: int = 5):
+        self.fn, self.backend, self.flush, self.batch = fn, backend, flush, batch
+
+    def sample(self) -> list[float]:
+        pairs = []
+        for _ in range(self.batch):
+            self.flush()
+            start, end = self.backend.Event(enable_timing=True), self.backend.Event(enable_timing=True)
+            start.record()
+            self.fn()
+            end.record()
+            pairs.append((start, end))
+        self.backend.synchronize()
+        return [s.elapsed_time(e) for s, e in pairs]
+
+
+class BackToBackSampler:
+    """Device events around ``calls`` calls issued back to back, per call: the host runs ahead,
+    so the device's work dominates. The NPU's kernel time (no graph capture there) and the last
+    fallback on CUDA."""
+
+    def __init__(self, fn: Callable[[], object], backend, method: str, calls: int = 10):
+        self.fn, self.backend, self.method, self.calls = fn, backend, method, calls
+
+    def sample(self) -> list[float]:
+        start, end = self.backend.Event(enable_timing=True), self.backend.Event(enable_timing=True)
+        self.backend.synchronize()
+        start.record()
+        for _ in range(self.calls):
+            self.fn()
+        end.record()
+        self.backend.synchronize()
+        return [start.elapsed_time(end) / self.calls]
+
+
+# --- CUDA kernel time --------------------------------------------------------------------------
+class CudaGraphSampler:
+    """Device time per call from CUDA-graph replay: ``calls`` calls captured once, replayed.
+
+    The capture holds enough calls for one replay to last about ``target_ms`` so that the
+    replay's own launch and the events' resolution stay below the noise. Construction raises
+    when the call cannot be captured (a host sync, a read-back); see :func:`kernel_sampler`.
+    """
+
+    method = "cuda-graph"
+
+    def __init__(self, fn: Callable[[], object], target_ms: float = 0.2, max_calls: int = 100, batch: int = 3):
+        import torch
+
+        self._torch = torch
+        self.batch = batch
+        self.graph = _capture(fn, 1)
+        probe = self._replay_ms(5)
+        self.calls = int(min(max_calls, max(1, math.ceil(target_ms / max(probe, 1e-4)))))
+        if self.calls > 1:
+            self.graph = None  # free the probe's pool before the real capture
+            self.graph = _capture(fn, self.calls)
+
+    def _replay_ms(self, n: int) -> float:
+        times = []
+        for _ in range(n):
+            start = self._torch.cuda.Event(enable_timing=True)
+            end = self._torch.cuda.Event(enable_timing=True)
+            start.record()
+            self.graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        return float(np.median(times))
+
+    def sample(self) -> list[float]:
+        torch = self._torch
+        pairs = []
+        torch.cuda.synchronize()
+        for _ in range(self.batch):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            self.graph.replay()
+            end.record()
+            pairs.append((start, end))
+        torch.cuda.synchronize()
+        return [s.elapsed_time(e) / self.calls for s, e in pairs]
+
+    def close(self) -> None:
+        self.graph = None
+
+
+def _capture(fn: Callable[[], object], calls: int):
+    import torch
+
+    # Warm up on a side stream first (torch's recipe): lazy state (cuBLAS handles, autograd's
+    # device thread, allocator blocks) must not be created inside the capture.
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    torch.cuda.synchronize()
+    return graph
+
+
+class ProfilerKernelSampler:
+    """Summed device time per call from ``torch.profiler``: for calls a graph cannot capture.
+
+    One profiling session covers ``calls`` calls; when every call launched the same number of
+    device operations the trace is cut into per-call samples, else the session gives one.
+    """
+
+    method = "profiler"
+
+    def __init__(self, fn: Callable[[], object], calls: int = 10):
+        self.fn, self.calls = fn, calls
+
+    def sample(self) -> list[float]:
+        import torch
+        from torch.autograd import DeviceType
+        from torch.profiler import ProfilerActivity, profile
+
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(self.calls):
+                self.fn()
+            torch.cuda.synchronize()
+        device_ops = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+        device_ops.sort(key=lambda e: e.time_range.start)
+        us = [e.time_range.elapsed_us() for e in device_ops]
+        if not us:
+            return [0.0]
+        if len(us) % self.calls == 0:
+            per = len(us) // self.calls
+            return [sum(us[i * per : (i + 1) * per]) / 1e3 for i in range(self.calls)]
+        return [sum(us) / self.calls / 1e3]
+
+
+def kernel_sampler(fn: Callable[[], object]) -> tuple[Sampler, str]:
+    """The best CUDA kernel-time sampler for ``fn``, and why a fallback was taken ('' if none)."""
+    try:
+        return CudaGraphSampler(fn), ""
+    except Exception as exc:  # noqa: BLE001 - any capture failure means: use the profiler
+        import torch
+
+        torch.cuda.synchronize()
+        return ProfilerKernelSampler(fn), f"not capturable ({type(exc).__name__}: {str(exc)[:120]})"
