@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from workbench import timing
+from workbench.device import get_device
 from workbench.suites.judge import RatioRow, judge
 from workbench.suites.targets import MET, MISSED, TIE, Rule
 
@@ -192,11 +193,16 @@ def test_graph_replay_and_profiler_agree_on_a_capturable_kernel():
         return rms_norm(x, w)
 
     call()
+    # Both with the L2 warm (graph replay cannot flush without adding node latency).
     samplers = {"graph": timing.CudaGraphSampler(call), "profiler": timing.ProfilerKernelSampler(call)}
     est = timing.run_interleaved(samplers, budget_s=2.0)
     graph, prof = est["graph"].median, est["profiler"].median
+    assert samplers["graph"].method == "cuda-graph, L2 warm" and samplers["profiler"].method == "profiler, L2 warm"
     assert graph > 0 and prof > 0
     assert abs(graph - prof) / prof < 0.10, (graph, prof)
+    # A cold L2 can only make the kernel slower.
+    cold = timing.run_interleaved({"p": timing.ProfilerKernelSampler(call, flush=get_device("cuda")._flush_l2)})
+    assert cold["p"].median >= 0.95 * prof
 
 
 @pytest.mark.gpu
@@ -207,7 +213,7 @@ def test_three_timings_of_a_real_kernel():
         "rms_norm", "gpu_multirow", device="cuda", dtype="bf16", mode="full", problem={"rows": 4096, "hidden": 1024}
     )
     assert rec.ok, rec.error
-    assert rec.kernel_method.startswith("cuda-graph")
+    assert rec.kernel_method == "profiler, L2 flushed"
     assert 0 < rec.kernel_lo_ms <= rec.kernel_ms <= rec.kernel_hi_ms
     assert rec.call_ms >= rec.kernel_ms * 0.9  # a call cannot take less device time than its kernels
     assert rec.host_ms > 0 and rec.host_n >= timing.MIN_SAMPLES
@@ -215,14 +221,16 @@ def test_three_timings_of_a_real_kernel():
 
 
 @pytest.mark.gpu
-def test_an_uncapturable_call_falls_back_to_the_profiler():
+def test_an_uncapturable_call_is_timed_by_the_profiler():
     x = torch.randn(1 << 20, device="cuda")
 
     def call():
         y = x * 2
         return y.sum().item()  # a read-back: cannot be captured in a CUDA graph
 
-    sampler, note = timing.kernel_sampler(call)
-    assert sampler.method == "profiler" and "not capturable" in note
+    with pytest.raises(RuntimeError):  # torch reports the failed capture as a RuntimeError
+        timing.CudaGraphSampler(call)
+    sampler, note = timing.kernel_sampler(call, flush=get_device("cuda")._flush_l2)
+    assert sampler.method == "profiler, L2 flushed" and note == ""
     est = timing.run_interleaved({"k": sampler}, budget_s=1.0)["k"]
     assert est.median > 0

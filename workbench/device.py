@@ -85,7 +85,7 @@ class Device(DeviceInfo):
             return {name: timing.WallSampler(fn, method="interpreter-wall") for name in named}, note
         if "kernel" in which:
             if self.kind == "cuda":
-                out["kernel"], note = timing.kernel_sampler(fn)
+                out["kernel"], note = timing.kernel_sampler(fn, flush=self._flush_l2)
             else:
                 out["kernel"] = timing.BackToBackSampler(fn, self.backend, method=f"{self.kind}-events")
         if "call" in which:
