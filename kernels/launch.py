@@ -17,6 +17,8 @@ import threading
 
 import torch
 
+from kernels import fast_launch
+
 _TRITON_LOCK = threading.RLock()
 
 
@@ -171,16 +173,26 @@ _TRITON_LANG_MODULES = ("triton.language", "triton.language.standard", "triton.l
 def launch(kernel, like: torch.Tensor, grid, *args, **kwargs):
     """Launch ``kernel`` over ``grid`` in the form ``like``'s device needs; the hot path.
 
-    Same as ``launcher(kernel, like)[grid](*args, **kwargs)`` with fewer Python layers: on a
-    device tensor it calls ``JITFunction.run`` directly (each layer of ``*args`` repacking costs
-    about a microsecond on a slow host, and a small kernel's call is mostly host time).
+    Same as ``launcher(kernel, like)[grid](*args, **kwargs)`` with fewer Python layers: on CUDA
+    through :mod:`kernels.fast_launch` (Triton's own launch on a miss or anything unexpected), on
+    other devices through ``JITFunction.run`` directly (each layer of ``*args`` repacking costs
+    about a microsecond on a slow host, and a small kernel's call is mostly host time). CPU
+    tensors run the interpreted twin, never the fast path.
     """
-    if like.device.type != "cpu" or _is_interpreted(kernel):
-        with _TRITON_LOCK:
-            return kernel.run(*args, grid=grid, warmup=False, **kwargs)
+    kind = like.device.type
+    if kind == "cuda":
+        return fast_launch.launch(kernel, grid, args, kwargs, _stock_launch)
+    if kind != "cpu" or _is_interpreted(kernel):
+        return _stock_launch(kernel, grid, args, kwargs)
     twin = _twin(kernel)
     with _TRITON_LOCK, _interpreter_scope(twin.fn):
         return twin.run(*args, grid=grid, warmup=False, **kwargs)
+
+
+def _stock_launch(kernel, grid, args, kwargs):
+    """Triton's own launch, under the Triton lock (the fast path's misses and fallbacks)."""
+    with _TRITON_LOCK:
+        return kernel.run(*args, grid=grid, warmup=False, **kwargs)
 
 
 def launcher(kernel, tensor: torch.Tensor) -> _Launcher:
