@@ -177,8 +177,11 @@ def launch(kernel, like: torch.Tensor, grid, *args, **kwargs):
     through :mod:`kernels.fast_launch` (Triton's own launch on a miss or anything unexpected), on
     other devices through ``JITFunction.run`` directly (each layer of ``*args`` repacking costs
     about a microsecond on a slow host, and a small kernel's call is mostly host time). CPU
-    tensors run the interpreted twin, never the fast path.
+    tensors run the interpreted twin, never the fast path. Fake or functional tensors (a
+    ``triton_op`` traced by torch.compile or opcheck) record the launch with ``wrap_triton``.
     """
+    if type(like) is not torch.Tensor and _is_traced(like):
+        return _launch_traced(kernel, grid, args, kwargs)
     kind = like.device.type
     if kind == "cuda":
         return fast_launch.launch(kernel, grid, args, kwargs, _stock_launch)
@@ -193,6 +196,22 @@ def _stock_launch(kernel, grid, args, kwargs):
     """Triton's own launch, under the Triton lock (the fast path's misses and fallbacks)."""
     with _TRITON_LOCK:
         return kernel.run(*args, grid=grid, warmup=False, **kwargs)
+
+
+def _is_traced(tensor) -> bool:
+    """True for the stand-ins torch.compile and opcheck trace with (fake or functional tensors)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch._subclasses.functional_tensor import FunctionalTensor
+
+    return isinstance(tensor, (FakeTensor, FunctionalTensor))
+
+
+def _launch_traced(kernel, grid, args, kwargs):
+    """Inside a ``torch.library.triton_op`` being traced: record the launch in the graph through
+    ``wrap_triton`` (Inductor then compiles and launches the kernel itself)."""
+    from torch.library import wrap_triton
+
+    return wrap_triton(kernel)[grid](*args, **kwargs)
 
 
 def launcher(kernel, tensor: torch.Tensor) -> _Launcher:

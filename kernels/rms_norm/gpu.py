@@ -683,5 +683,5 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: GpuT
 
 def tiles_for(x: torch.Tensor, **tiles) -> GpuTiles:
     """Tiles for x viewed as rows of its last axis."""
-    n_cols = x.shape[-1]
-    return resolve_tiles(x.numel() // max(n_cols, 1), n_cols, device_of(x).num_cores, **tiles)
+    n_cols = int(x.shape[-1])  # a traced (symbolic) size specialises here
+    return resolve_tiles(int(x.numel()) // max(n_cols, 1), n_cols, device_of(x).num_cores, **tiles)

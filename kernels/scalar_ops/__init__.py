@@ -14,7 +14,8 @@ Python number; z has x's shape and dtype. Strategies:
   a block per program), ``impl="npu"`` (:mod:`.npu`, grid = cores, grid-stride) or ``"auto"``
   (the NPU kernel on an NPU, the GPU kernel elsewhere; the CPU runs either in the interpreter).
   Tile overrides: ``BLOCK_SIZE``, ``num_warps`` (gpu); ``BLOCK_SIZE``, ``GRID`` (npu). The Triton
-  strategy has no autograd: it refuses inputs that require grad while grad is enabled.
+  strategy has no autograd: it refuses inputs that require grad while grad is enabled. Under
+  torch.compile it is the registered op of :mod:`.ops`.
 
 Measurement helpers for the notebook and the benchmark script are in :mod:`.workload`; the
 KernelSpec is :mod:`.spec`.
@@ -39,6 +40,7 @@ from kernels.scalar_ops.strategies import (
     materialized,
     python,
 )
+from kernels.torch_ops import encode_tiles
 
 STRATEGIES = ("materialized", "cached", "python", "triton")
 IMPLS = ("gpu", "npu", "auto")
@@ -94,13 +96,20 @@ def scalar_op(op: str, x: torch.Tensor, value, strategy: str = "cached", *, impl
 
 
 def _triton(op, x, value, impl, tiles):
-    if impl not in IMPLS:
-        raise ValueError(f"impl={impl!r} is not allowed; use one of {', '.join(IMPLS)}")
     if x.requires_grad and torch.is_grad_enabled():
         raise ValueError(
             "strategy='triton' has no autograd; x requires grad. Use strategy 'cached' or 'python', "
             "or call it under torch.no_grad()"
         )
+    if torch.compiler.is_compiling():  # one registered op for Dynamo and Inductor (.ops)
+        return _registered_ops().scalar_op(x, op, value, impl, encode_tiles(tiles))
+    return run_triton(op, x, value, impl, tiles)
+
+
+def run_triton(op, x, value, impl, tiles):
+    """The Triton strategy on checked op, x and value: tiles resolved, one kernel launched."""
+    if impl not in IMPLS:
+        raise ValueError(f"impl={impl!r} is not allowed; use one of {', '.join(IMPLS)}")
     if impl == "auto":
         impl = "npu" if x.device.type == "npu" else "gpu"
     names = _GPU_TILES if impl == "gpu" else _NPU_TILES
@@ -131,6 +140,14 @@ def random_input(shape, op: str, value: float, seed: int = 0) -> torch.Tensor:
         return magnitude
     sign = torch.randint(0, 2, shape, generator=gen).to(torch.float32) * 2 - 1
     return magnitude * sign
+
+
+def _registered_ops():
+    """:mod:`.ops`, imported on first use: registering a triton_op imports torch._inductor
+    (about 1.5 s), which a model that only runs eagerly should not pay for."""
+    from kernels.scalar_ops import ops
+
+    return ops
 
 
 __all__ = [

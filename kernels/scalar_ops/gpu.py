@@ -52,6 +52,7 @@ import triton
 import triton.language as tl
 
 from kernels.launch import launch
+from kernels.tiling import cdiv
 
 OP_CODES = {"div": 0, "sub": 1, "pow": 2}
 OP_MUL = 3  # div by a signed zero, sent as a multiply by its reciprocal (see kernel_operands)
@@ -194,7 +195,7 @@ def scalar_op_gpu(op: str, x: torch.Tensor, value: float, tiles: GpuTiles) -> to
         launch(
             _scalar_op_kernel,
             x_flat,
-            (triton.cdiv(n, tiles.BLOCK_SIZE),),
+            (cdiv(n, tiles.BLOCK_SIZE),),
             z,
             x_flat,
             scalar,

@@ -29,6 +29,7 @@ import triton.language as tl
 from kernels.launch import launch
 from kernels.scalar_ops.gpu import POW_MODES, apply_op, kernel_constants, kernel_operands
 from kernels.spec import NpuCompileCase
+from kernels.tiling import cdiv
 
 UB_BYTES = 192 * 1024  # Unified Buffer per core on Ascend 910B
 DEFAULT_BLOCK_SIZE = 2048
@@ -104,7 +105,7 @@ def scalar_op_npu(op: str, x: torch.Tensor, value: float, tiles: NpuTiles, num_c
     for start in range(0, x_flat.numel(), MAX_CHUNK):
         x_part, z_part = x_flat[start : start + MAX_CHUNK], z[start : start + MAX_CHUNK]
         n = x_part.numel()
-        grid = min(grid_cap, triton.cdiv(n, tiles.BLOCK_SIZE))
+        grid = min(grid_cap, cdiv(n, tiles.BLOCK_SIZE))
         launch(
             _scalar_op_npu_kernel,
             x_part,
