@@ -23,6 +23,7 @@ import torch
 
 from kernels.fused_add_rms_norm import gpu, npu
 from kernels.fused_add_rms_norm.reference import fused_add_rms_norm_reference
+from kernels.plans import cached_plan, tile_items
 from kernels.rms_norm import check_norm_inputs, resolve_norm_tiles
 from kernels.torch_ops import encode_tiles
 
@@ -96,6 +97,16 @@ class _FusedAddRMSNormFunction(torch.autograd.Function):
         return dx, dx, dw, None
 
 
+_PLANS: dict = {}
+
+
+def _plan(x, residual, weight, eps, offset, casting_mode, impl, tiles):
+    """The checks and tile resolution of a call: the autograd wrapper's settings tuple."""
+    _validate(x, residual, weight, eps, casting_mode)
+    impl_module, resolved = resolve_norm_tiles(impl, x, tiles, _IMPLS)
+    return (float(eps), float(offset), casting_mode, impl_module, resolved)
+
+
 def fused_add_rms_norm(
     x: torch.Tensor,
     residual: torch.Tensor,
@@ -107,8 +118,8 @@ def fused_add_rms_norm(
     **tiles,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(y, s)`` with ``s = x + residual`` and ``y = RMSNorm(s)`` (see the module docstring)."""
-    _validate(x, residual, weight, eps, casting_mode)
     if torch.compiler.is_compiling():  # one registered op for Dynamo and Inductor (.ops)
+        _validate(x, residual, weight, eps, casting_mode)
         if x.numel() == 0:
             s = x + residual
             return s.clone(), s
@@ -116,12 +127,16 @@ def fused_add_rms_norm(
             x, residual, weight, float(eps), float(offset), casting_mode, impl, encode_tiles(tiles)
         )
         return y, s
-    impl_module, resolved = resolve_norm_tiles(impl, x, tiles, _IMPLS)
+    settings = (type(eps), eps, type(offset), offset, casting_mode, impl, tile_items(tiles))
+    config = cached_plan(
+        _PLANS,
+        lambda: _plan(x, residual, weight, eps, offset, casting_mode, impl, tiles),
+        (x, residual, weight),
+        settings,
+    )
     if x.numel() == 0:
         s = x + residual
         return s.clone(), s
-    eps, offset = float(eps), float(offset)
-    config = (eps, offset, casting_mode, impl_module, resolved)
     if torch.is_grad_enabled() and (
         x.requires_grad or residual.requires_grad or (weight is not None and weight.requires_grad)
     ):

@@ -434,7 +434,7 @@ def default_block_size_m(n_cols: int) -> int:
     return max(1, min(16, 2048 // next_power_of_2(n_cols)))
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=4096, typed=True)  # typed: 2.0 or True must not pass as 2 or 1
 def resolve_tiles(
     n_rows: int,
     n_cols: int,

@@ -244,7 +244,7 @@ def ub_tile_bytes(block_m: int, block_n: int, elem_bytes: int, chunked: bool = F
     return max(ub_bytes(block_m, block_n, elem_bytes, backward, chunked) for backward in (False, True))
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=4096, typed=True)  # typed: 2.0 or True must not pass as 2 or 1
 def resolve_tiles(
     n_rows: int,
     n_cols: int,

@@ -187,7 +187,12 @@ def kernel_operands(op: str, value: float) -> tuple[int, int, float]:
 
 def scalar_op_gpu(op: str, x: torch.Tensor, value: float, tiles: GpuTiles) -> torch.Tensor:
     """z = x (op) value with one Triton launch; z has x's shape and dtype (contiguous)."""
-    code, mode, scalar = kernel_operands(op, value)
+    return launch_scalar_op(x, kernel_operands(op, value), tiles)
+
+
+def launch_scalar_op(x: torch.Tensor, operands: tuple[int, int, float], tiles: GpuTiles) -> torch.Tensor:
+    """:func:`scalar_op_gpu` given its :func:`kernel_operands` (a call plan remembers them)."""
+    code, mode, scalar = operands
     x_flat = x.contiguous().view(-1)
     z = torch.empty_like(x_flat)
     n = x_flat.numel()

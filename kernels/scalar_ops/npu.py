@@ -98,7 +98,12 @@ def resolve_tiles(BLOCK_SIZE="auto", GRID="auto", elem_bytes: int = 2, on_npu: b
 
 def scalar_op_npu(op: str, x: torch.Tensor, value: float, tiles: NpuTiles, num_cores: int) -> torch.Tensor:
     """z = x (op) value with a grid of ``num_cores`` (or ``tiles.GRID``) grid-stride programs."""
-    code, mode, scalar = kernel_operands(op, value)
+    return launch_scalar_op_npu(x, kernel_operands(op, value), tiles, num_cores)
+
+
+def launch_scalar_op_npu(x: torch.Tensor, operands: tuple, tiles: NpuTiles, num_cores: int) -> torch.Tensor:
+    """:func:`scalar_op_npu` given its :func:`kernel_operands` (a call plan remembers them)."""
+    code, mode, scalar = operands
     x_flat = x.contiguous().view(-1)
     z = torch.empty_like(x_flat)
     grid_cap = num_cores if tiles.GRID == "auto" else tiles.GRID
