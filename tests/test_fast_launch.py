@@ -754,3 +754,88 @@ def test_repeat_launches_take_the_fast_path(monkeypatch):
     assert status["enabled"] is True and status["hits"] == 20 and status["misses"] == 1, status
     assert not status["fallbacks"] and not status["unfilled"], status
     fast_launch.reset()
+
+
+@pytest.mark.gpu
+def test_strided_launches_match_jit_function_run_bit_for_bit(monkeypatch):
+    """A kernel with a stride argument, launched through kernels.launch with the path on (misses,
+    then hits) against Triton's own ``JITFunction.run`` on the same inputs: strides that are 1
+    (an int Triton compiles in), multiples of 16 or neither, pointers at every 16-byte class,
+    every float dtype, constexprs and launch options varied, an optional pointer None."""
+    from kernels.launch import launch as kernels_launch
+
+    monkeypatch.delenv(fast_launch.ENV_SWITCH, raising=False)
+    fast_launch.reset()
+    configs = list(
+        itertools.product(
+            (torch.float32, torch.float16, torch.bfloat16),
+            (0, 1, 2, 5, 8),  # element offsets of x
+            (1, 2, 3, 16, 17),  # strides
+            (1, 17, 1000),  # n
+            (None, "w"),
+            ((64, False, 4), (128, True, 2), (128, False, 8)),  # BLOCK, SQUARE, num_warps
+        )
+    )
+
+    def run(launcher):
+        outputs = []
+        for seed, (dtype, offset, stride, n, weight, (block, square, warps)) in enumerate(configs):
+            x = _offset_view((n * stride,), dtype, offset, seed)
+            w = _offset_view((n,), dtype, (offset + 3) % 8, seed + 1) if weight else None
+            y = torch.full((n,), float("nan"), device="cuda", dtype=dtype)
+            grid = ((n + block - 1) // block,)
+            launcher(grid, y, x, w, 1.5 + seed % 3, n, stride, BLOCK=block, SQUARE=square, num_warps=warps)
+            outputs.append(y)
+        torch.cuda.synchronize()
+        return outputs
+
+    def stock(grid, *args, **kwargs):
+        _scale_kernel.run(*args, grid=grid, warmup=False, **kwargs)
+
+    def ours(grid, *args, **kwargs):
+        kernels_launch(_scale_kernel, args[0], grid, *args, **kwargs)
+
+    want = run(stock)
+    first = run(ours)
+    before = fast_launch.status()
+    second = run(ours)
+    after = fast_launch.status()
+    _assert_identical(want, first, second)
+    assert after["hits"] - before["hits"] == len(configs) and after["misses"] == before["misses"], after
+    assert not after["fallbacks"] and not after["unfilled"], after
+    fast_launch.reset()
+
+
+@pytest.mark.gpu
+def test_norm_backwards_are_bit_identical_on_the_fast_path(monkeypatch):
+    """Every backward form (whole rows, column chunks, re-read chunks; the fused one with a
+    residual gradient) with the deterministic dw reduction, unaligned inputs included."""
+    from kernels.fused_add_rms_norm.gpu import fused_add_rms_norm_backward
+    from kernels.fused_add_rms_norm.gpu import tiles_for as fused_tiles_for
+    from kernels.rms_norm.gpu import rms_norm_backward, rms_norm_forward, tiles_for
+
+    forms = ({}, {"BWD_CHUNK": 256}, {"BWD_CHUNK": 256, "BWD_WIDE": "reread"})
+    configs = list(
+        itertools.product(
+            (torch.float32, torch.bfloat16), (0, 1, 8), ((1, 64), (9, 1000), (33, 2048)), forms, ("llama", "gemma")
+        )
+    )
+
+    def run_all():
+        outputs = []
+        for seed, (dtype, offset, shape, form, casting) in enumerate(configs):
+            x = _offset_view(shape, dtype, offset, seed)
+            w = _offset_view(shape[-1:], dtype, offset, seed + 1)
+            dy = _offset_view(shape, dtype, (offset + 1) % 8, seed + 2)
+            tiles = tiles_for(x, DW_REDUCE="partials", **form)
+            _, rstd = rms_norm_forward(x, w, 1e-6, 0.0, casting, tiles)
+            outputs += list(rms_norm_backward(dy, x, w, rstd, 0.0, casting, tiles))
+            if not form:
+                ds = _offset_view(shape, dtype, offset, seed + 3)
+                fused = fused_tiles_for(x, DW_REDUCE="partials")
+                outputs += list(fused_add_rms_norm_backward(dy, ds, x, w, rstd, 0.0, casting, fused))
+        return outputs
+
+    stock, first, second, counts = _fast_and_stock(monkeypatch, run_all)
+    _assert_identical(stock, first, second)
+    assert counts["misses"] == 0 and counts["hits"] > len(configs)
