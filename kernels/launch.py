@@ -17,6 +17,8 @@ import threading
 
 import torch
 
+from kernels import fast_launch
+
 _TRITON_LOCK = threading.RLock()
 
 
@@ -171,16 +173,45 @@ _TRITON_LANG_MODULES = ("triton.language", "triton.language.standard", "triton.l
 def launch(kernel, like: torch.Tensor, grid, *args, **kwargs):
     """Launch ``kernel`` over ``grid`` in the form ``like``'s device needs; the hot path.
 
-    Same as ``launcher(kernel, like)[grid](*args, **kwargs)`` with fewer Python layers: on a
-    device tensor it calls ``JITFunction.run`` directly (each layer of ``*args`` repacking costs
-    about a microsecond on a slow host, and a small kernel's call is mostly host time).
+    Same as ``launcher(kernel, like)[grid](*args, **kwargs)`` with fewer Python layers: on CUDA
+    through :mod:`kernels.fast_launch` (Triton's own launch on a miss or anything unexpected), on
+    other devices through ``JITFunction.run`` directly (each layer of ``*args`` repacking costs
+    about a microsecond on a slow host, and a small kernel's call is mostly host time). CPU
+    tensors run the interpreted twin, never the fast path. Fake or functional tensors (a
+    ``triton_op`` traced by torch.compile or opcheck) record the launch with ``wrap_triton``.
     """
-    if like.device.type != "cpu" or _is_interpreted(kernel):
-        with _TRITON_LOCK:
-            return kernel.run(*args, grid=grid, warmup=False, **kwargs)
+    if type(like) is not torch.Tensor and _is_traced(like):
+        return _launch_traced(kernel, grid, args, kwargs)
+    kind = like.device.type
+    if kind == "cuda":
+        return fast_launch.launch(kernel, grid, args, kwargs, _stock_launch)
+    if kind != "cpu" or _is_interpreted(kernel):
+        return _stock_launch(kernel, grid, args, kwargs)
     twin = _twin(kernel)
     with _TRITON_LOCK, _interpreter_scope(twin.fn):
         return twin.run(*args, grid=grid, warmup=False, **kwargs)
+
+
+def _stock_launch(kernel, grid, args, kwargs):
+    """Triton's own launch, under the Triton lock (the fast path's misses and fallbacks)."""
+    with _TRITON_LOCK:
+        return kernel.run(*args, grid=grid, warmup=False, **kwargs)
+
+
+def _is_traced(tensor) -> bool:
+    """True for the stand-ins torch.compile and opcheck trace with (fake or functional tensors)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch._subclasses.functional_tensor import FunctionalTensor
+
+    return isinstance(tensor, (FakeTensor, FunctionalTensor))
+
+
+def _launch_traced(kernel, grid, args, kwargs):
+    """Inside a ``torch.library.triton_op`` being traced: record the launch in the graph through
+    ``wrap_triton`` (Inductor then compiles and launches the kernel itself)."""
+    from torch.library import wrap_triton
+
+    return wrap_triton(kernel)[grid](*args, **kwargs)
 
 
 def launcher(kernel, tensor: torch.Tensor) -> _Launcher:

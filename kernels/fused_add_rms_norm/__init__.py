@@ -14,7 +14,7 @@ untiled or chunked), ``impl="auto"`` picks the NPU kernels on an NPU and the GPU
 elsewhere (the CPU runs either in the Triton interpreter). Tile overrides are keyword
 arguments: ``BLOCK_SIZE``, ``BLOCK_SIZE_M``, ``num_warps``, ``GRID`` for the GPU kernels;
 ``strategy``, ``CHUNK_THRESHOLD``, ``BLOCK_SIZE_M``, ``BLOCK_SIZE_N``, ``GRID``, ``USE_WHERE``
-for the NPU kernels.
+for the NPU kernels. Under torch.compile the call is the registered op of :mod:`.ops`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ import torch
 
 from kernels.fused_add_rms_norm import gpu, npu
 from kernels.fused_add_rms_norm.reference import fused_add_rms_norm_reference
+from kernels.plans import cached_plan, tile_items
 from kernels.rms_norm import check_norm_inputs, resolve_norm_tiles
+from kernels.torch_ops import encode_tiles
 
 _GPU_TILES = ("BLOCK_SIZE", "BLOCK_SIZE_M", "num_warps", "GRID", "DW_REDUCE")
 _NPU_TILES = ("strategy", "CHUNK_THRESHOLD", "BLOCK_SIZE_M", "BLOCK_SIZE_N", "GRID", "USE_WHERE")
@@ -95,6 +97,16 @@ class _FusedAddRMSNormFunction(torch.autograd.Function):
         return dx, dx, dw, None
 
 
+_PLANS: dict = {}
+
+
+def _plan(x, residual, weight, eps, offset, casting_mode, impl, tiles):
+    """The checks and tile resolution of a call: the autograd wrapper's settings tuple."""
+    _validate(x, residual, weight, eps, casting_mode)
+    impl_module, resolved = resolve_norm_tiles(impl, x, tiles, _IMPLS)
+    return (float(eps), float(offset), casting_mode, impl_module, resolved)
+
+
 def fused_add_rms_norm(
     x: torch.Tensor,
     residual: torch.Tensor,
@@ -106,18 +118,38 @@ def fused_add_rms_norm(
     **tiles,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(y, s)`` with ``s = x + residual`` and ``y = RMSNorm(s)`` (see the module docstring)."""
-    _validate(x, residual, weight, eps, casting_mode)
-    impl_module, resolved = resolve_norm_tiles(impl, x, tiles, _IMPLS)
+    if torch.compiler.is_compiling():  # one registered op for Dynamo and Inductor (.ops)
+        _validate(x, residual, weight, eps, casting_mode)
+        if x.numel() == 0:
+            s = x + residual
+            return s.clone(), s
+        y, s, _ = _registered_ops().fused_add_rms_norm_forward(
+            x, residual, weight, float(eps), float(offset), casting_mode, impl, encode_tiles(tiles)
+        )
+        return y, s
+    settings = (type(eps), eps, type(offset), offset, casting_mode, impl, tile_items(tiles))
+    config = cached_plan(
+        _PLANS,
+        lambda: _plan(x, residual, weight, eps, offset, casting_mode, impl, tiles),
+        (x, residual, weight),
+        settings,
+    )
     if x.numel() == 0:
         s = x + residual
         return s.clone(), s
-    eps, offset = float(eps), float(offset)
-    config = (eps, offset, casting_mode, impl_module, resolved)
     if torch.is_grad_enabled() and (
         x.requires_grad or residual.requires_grad or (weight is not None and weight.requires_grad)
     ):
         return _FusedAddRMSNormFunction.apply(x, residual, weight, config)
     return _forward(x, residual, weight, config)[0]  # no autograd node: apply alone costs ~17 us of host time
+
+
+def _registered_ops():
+    """:mod:`.ops`, imported on first use: registering a triton_op imports torch._inductor
+    (about 1.5 s), which a model that only runs eagerly should not pay for."""
+    from kernels.fused_add_rms_norm import ops
+
+    return ops
 
 
 __all__ = ["fused_add_rms_norm", "fused_add_rms_norm_reference"]

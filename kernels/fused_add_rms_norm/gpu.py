@@ -105,8 +105,8 @@ def tiles_for(x: torch.Tensor, **tiles) -> GpuTiles:
     """Checked tiles for x viewed as rows of its last axis (ValueError names the tile and what is
     allowed). The fused backward always holds whole rows (its hidden sizes stay within the
     register tile)."""
-    n_cols = x.shape[-1]
-    rows = x.numel() // max(n_cols, 1)
+    n_cols = int(x.shape[-1])  # a traced (symbolic) size specialises here
+    rows = int(x.numel()) // max(n_cols, 1)
     return resolve_tiles(rows, n_cols, device_of(x).num_cores, BWD_CHUNK=MAX_TILE_ELEMENTS, **tiles)
 
 

@@ -262,8 +262,8 @@ def resolve_tiles(
 def tiles_for(x: torch.Tensor, **tiles) -> NpuTiles:
     """Tiles for x viewed as rows of its last axis."""
     dev = device_of(x)
-    n_cols = x.shape[-1]
-    rows = x.numel() // max(n_cols, 1)
+    n_cols = int(x.shape[-1])  # a traced (symbolic) size specialises here
+    rows = int(x.numel()) // max(n_cols, 1)
     return resolve_tiles(rows, n_cols, dev.num_cores, x.element_size(), on_npu=dev.kind == "npu", **tiles)
 
 

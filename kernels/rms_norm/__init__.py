@@ -9,15 +9,18 @@ elsewhere (the CPU runs either in the Triton interpreter). Tile overrides are ke
 arguments: ``BLOCK_SIZE``, ``BLOCK_SIZE_M``, ``num_warps``, ``GRID``, ``BWD_CHUNK``, ``DW_REDUCE``,
 ``BWD_WIDE`` for the GPU kernels;
 ``strategy``, ``CHUNK_THRESHOLD``, ``BLOCK_SIZE_M``, ``BLOCK_SIZE_N``, ``GRID``, ``USE_WHERE``
-for the NPU kernels. ``in_place=True`` lets the backward write dx over the incoming gradient.
+for the NPU kernels. ``in_place=True`` lets the backward write dx over the incoming gradient
+(eager only). Under torch.compile the call is the registered op of :mod:`.ops`.
 """
 
 from __future__ import annotations
 
 import torch
 
+from kernels.plans import cached_plan, tile_items
 from kernels.rms_norm import gpu, npu
 from kernels.rms_norm.reference import CASTING_MODES, rms_norm_reference
+from kernels.torch_ops import encode_tiles
 
 IMPLS = ("gpu", "npu", "auto")
 _GPU_TILES = ("BLOCK_SIZE", "BLOCK_SIZE_M", "num_warps", "GRID", "BWD_CHUNK", "DW_REDUCE", "BWD_WIDE")
@@ -100,6 +103,16 @@ class _RMSNormFunction(torch.autograd.Function):
         return (dx if flat else dx.view(shape)), dw, None
 
 
+_PLANS: dict = {}
+
+
+def _plan(x, weight, eps, offset, casting_mode, in_place, impl, tiles):
+    """The checks and tile resolution of a call: the autograd wrapper's settings tuple."""
+    check_norm_inputs(x, weight, eps, casting_mode)
+    impl_module, resolved = resolve_norm_tiles(impl, x, tiles, _IMPLS)
+    return (float(eps), float(offset), casting_mode, in_place, impl_module, resolved)
+
+
 def rms_norm(
     x: torch.Tensor,
     weight: torch.Tensor | None = None,
@@ -111,15 +124,30 @@ def rms_norm(
     **tiles,
 ) -> torch.Tensor:
     """RMSNorm over the last axis; differentiable in x and weight (see the module docstring)."""
-    check_norm_inputs(x, weight, eps, casting_mode)
-    impl_module, resolved = resolve_norm_tiles(impl, x, tiles, _IMPLS)
+    if torch.compiler.is_compiling():  # one registered op for Dynamo and Inductor (.ops)
+        check_norm_inputs(x, weight, eps, casting_mode)
+        if x.numel() == 0:
+            return x.clone()
+        return _registered_ops().rms_norm_forward(
+            x, weight, float(eps), float(offset), casting_mode, impl, encode_tiles(tiles)
+        )[0]
+    settings = (type(eps), eps, type(offset), offset, casting_mode, in_place, impl, tile_items(tiles))
+    config = cached_plan(
+        _PLANS, lambda: _plan(x, weight, eps, offset, casting_mode, in_place, impl, tiles), (x, weight), settings
+    )
     if x.numel() == 0:
         return x.clone()
-    eps, offset = float(eps), float(offset)
-    config = (eps, offset, casting_mode, in_place, impl_module, resolved)
     if torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)):
         return _RMSNormFunction.apply(x, weight, config)
     return _forward(x, weight, config)[0]  # no autograd node: apply alone costs ~17 us of host time
+
+
+def _registered_ops():
+    """:mod:`.ops`, imported on first use: registering a triton_op imports torch._inductor
+    (about 1.5 s), which a model that only runs eagerly should not pay for."""
+    from kernels.rms_norm import ops
+
+    return ops
 
 
 __all__ = ["check_norm_inputs", "resolve_norm_tiles", "rms_norm", "rms_norm_reference"]

@@ -434,7 +434,7 @@ def default_block_size_m(n_cols: int) -> int:
     return max(1, min(16, 2048 // next_power_of_2(n_cols)))
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=4096, typed=True)  # typed: 2.0 or True must not pass as 2 or 1
 def resolve_tiles(
     n_rows: int,
     n_cols: int,
@@ -683,5 +683,5 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: GpuT
 
 def tiles_for(x: torch.Tensor, **tiles) -> GpuTiles:
     """Tiles for x viewed as rows of its last axis."""
-    n_cols = x.shape[-1]
-    return resolve_tiles(x.numel() // max(n_cols, 1), n_cols, device_of(x).num_cores, **tiles)
+    n_cols = int(x.shape[-1])  # a traced (symbolic) size specialises here
+    return resolve_tiles(int(x.numel()) // max(n_cols, 1), n_cols, device_of(x).num_cores, **tiles)

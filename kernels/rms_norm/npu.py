@@ -244,7 +244,7 @@ def ub_tile_bytes(block_m: int, block_n: int, elem_bytes: int, chunked: bool = F
     return max(ub_bytes(block_m, block_n, elem_bytes, backward, chunked) for backward in (False, True))
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=4096, typed=True)  # typed: 2.0 or True must not pass as 2 or 1
 def resolve_tiles(
     n_rows: int,
     n_cols: int,
@@ -317,8 +317,8 @@ def ub_estimate(problem, params, dtype) -> int | None:
 def tiles_for(x: torch.Tensor, **tiles) -> NpuTiles:
     """Tiles for x viewed as rows of its last axis."""
     dev = device_of(x)
-    n_cols = x.shape[-1]
-    n_rows = x.numel() // max(n_cols, 1)
+    n_cols = int(x.shape[-1])  # a traced (symbolic) size specialises here
+    n_rows = int(x.numel()) // max(n_cols, 1)
     return resolve_tiles(n_rows, n_cols, dev.num_cores, x.element_size(), on_npu=dev.kind == "npu", **tiles)
 
 

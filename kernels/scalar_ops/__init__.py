@@ -14,7 +14,8 @@ Python number; z has x's shape and dtype. Strategies:
   a block per program), ``impl="npu"`` (:mod:`.npu`, grid = cores, grid-stride) or ``"auto"``
   (the NPU kernel on an NPU, the GPU kernel elsewhere; the CPU runs either in the interpreter).
   Tile overrides: ``BLOCK_SIZE``, ``num_warps`` (gpu); ``BLOCK_SIZE``, ``GRID`` (npu). The Triton
-  strategy has no autograd: it refuses inputs that require grad while grad is enabled.
+  strategy has no autograd: it refuses inputs that require grad while grad is enabled. Under
+  torch.compile it is the registered op of :mod:`.ops`.
 
 Measurement helpers for the notebook and the benchmark script are in :mod:`.workload`; the
 KernelSpec is :mod:`.spec`.
@@ -27,6 +28,7 @@ import numbers
 
 import torch
 
+from kernels.plans import cached_plan, tile_items
 from kernels.runtime import device_info
 from kernels.scalar_ops import gpu, npu
 from kernels.scalar_ops.reference import OPS, scalar_op_reference
@@ -39,6 +41,7 @@ from kernels.scalar_ops.strategies import (
     materialized,
     python,
 )
+from kernels.torch_ops import encode_tiles
 
 STRATEGIES = ("materialized", "cached", "python", "triton")
 IMPLS = ("gpu", "npu", "auto")
@@ -77,6 +80,14 @@ def _validate(op, x, strategy):
 
 def scalar_op(op: str, x: torch.Tensor, value, strategy: str = "cached", *, impl="auto", cache=None, **tiles):
     """z = x (op) value by one of four strategies; see the module docstring."""
+    if strategy == "triton" and cache is None and type(value) in (float, int) and not torch.compiler.is_compiling():
+        # The hot path: checks, tiles and kernel constants remembered per call signature. A zero's
+        # sign is in the key (0.0 == -0.0, but x / -0.0 is not x / 0.0).
+        settings = (op, type(value), value, value == 0 and math.copysign(1.0, value), impl, tile_items(tiles))
+        launch_op, operands = cached_plan(_PLANS, lambda: _triton_plan(op, x, value, impl, tiles), (x,), settings)
+        if x.requires_grad and torch.is_grad_enabled():
+            raise ValueError(_NO_AUTOGRAD)
+        return launch_op(x, *operands)
     _validate(op, x, strategy)
     value = _check_value(value)
     if strategy != "triton":
@@ -93,14 +104,43 @@ def scalar_op(op: str, x: torch.Tensor, value, strategy: str = "cached", *, impl
     return _triton(op, x, value, impl, tiles)
 
 
+_NO_AUTOGRAD = (
+    "strategy='triton' has no autograd; x requires grad. Use strategy 'cached' or 'python', "
+    "or call it under torch.no_grad()"
+)
+_PLANS: dict = {}
+
+
+def _triton_plan(op, x, value, impl, tiles):
+    """(launch function, its arguments after x) for the Triton strategy, all checks done."""
+    _validate(op, x, "triton")
+    value = _check_value(value)
+    impl, resolved = _resolve_triton(impl, x, tiles)
+    if impl == "gpu":
+        return gpu.launch_scalar_op, (gpu.kernel_operands(op, value), resolved)
+    return npu.launch_scalar_op_npu, (gpu.kernel_operands(op, value), resolved, device_info(x.device).num_cores)
+
+
 def _triton(op, x, value, impl, tiles):
+    if x.requires_grad and torch.is_grad_enabled():
+        raise ValueError(_NO_AUTOGRAD)
+    if torch.compiler.is_compiling():  # one registered op for Dynamo and Inductor (.ops)
+        return _registered_ops().scalar_op(x, op, value, impl, encode_tiles(tiles))
+    return run_triton(op, x, value, impl, tiles)
+
+
+def run_triton(op, x, value, impl, tiles):
+    """The Triton strategy on checked op, x and value: tiles resolved, one kernel launched."""
+    impl, resolved = _resolve_triton(impl, x, tiles)
+    if impl == "gpu":
+        return gpu.scalar_op_gpu(op, x, value, resolved)
+    return npu.scalar_op_npu(op, x, value, resolved, device_info(x.device).num_cores)
+
+
+def _resolve_triton(impl, x, tiles):
+    """(the impl "auto" picks, its checked tiles)."""
     if impl not in IMPLS:
         raise ValueError(f"impl={impl!r} is not allowed; use one of {', '.join(IMPLS)}")
-    if x.requires_grad and torch.is_grad_enabled():
-        raise ValueError(
-            "strategy='triton' has no autograd; x requires grad. Use strategy 'cached' or 'python', "
-            "or call it under torch.no_grad()"
-        )
     if impl == "auto":
         impl = "npu" if x.device.type == "npu" else "gpu"
     names = _GPU_TILES if impl == "gpu" else _NPU_TILES
@@ -108,10 +148,9 @@ def _triton(op, x, value, impl, tiles):
     if unknown:
         raise ValueError(f"unknown tile parameter {', '.join(unknown)} for impl={impl!r}; allowed: {', '.join(names)}")
     if impl == "gpu":
-        return gpu.scalar_op_gpu(op, x, value, gpu.resolve_tiles(**tiles))
+        return impl, gpu.resolve_tiles(**tiles)
     dev = device_info(x.device)  # a dict lookup after the first call
-    resolved = npu.resolve_tiles(**tiles, elem_bytes=x.element_size(), on_npu=dev.kind == "npu")
-    return npu.scalar_op_npu(op, x, value, resolved, dev.num_cores)
+    return impl, npu.resolve_tiles(**tiles, elem_bytes=x.element_size(), on_npu=dev.kind == "npu")
 
 
 # --- inputs (the spec and the workloads use them) ------------------------------------------
@@ -131,6 +170,14 @@ def random_input(shape, op: str, value: float, seed: int = 0) -> torch.Tensor:
         return magnitude
     sign = torch.randint(0, 2, shape, generator=gen).to(torch.float32) * 2 - 1
     return magnitude * sign
+
+
+def _registered_ops():
+    """:mod:`.ops`, imported on first use: registering a triton_op imports torch._inductor
+    (about 1.5 s), which a model that only runs eagerly should not pay for."""
+    from kernels.scalar_ops import ops
+
+    return ops
 
 
 __all__ = [

@@ -52,6 +52,7 @@ import triton
 import triton.language as tl
 
 from kernels.launch import launch
+from kernels.tiling import cdiv
 
 OP_CODES = {"div": 0, "sub": 1, "pow": 2}
 OP_MUL = 3  # div by a signed zero, sent as a multiply by its reciprocal (see kernel_operands)
@@ -186,7 +187,12 @@ def kernel_operands(op: str, value: float) -> tuple[int, int, float]:
 
 def scalar_op_gpu(op: str, x: torch.Tensor, value: float, tiles: GpuTiles) -> torch.Tensor:
     """z = x (op) value with one Triton launch; z has x's shape and dtype (contiguous)."""
-    code, mode, scalar = kernel_operands(op, value)
+    return launch_scalar_op(x, kernel_operands(op, value), tiles)
+
+
+def launch_scalar_op(x: torch.Tensor, operands: tuple[int, int, float], tiles: GpuTiles) -> torch.Tensor:
+    """:func:`scalar_op_gpu` given its :func:`kernel_operands` (a call plan remembers them)."""
+    code, mode, scalar = operands
     x_flat = x.contiguous().view(-1)
     z = torch.empty_like(x_flat)
     n = x_flat.numel()
@@ -194,7 +200,7 @@ def scalar_op_gpu(op: str, x: torch.Tensor, value: float, tiles: GpuTiles) -> to
         launch(
             _scalar_op_kernel,
             x_flat,
-            (triton.cdiv(n, tiles.BLOCK_SIZE),),
+            (cdiv(n, tiles.BLOCK_SIZE),),
             z,
             x_flat,
             scalar,

@@ -29,6 +29,7 @@ import triton.language as tl
 from kernels.launch import launch
 from kernels.scalar_ops.gpu import POW_MODES, apply_op, kernel_constants, kernel_operands
 from kernels.spec import NpuCompileCase
+from kernels.tiling import cdiv
 
 UB_BYTES = 192 * 1024  # Unified Buffer per core on Ascend 910B
 DEFAULT_BLOCK_SIZE = 2048
@@ -97,14 +98,19 @@ def resolve_tiles(BLOCK_SIZE="auto", GRID="auto", elem_bytes: int = 2, on_npu: b
 
 def scalar_op_npu(op: str, x: torch.Tensor, value: float, tiles: NpuTiles, num_cores: int) -> torch.Tensor:
     """z = x (op) value with a grid of ``num_cores`` (or ``tiles.GRID``) grid-stride programs."""
-    code, mode, scalar = kernel_operands(op, value)
+    return launch_scalar_op_npu(x, kernel_operands(op, value), tiles, num_cores)
+
+
+def launch_scalar_op_npu(x: torch.Tensor, operands: tuple, tiles: NpuTiles, num_cores: int) -> torch.Tensor:
+    """:func:`scalar_op_npu` given its :func:`kernel_operands` (a call plan remembers them)."""
+    code, mode, scalar = operands
     x_flat = x.contiguous().view(-1)
     z = torch.empty_like(x_flat)
     grid_cap = num_cores if tiles.GRID == "auto" else tiles.GRID
     for start in range(0, x_flat.numel(), MAX_CHUNK):
         x_part, z_part = x_flat[start : start + MAX_CHUNK], z[start : start + MAX_CHUNK]
         n = x_part.numel()
-        grid = min(grid_cap, triton.cdiv(n, tiles.BLOCK_SIZE))
+        grid = min(grid_cap, cdiv(n, tiles.BLOCK_SIZE))
         launch(
             _scalar_op_npu_kernel,
             x_part,

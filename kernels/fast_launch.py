@@ -1,0 +1,473 @@
+"""A fast launch path for ``@triton.jit`` kernels on CUDA, Triton 3.6 to 3.9.
+
+Why. A small kernel's call is mostly host time. On every call Triton's ``JITFunction.run`` binds
+the arguments, specialises each of them and builds a string cache key before it can launch
+(about 16.8 us per launch on the H100 host), while the compiled kernel's own runner costs about
+8.5 us. This module remembers, per call signature, the ``CompiledKernel`` that ``JITFunction.run``
+launched, and on later calls with the same signature calls that kernel's runner directly.
+
+How a call goes (:func:`launch`):
+
+- *hit*: a key built from the call (below) finds an entry; the entry's runner is called with the
+  grid, the current stream, the kernel's function handle and packed metadata and every argument
+  in parameter order, as ``JITFunction.run`` calls it.
+- *miss*: Triton's own launch runs (it compiles if it must, and launches), then the
+  ``CompiledKernel`` it returns fills an entry for the key. A call this path cannot replay
+  exactly (a tensor or an unknown name passed by keyword, an argument of another type, a missing
+  argument...) makes no entry and keeps going to Triton.
+- *fallback*: a callable grid, launch or pre-run hooks installed, a global the kernel reads that
+  changed since, an exception while building the key or replaying, an unsupported Triton, or
+  ``WORKBENCH_FAST_LAUNCH=0``: Triton's own launch. A result is never wrong; at worst it is not
+  faster. :func:`status` counts hits, misses and fallbacks, with reasons.
+
+The key is a superset of what Triton specialises a compile on, so a hit replays a kernel Triton
+would have chosen itself:
+
+============================================  ===================================================================================
+3.6   ``run`` adds ``debug`` and ``instrumentation_mode`` to the options and resolves an
+      asynchronous compile's future (``kernel.result()``) before launching; the runner is a
+      ``CudaLauncher`` over a C launcher compiled per signature
+3.7   ``knobs.runtime.add_stages_inspection_hook`` appears: when set it adds a
+      "custom_pipeline" part to Triton's key, so this path falls back; ``run`` returns the
+      future itself under an asynchronous compile (no entry until it has resolved); the
+      ``CudaLauncher`` calls one shared ``driver.active.utils.launch``, same call from ``run``
+3.8   as 3.7; ``CompiledKernel.__del__`` unloads its module, so an entry holds its kernel
+3.9   as 3.8, and ``run`` also adds ``fpsan_homomorphic_casts`` (a knob read from the
+      environment on each call) to the options
+====  ===================================================================================
+
+Other versions, or a 3.6-3.9 whose ``run`` does not read as expected, turn the path off, with the
+reason in :func:`status`. So do a non-NVIDIA driver and no driver at all.
+
+``WORKBENCH_FAST_LAUNCH=0`` turns the path off. The variable is read when the first launch turns
+the path on; :func:`reset` reads it again (and empties the cache and the counters).
+
+Checked against the sources of Triton 3.6.0 (the GPU machine's) and 3.9.0: ``JITFunction.run``
+reads what ``_RUN_MUST_READ`` lists; ``native_specialize_impl`` keys pointers by dtype and
+``data_ptr() % 16 == 0``, ints by ``== 1`` / ``% 16 == 0`` / 32 vs 64 bit, floats not by value;
+both runners (3.6's and 3.9's ``CudaLauncher.__call__``) take ``grid x3, stream, function,
+packed metadata, launch metadata, enter hook, exit hook, *args``.
+
+Why one module over 400 lines: the key, the replay, the fill and the version checks are one
+contract with Triton's launch; split, each part would have to restate the others' assumptions.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
+
+from torch import Tensor
+
+ENV_SWITCH = "WORKBENCH_FAST_LAUNCH"
+MAX_ENTRIES = 4096  # a sweep over many sizes starts over rather than growing without bound
+
+
+# --- what differs between Triton versions ---------------------------------------------------
+@dataclass(frozen=True)
+class TritonRules:
+    """What one Triton release's ``JITFunction.run`` does that this path must repeat or detect."""
+
+    knob_options: tuple[str, ...]  # the options run() fills from knobs on every call (its kwargs["..."])
+    has_stage_hook: bool  # knobs.runtime.add_stages_inspection_hook exists (a set hook changes the key)
+
+
+_BASE_OPTIONS = ("debug", "instrumentation_mode")
+RULES = {
+    (3, 6): TritonRules(_BASE_OPTIONS, has_stage_hook=False),
+    (3, 7): TritonRules(_BASE_OPTIONS, has_stage_hook=True),
+    (3, 8): TritonRules(_BASE_OPTIONS, has_stage_hook=True),
+    (3, 9): TritonRules(_BASE_OPTIONS + ("fpsan_homomorphic_casts",), has_stage_hook=True),
+}
+
+
+def _knob_state_reader(rules: TritonRules, knobs) -> Callable[[], tuple | None]:
+    """A function giving the knob options Triton adds to this call's key, or None when a launch
+    hook (or 3.7+'s stage-inspection hook) is installed and the call must go to Triton. It reads
+    ``knobs.runtime`` and ``knobs.compilation`` on every call, as ``JITFunction.run`` does. Launch
+    hooks count as quiet only as the empty ``HookChain`` Triton starts with: a hook set some
+    other way (None included) sends the call to Triton."""
+    chain = knobs.HookChain
+
+    if rules.knob_options == _BASE_OPTIONS and not rules.has_stage_hook:  # 3.6
+
+        def knob_state():
+            runtime = knobs.runtime
+            enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
+            if type(enter) is chain and type(leave) is chain and not enter.calls and not leave.calls:
+                return runtime.debug, knobs.compilation.instrumentation_mode
+            return None
+
+    elif rules.knob_options == _BASE_OPTIONS:  # 3.7, 3.8
+
+        def knob_state():
+            runtime = knobs.runtime
+            enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
+            if (
+                type(enter) is chain
+                and type(leave) is chain
+                and not enter.calls
+                and not leave.calls
+                and runtime.add_stages_inspection_hook is None
+            ):
+                return runtime.debug, knobs.compilation.instrumentation_mode
+            return None
+
+    else:  # 3.9: fpsan_homomorphic_casts is read from the environment on each call (~0.25 us)
+
+        def knob_state():
+            runtime = knobs.runtime
+            enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
+            if (
+                type(enter) is chain
+                and type(leave) is chain
+                and not enter.calls
+                and not leave.calls
+                and runtime.add_stages_inspection_hook is None
+            ):
+                compilation = knobs.compilation
+                return runtime.debug, compilation.instrumentation_mode, compilation.fpsan_homomorphic_casts
+            return None
+
+    return knob_state
+
+
+# --- state ---------------------------------------------------------------------------------
+class _Counts:
+    __slots__ = ("hits", "misses", "fallbacks", "unfilled")
+
+    def __init__(self):
+        self.hits = 0
+        self.misses = 0
+        self.fallbacks: Counter[str] = Counter()  # calls handed to Triton's launch, by reason
+        self.unfilled: Counter[str] = Counter()  # misses that could make no entry, by reason
+
+
+_CACHE: dict[tuple, tuple] = {}
+_counts = _Counts()
+_enabled: bool | None = None  # None: decided by the first launch (or the first after reset())
+_off_reason: str | None = None
+_triton_version = ""
+_driver_config = None  # triton.runtime.driver.driver: its .active is the driver Triton launches with
+_knob_state: Callable[[], tuple | None] = lambda: None
+_option_names: frozenset[str] = frozenset()
+_JITFunction: type | None = None
+_CompiledKernel: type | None = None
+_GRID_TYPES = (tuple, list)
+_PLAIN_TYPES = (int, float, bool, str, type(None))  # argument types whose value keys exactly
+_MISSING = object()
+
+
+def status() -> dict:
+    """Whether the path is on (and why not), and what it did since the last :func:`reset`."""
+    return {
+        "enabled": _enabled,
+        "reason": _off_reason,
+        "triton": _triton_version,
+        "entries": len(_CACHE),
+        "hits": _counts.hits,
+        "misses": _counts.misses,
+        "fallbacks": dict(_counts.fallbacks),
+        "unfilled": dict(_counts.unfilled),
+    }
+
+
+def reset() -> None:
+    """Empty the cache and the counters; the next launch decides again whether the path is on
+    (reading ``WORKBENCH_FAST_LAUNCH`` again)."""
+    global _enabled, _off_reason, _counts
+    _CACHE.clear()
+    _counts = _Counts()
+    _enabled = None
+    _off_reason = None
+
+
+# --- the launch ----------------------------------------------------------------------------
+def launch(kernel, grid, args: tuple, kwargs: dict, stock_launch):
+    """Launch ``kernel[grid](*args, **kwargs)`` on the current CUDA device; returns what Triton's
+    launch returns (the ``CompiledKernel``).
+
+    ``stock_launch(kernel, grid, args, kwargs)`` is Triton's own launch (``kernel.run(*args,
+    grid=grid, warmup=False, **kwargs)`` under the caller's locks): misses and fallbacks go there.
+    """
+    if _enabled is not True:
+        return _launch_while_off(kernel, grid, args, kwargs, stock_launch)
+    reason = None
+    try:
+        if type(grid) not in _GRID_TYPES:
+            reason = "grid is not a tuple or list (a callable grid)"
+        elif (knob_state := _knob_state()) is None:
+            reason = "launch hooks installed"
+        elif kernel.pre_run_hooks:
+            reason = "pre-run hooks installed"
+        else:
+            driver = _driver_config.active
+            device = driver.get_current_device()
+            types = tuple(map(type, args))
+            describe = _DESCRIBERS.get(types) or _describer(types)
+            # id(kernel), not the kernel: JITFunction hashes its source hash under a lock (~0.5 us).
+            # The entry holds the kernel, so the id stays its own while the entry lives.
+            key = (
+                id(kernel),
+                device,
+                knob_state,
+                kernel.debug,
+                types,
+                describe(*args),
+                tuple(kwargs.items()),
+                tuple(map(type, kwargs.values())),
+            )
+            entry = _CACHE.get(key)
+            if entry is not None:
+                runner, function, packed_metadata, tail, globals_read, compiled, _ = entry
+                if globals_read and _globals_changed(globals_read):
+                    reason = "a global the kernel reads changed (Triton raises)"
+                else:
+                    n = len(grid)
+                    runner(
+                        grid[0],
+                        grid[1] if n > 1 else 1,
+                        grid[2] if n > 2 else 1,
+                        driver.get_current_stream(device),
+                        function,
+                        packed_metadata,
+                        None,  # launch metadata: read only by launch hooks, and none are installed
+                        None,
+                        None,
+                        *args,
+                        *tail,
+                    )
+                    _counts.hits += 1
+                    return compiled
+    except Exception as error:  # anything unforeseen: Triton's own launch decides
+        reason = f"{type(error).__name__} on the fast path"
+    if reason is not None:
+        _counts.fallbacks[reason] += 1
+        return stock_launch(kernel, grid, args, kwargs)
+    return _miss(kernel, grid, args, kwargs, key, stock_launch)
+
+
+_DESCRIBERS: dict[tuple, Callable] = {}
+
+
+def _describer(types: tuple) -> Callable:
+    """The function giving the key's part for positional arguments of these types: each tensor's
+    dtype and whether it is 16-byte aligned, then every other argument's value (its type is in
+    the key already). Generated per tuple of types, as straight-line code: a loop with a branch
+    per argument costs about 2.5x more, and this is most of the key's cost."""
+    names = [f"a{i}" for i in range(len(types))]
+    tensors = [name for name, kind in zip(names, types) if issubclass(kind, Tensor)]
+    others = [name for name, kind in zip(names, types) if not issubclass(kind, Tensor)]
+    parts = [f"{t}.dtype" for t in tensors] + [f"not {t}.data_ptr() & 15" for t in tensors] + others
+    source = f"def describe({', '.join(names)}):\n    return ({''.join(part + ', ' for part in parts)})\n"
+    namespace: dict = {}
+    exec(source, namespace)  # source built above from argument positions only
+    if len(_DESCRIBERS) >= MAX_ENTRIES:
+        _DESCRIBERS.clear()
+    _DESCRIBERS[types] = namespace["describe"]
+    return namespace["describe"]
+
+
+def _launch_while_off(kernel, grid, args, kwargs, stock_launch):
+    if _enabled is None:
+        _turn_on_or_off()
+        return launch(kernel, grid, args, kwargs, stock_launch)
+    _counts.fallbacks[f"off: {_off_reason}"] += 1
+    return stock_launch(kernel, grid, args, kwargs)
+
+
+def _globals_changed(globals_read) -> bool:
+    for scope, name, value in globals_read:
+        now = scope.get(name, _MISSING)
+        if now is not value and now != value:
+            return True
+    return False
+
+
+# --- a miss: Triton launches, its compiled kernel fills an entry ------------------------------
+def _miss(kernel, grid, args, kwargs, key, stock_launch):
+    _counts.misses += 1
+    compiled = stock_launch(kernel, grid, args, kwargs)
+    try:
+        refusal = _fill(kernel, key, args, kwargs, compiled)
+    except Exception as error:  # the launch happened; a failed fill only costs speed
+        refusal = f"{type(error).__name__} while filling the cache"
+    if refusal is not None:
+        _counts.unfilled[refusal] += 1
+    return compiled
+
+
+def _fill(kernel, key, args, kwargs, compiled) -> str | None:
+    """Make the entry that replays this call; returns why not when the call cannot be replayed
+    exactly from its key."""
+    if not isinstance(compiled, _CompiledKernel):
+        return "Triton returned no CompiledKernel (an asynchronous compile not resolved yet?)"
+    if not isinstance(kernel, _JITFunction):
+        return "not a JITFunction"
+    params = kernel.params
+    if len(args) > len(params):
+        return "more arguments than parameters"
+    for arg, param in zip(args, params):
+        if not isinstance(arg, Tensor) and not _keys_exactly(arg, compiled_in=param.is_constexpr):
+            return "a positional argument of a type or value this path does not key"
+    tail = []  # parameters after the positional ones: keyword values and defaults, in order
+    for param in params[len(args) :]:
+        if param.name in kwargs:
+            value = kwargs[param.name]
+        elif param.has_default:
+            value = param.default
+        else:
+            return "missing argument"
+        if not _keys_exactly(value, compiled_in=True):
+            return "a keyword argument of a type or value this path does not key (a tensor?)"
+        tail.append(value)
+    names = set(kernel.arg_names)
+    for name, value in kwargs.items():
+        if name in names:
+            continue
+        if name not in _option_names:
+            return "unknown keyword argument"
+        if not _keys_exactly(value, compiled_in=True):
+            return "a launch option of a type or value this path does not key"
+    globals_read = tuple((scope, name, value) for (name, _), (value, scope) in kernel.used_global_vals.items())
+    entry = (compiled.run, compiled.function, compiled.packed_metadata, tuple(tail), globals_read, compiled, kernel)
+    if len(_CACHE) >= MAX_ENTRIES:
+        _CACHE.clear()
+    _CACHE[key] = entry
+    return None
+
+
+def _keys_exactly(value, compiled_in: bool) -> bool:
+    """Whether a later call with an equal key gets the same behaviour from this value. A NaN
+    never equals itself, so its key never hits again; a value compiled in or replayed from the
+    entry must be the very value, and ``-0.0 == 0.0``."""
+    if type(value) not in _PLAIN_TYPES:
+        return False
+    if type(value) is float:
+        if value != value:
+            return False
+        if compiled_in and value == 0.0:
+            return False
+    return True
+
+
+# --- turning the path on ---------------------------------------------------------------------
+def _turn_on_or_off() -> None:
+    global _enabled, _off_reason
+    try:
+        reason = _why_off()
+    except Exception as error:
+        reason = f"{type(error).__name__} while checking Triton: {error}"
+    _enabled = reason is None
+    _off_reason = reason
+
+
+def _why_off() -> str | None:
+    """None when this process can use the path; else the reason it is off. Binds the Triton
+    pieces the launch uses."""
+    global _triton_version, _knob_state, _option_names, _JITFunction, _CompiledKernel, _driver_config
+    if os.environ.get(ENV_SWITCH, "1").strip().lower() in ("0", "false", "no", "off"):
+        return f"{ENV_SWITCH}={os.environ[ENV_SWITCH]}"
+    import triton
+    from triton import knobs
+    from triton.compiler.compiler import CompiledKernel
+    from triton.runtime.jit import JITFunction
+
+    _triton_version = triton.__version__
+    rules = RULES.get(_major_minor(triton.__version__))
+    if rules is None:
+        return f"Triton {triton.__version__}: this path models the launch of Triton 3.6 to 3.9 only"
+    mismatch = _launch_protocol_mismatch(rules, JITFunction, CompiledKernel)
+    if mismatch:
+        return f"Triton {triton.__version__}: {mismatch}"
+    config, reason = _find_driver()
+    if reason:
+        return reason
+    from triton.backends.nvidia.compiler import CUDAOptions
+
+    _driver_config = config
+    _knob_state = _knob_state_reader(rules, knobs)
+    _option_names = frozenset(CUDAOptions.__dataclass_fields__)
+    _JITFunction, _CompiledKernel = JITFunction, CompiledKernel
+    return None
+
+
+def _major_minor(version: str) -> tuple[int, int] | None:
+    match = re.match(r"(\d+)\.(\d+)", version)
+    return (int(match[1]), int(match[2])) if match else None
+
+
+# What JITFunction.run must contain (whitespace removed) for the replay to be what it does.
+_RUN_MUST_READ = (
+    "device=driver.active.get_current_device()",
+    "stream=driver.active.get_current_stream(device)",
+    "forhookinself.pre_run_hooks:",
+    "self.used_global_vals.items()",
+    "ifcallable(grid):",
+    "kernel.run(grid_0,grid_1,grid_2,stream,kernel.function,kernel.packed_metadata,launch_metadata,"
+    "knobs.runtime.launch_enter_hook,knobs.runtime.launch_exit_hook,*bound_args.values())",
+)
+
+
+def _launch_protocol_mismatch(rules: TritonRules, jit_function, compiled_kernel) -> str | None:
+    """Compare the installed Triton's launch with what the rules say: a patch release that moved
+    things turns the path off instead of replaying the wrong call."""
+    source = inspect.getsource(jit_function.run)
+    flat = re.sub(r"\s+", "", source)
+    for needed in _RUN_MUST_READ:
+        if needed not in flat:
+            return f"JITFunction.run no longer reads {needed!r}"
+    added = tuple(re.findall(r'kwargs\["(\w+)"\]\s*=', source))
+    if added != rules.knob_options:
+        return f"JITFunction.run adds options {added}, expected {rules.knob_options}"
+    if ("add_stages_inspection_hook" in source) != rules.has_stage_hook:
+        return "JITFunction.run's stage-inspection hook is not where the rules expect it"
+    if not isinstance(inspect.getattr_static(compiled_kernel, "run", None), property):
+        return "CompiledKernel.run is not the lazily initialising property"
+    if "self.packed_metadata" not in inspect.getsource(compiled_kernel.__init__):
+        return "CompiledKernel no longer packs its metadata"
+    return _specialisation_mismatch()
+
+
+def _specialisation_mismatch() -> str | None:
+    """Ask Triton's own specialiser the questions the key relies on: pointers specialise on
+    dtype and 16-byte alignment only, and floats are not specialised by value."""
+    import torch
+    from triton.backends.nvidia.compiler import CUDABackend
+    from triton.runtime.jit import native_specialize_impl
+
+    class PointerAt:
+        dtype = torch.float16
+
+        def __init__(self, address):
+            self.address = address
+
+        def data_ptr(self):
+            return self.address
+
+    def spec(arg):
+        return tuple(native_specialize_impl(CUDABackend, arg, False, True, True))
+
+    aligned = {spec(PointerAt(a)) for a in (0x1000, 0x1010, 0x1040, 0x7F00)}
+    unaligned = {spec(PointerAt(a)) for a in (0x1002, 0x1004, 0x1008, 0x100E)}
+    floats = {spec(x) for x in (0.0, -0.0, 1.0, 3.5)}
+    if len(aligned) != 1 or len(unaligned) != 1 or aligned == unaligned or len(floats) != 1:
+        return "its argument specialisation is not by dtype and 16-byte alignment"
+    return None
+
+
+def _find_driver():
+    """(Triton's driver config, None), or (None, reason) when no NVIDIA driver is active."""
+    from triton.runtime.driver import driver
+
+    try:
+        active = driver.active
+    except Exception as error:
+        return None, f"no active Triton driver ({error})"
+    if type(active).__module__ != "triton.backends.nvidia.driver":
+        return None, f"the active Triton driver is {type(active).__name__}, not NVIDIA's"
+    return driver, None

@@ -1,0 +1,36 @@
+"""Per-call host work that depends on no data, done once per call signature.
+
+A small kernel's eager call is mostly host time, and much of it is the same on every call with
+the same shapes: argument checks, choosing the implementation, resolving tiles, deriving kernel
+constants. :func:`cached_plan` runs that work (``make()``) once per key built from the tensors'
+shape, dtype and device and the call's other settings, and returns the remembered result on
+later calls. A result is remembered only when ``make()`` returned (so the checks passed); a
+call whose arguments cannot make a key (not tensors, an unhashable setting) always runs
+``make()``, whose checks then say what is wrong.
+"""
+
+from __future__ import annotations
+
+MAX_PLANS = 4096  # a sweep over many sizes starts over rather than growing without bound
+
+
+def cached_plan(plans: dict, make, tensors: tuple, settings: tuple):
+    """``make()``, remembered in ``plans`` by the (shape, dtype, device) of each of ``tensors``
+    (None stays None) and ``settings``."""
+    try:
+        key = (tuple(None if t is None else (t.shape, t.dtype, t.device) for t in tensors), settings)
+        plan = plans.get(key)
+    except (AttributeError, TypeError):
+        return make()
+    if plan is None:
+        plan = make()
+        if len(plans) >= MAX_PLANS:
+            plans.clear()
+        plans[key] = plan
+    return plan
+
+
+def tile_items(tiles: dict) -> tuple:
+    """Tile overrides as key material: with their types, so ``2.0`` or ``True`` (which equal
+    ``2`` and ``1``) do not pass as the ints a remembered plan checked."""
+    return tuple((name, type(value), value) for name, value in tiles.items()) if tiles else ()
