@@ -223,19 +223,21 @@ def test_compiled_norms_match_the_reference():
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
 def test_inductor_compiles_our_ops_and_matches_eager(mode):
+    # fp32: Inductor fuses the pointwise ops around ours and rounds once where eager rounds each
+    # bf16 intermediate, so bf16 gradients differ by rounding alone; a kernel bug shows in fp32.
     torch._dynamo.reset()
-    block = _Block(1000, device="cuda", dtype=torch.bfloat16)
-    x = _randn(64, 1000, device="cuda", dtype=torch.bfloat16, seed=1, requires_grad=True)
-    r = _randn(64, 1000, device="cuda", dtype=torch.bfloat16, seed=2, requires_grad=True)
+    block = _Block(1000, device="cuda", dtype=torch.float32)
+    x = _randn(64, 1000, device="cuda", dtype=torch.float32, seed=1, requires_grad=True)
+    r = _randn(64, 1000, device="cuda", dtype=torch.float32, seed=2, requires_grad=True)
     compiled = torch.compile(block, fullgraph=True, mode=mode)
     for _ in range(3):  # reduce-overhead records its CUDA graph on a later call
         out = compiled(x, r)
         grads = torch.autograd.grad(out.float().square().sum(), (x, r, block.w1, block.w2))
     want = block(x, r)
     want_grads = torch.autograd.grad(want.float().square().sum(), (x, r, block.w1, block.w2))
-    torch.testing.assert_close(out, want, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(out, want, atol=1e-4, rtol=1e-4)
     for got, expected in zip(grads, want_grads):
-        torch.testing.assert_close(got, expected, atol=5e-2, rtol=5e-2)
+        torch.testing.assert_close(got, expected, atol=1e-3, rtol=1e-3)
 
 
 def _bits(t):
