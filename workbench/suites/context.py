@@ -34,6 +34,9 @@ class RunContext:
     rep_ms: float
     warmup_ms: float
     emit: Callable[[Any], None]
+    # Records already taken in this run, by what they measured: a target that judges another
+    # timing of the same cells (the call targets) reuses them instead of measuring again.
+    taken: dict = field(default_factory=dict)
 
 
 def new_record(kernel, variant, backend, mode, dtype, dev, problem, params, axis, x) -> Record:

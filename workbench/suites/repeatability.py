@@ -79,7 +79,9 @@ def compare(first, second) -> dict[str, Any]:
         if abs(change) <= TOLERANCE:
             agree += 1
         else:
-            apart.append({"cell": " ".join(map(str, key)), "first_us": ka * 1e3, "second_us": kb * 1e3, "change": change})
+            apart.append(
+                {"cell": " ".join(map(str, key)), "first_us": ka * 1e3, "second_us": kb * 1e3, "change": change}
+            )
     apart.sort(key=lambda d: -abs(d["change"]))
     return {
         "verdict_cells": cells,
