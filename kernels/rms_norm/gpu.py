@@ -37,6 +37,9 @@ registers (at hidden 32768 the row kernel spills and runs 2x slower than the chu
 Why one long module: the forward, the three backward forms and their tile resolution are one
 op's GPU kernels, read top to bottom (Liger's one-file-per-op); the shared tile arithmetic is
 :mod:`.tile_math`.
+
+Why one long module: the forward, both backward strategies and the tile rules they share
+read top to bottom as one explanation, as in Triton's tutorials.
 """
 
 from __future__ import annotations

@@ -19,6 +19,9 @@ A target is one of three kinds:
 Thresholds are data: a tuple of :class:`Rule` (``value`` from ``from_x`` on); at each x the
 largest rule that applies is required. How points are judged is :mod:`.judge`; how targets are
 measured is :mod:`.run`.
+
+Why one long module: the targets are data, and the suites' full lists (h100 and smoke at
+their sizes) are most of its length; they read best side by side.
 """
 
 from __future__ import annotations
