@@ -50,10 +50,10 @@ from kernels.runtime import device_of
 from kernels.spec import KernelSpec, Knob, Param, Variant
 
 IMPLS = ("gpu", "npu", "auto")
-_GPU_SUM_TILES = ("heuristic", "TILE_M", "TILE_K", "BLOCK_B", "PROGRAM_M", "num_warps", "num_stages")
-_GPU_BWD_TILES = ("heuristic", "TILE_M", "TILE_K", "BLOCK_B", "num_warps")
+_GPU_SUM_TILES = ("heuristic", "TILE_M", "TILE_K", "BLOCK_B", "PROGRAM_M", "num_warps", "num_stages", "SPLITS")
+_GPU_BWD_TILES = ("heuristic", "TILE_M", "TILE_K", "BLOCK_B", "num_warps", "NODE_SPLITS")
 _GPU_PRODUCT_TILES = ("heuristic", "BLOCK_M", "TILE_M", "BLOCK_B", "num_warps")
-_NPU_TILES = ("TILE_M", "TILE_K", "BLOCK_B", "GRID")
+_NPU_TILES = ("TILE_M", "TILE_K", "BLOCK_B", "GRID", "SPLITS")
 _INDEX_DTYPES = (torch.int32, torch.int64)
 
 
@@ -183,6 +183,32 @@ def _validate_product(node_mars, cids, block_size):
     return node_mars, cids
 
 
+# Single-writer facts per (cids, pids, block_size): {key: (cids ref, pids ref, versions, facts)}.
+_WRITERS: dict[tuple, tuple] = {}
+
+
+def _single_writers(cids: torch.Tensor, pids: torch.Tensor, block_size: int) -> dict:
+    """``element_atomic`` / ``param_atomic`` for the backward: False where each address has one
+    writer — every ``cids`` entry distinct (element flows), the runs ``pids + [0, block_size)``
+    disjoint (parameter flows) — so plain stores replace atomics. One host sync per index pair
+    and version (cached like the range checks), none on repeated calls or under graph capture."""
+    key = (id(cids), id(pids), block_size)
+    hit = _WRITERS.get(key)
+    versions = (cids._version, pids._version)
+    if hit is not None and hit[0]() is cids and hit[1]() is pids and hit[2] == versions:
+        return hit[3]
+    flat = cids.reshape(-1)
+    distinct = torch.unique(flat).numel() == flat.numel()
+    runs = torch.sort(pids.reshape(-1)).values
+    disjoint = runs.numel() < 2 or int((runs[1:] - runs[:-1]).min()) >= block_size
+    facts = {"element_atomic": not distinct, "param_atomic": not disjoint}
+    if len(_WRITERS) > 4096:
+        for k in [k for k, v in _WRITERS.items() if v[0]() is None or v[1]() is None]:
+            del _WRITERS[k]
+    _WRITERS[key] = (weakref.ref(cids), weakref.ref(pids), versions, facts)
+    return facts
+
+
 def _num_cores(t: torch.Tensor) -> int:
     return device_of(t).num_cores
 
@@ -221,6 +247,7 @@ class _SumLayerFunction(torch.autograd.Function):
             element_flows=need_em,
             param_flows=need_p,
             mul_params=False,
+            **_single_writers(cids, pids, block_size),
         )
         return d_em, d_p, None, None, None, None, None, None
 
@@ -251,8 +278,9 @@ def sum_layer(element_mars, params, cids, pids, block_size, impl="auto", **tiles
     if impl == "gpu":
         if tiles:
             _check_tile_names(tiles, _GPU_SUM_TILES, "sum_layer (impl='gpu')")
-        cores = _num_cores(element_mars)
-        fwd = gpu.resolve_forward_tiles(n_blocks, block_size, n_edges, batch, cores, **tiles)
+        dev = device_of(element_mars)
+        cores = dev.num_cores
+        fwd = gpu.resolve_forward_tiles(n_blocks, block_size, n_edges, batch, cores, **tiles, device_name=dev.name)
         bwd = None  # resolved below only when a backward can follow
     else:
         _check_tile_names(tiles, _NPU_TILES, "sum_layer (impl='npu')")
@@ -296,7 +324,8 @@ def sum_layer_backward(
     if batch == 0:
         return torch.zeros_like(element_mars), torch.zeros_like(params)
     with torch.no_grad():
-        return module.sum_backward(node_flows, element_mars, params, out, cids, pids, block_size, t)
+        writers = _single_writers(cids, pids, block_size)
+        return module.sum_backward(node_flows, element_mars, params, out, cids, pids, block_size, t, **writers)
 
 
 def product_layer(node_mars, cids, block_size, impl="auto", **tiles) -> torch.Tensor:
@@ -435,7 +464,7 @@ def _ours(impl: str, fixed: dict | None = None):
     def split(problem, params):
         tiles = {**fixed, **_tiles(params)}
         if problem["layer"] == "product":
-            for name in ("TILE_K", "PROGRAM_M", "num_stages"):  # sum-layer tiles only
+            for name in ("TILE_K", "PROGRAM_M", "num_stages", "SPLITS"):  # sum-layer tiles only
                 tiles.pop(name, None)
         return tiles
 
@@ -483,7 +512,14 @@ _COMMON_PARAMS = (
     Param("TILE_K", ("auto",) + _POW2, "auto", "edges per chunk (sum layer)"),
     Param("BLOCK_B", ("auto",) + _POW2[:9], "auto", "batch columns per program"),
 )
+_SPLITS = Param(
+    "SPLITS",
+    ("auto",) + gpu.SPLIT_VALUES,
+    "auto",
+    "split-K: programs sharing a tile's edges, merged by a combine kernel",
+)
 _GPU_EXTRA = (
+    _SPLITS,
     Param("PROGRAM_M", ("auto",) + _POW2, "auto", "nodes one program walks, in TILE_M sub-tiles (sum forward)"),
     Param("num_warps", ("auto",) + gpu.NUM_WARPS, "auto", "warps per program"),
     Param("num_stages", ("auto",) + gpu.NUM_STAGES, "auto", "software-pipelining depth of the edge loop (sum forward)"),
@@ -492,6 +528,7 @@ _GPU_EXTRA = (
 _gpu_run, _gpu_check = _ours("gpu")
 _large_run, _large_check = _ours("gpu", {"heuristic": "large"})
 _small_run, _small_check = _ours("gpu", {"heuristic": "small"})
+_split_run, _split_check = _ours("gpu", {"heuristic": "split"})
 _npu_run, _npu_check = _ours("npu")
 
 spec = KernelSpec(
@@ -554,10 +591,20 @@ spec = KernelSpec(
             doc="small-batch tiling: TILE_M = 8 node tiles, TILE_K decoupled from batch",
         ),
         Variant(
+            "gpu_split",
+            "gpu",
+            _split_run,
+            params=_COMMON_PARAMS + _GPU_EXTRA,
+            devices=("cuda", "cpu"),
+            check=_split_check,
+            doc="split-K small-batch forward: SPLITS programs per node tile of TILE_M, online log-sum-exp, combine",
+        ),
+        Variant(
             "npu",
             "npu",
             _npu_run,
-            params=_COMMON_PARAMS + (Param("GRID", ("auto",) + tuple(2**k for k in range(0, 12)), "auto", "programs"),),
+            params=_COMMON_PARAMS
+            + (Param("GRID", ("auto",) + tuple(2**k for k in range(0, 12)), "auto", "programs"), _SPLITS),
             devices=("npu", "cuda", "cpu"),
             check=_npu_check,
             doc="triton-ascend style: grid = cores, grid-stride over tiles, no tl.where",

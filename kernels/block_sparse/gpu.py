@@ -89,6 +89,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.block_sparse import tuned
 from kernels.block_sparse.tile_math import (
     combine_partials,
     element_flow_tile,
@@ -108,7 +109,7 @@ from kernels.block_sparse.tile_math import (
 )
 from kernels.launch import launch as _launch
 
-HEURISTICS = ("auto", "large", "small")
+HEURISTICS = ("auto", "large", "small", "split")
 NUM_WARPS = (1, 2, 4, 8, 16, 32)
 # Largest broadcast tile TILE_M x TILE_K x BLOCK_B (elements) a program may hold in registers.
 MAX_3D_TILE = 16384
@@ -122,6 +123,12 @@ GPU_SMALL_DOT_FROM_BATCH = 16
 NUM_STAGES = (1, 2, 3, 4, 5)
 PRODUCT_BLOCK_M_CAP = 8  # the product layer's BLOCK_M cap of the small heuristic
 COMBINE_BLOCK = 1024  # flat elements per program of the split-K combine kernel
+SPLIT_VALUES = (1, 2, 4, 8, 16, 32, 64)  # split-K counts accepted (the Explorer's SPLITS knob)
+# Split-K rule (used where tuned.py has no entry for the device): node tiles of 32 nodes at
+# batch <= 2 and 16 beyond (node-contiguous weight loads coalesce), and enough edge splits that
+# the grid holds SPLIT_PROGRAMS_PER_CORE programs per core, each keeping >= 16 edges.
+SPLIT_PROGRAMS_PER_CORE = 4
+SMALL_BWD_TILE_M = 64  # element flows at small batch: node tile cap, so node splits fan out
 
 
 # --- kernels -------------------------------------------------------------------------------
@@ -314,6 +321,31 @@ def _small_forward(block_size: int, n_edges: int, batch: int) -> dict:
     return dict(TILE_M=tile_m, TILE_K=tile_k, BLOCK_B=block_b, PROGRAM_M=tile_m)
 
 
+def _split_forward(n_blocks: int, block_size: int, n_edges: int, batch: int, num_cores: int, tile_m=None) -> dict:
+    """Split-K tiles: a node tile of ``tile_m`` (default 32 nodes at batch <= 2, else 16) x
+    BLOCK_B columns, and edge splits up to SPLIT_PROGRAMS_PER_CORE programs per core. From batch
+    16 the tile takes the tl.dot form (16 x 32 x 16); below it the broadcast form, TILE_K as
+    wide as a 4096-element tile allows but no wider than one split's edges."""
+    tm_ = min(_pow2(block_size), tile_m or (32 if batch <= 2 else 16))
+    dot = batch >= GPU_SMALL_DOT_FROM_BATCH and tm_ >= 16 and n_edges >= 16
+    block_b = 16 if dot else min(_pow2(batch), 8)
+    base = n_blocks * triton.cdiv(block_size, tm_) * triton.cdiv(batch, block_b)
+    splits = 1
+    while (
+        splits < SPLIT_VALUES[-1] and base * splits < SPLIT_PROGRAMS_PER_CORE * num_cores and n_edges >= 2 * splits * 16
+    ):
+        splits *= 2
+    per_split = _pow2(triton.cdiv(n_edges, splits))
+    tile_k = 32 if dot else max(1, min(per_split, 4096 // (tm_ * block_b), 256))
+    return dict(TILE_M=tm_, TILE_K=min(tile_k, _pow2(n_edges)), BLOCK_B=block_b, PROGRAM_M=tm_, SPLITS=splits)
+
+
+def check_splits(value):
+    if value not in SPLIT_VALUES:
+        raise ValueError(f"SPLITS={value!r} is not allowed; use one of {', '.join(map(str, SPLIT_VALUES))} (or 'auto')")
+    return value
+
+
 @functools.lru_cache(maxsize=4096)  # pure in its (hashable) arguments; asked on every call
 def resolve_forward_tiles(
     n_blocks: int,
@@ -328,23 +360,48 @@ def resolve_forward_tiles(
     PROGRAM_M="auto",
     num_warps="auto",
     num_stages="auto",
+    SPLITS="auto",
+    device_name=None,
 ) -> SumForwardTiles:
-    """The forward tiling: a heuristic's choice with explicit tiles overriding it."""
+    """The forward tiling: a heuristic's choice with explicit tiles overriding it.
+
+    ``auto`` asks :mod:`.tuned` first (the device's measured best at this batch: split-K with its
+    SPLITS and node tile, or the unsplit small tiling with its node tile); without an entry,
+    ``large`` when its grid fills the SMs, else ``small``. ``split`` is the split-K rule of
+    :func:`_split_forward`. An explicit ``SPLITS`` splits any tiling's edges (``1``: no split)."""
     check_heuristic(heuristic)
-    if heuristic == "auto":
+    tuned_tiles = tuned.lookup(device_name, batch) if heuristic == "auto" else None
+    if tuned_tiles is not None:
+        heuristic = "split" if tuned_tiles.get("SPLITS", 1) > 1 else "small"
+    elif heuristic == "auto":
         large = _large_forward(block_size, n_edges, batch)
         programs = n_blocks * triton.cdiv(block_size, large["PROGRAM_M"]) * triton.cdiv(batch, large["BLOCK_B"])
         heuristic = "large" if programs >= num_cores else "small"
-    chosen = (_large_forward if heuristic == "large" else _small_forward)(block_size, n_edges, batch)
+    if heuristic == "split":
+        tile_m = None if tuned_tiles is None else tuned_tiles.get("TILE_M")
+        chosen = _split_forward(n_blocks, block_size, n_edges, batch, num_cores, tile_m)
+    else:
+        chosen = (_large_forward if heuristic == "large" else _small_forward)(block_size, n_edges, batch)
+        chosen["SPLITS"] = 1
+    for name, value in (tuned_tiles or {}).items():  # the device's measured tiles, as defaults
+        if name in chosen:
+            chosen[name] = min(value, _pow2(block_size)) if name in ("TILE_M", "PROGRAM_M") else value
+    if tuned_tiles and "TILE_M" in tuned_tiles:
+        chosen["PROGRAM_M"] = chosen["TILE_M"]
+    if tuned_tiles:
+        num_warps = tuned_tiles.get("num_warps", "auto") if num_warps == "auto" else num_warps
     overrides = {"TILE_M": TILE_M, "TILE_K": TILE_K, "BLOCK_B": BLOCK_B, "PROGRAM_M": PROGRAM_M}
     custom = False
+    if SPLITS != "auto":
+        chosen["SPLITS"] = check_splits(SPLITS)
+        custom = True
     for name, value in overrides.items():
         if value != "auto":
             chosen[name] = check_tile(name, value)
             custom = True
     if PROGRAM_M == "auto" and chosen["PROGRAM_M"] < chosen["TILE_M"]:
         chosen["PROGRAM_M"] = chosen["TILE_M"]
-    if PROGRAM_M == "auto" and heuristic == "small":
+    if PROGRAM_M == "auto" and heuristic in ("small", "split"):
         chosen["PROGRAM_M"] = chosen["TILE_M"]
     if chosen["PROGRAM_M"] < chosen["TILE_M"]:
         raise ValueError(
@@ -363,11 +420,19 @@ def resolve_forward_tiles(
         num_warps = 8 if (use_dot and tm * tb >= 1024) or (not use_dot and tm * tb <= 16) else 4
     check_num_warps(num_warps)
     if num_stages == "auto":
-        num_stages = 2 if use_dot and heuristic == "small" else 0  # 2 beat Triton's 3 at batch 16
+        num_stages = 2 if use_dot and heuristic in ("small", "split") else 0  # 2 beat Triton's 3 at batch 16
     elif num_stages not in NUM_STAGES:
         raise ValueError(f"num_stages={num_stages!r} is not allowed; use one of {', '.join(map(str, NUM_STAGES))}")
     return SumForwardTiles(
-        "custom" if custom else heuristic, tm, tk, tb, chosen["PROGRAM_M"], use_dot, num_warps, num_stages
+        "custom" if custom else heuristic,
+        tm,
+        tk,
+        tb,
+        chosen["PROGRAM_M"],
+        use_dot,
+        num_warps,
+        num_stages,
+        chosen["SPLITS"],
     )
 
 
@@ -402,12 +467,16 @@ def resolve_backward_tiles(
     TILE_K="auto",
     BLOCK_B="auto",
     num_warps="auto",
+    NODE_SPLITS="auto",
 ) -> SumBackwardTiles:
     """Backward tiles. Explicit TILE_M / TILE_K / BLOCK_B apply to both flow kernels.
 
-    ``small`` favours many programs (narrow edge tiles for the element flows, so 1024 edges make
-    128 programs at batch 1); ``large`` uses wider edge and batch tiles (fewer, fatter programs,
-    fine when the batch supplies the parallelism). Both keep the broadcast tile near 4096.
+    ``small`` (and ``split``) favours many programs (narrow edge tiles for the element flows, so
+    1024 edges make 128 programs at batch 1), and where that grid still has fewer than two
+    programs per core it caps the element flows' node tile at SMALL_BWD_TILE_M and fans each
+    block's nodes out over ``NODE_SPLITS`` programs (their partial sums meet with atomics);
+    ``large`` uses wider edge and batch tiles (fewer, fatter programs, fine when the batch
+    supplies the parallelism). Both keep the broadcast tile near 4096.
     """
     check_heuristic(heuristic)
     bs2, k2, b2 = _pow2(block_size), _pow2(n_edges), _pow2(batch)
@@ -422,7 +491,16 @@ def resolve_backward_tiles(
         pb, pm, pk = min(b2, 16), min(bs2, 16), min(k2, 16)
     em_ = min(bs2, max(1, 4096 // (ek * eb)))
     pk = min(k2, max(pk, 4096 // (pm * pb)), 64)
+    e_splits = 1
+    e_programs = n_blocks * triton.cdiv(n_edges, ek) * triton.cdiv(batch, eb)
+    if heuristic != "large" and e_programs < 2 * num_cores:
+        em_ = min(em_, SMALL_BWD_TILE_M)
+        while e_splits * e_programs < 2 * num_cores and e_splits * em_ < block_size:
+            e_splits *= 2
     custom = False
+    if NODE_SPLITS != "auto":
+        e_splits = check_splits(NODE_SPLITS)
+        custom = True
     if TILE_M != "auto":
         em_ = pm = check_tile("TILE_M", TILE_M)
         custom = True
@@ -441,7 +519,7 @@ def resolve_backward_tiles(
     if num_warps == "auto":
         num_warps = 4
     check_num_warps(num_warps)
-    return SumBackwardTiles("custom" if custom else heuristic, em_, ek, eb, pm, pk, pb, num_warps)
+    return SumBackwardTiles("custom" if custom else heuristic, em_, ek, eb, pm, pk, pb, num_warps, e_splits)
 
 
 @dataclass(frozen=True)

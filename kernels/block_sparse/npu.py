@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.block_sparse.gpu import PRODUCT_BLOCK_M_CAP, SMALL_TILE_M, check_tile, launch
+from kernels.block_sparse.gpu import PRODUCT_BLOCK_M_CAP, SMALL_TILE_M, check_splits, check_tile, launch
 from kernels.block_sparse.tile_math import (
     combine_partials,
     element_flow_tile,
@@ -287,11 +287,14 @@ def resolve_tiles(
     TILE_K="auto",
     BLOCK_B="auto",
     GRID="auto",
+    SPLITS="auto",
 ) -> NpuTiles:
     """Defaults: TILE_M = 8 nodes; BLOCK_B = 1, 2 or 4 for batches up to 4 and 16 beyond (never 8,
     which the Ascend planner handles badly, see :func:`batch_lane_weight`); TILE_K the largest
     power of two keeping ``TILE_M x TILE_K x w(BLOCK_B) <= 4096`` (half the Unified Buffer, so
-    multi-buffering has room): 512 at batch 1, 64 from batch 2 on."""
+    multi-buffering has room): 512 at batch 1, 64 from batch 2 on. ``SPLITS`` (split-K forward)
+    defaults to 1: no NPU timing exists to choose it; the split items use the same tile, so the
+    Unified Buffer check below covers them."""
     tile_m = min(_pow2(block_size), SMALL_TILE_M) if TILE_M == "auto" else check_tile("TILE_M", TILE_M)
     if BLOCK_B == "auto":
         block_b = _pow2(batch) if batch <= 4 else 16
@@ -314,7 +317,8 @@ def resolve_tiles(
         grid = GRID
     else:
         raise ValueError(f"GRID={GRID!r} must be a positive integer or 'auto'")
-    return NpuTiles(tile_m, tile_k, block_b, grid)
+    splits = 1 if SPLITS == "auto" else check_splits(SPLITS)
+    return NpuTiles(tile_m, tile_k, block_b, grid, splits)
 
 
 def _check_int32(element_rows: int, batch: int, n_params: int = 0):
