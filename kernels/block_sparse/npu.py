@@ -477,10 +477,43 @@ def _sum_cases(tm: int, tk: int, tb: int, default: bool, note: str = "") -> list
     ]
 
 
+def combine_ub_bytes(block: int = COMBINE_BLOCK) -> int:
+    """Two loaded partials, the running shift and sum and the output, x2 for multi-buffering."""
+    return 2 * 5 * 4 * block
+
+
+def _split_cases(tm: int, tk: int, tb: int, default: bool, note: str = "") -> list:
+    """The split-K forward (``SPLIT=True``: the partial store) at one tile; the same Unified Buffer
+    model as the unsplit forward (the edge loop and its tile are the same)."""
+    from kernels.spec import NpuCompileCase
+
+    tiles = {"TILE_M": tm, "BLOCK_B": tb, "TILE_K": tk}
+    name = f"sum split-K forward TILE_M={tm} BLOCK_B={tb} TILE_K={tk}{note}"
+    sig = dict(_SUM_SIGNATURE)
+    return [
+        NpuCompileCase(
+            "block_sparse", name, _sum_forward_npu_kernel, sig, {**tiles, "SPLIT": True}, default, ub_bytes(tm, tk, tb)
+        )
+    ]
+
+
+def _combine_case() -> list:
+    from kernels.spec import NpuCompileCase
+
+    sig = {"OUT_ptr": "*fp32", "WS_MAX_ptr": "*fp32", "WS_SUM_ptr": "*fp32", "n_elements": "i32", "n_splits": "i32"}
+    name = f"sum split-K combine BLOCK={COMBINE_BLOCK}"
+    return [
+        NpuCompileCase(
+            "block_sparse", name, _sum_combine_npu_kernel, sig, {"BLOCK": COMBINE_BLOCK}, True, combine_ub_bytes()
+        )
+    ]
+
+
 def npu_compile_cases():
     """The NPU kernels at their default tiles for an HMM layer (L = 1024, one block of 1024) at
-    batch 1, 2, 3 and 64 (one case per distinct tile), plus non-default tiles the compiler is
-    known to reject (``BLOCK_B = 8``, a too-wide ``TILE_K``) or accept (``TILE_M = 16``)."""
+    batch 1, 2, 3 and 64 (one case per distinct tile) — the split-K forward and its combine
+    among them — plus non-default tiles the compiler is known to reject (``BLOCK_B = 8``, a
+    too-wide ``TILE_K``) or accept (``TILE_M = 16``), and split-K tiles around the UB limit."""
     from kernels.spec import NpuCompileCase
 
     cases, seen = [], set()
@@ -491,6 +524,7 @@ def npu_compile_cases():
             continue
         seen.add(key)
         cases += _sum_cases(t.TILE_M, t.TILE_K, t.BLOCK_B, True, f" (batch {batch})")
+        cases += _split_cases(t.TILE_M, t.TILE_K, t.BLOCK_B, True, f" (batch {batch})")
         bm = min(t.TILE_M, PRODUCT_BLOCK_M_CAP)
         for name, kernel, first, second in (
             ("product forward", _product_forward_npu_kernel, "OUT_ptr", "NM_ptr"),
@@ -510,7 +544,11 @@ def npu_compile_cases():
             )
     for tm, tk, tb in ((8, 64, 8), (8, 256, 16), (16, 32, 16)):
         cases += _sum_cases(tm, tk, tb, False)
-    return cases
+    # Split-K at the GPU split rule's node tiles (32 at batch <= 2, 16 beyond), where they fit
+    # the model or just beyond it, so the report shows which overflow.
+    for tm, tk, tb in ((32, 32, 1), (32, 64, 2), (16, 64, 4), (16, 32, 16), (8, 128, 16)):
+        cases += _split_cases(tm, tk, tb, False)
+    return cases + _combine_case()
 
 
 def ub_calibration_cases():
