@@ -9,12 +9,18 @@ Math and layout: DESIGN.md and :mod:`.reference`. ``impl="gpu"`` runs :mod:`.gpu
 runs :mod:`.npu` (grid = cores, grid-stride), ``"auto"`` the NPU kernels on an NPU and the GPU
 kernels elsewhere (the CPU runs either in the Triton interpreter). Tiles, as keyword arguments:
 
-- ``sum_layer`` (gpu): ``heuristic`` ("auto" | "large" | "small"), ``TILE_M``, ``TILE_K``,
-  ``BLOCK_B``, ``PROGRAM_M``, ``num_warps``. These steer the forward kernel; the backward kernels
-  autograd runs follow ``heuristic`` alone (their broadcast tiles have different limits).
-- ``sum_layer_backward`` (gpu): ``heuristic``, ``TILE_M``, ``TILE_K``, ``BLOCK_B``, ``num_warps``.
+- ``sum_layer`` (gpu): ``heuristic`` ("auto" | "large" | "small" | "split"), ``TILE_M``, ``TILE_K``,
+  ``BLOCK_B``, ``PROGRAM_M``, ``num_warps``, ``num_stages``, ``SPLITS`` (split-K: programs
+  sharing a node tile's edges, merged by a combine kernel; "auto" asks :mod:`.tuned` for the
+  device). These steer the forward kernel; the backward kernels autograd runs follow
+  ``heuristic`` alone (their broadcast tiles have different limits).
+- ``sum_layer_backward`` (gpu): ``heuristic``, ``TILE_M``, ``TILE_K``, ``BLOCK_B``, ``num_warps``,
+  ``NODE_SPLITS`` (element flows: programs sharing a block's nodes).
 - ``product_layer`` (gpu): ``heuristic``, ``BLOCK_M`` (alias ``TILE_M``), ``BLOCK_B``, ``num_warps``.
-- every npu call: ``TILE_M``, ``TILE_K``, ``BLOCK_B``, ``GRID``.
+- every npu call: ``TILE_M``, ``TILE_K``, ``BLOCK_B``, ``GRID``; ``sum_layer`` also ``SPLITS``.
+
+Scatters in the backward use plain stores where each address has one writer (distinct
+``cids``; disjoint ``pids`` runs — checked once per index tensors) and atomics otherwise.
 
 Autograd. ``sum_layer`` and ``product_layer`` are differentiable. DESIGN's backward takes linear
 node flows ``F`` and returns flows; for a loss with ``g = d loss / d out``:

@@ -321,12 +321,12 @@ def _small_forward(block_size: int, n_edges: int, batch: int) -> dict:
     return dict(TILE_M=tile_m, TILE_K=tile_k, BLOCK_B=block_b, PROGRAM_M=tile_m)
 
 
-def _split_forward(n_blocks: int, block_size: int, n_edges: int, batch: int, num_cores: int, tile_m=None) -> dict:
-    """Split-K tiles: a node tile of ``tile_m`` (default 32 nodes at batch <= 2, else 16) x
+def _split_forward(n_blocks: int, block_size: int, n_edges: int, batch: int, num_cores: int) -> dict:
+    """Split-K tiles: a node tile of 32 nodes at batch <= 2, else 16, x
     BLOCK_B columns, and edge splits up to SPLIT_PROGRAMS_PER_CORE programs per core. From batch
     16 the tile takes the tl.dot form (16 x 32 x 16); below it the broadcast form, TILE_K as
     wide as a 4096-element tile allows but no wider than one split's edges."""
-    tm_ = min(_pow2(block_size), tile_m or (32 if batch <= 2 else 16))
+    tm_ = min(_pow2(block_size), 32 if batch <= 2 else 16)
     dot = batch >= GPU_SMALL_DOT_FROM_BATCH and tm_ >= 16 and n_edges >= 16
     block_b = 16 if dot else min(_pow2(batch), 8)
     base = n_blocks * triton.cdiv(block_size, tm_) * triton.cdiv(batch, block_b)
@@ -370,35 +370,32 @@ def resolve_forward_tiles(
     ``large`` when its grid fills the SMs, else ``small``. ``split`` is the split-K rule of
     :func:`_split_forward`. An explicit ``SPLITS`` splits any tiling's edges (``1``: no split)."""
     check_heuristic(heuristic)
+    custom = any(v != "auto" for v in (TILE_M, TILE_K, BLOCK_B, PROGRAM_M, SPLITS))
     tuned_tiles = tuned.lookup(device_name, batch) if heuristic == "auto" else None
     if tuned_tiles is not None:
-        heuristic = "split" if tuned_tiles.get("SPLITS", 1) > 1 else "small"
+        # The device's measured winner, applied as the tune script timed it: as explicit tiles.
+        heuristic = "split" if tuned_tiles.get("SPLITS", 1) > 1 else tuned_tiles.get("heuristic", "small")
+        if TILE_M == "auto" and "TILE_M" in tuned_tiles:
+            TILE_M = min(tuned_tiles["TILE_M"], _pow2(block_size))
+        if SPLITS == "auto" and heuristic == "split":
+            SPLITS = tuned_tiles["SPLITS"]
+        if num_warps == "auto":
+            num_warps = tuned_tiles.get("num_warps", "auto")
     elif heuristic == "auto":
         large = _large_forward(block_size, n_edges, batch)
         programs = n_blocks * triton.cdiv(block_size, large["PROGRAM_M"]) * triton.cdiv(batch, large["BLOCK_B"])
         heuristic = "large" if programs >= num_cores else "small"
     if heuristic == "split":
-        tile_m = None if tuned_tiles is None else tuned_tiles.get("TILE_M")
-        chosen = _split_forward(n_blocks, block_size, n_edges, batch, num_cores, tile_m)
+        chosen = _split_forward(n_blocks, block_size, n_edges, batch, num_cores)
     else:
         chosen = (_large_forward if heuristic == "large" else _small_forward)(block_size, n_edges, batch)
         chosen["SPLITS"] = 1
-    for name, value in (tuned_tiles or {}).items():  # the device's measured tiles, as defaults
-        if name in chosen:
-            chosen[name] = min(value, _pow2(block_size)) if name in ("TILE_M", "PROGRAM_M") else value
-    if tuned_tiles and "TILE_M" in tuned_tiles:
-        chosen["PROGRAM_M"] = chosen["TILE_M"]
-    if tuned_tiles:
-        num_warps = tuned_tiles.get("num_warps", "auto") if num_warps == "auto" else num_warps
     overrides = {"TILE_M": TILE_M, "TILE_K": TILE_K, "BLOCK_B": BLOCK_B, "PROGRAM_M": PROGRAM_M}
-    custom = False
     if SPLITS != "auto":
         chosen["SPLITS"] = check_splits(SPLITS)
-        custom = True
     for name, value in overrides.items():
         if value != "auto":
             chosen[name] = check_tile(name, value)
-            custom = True
     if PROGRAM_M == "auto" and chosen["PROGRAM_M"] < chosen["TILE_M"]:
         chosen["PROGRAM_M"] = chosen["TILE_M"]
     if PROGRAM_M == "auto" and heuristic in ("small", "split"):

@@ -3,8 +3,8 @@
 ``TUNED[device name][batch]`` is the best configuration that ``benchmarks/tune_block_sparse.py``
 found on that device for the HMM transition layer (L = 1024: one block of 1024 nodes, K = 1024)
 at that batch, by kernel time (profiler, L2 flushed): ``{"SPLITS": s, "TILE_M": m}`` and,
-where the sweep chose them, ``BLOCK_B`` / ``TILE_K`` / ``num_warps``. ``SPLITS = 1`` means the
-unsplit kernel won there (the entry then fixes its node tile only). The script prints this
+where the sweep chose it, ``num_warps``. ``SPLITS = 1`` means an unsplit tiling won there: the
+entry then names it (``"heuristic": "small" | "large"``) with its node tile. The script prints this
 table ready to paste; paste it, keep the comment line it prints above each device (date,
 Triton and torch versions, commit), and commit it with the records it wrote.
 
