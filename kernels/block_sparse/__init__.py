@@ -502,8 +502,8 @@ def _torch_path(inputs, problem):
     return _reference(inputs, problem)
 
 
-def _pyjuice_kernel(inputs, problem):
-    return peer.pyjuice_layer_kernel(inputs, _shape(problem), problem)
+def _pyjuice_kernel(inputs, problem, mode="forward"):
+    return peer.pyjuice_layer_kernel(inputs, _shape(problem), problem, mode)
 
 
 def _pyjuice_run(inputs, problem):
@@ -623,7 +623,8 @@ spec = KernelSpec(
             devices=("cuda",),
             available=peer.available,
             modes=("forward",),
-            doc="PyJuice's own sum-layer kernel on the same HMM transition layer (needs K = nodes, untied)",
+            doc="PyJuice's own sum-layer kernel on the same HMM transition layer (needs K = nodes, untied); "
+            "its bare kernel also times the layer's backward",
             kernel=_pyjuice_kernel,
         ),
     ),
