@@ -229,17 +229,17 @@ def _npu_tiles(cids, block_size, batch, t, tiles):
 # --- autograd --------------------------------------------------------------------------------
 class _SumLayerFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, element_mars, params, cids, pids, block_size, impl, fwd_tiles, bwd_tiles):
+    def forward(ctx, element_mars, params, cids, pids, block_size, impl, fwd_tiles, bwd_tiles, writers):
         module = gpu if impl == "gpu" else npu
         out = module.sum_forward(element_mars, params, cids, pids, block_size, fwd_tiles)
         ctx.save_for_backward(element_mars, params, cids, pids, out)
-        ctx.config = (block_size, module, bwd_tiles)
+        ctx.config = (block_size, module, bwd_tiles, writers)
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
         element_mars, params, cids, pids, out = ctx.saved_tensors
-        block_size, module, bwd_tiles = ctx.config
+        block_size, module, bwd_tiles, writers = ctx.config
         need_em, need_p = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         d_em, d_p = module.sum_backward(
             grad_out.contiguous().float(),
@@ -253,9 +253,9 @@ class _SumLayerFunction(torch.autograd.Function):
             element_flows=need_em,
             param_flows=need_p,
             mul_params=False,
-            **_single_writers(cids, pids, block_size),
+            **writers,
         )
-        return d_em, d_p, None, None, None, None, None, None
+        return d_em, d_p, None, None, None, None, None, None, None
 
 
 class _ProductLayerFunction(torch.autograd.Function):
@@ -298,7 +298,10 @@ def sum_layer(element_mars, params, cids, pids, block_size, impl="auto", **tiles
         if bwd is None:
             heuristic = tiles.get("heuristic", "auto")
             bwd = gpu.resolve_backward_tiles(n_blocks, block_size, n_edges, batch, cores, heuristic)
-        return _SumLayerFunction.apply(element_mars, params, cids, pids, block_size, impl, fwd, bwd)
+        # Single-writer facts now, beside the range checks: a backward captured in a CUDA graph
+        # must not be the first to ask (it would synchronise).
+        writers = _single_writers(cids, pids, block_size)
+        return _SumLayerFunction.apply(element_mars, params, cids, pids, block_size, impl, fwd, bwd, writers)
     module = gpu if impl == "gpu" else npu
     return module.sum_forward(element_mars, params, cids, pids, block_size, fwd)
 

@@ -65,11 +65,22 @@ the exponential is 0): the same convention as the reference's gradient.
   no flow is dropped when B is not a multiple of ``BLOCK_B``), then ``tl.atomic_add``.
   ``MUL_PARAMS=False`` drops the ``p`` factor, giving ``d loss / d params`` for autograd.
 
-Scatter policy: **atomics** into zero-initialised buffers. Tied parameters (several edges or
-blocks sharing ``pids``) and children shared by several blocks are therefore summed correctly; the
-order of the additions is then unspecified (fp32 results may differ in the last bits between
-runs). Where every parameter / child row has a single writer (an untied layer, and the HMM's
-element flows when ``G = 1``) each address receives one add onto zero, which is deterministic.
+Scatter policy: **atomics** where flows can collide — tied parameters (several edges or blocks
+sharing ``pids``), children shared by several blocks, and the element flows' node splits (the
+small-batch fan-out: a block's nodes over ``E_SPLITS`` programs, node tile capped at 64) — so they
+sum correctly, in an unspecified order (fp32 results may differ in the last bits between runs).
+**Plain stores** (load-add-store) where the host has established one writer per address (every
+``cids`` entry distinct: element flows without node splits; disjoint ``pids`` runs: parameter
+flows), e.g. the HMM's transition layer at ``G = 1``: deterministic.
+
+Split-K forward (``SPLITS > 1``, heuristic ``split``; issue 16)
+--------------------------------------------------------------
+At small batch a node tile's K edges are split over ``SPLITS`` programs (program axis 2), each
+running the same online log-sum-exp over its slice and storing its partial (shift, scaled sum)
+per node and column to a ``2 x [SPLITS, G*bs, B]`` workspace; a flat combine kernel merges the
+partials (``tile_math.combine_partials``). Wider node tiles (16-32 nodes) then read the
+node-contiguous weights in coalesced runs while the splits keep every SM busy. ``auto`` takes
+the device's measured choice from :mod:`.tuned` where there is one.
 
 Product layer
 -------------
