@@ -71,7 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-cpus", type=int, default=None, help="CPU workers of an embedded Ray (interpreter sweeps)")
     p.add_argument("--timeout-s", type=float, default=None, help="per configuration (ray, or local --isolate)")
     p.add_argument("--isolate", action="store_true", help="local: a subprocess per configuration")
-    p.add_argument("--out", default=None, help="folder for records.sqlite and the report (default results/sweeps/FAMILY)")
+    p.add_argument(
+        "--out", default=None, help="folder for records.sqlite and the report (default results/sweeps/FAMILY)"
+    )
     p.add_argument("--no-resume", action="store_true", help="measure every configuration again")
     p.add_argument("--quick", action="store_true", help="small problem sizes (CPU interpreter)")
     p.add_argument("--rep-ms", type=float, default=None, help="timing budget per configuration")
@@ -88,7 +90,9 @@ def build_plan(spec, args, device_kind: str):
     for text in args.problem:
         for name, values in parse_assignments(text, "--problem").items():
             if name not in knob_names:
-                raise UsageError(f"--problem {name}: {spec.name} has no such knob; knobs: {', '.join(sorted(knob_names))}")
+                raise UsageError(
+                    f"--problem {name}: {spec.name} has no such knob; knobs: {', '.join(sorted(knob_names))}"
+                )
             knob = spec.knob(name)
             problem_axes[name] = [knob.validate(knob.parse(v)) for v in values]
     param_axes: dict[str, list] = {}
@@ -98,17 +102,17 @@ def build_plan(spec, args, device_kind: str):
     if args.variants:
         variants = [spec.variant(n) for n in _split(args.variants)]
     else:
-        variants = [
+        having = [
             v
             for v in spec.variants
-            if not v.is_peer
-            and v.unavailable_reason(device_kind) is None
-            and all(any(p.name == n for p in v.params) for n in param_axes)
+            if v.unavailable_reason(device_kind) is None and all(any(p.name == n for p in v.params) for n in param_axes)
         ]
+        variants = [v for v in having if not v.is_peer] or having
         if not variants:
+            tiles = sorted({p.name for v in spec.variants for p in v.params})
             raise UsageError(
-                f"no variant of {spec.name} that runs on {device_kind} has every tile {', '.join(param_axes)}; "
-                "choose --variants"
+                f"--param {', '.join(param_axes)}: no variant of {spec.name} that runs on {device_kind} has such a "
+                f"tile; tiles: {', '.join(tiles) or 'none'}"
             )
     for v in variants:
         reason = v.unavailable_reason(device_kind)

@@ -93,6 +93,8 @@ class RayExecutor(Executor):
             else:
                 # Workers start from the raylet this process starts: they inherit this path.
                 os.environ["PYTHONPATH"] = os.pathsep.join(import_path())
+                # On a busy machine the node's agents take longer than Ray's 15 s to start.
+                os.environ.setdefault("RAY_agent_register_timeout_ms", "120000")
                 if self.num_cpus is not None:
                     kwargs["num_cpus"] = self.num_cpus
                 if self.num_gpus is not None:
@@ -102,7 +104,7 @@ class RayExecutor(Executor):
             except ConnectionError as exc:
                 raise ValueError(f"cannot join the Ray cluster at {self.address!r}: {exc}") from None
             self._owns = True
-        self._remote = ray.remote(max_retries=0)(run_task)
+        self._remote = ray.remote(max_retries=0, num_returns="streaming")(run_task_streaming)
 
     def close(self) -> None:
         if self._owns and self.ray.is_initialized():
@@ -156,24 +158,29 @@ class RayExecutor(Executor):
             self._warm_up(opts)
         root = triton_cache_root()
         queue = deque(dataclasses.replace(t, triton_cache_root=root) for t in tasks)
-        pending: dict = {}  # ObjectRef -> (task, submitted at)
+        pending: dict = {}  # generator -> [task, started at (None until the worker says so), worker]
         try:
             while queue or pending:
                 while queue and len(pending) < self.slots and not (cancel is not None and cancel.is_set()):
                     task = queue.popleft()
-                    pending[self._remote.options(**opts).remote(task)] = (task, time.monotonic())
+                    pending[self._remote.options(**opts).remote(task)] = [task, None, None]
                 if not pending:
                     return
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=self.poll_s)
-                for ref in ready:
-                    task, _t0 = pending.pop(ref)
-                    yield task, self._result(ref, task)
+                for gen in ready:
+                    entry = pending[gen]
+                    kind, value = self._next(gen, entry[0])
+                    if kind == "started":
+                        entry[1], entry[2] = time.monotonic(), value
+                        continue
+                    pending.pop(gen)
+                    yield entry[0], value
                 if self.timeout_s is not None:
                     now = time.monotonic()
-                    for ref, (task, t0) in list(pending.items()):
-                        if now - t0 > self.timeout_s:
-                            pending.pop(ref)
-                            ray.cancel(ref, force=True)
+                    for gen, (task, t0, worker) in list(pending.items()):
+                        if t0 is not None and now - t0 > self.timeout_s:
+                            pending.pop(gen)
+                            ray.cancel(gen, force=True)
                             yield (
                                 task,
                                 error_record(
@@ -181,28 +188,58 @@ class RayExecutor(Executor):
                                     ERROR_TIMEOUT,
                                     f"no result after {self.timeout_s:g} s; the task was cancelled and its "
                                     "worker replaced (not retried)",
+                                    worker,
                                 ),
                             )
                 if cancel is not None and cancel.is_set() and not queue:
                     break
         finally:
-            for ref in pending:  # interrupted: nothing left running for a sweep no one reads
+            for gen in pending:  # interrupted: nothing left running for a sweep no one reads
                 try:
-                    ray.cancel(ref, force=True)
+                    ray.cancel(gen, force=True)
                 except Exception:  # noqa: BLE001
                     pass
 
-    def _result(self, ref, task) -> dict:
-        ray = self.ray
+    def _next(self, gen, task) -> tuple[str, dict]:
+        """("started", worker info) or ("record", record dict) from a task's stream."""
         try:
-            return ray.get(ref)
-        except ray.exceptions.TaskCancelledError:
+            ref = next(gen)
+        except StopIteration:
+            return "record", error_record(task, ERROR_CRASH, "the task ended without a record (not retried)")
+        except self.ray.exceptions.RayError as exc:
+            return "record", self._error(task, exc)
+        try:
+            value = self.ray.get(ref)
+        except self.ray.exceptions.RayError as exc:
+            return "record", self._error(task, exc)
+        if isinstance(value, dict) and value.get(_STARTED):
+            return "started", value["worker"]
+        return "record", value
+
+    def _error(self, task, exc) -> dict:
+        ray = self.ray
+        if isinstance(exc, ray.exceptions.TaskCancelledError):
             return error_record(task, ERROR_TIMEOUT, "cancelled")
-        except ray.exceptions.RayTaskError as exc:
+        if isinstance(exc, ray.exceptions.RayTaskError):
             # run_task records every error of a configuration; this is the task machinery's own
             cause = getattr(exc, "cause", None) or exc
             text = " ".join(str(cause).split())[:500]
             return error_record(task, "task failed", f"{type(cause).__name__}: {text} (not retried)")
-        except ray.exceptions.RayError as exc:  # WorkerCrashedError, OutOfMemoryError, NodeDiedError ...
-            text = " ".join(str(exc).split())[:500]
-            return error_record(task, ERROR_CRASH, f"{type(exc).__name__}: {text} (not retried)")
+        # WorkerCrashedError, OutOfMemoryError, NodeDiedError ...
+        text = " ".join(str(exc).split())[:500]
+        return error_record(task, ERROR_CRASH, f"{type(exc).__name__}: {text} (not retried)")
+
+
+_STARTED = "__workbench_task_started__"
+
+
+def run_task_streaming(task):
+    """The Ray task: say "started" once the measuring stack is imported (the timeout counts from
+    here), then give the record."""
+    from workbench.sweep.tasks import _own_triton_cache, worker_info
+
+    _own_triton_cache(task.triton_cache_root)
+    import workbench.measure  # noqa: F401
+
+    yield {_STARTED: True, "worker": worker_info()}
+    yield run_task(task)
