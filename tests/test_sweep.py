@@ -116,14 +116,14 @@ def test_worker_death_is_a_failed_record_and_the_rest_complete(ray_executor, fau
 
 def test_hang_past_timeout_is_recorded_as_timed_out(ray_executor, fault_family, tmp_path):
     tasks = _faults(fault_family, [(8, {"FAULT": "hang"}), (8, {}), (16, {})])
-    ray_executor.timeout_s = 4
+    ray_executor.timeout_s = 10
     try:
         t0 = time.monotonic()
         result = run_sweep(tasks, ray_executor, Store(tmp_path / "r.sqlite"))
     finally:
         ray_executor.timeout_s = None
     hang = next(r for r in result.records if r["sweep_key"] == tasks[0].key)
-    assert hang["error"].startswith(ERROR_TIMEOUT) and "4 s" in hang["error"]
+    assert hang["error"].startswith(ERROR_TIMEOUT) and "10 s" in hang["error"]
     assert [r["passed"] for r in result.records if r["sweep_key"] != tasks[0].key] == [True, True]
     assert time.monotonic() - t0 < 120
 
@@ -150,7 +150,7 @@ def test_interrupted_sweep_resumes_without_duplicates_or_losses(ray_executor, fa
 def test_isolate_executor_records_crashes_and_timeouts(fault_family, tmp_path):
     cases = [(8, {}), (8, {"FAULT": "exit"}), (8, {"FAULT": "signal"}), (8, {"FAULT": "hang"})]
     tasks = _faults(fault_family, cases)
-    result = run_sweep(tasks, IsolateExecutor(timeout_s=20), Store(tmp_path / "i.sqlite"))
+    result = run_sweep(tasks, IsolateExecutor(timeout_s=10), Store(tmp_path / "i.sqlite"))
     errors = [r["error"] for r in result.records]
     assert errors[0] is None and result.records[0]["passed"]
     assert errors[1].startswith(ERROR_CRASH) and "status 3" in errors[1]

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -129,6 +130,11 @@ class IsolateExecutor(Executor):
         )
         where = {**worker_info(), "pid": proc.pid}
         try:
+            # The timeout counts the configuration, from when the child has imported the
+            # measuring stack (it writes STARTED), not the interpreter's start-up.
+            started = Path(str(dst) + ".started")
+            while not started.exists() and proc.poll() is None:
+                time.sleep(0.05)
             _, err = proc.communicate(timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
             _kill_group(proc)

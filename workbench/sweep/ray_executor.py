@@ -6,8 +6,9 @@
   installed (the same checkout or package).
 - A task asks for ``gpus_per_task`` GPUs on cuda (Ray sets CUDA_VISIBLE_DEVICES, so the task
   sees its own GPU as device 0) or one CPU in the interpreter. At most as many tasks are in
-  flight as the cluster has slots, so a task starts when it is submitted and its timeout
-  counts its own run. Every worker keeps its own Triton cache (:func:`tasks._own_triton_cache`).
+  flight as the cluster has slots. A task tells the driver when it starts (the first item of a
+  streaming task, sent once torch and triton are imported): its timeout counts from there.
+  Every worker keeps its own Triton cache (:func:`tasks._own_triton_cache`).
 - ``max_retries=0``: a configuration is never retried blindly. A task past ``timeout_s`` is
   cancelled with ``force=True`` (its worker is killed; Ray starts a new one) and recorded as
   timed out; a worker that dies (``os._exit``, a signal, a device abort, out of memory) is
@@ -42,15 +43,6 @@ def import_ray():
     return ray
 
 
-def _warm() -> int:
-    """Import the measuring stack once per worker (torch, triton), so timeouts count the
-    configuration, not the imports."""
-    import workbench.measure  # noqa: F401
-
-    time.sleep(0.2)  # keep this worker busy so each warm-up lands on its own worker
-    return os.getpid()
-
-
 def triton_cache_root() -> str:
     base = os.environ.get("TRITON_CACHE_DIR") or str(Path.home() / ".triton" / "cache")
     return str(Path(base) / "workbench-workers")
@@ -69,7 +61,6 @@ class RayExecutor(Executor):
         num_gpus: int | None = None,
         timeout_s: float | None = None,
         poll_s: float = 0.2,
-        warm: bool = True,
     ):
         self.ray = import_ray()
         self.address = address
@@ -78,7 +69,6 @@ class RayExecutor(Executor):
         self.num_cpus, self.num_gpus = num_cpus, num_gpus
         self.timeout_s = timeout_s
         self.poll_s = poll_s
-        self.warm = warm
         self._owns = False
         self._remote = None
         self.slots = 1
@@ -93,16 +83,22 @@ class RayExecutor(Executor):
             else:
                 # Workers start from the raylet this process starts: they inherit this path.
                 os.environ["PYTHONPATH"] = os.pathsep.join(import_path())
-                # On a busy machine the node's agents take longer than Ray's 15 s to start.
-                os.environ.setdefault("RAY_agent_register_timeout_ms", "120000")
                 if self.num_cpus is not None:
                     kwargs["num_cpus"] = self.num_cpus
                 if self.num_gpus is not None:
                     kwargs["num_gpus"] = self.num_gpus
-            try:
-                ray.init(**kwargs)
-            except ConnectionError as exc:
-                raise ValueError(f"cannot join the Ray cluster at {self.address!r}: {exc}") from None
+            for attempt in range(3):
+                try:
+                    ray.init(**kwargs)
+                    break
+                except ConnectionError as exc:
+                    raise ValueError(f"cannot join the Ray cluster at {self.address!r}: {exc}") from None
+                except Exception as exc:  # noqa: BLE001
+                    # On a loaded machine the node's agents can miss the raylet's start-up wait
+                    # (it gives up after ~15 s: "node timed out during startup"); start again.
+                    if self.address or attempt == 2 or "timed out during startup" not in str(exc):
+                        raise
+                    ray.shutdown()
             self._owns = True
         self._remote = ray.remote(max_retries=0, num_returns="streaming")(run_task_streaming)
 
@@ -137,14 +133,6 @@ class RayExecutor(Executor):
             n = int(min(have // self.gpus_per_task, res.get("CPU", 0) // max(self.cpus_per_task, 1e-9)))
         return max(n, 1)
 
-    def _warm_up(self, opts: dict) -> None:
-        warm = self.ray.remote(max_retries=0)(_warm)
-        refs = [warm.options(**opts).remote() for _ in range(self.slots)]
-        try:
-            self.ray.get(refs, timeout=300)
-        except Exception:  # noqa: BLE001 - a failed warm-up shows again as the task's own error
-            pass
-
     # --- running --------------------------------------------------------------------------
     def run(self, tasks, cancel: threading.Event | None = None):
         ray = self.ray
@@ -154,8 +142,6 @@ class RayExecutor(Executor):
         device = tasks[0].device
         opts = self._options(device)
         self.slots = self._slots(device)
-        if self.warm:
-            self._warm_up(opts)
         root = triton_cache_root()
         queue = deque(dataclasses.replace(t, triton_cache_root=root) for t in tasks)
         pending: dict = {}  # generator -> [task, started at (None until the worker says so), worker]
