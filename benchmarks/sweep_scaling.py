@@ -9,7 +9,7 @@ The sweep: RMSNorm forward (gpu_multirow: BLOCK_SIZE_M x num_warps x hidden) plu
 block-sparse sum layer (gpu_large: TILE_M x TILE_K x BLOCK_B x batch), 208 configurations, one
 Ray task each on an embedded Ray limited to ``--gpus`` GPUs. Each run goes to OUT/gpus<N>/
 (records.sqlite, records.json, run.json with its wall time); a run cut short resumes into the
-same folder and its wall times add up. Each run has its own Triton cache (OUT/gpus<N>/triton),
+same folder and its wall times add up. Each run has its own, empty, Triton cache (a new temporary folder),
 so the second run compiles everything again, like the first.
 
 ``--compare`` prints, per run: configurations, failed, wall time, configurations/s, and the
@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -96,7 +97,8 @@ def run(args) -> int:
 
     out = Path(args.out) / f"gpus{args.gpus}"
     out.mkdir(parents=True, exist_ok=True)
-    os.environ["TRITON_CACHE_DIR"] = str(out / "triton")  # this run's own cache root
+    # This run's own (empty) Triton cache root, outside OUT so the results stay small.
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"wb-sweep-triton-gpus{args.gpus}-")
     items = plan(args.quick)
     tasks = tasks_for(items, args.device, args.rep_ms, args.quick)
     store = Store(out / STORE_NAME)
