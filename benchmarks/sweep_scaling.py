@@ -100,6 +100,9 @@ def run(args) -> int:
     # This run's own (empty) Triton cache root, outside OUT so the results stay small.
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"wb-sweep-triton-gpus{args.gpus}-")
     items = plan(args.quick)
+    if args.limit:  # every k-th configuration: a smaller sweep over the same ranges
+        step = max(1, len(items) // args.limit)
+        items = items[::step][: args.limit]
     tasks = tasks_for(items, args.device, args.rep_ms, args.quick)
     store = Store(out / STORE_NAME)
     t0 = time.perf_counter()
@@ -235,6 +238,7 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="a few small configurations (CPU)")
     p.add_argument("--rep-ms", type=float, default=40.0)
     p.add_argument("--timeout-s", type=float, default=120.0)
+    p.add_argument("--limit", type=int, default=None, help="at most this many configurations (evenly spread)")
     p.add_argument("--out", default="results/sweep_scaling")
     p.add_argument("--compare", default=None, help="print the table of the runs under this folder")
     args = p.parse_args(argv)
