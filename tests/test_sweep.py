@@ -237,3 +237,49 @@ def test_report_groups_by_device_and_stands_alone(tmp_path):
     text = write_report(recs, tmp_path / "r.html").read_text()
     assert "H100" in text and "H200" in text and "timed out" in text
     assert 'src="http' not in text and "Plotly" in text  # plotly.js inlined: opens offline
+
+
+def test_session_sweep_on_ray_matches_local_and_fills_the_explorer(ray_executor, tmp_path):
+    from widgets import Session
+
+    def grid(executor):
+        s = Session(
+            "rms_norm", device="cpu", dtype="fp32", quick=True, headless=True, store=tmp_path / f"{executor}.db"
+        )
+        partial = []
+
+        class View:  # stands in for the Explorer: records each partial heatmap
+            def partial_heatmap(self, rows, *args):
+                partial.append(len(rows))
+
+        s.attach(View())
+        ex = ray_executor if executor == "ray" else executor
+        df = s.sweep2d(
+            "BLOCK_SIZE",
+            [64, 128],
+            "BLOCK_SIZE_M",
+            [1, 2],
+            variant="gpu_multirow",
+            executor=ex,
+            problem={"rows": 4, "hidden": 100},
+            show=False,
+        )
+        return s, df, partial
+
+    s_local, df_local, _ = grid("local")
+    s_ray, df_ray, partial = grid("ray")
+    cols = ["variant", "params", "passed", "error"]
+    assert df_local[cols].astype(str).values.tolist() == df_ray[cols].astype(str).values.tolist()
+    assert partial == [1, 2, 3, 4]  # the heatmap filled in as results arrived
+    assert s_ray.measured == 4 and len(s_ray.store) == 4
+    again = s_ray.sweep2d(
+        "BLOCK_SIZE",
+        [64, 128],
+        "BLOCK_SIZE_M",
+        [1, 2],
+        variant="gpu_multirow",
+        executor=ray_executor,
+        problem={"rows": 4, "hidden": 100},
+        show=False,
+    )
+    assert s_ray.measured == 4 and len(again) == 4  # cached: nothing ran again

@@ -225,6 +225,7 @@ def make_executor(
     timeout_s: float | None = None,
     num_cpus: int | None = None,
     lock=None,
+    specs=None,
 ):
     """``"local"`` (``isolate``: a subprocess per configuration) or ``"ray"``; ValueError for
     options that do not fit together."""
@@ -241,7 +242,7 @@ def make_executor(
             return IsolateExecutor(timeout_s=timeout_s)
         if timeout_s is not None:
             raise ValueError("--timeout-s needs a process to stop: add --isolate, or use --executor ray")
-        return LocalExecutor(lock=lock)
+        return LocalExecutor(lock=lock, specs=specs)
     if executor == "ray":
         if isolate:
             raise ValueError("--isolate is for the local executor; Ray already runs each configuration in a worker")

@@ -55,22 +55,25 @@ class Executor:
 
 
 class LocalExecutor(Executor):
-    """In this process, in order. ``lock``: held around each measurement (the notebook Session's)."""
+    """In this process, in order. ``lock``: held around each measurement (the notebook Session's);
+    ``specs``: KernelSpecs by name, for families that are not registered (a notebook's own)."""
 
     name = "local"
 
-    def __init__(self, lock=None):
+    def __init__(self, lock=None, specs=None):
         self.lock = lock
+        self.specs = dict(specs or {})
 
     def run(self, tasks, cancel=None):
         for task in tasks:
             if cancel is not None and cancel.is_set():
                 return
+            spec = self.specs.get(task.family)
             if self.lock is not None:
                 with self.lock:
-                    body = run_task(task)
+                    body = run_task(task, spec)
             else:
-                body = run_task(task)
+                body = run_task(task, spec)
             yield task, body
 
 

@@ -136,15 +136,16 @@ def _register_family(task: SweepTask) -> None:
         FAMILY_MODULES[task.family] = task.family_module
 
 
-def run_task(task: SweepTask) -> dict:
+def run_task(task: SweepTask, spec=None) -> dict:
     """Measure the task's configuration in this process; the record as a dict (never raises
-    for a configuration that cannot run: its record says why)."""
+    for a configuration that cannot run: its record says why). ``spec``: the family's
+    KernelSpec when the caller holds it (in-process; a family that is not registered)."""
     _own_triton_cache(task.triton_cache_root)
     _register_family(task)
     from kernels.spec import get
     from workbench.measure import measure
 
-    spec = get(task.family)
+    spec = spec if spec is not None and spec.name == task.family else get(task.family)
     rec = measure(
         spec,
         task.variant,
