@@ -5,6 +5,7 @@
     workbench list
     workbench report [--device auto] [--quick] [--out DIR]
     workbench lab
+    workbench sweep FAMILY --param NAME=V1,V2 [--problem k=v,...] --executor local|ray [--out DIR]
 
 Sub-commands are a registry (name -> module:function), so a new one is one line.
 
@@ -32,6 +33,7 @@ COMMANDS = {
     "report": "workbench.report:report_main",
     "lab": "workbench.report:lab_main",
     "npu-check": "workbench.npu_check:main",
+    "sweep": "workbench.sweep.cli:sweep_main",
 }
 
 
