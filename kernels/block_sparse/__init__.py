@@ -38,6 +38,9 @@ Dtypes: log-probabilities and weights are fp32 (a bf16 log-probability of -300 i
 Index ranges are checked against the tensor they index, once per index tensor (cached by
 identity and version), so repeated calls — and CUDA graph capture after a first call — pay no
 device-to-host synchronisation.
+
+Why one long module: the functional API, its validation and its autograd wiring are the
+family's contract; the KernelSpec beside them describes exactly those calls.
 """
 
 from __future__ import annotations

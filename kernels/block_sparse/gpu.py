@@ -88,6 +88,9 @@ Product layer
 ``BLOCK_B`` columns. ``large`` lets ``BLOCK_M`` grow to a whole block at small batch (few
 programs); ``small`` caps ``BLOCK_M`` at 8. The backward adds the incoming gradient (flows pass
 through a product unchanged) to each child row with atomics.
+
+Why one long module: the forward (unsplit, split-K and its combine), both flows and their
+host functions share one tiling vocabulary; the file reads top to bottom as one explanation.
 """
 
 from __future__ import annotations

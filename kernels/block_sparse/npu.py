@@ -25,6 +25,9 @@ only changes how the work is laid out, following DESIGN.md's "NPU kernels":
 
 ``npu_compile_cases()`` lists the kernels at their default configurations (and a few others) for
 ``workbench npu-check``, each with a Unified Buffer estimate from :func:`ub_bytes`.
+
+Why one long module: every NPU kernel here obeys the same Unified Buffer budget and grid rule,
+and the budget model beside them must change with them.
 """
 
 from __future__ import annotations
