@@ -297,7 +297,8 @@ def test_bench_suite_smoke_end_to_end(tmp_path, capsys):
     assert page.count("embedded for offline use") == 1 and "Plotly.newPlot(" in page
     assert "wb-ratios" in page and "rms_norm_forward" in page and "measured copy bandwidth" in page
     # A reader's page: the headline (title, sentences, chart) first, no code, no local path.
-    assert "jp-InputArea" not in page and "In&nbsp;[" not in page and "records_dir" not in page.split("About this")[0]
+    assert 'class="jp-InputPrompt' not in page and '<div class="highlight' not in page and "In&nbsp;[" not in page
+    assert "records_dir" not in page.split("About this")[0]
     assert page.index("wb-title") < page.index("wb-headline") < page.index("Plotly.newPlot(")
     assert "Ours against the best peer" in page[: page.index("wb-ratios")]
     assert str(tmp_path) not in page and str(Path.cwd()) not in page
