@@ -153,6 +153,8 @@ def bench_main(argv) -> int:
         parser.add_argument(f"--{knob.name.replace('_', '-')}", dest=f"knob_{knob.name}", default=None, help=knob.doc)
     args = parser.parse_args(argv)
     check_budget(args.rep_ms)
+    check_output_path(args.csv, "--csv")
+    check_output_path(args.json, "--json")
 
     from workbench.device import get_device
 
@@ -202,6 +204,25 @@ def bench_main(argv) -> int:
     print(f"\n{len(records)} records -> {store.path}")
     failed = [r for r in records if r.error is None and r.passed is False]
     return 1 if failed else 0
+
+
+def check_output_path(path, option: str, folder: bool = False) -> None:
+    """Before anything is measured: ``path`` (a file to write, or with ``folder`` a folder) can be
+    written: it is not the wrong kind of thing and no parent of it is a file."""
+    if path is None:
+        return
+    from pathlib import Path
+
+    p = Path(path)
+    if p.exists() and (p.is_dir() != folder):
+        raise UsageError(
+            f"{option} {p} is {'a file' if folder else 'a folder'}; give {'a folder' if folder else 'a file name'}"
+        )
+    for parent in p.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UsageError(f"{option} {p}: {parent} is a file, not a folder; choose another path")
+            break
 
 
 def check_budget(rep_ms: float | None) -> None:

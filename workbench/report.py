@@ -21,7 +21,6 @@ one kernel environment and one HTML template.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime as _dt
 import html
@@ -466,7 +465,7 @@ def report_main(argv) -> int:
     """``workbench report``: run the notebooks into a report (``--out``), or, given a run's folder,
     re-render its report from its files (``workbench report DIR``) or gate it (``--check``)."""
     from workbench import gate
-    from workbench.cli import Parser
+    from workbench.cli import Parser, check_output_path
 
     parser = Parser(prog="workbench report", description=__doc__.split("\n\n")[1])
     parser.add_argument(
@@ -529,6 +528,7 @@ def report_main(argv) -> int:
 
     get_device(args.device)  # a device that is not here: say so once, before any notebook runs
     out = Path(args.out or "reports/latest")
+    check_output_path(out, "--out", folder=True)
     result = build_report(
         out,
         device=args.device,
@@ -568,9 +568,9 @@ def _gate(folder: Path, records: list[dict], baseline, pct, baseline_dir):
 
 def lab_main(argv) -> int:
     """Open JupyterLab on notebooks/ (kernels run this interpreter; records go to results/)."""
-    parser = argparse.ArgumentParser(
-        prog="workbench lab", description="Open JupyterLab on notebooks/ with the workbench kernel."
-    )
+    from workbench.cli import Parser
+
+    parser = Parser(prog="workbench lab", description="Open JupyterLab on notebooks/ with the workbench kernel.")
     parser.add_argument("--notebooks", default=None, help="notebooks directory (default ./notebooks)")
     parser.add_argument("--port", type=int, default=None)
     parser.add_argument("--no-browser", action="store_true")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from workbench import gate
 from workbench import suites as S
-from workbench.cli import Parser, _split, check_budget, format_row
+from workbench.cli import Parser, _split, check_budget, check_output_path, format_row
 from workbench.device import get_device
 from workbench.store import Store
 
@@ -55,6 +55,7 @@ def suite_main(argv) -> int:
     baseline = gate.load_records(args.baseline, "--baseline") if args.baseline else None  # before measuring
     device = get_device(args.device)
     out = Path(args.out or f"reports/{suite.name}")
+    check_output_path(out, "--out", folder=True)
     store = Store(args.store) if args.store else Store()
     peers = ", ".join(f"{k} {v}" for k, v in S.peer_versions().items())
     print(f"suite {suite.name}: {suite.title}")
