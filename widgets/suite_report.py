@@ -559,15 +559,17 @@ def headline_lines(run: dict) -> list[str]:
     """The headline as sentences (Markdown-safe plain text)."""
     env = run.get("environment") or {}
     targets = [t for t in run["targets"]]
+    versus = [t for t in targets if t["kind"] != "defaults"]
+    sweeps = len(targets) - len(versus)
     what = "; ".join(
-        f"{short_title(t['title'])} ({t['axis']} {', '.join(str(v) for v in t['values'])})" for t in targets
-    )
+        f"{short_title(t['title'])} ({t['axis']} {', '.join(str(v) for v in t['values'])})" for t in versus
+    ) + (f"; and {sweeps} sweeps of our default tiles against the best tiles" if sweeps else "")
     device = f"{run.get('device_name') or env.get('device_name')} ({run.get('device_kind')})"
     when = env.get("date", "")
     rows = headline_rows(run)
     c = reader.counts(r["status"] for r in rows)
     lines = [
-        f"Measured: {len(targets)} targets — {what}.",
+        f"Measured: {len(versus)} comparisons with the best peer — {what}.",
         f"Device: {device}" + (f", {when}" if when else "") + ".",
         f"Ours against the best peer: {reader.counts_text(c)} of {len(rows)} points.",
     ]

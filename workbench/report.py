@@ -166,6 +166,8 @@ def notebook_to_html(
     nb = nbformat.read(str(nb_path), as_version=4)
     nb.metadata.pop("widgets", None)  # widget state would pull the widget manager from a CDN
     nb.metadata.pop("papermill", None)  # its parameters name this machine's paths
+    if title:
+        nb.metadata["title"] = title  # the page's <title>
     if not show_code:
         hidden = {"parameters", "injected-parameters"}
         nb.cells = [c for c in nb.cells if not hidden & set(c.get("metadata", {}).get("tags", []))]
