@@ -523,7 +523,13 @@ def kernel_call_figure(run: dict) -> go.Figure | None:
     ]
     seen, unique = set(), []
     for row, o in cells:  # a call target judges the same cells as its kernel twin: chart each cell once
-        key = (o.get("kernel"), o.get("mode"), json.dumps(o.get("problem"), sort_keys=True, default=str))
+        key = (
+            o.get("kernel"),
+            o.get("mode"),
+            o.get("dtype"),
+            str(o.get("x_value")),
+            json.dumps(o.get("problem"), sort_keys=True, default=str),
+        )
         if key not in seen:
             seen.add(key)
             unique.append((row, o))

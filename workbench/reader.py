@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -42,7 +43,14 @@ def scrub_paths(text: str, extra: Iterable[str | os.PathLike] = ()) -> str:
     """``text`` with this machine's absolute paths (the report folder ``extra``, the working
     directory, the checkout, the Python installation, the home folder) made relative or named."""
     for prefix, repl in _prefixes(extra):
-        text = text.replace(prefix + "/", "" if repl == "." else repl + "/").replace(prefix, repl)
+        if prefix not in text:
+            continue
+        # ``prefix/...`` and ``prefix`` itself, never a longer name that starts with it (``/app`` in ``/apple``)
+        text = re.sub(
+            re.escape(prefix) + r"(/|(?![\w.+-]))",
+            lambda m, repl=repl: ("" if repl == "." else repl + "/") if m.group(1) == "/" else repl,
+            text,
+        )
     return text
 
 
