@@ -166,3 +166,13 @@ def test_local_paths_are_scrubbed(tmp_path):
     clean = reader.scrub_paths(text, [tmp_path])
     assert str(tmp_path) + "/" not in clean and here not in clean
     assert clean.startswith("read records.json, wrote ., from notebooks and ")
+
+
+def test_the_report_shows_the_baseline_comparison(tmp_path):
+    from workbench import gate
+
+    run = synthetic_run(tmp_path)
+    slower = [dict(r, kernel_ms=r["kernel_ms"] * 1.5) for r in run["records"]]
+    gate.write(gate.check(slower, run["records"], 5, baseline_name="main"), tmp_path)
+    text = R.baseline_html(R.load(tmp_path))
+    assert "Against main: 3 cells of ours compared" in text and text.count("REGRESSED") == 3 and "+50.0%" in text

@@ -744,9 +744,12 @@ def show_speed_overview(run: dict) -> None:
 
 def show_baseline(run: dict) -> None:
     text = baseline_html(run)
-    F.show_html(
-        text or "<p>No baseline: run with <code>--baseline DIR</code> to compare each cell with an earlier run.</p>"
-    )
+    if text:
+        F.show_html("<h2>Against the baseline</h2>" + text)
+    else:
+        F.show_html(
+            "<p>No baseline: run with <code>--baseline DIR</code> to compare each cell with an earlier run.</p>"
+        )
 
 
 def show_targets(run: dict) -> None:
