@@ -87,11 +87,12 @@ def test_report_html_is_self_contained(report):
     for label in ("device", "driver", "torch", "triton", "python", "commit", "date"):
         assert f">{label}</th>" in index
     # Reader-first: the headline before the tables, the environment last, summary.md beside it.
-    assert index.index("wb-headline") < index.index("<h2>Notebooks</h2>") < index.index("<h2>Environment</h2>")
+    assert index.index("wb-headline") < index.index("wb-headline-chart") < index.index("<h2>Notebooks</h2>")
+    assert index.index("<h2>Notebooks</h2>") < index.index("<h2>Environment</h2>")
     summary = (out / "summary.md").read_text()
     assert "| rms_norm.ipynb | ok |" in summary and "Correctness:" in summary
     assert 'href="all_records.csv"' in index and (out / "all_records.csv").exists()
-    for target in re.findall(r'href="([^"#]+)"', index):
+    for target in re.findall(r'<a href="([^"#]+)"', index):
         assert (out / target).exists(), f"index.html links a missing file {target}"
     pages = sorted(out.glob("*.html"))
     assert len(pages) == len(NOTEBOOKS) + 1

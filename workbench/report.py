@@ -316,7 +316,7 @@ def build_report(
     env = environment(device)
     (out / "environment.json").write_text(json.dumps(env, indent=1, default=str))
     index = out / "index.html"
-    index.write_text(scrub_paths(_index_html(results, env, params), [out]), encoding="utf-8")
+    index.write_text(scrub_paths(_index_html(results, env, params, all_rows), [out]), encoding="utf-8")
     _index_summary(out, results, env)
     ok = all(r["ok"] for r in results)
     log(f"report: {index} ({sum(r['ok'] for r in results)}/{len(results)} notebooks ok)")
@@ -390,6 +390,95 @@ def _headline(results: list[dict], env: dict) -> list[str]:
     return lines
 
 
+def standing_rows(records: list[dict]) -> list[dict]:
+    """Where ours stands in the notebooks' records: per family, mode, dtype and problem, our fastest
+    passing record against the fastest passing peer (torch or a peer library) by kernel time, the
+    ratio (peer / ours) with its interval and a verdict against parity (MET: ours faster, MISSED:
+    slower, within noise; CPU interpreter / wall times are not comparable)."""
+    from workbench.suites.judge import ratio_with_interval, timed
+    from workbench.suites.targets import CPU_TIMINGS, PEER_BACKENDS
+    from workbench.timing import verdict
+
+    groups: dict[tuple, dict] = {}
+    for r in records:
+        if r.get("error") or r.get("passed") is not True or not timed(r)[0]:
+            continue
+        key = (
+            r.get("kernel"),
+            r.get("mode"),
+            r.get("dtype"),
+            json.dumps(r.get("problem"), sort_keys=True, default=str),
+        )
+        side = "peer" if r.get("backend") in PEER_BACKENDS else "ours"
+        g = groups.setdefault(key, {})
+        if side not in g or timed(r)[0] < timed(g[side])[0]:
+            g[side] = r
+    rows = []
+    for (kernel, mode, dtype, _), g in groups.items():
+        if "ours" not in g or "peer" not in g:
+            continue
+        o, p = g["ours"], g["peer"]
+        ratio, lo, hi = ratio_with_interval(p, o, "kernel")
+        cpu = o.get("timing_method") in CPU_TIMINGS or p.get("timing_method") in CPU_TIMINGS
+        rows.append(
+            {
+                "label": f"{kernel} {mode} {dtype} {o.get('axis')}={o.get('x_value')}",
+                "ours": o.get("variant"),
+                "peer": p.get("variant"),
+                "ratio": ratio,
+                "ratio_lo": lo,
+                "ratio_hi": hi,
+                "status": "not comparable" if cpu else verdict(lo, hi, 1.0),
+            }
+        )
+    return rows
+
+
+_STANDING_COLOURS = {"MET": "#2e9e44", "within noise": "#e0a800", "MISSED": "#d32f2f"}
+
+
+def _standing_chart_html(rows: list[dict]) -> str:
+    """The headline chart of a notebook report (plotly.js embedded once), or a sentence when no
+    problem was measured for both ours and a peer."""
+    if not rows:
+        return "<p>No problem was measured for both ours and a peer: no ratio to show.</p>"
+    import plotly.graph_objects as go
+    import plotly.io as pio
+
+    fig = go.Figure()
+    fig.add_trace(
+        go.Scatter(
+            x=[r["label"] for r in rows],
+            y=[r["ratio"] for r in rows],
+            mode="markers",
+            showlegend=False,
+            marker=dict(size=10, color=[_STANDING_COLOURS.get(r["status"], "#9e9e9e") for r in rows]),
+            error_y=dict(
+                type="data",
+                array=[(r["ratio_hi"] or r["ratio"]) - r["ratio"] for r in rows],
+                arrayminus=[r["ratio"] - (r["ratio_lo"] or r["ratio"]) for r in rows],
+                color="#555",
+            ),
+            customdata=[[r["ours"], r["peer"], r["status"]] for r in rows],
+            hovertemplate="%{x}<br>ratio %{y:.3g}: %{customdata[0]} vs %{customdata[1]}<br>%{customdata[2]}<extra></extra>",
+        )
+    )
+    for status in [s for s in ("MET", "within noise", "MISSED", "not comparable") if s in {r["status"] for r in rows}]:
+        name = {"MET": "ours faster", "MISSED": "ours slower"}.get(status, status)
+        colour = _STANDING_COLOURS.get(status, "#9e9e9e")
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name, marker=dict(size=10, color=colour)))
+    fig.add_hline(y=1.0, line=dict(color="#888", dash="dot"))
+    fig.update_layout(
+        title="Ours against the fastest peer: ratio = peer time / our time (above 1: ours is faster)",
+        yaxis=dict(title="ratio (log scale)", type="log"),
+        template="plotly_white",
+        height=440,
+        legend=dict(orientation="h", y=1.08, x=0),
+        margin=dict(t=90, l=60, r=20, b=140),
+    )
+    return pio.to_html(fig, include_plotlyjs=True, full_html=False, div_id="wb-headline-chart")
+
+
 def _index_summary(out: Path, results: list[dict], env: dict) -> Path:
     """``summary.md`` beside ``index.html``: the headline and one row per notebook."""
     from workbench import reader
@@ -417,7 +506,7 @@ def _index_summary(out: Path, results: list[dict], env: dict) -> Path:
     )
 
 
-def _index_html(results: list[dict], env: dict, params: dict) -> str:
+def _index_html(results: list[dict], env: dict, params: dict, records: list[dict] | None = None) -> str:
     from workbench import reader
 
     esc = html.escape
@@ -451,6 +540,7 @@ td, th {{ border: 1px solid #ccc; padding: 4px 8px; text-align: left; vertical-a
 <body>
 <h1>Kernel Workbench report: every family notebook, run headless</h1>
 <ul class="wb-headline" style="font-size:15px;line-height:1.5">{headline}</ul>
+{_standing_chart_html(standing_rows(records or []))}
 <h2>Notebooks</h2>
 <table><tr><th>notebook</th><th>status</th><th>time</th><th>records</th><th>checks</th><th>files</th></tr>
 {"".join(rows)}
