@@ -115,11 +115,14 @@ def test_user_errors_are_one_line_and_exit_2(argv, message, capsys, tmp_path):
     assert (tmp_path / "a_file").read_text() == "not a folder"
 
 
+@pytest.mark.parametrize("suite", [False, True], ids=["family", "suite"])
 @pytest.mark.parametrize("content", [b"hello, not a database\n", b"SQLite format 3\x00" + b"\x00" * 200])
-def test_a_store_that_is_not_ours_is_refused_and_left_untouched(tmp_path, capsys, content):
+def test_a_store_that_is_not_ours_is_refused_and_left_untouched(tmp_path, capsys, content, suite):
     path = tmp_path / "notes.txt"
     path.write_bytes(content)
     argv = ["bench", "rms_norm", "--device", "cpu", "--quick", "--variants", "gpu_row", "--store", str(path)]
+    if suite:
+        argv = ["bench", "--suite", "smoke", "--device", "cpu", "--out", str(tmp_path / "o"), "--store", str(path)]
     rc = main(argv)
     err = capsys.readouterr().err
     assert rc == 2 and "cannot be used as a results store" in err and "left untouched" in err
