@@ -575,7 +575,7 @@ def headline_lines(run: dict) -> list[str]:
     rows = headline_rows(run)
     c = reader.counts(r["status"] for r in rows)
     lines = [
-        f"Measured: {len(versus)} comparisons with the best peer — {what}.",
+        f"Measured: {len(versus)} comparison{'' if len(versus) == 1 else 's'} with the best peer — {what}.",
         f"Device: {device}" + (f", {when}" if when else "") + ".",
         f"Ours against the best peer: {reader.counts_text(c)} of {len(rows)} points.",
     ]
