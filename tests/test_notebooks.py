@@ -190,7 +190,10 @@ def test_report_and_lab_commands(capsys, tmp_path):
         report_main(["--help"])
     assert info.value.code == 0
     assert "--quick" in capsys.readouterr().out
-    assert report_main(["--out", str(tmp_path), "--only", "no_such_notebook"]) == 2
+    from workbench.cli import main
+
+    assert main(["report", "--out", str(tmp_path), "--only", "no_such_notebook"]) == 2
+    assert "no notebook no_such_notebook" in capsys.readouterr().err
     assert lab_main(["--dry-run", "--notebooks", str(NOTEBOOKS_DIR)]) == 0
     printed = capsys.readouterr().out
     assert "jupyterlab" in printed and f"--notebook-dir={NOTEBOOKS_DIR}" in printed

@@ -177,3 +177,8 @@ def test_the_report_shows_the_baseline_comparison(tmp_path):
     gate.write(gate.check(slower, run["records"], 5, baseline_name="main"), tmp_path)
     text = R.baseline_html(R.load(tmp_path))
     assert "Against main: 3 cells of ours compared" in text and text.count(">REGRESSED<") == 3 and "+50.0%" in text
+
+
+def test_a_command_line_names_no_absolute_path(tmp_path):
+    argv = ["--suite", "smoke", "--out", str(tmp_path / "o"), f"--store={tmp_path}/r.sqlite", "--rep-ms", "5"]
+    assert reader.scrub_command(argv) == "--suite smoke --out …/o --store=…/r.sqlite --rep-ms 5"

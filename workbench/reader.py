@@ -54,6 +54,24 @@ def scrub_paths(text: str, extra: Iterable[str | os.PathLike] = ()) -> str:
     return text
 
 
+def scrub_command(argv: Sequence[str]) -> str:
+    """A command line as a report shows it: an absolute path argument (``/a/b/out``, ``--out=/a/b``)
+    becomes relative to the working directory when under it, else ``…/`` and its name."""
+
+    def one(token: str) -> str:
+        head, eq, value = token.partition("=") if token.startswith("--") else ("", "", token)
+        if not os.path.isabs(value):
+            return token
+        p = Path(value)
+        try:
+            shown = str(p.resolve().relative_to(Path.cwd().resolve())) or "."
+        except ValueError:
+            shown = f"…/{p.name}"
+        return f"{head}{eq}{shown}"
+
+    return " ".join(one(t) for t in argv)
+
+
 def scrub(value: Any, extra: Iterable[str | os.PathLike] = ()) -> Any:
     """:func:`scrub_paths` through nested dicts / lists (an environment block)."""
     extra = list(extra)

@@ -145,9 +145,9 @@ def suite_environment(device, suite, argv) -> dict:
 
     env = environment(device)
     env["suite"] = suite.name
-    from workbench.report import scrub_paths
+    from workbench.reader import scrub_command
 
-    env["command"] = scrub_paths("workbench bench " + " ".join(argv))
+    env["command"] = "workbench bench " + scrub_command(argv)
     for dist, version in S.peer_versions().items():
         env[dist] = version
     try:
