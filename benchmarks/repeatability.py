@@ -27,6 +27,7 @@ def main(argv=None) -> int:
         return 2
     print("\n".join(summary_lines(result)))
     out = Path(args.out or args.second) / "repeatability.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
     print(f"-> {out}")
     return 0

@@ -50,6 +50,9 @@ packed metadata, launch metadata, enter hook, exit hook, *args``.
 
 Why one module over 400 lines: the key, the replay, the fill and the version checks are one
 contract with Triton's launch; split, each part would have to restate the others' assumptions.
+
+Why one long module: the cache key, the replay and every fallback are one safety argument;
+split, a reader could not check that a miss always falls back to Triton's own launch.
 """
 
 from __future__ import annotations

@@ -224,6 +224,9 @@ def test_registry_targets_exist_in_the_specs(name):
         if t.kind == "chain":
             assert t.T >= 1 and t.L >= 1 and t.batches
             continue
+        if t.kind == "compiled":  # a whole compiled block, not a variant of the family
+            assert t.timing == "call" and t.tokens >= 1 and all(h >= 1 for h in t.values)
+            continue
         var = spec.variant(t.ours)
         assert var.backend not in S.PEER_BACKENDS
         assert t.dtype in spec.dtypes
@@ -368,3 +371,24 @@ def test_bench_suite_in_parts_with_resume(tmp_path, capsys):
     # Without --resume a part replaces the folder's contents.
     assert main(args + ["--only", "fused_forward"]) == 0
     assert [t["name"] for t in json.loads((out / "suite.json").read_text())["targets"]] == ["fused_forward"]
+
+
+def test_a_second_chain_target_reuses_the_first_chains_records():
+    """hmm_chain_eager judges other variants of the chain hmm_chain measured: no second run."""
+    from workbench.suites.run import run_suite
+
+    run = run_suite("smoke", device="cpu", only=["hmm_chain", "hmm_chain_eager"])
+    first, second = (run.target_records[name] for name in ("hmm_chain", "hmm_chain_eager"))
+    assert first and len(first) == len(second)
+    assert all(run.records[i] is run.records[j] for i, j in zip(first, second))
+    eager = [r for r in run.rows if r.target == "hmm_chain_eager"]
+    assert [r.x for r in eager] == [1, 2] and all(r.ours == "ours_eager" for r in eager)
+
+
+def test_compiled_block_target_is_not_measured_off_cuda():
+    from workbench.suites.run import run_suite
+
+    run = run_suite("smoke", device="cpu", only=["compiled_block"])
+    assert not run.records and not run.failures
+    assert "needs a CUDA device" in run.missing["compiled_block"]["ours_compiled"]
+    assert [r.status for r in run.rows] == [S.NOT_MEASURED]

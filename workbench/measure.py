@@ -15,6 +15,9 @@ The protocol (DESIGN.md, "Measuring"):
 A configuration that cannot run (bad tile, missing peer, unsupported device) raises ValueError
 with ``on_error="raise"``; with ``on_error="record"`` it becomes a record whose ``error`` says why,
 so sweeps keep going and show failed cells.
+
+Why one long module: preparing, checking and timing a configuration is one pipeline that
+every caller (CLI, Session, suites, sweeps) runs in the same order.
 """
 
 from __future__ import annotations

@@ -26,6 +26,9 @@ heavy-tailed timing samples without a normality assumption.
 A ratio of two medians carries the interval those two intervals imply (:func:`ratio_interval`),
 and a verdict against a threshold is MET or MISSED only when the interval lies wholly on one
 side of it, otherwise a tie (:func:`verdict`).
+
+Why one long module: the samplers, the statistics and the interleaving loop are one protocol;
+every sampler is short, and a reader checks the protocol in one place.
 """
 
 from __future__ import annotations

@@ -40,6 +40,9 @@ refuses tensors of 2**31 elements or more). Arithmetic is fp32; the casting mode
 
 Why one long module: the forward kernel, its Unified Buffer model and the configurations
 ``workbench npu-check`` compiles change together.
+
+Why one long module: both NPU strategies, their Unified Buffer model and their launch share
+the tile resolution; the NPU rules keep them apart from the GPU file.
 """
 
 from __future__ import annotations

@@ -37,6 +37,9 @@ registers (at hidden 32768 the row kernel spills and runs 2x slower than the chu
 Why one long module: the forward, the three backward forms and their tile resolution are one
 op's GPU kernels, read top to bottom (Liger's one-file-per-op); the shared tile arithmetic is
 :mod:`.tile_math`.
+
+Why one long module: the forward, both backward strategies and the tile rules they share
+read top to bottom as one explanation, as in Triton's tutorials.
 """
 
 from __future__ import annotations
@@ -429,6 +432,13 @@ def default_num_warps(tile_elements: int) -> int:
     return 4
 
 
+def default_forward_warps(tile_elements: int) -> int:
+    """The forward's warps: as :func:`default_num_warps`, but 2 for tiles of 2048 elements or
+    fewer. Measured on the H100 (4096 rows, bf16, kernel time with the L2 flushed): hidden 1024
+    took 7.1 us with 2 warps against 8.2 with 4 (fused add+RMSNorm: 12.5 against 13.4)."""
+    return 2 if tile_elements <= 2048 else default_num_warps(tile_elements)
+
+
 def default_block_size_m(n_cols: int) -> int:
     """Rows per program for the multi-row variant: about 2048 elements of work per program."""
     return max(1, min(16, 2048 // next_power_of_2(n_cols)))
@@ -478,7 +488,7 @@ def resolve_tiles(
         )
     explicit_warps = num_warps != "auto"
     if not explicit_warps:
-        num_warps = default_num_warps(BLOCK_SIZE * BLOCK_SIZE_M)
+        num_warps = default_forward_warps(BLOCK_SIZE * BLOCK_SIZE_M)
     elif num_warps not in NUM_WARPS:
         raise ValueError(f"num_warps={num_warps!r} is not allowed; use one of {', '.join(map(str, NUM_WARPS))}")
     if BWD_CHUNK == "auto":

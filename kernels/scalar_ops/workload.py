@@ -14,6 +14,9 @@ call, wall, synchronised"). Device time is ``Device.time`` (do_bench, L2 flushed
 there is no device timer, so it is left empty rather than invented. The timers are the measuring
 tool's: the timing functions take its device (``workbench.device.get_device(...)``, or a
 notebook Session's ``s.device``), since the library itself imports nothing of the tool.
+
+Why one long module: the workload's runners, its materialisation rows and its timing rows
+share the same cases and helpers; split, each piece would import the others.
 """
 
 from __future__ import annotations

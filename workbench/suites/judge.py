@@ -346,7 +346,7 @@ def sweep_label(params: Mapping[str, Any]) -> str:
 
 def rows_for(target, records: Iterable[Any], missing: Mapping[str, str] | None = None) -> list[RatioRow]:
     """The judged rows of one target from its records."""
-    if target.kind == "versus":
+    if target.kind in ("versus", "compiled"):  # a compiled block is ours vs peers along hidden
         return versus_rows(target, records, missing)
     if target.kind == "chain":
         return chain_rows(target, records, missing)

@@ -15,6 +15,7 @@ from kernels.spec import DTYPES, get
 from workbench.device import get_device
 from workbench.measure import Record, measure_many
 from workbench.suites.chain import run_chain
+from workbench.suites.compiled import run_compiled
 from workbench.suites.context import RunContext, SuiteRun, new_record
 from workbench.suites.judge import failures, rows_for, sweep_label
 from workbench.suites.targets import PEER_BACKENDS, Defaults, Suite, Versus, get_suite
@@ -148,7 +149,7 @@ def _run_defaults(target: Defaults, ctx: RunContext, run: SuiteRun) -> None:
             ctx.emit(rec, label=sweep_label(params))
 
 
-_RUNNERS = {"versus": _run_versus, "chain": run_chain, "defaults": _run_defaults}
+_RUNNERS = {"versus": _run_versus, "chain": run_chain, "defaults": _run_defaults, "compiled": run_compiled}
 
 
 def run_suite(

@@ -19,6 +19,9 @@ A target is one of three kinds:
 Thresholds are data: a tuple of :class:`Rule` (``value`` from ``from_x`` on); at each x the
 largest rule that applies is required. How points are judged is :mod:`.judge`; how targets are
 measured is :mod:`.run`.
+
+Why one long module: the targets are data, and the suites' full lists (h100 and smoke at
+their sizes) are most of its length; they read best side by side.
 """
 
 from __future__ import annotations
@@ -148,7 +151,36 @@ class Defaults:
         return get(self.family).axis
 
 
-Target = Versus | Chain | Defaults
+@dataclass(frozen=True)
+class Compiled:
+    """A decoder-style block compiled with ``torch.compile(mode="reduce-overhead")``: our fused
+    add+RMSNorm op inside it against Inductor's own generated norm (:mod:`.compiled`), judged
+    on the call time at each hidden size."""
+
+    name: str
+    title: str
+    values: tuple
+    tokens: int
+    family: str = "fused_add_rms_norm"
+    mode: str = "forward"
+    dtype: str = "bf16"
+    ours: str = "ours_compiled"
+    peers: tuple[str, ...] = ("inductor_compiled",)
+    min_ratio: tuple[Rule, ...] = (Rule(1.0),)
+    min_pct_bw: tuple[Rule, ...] = ()
+    kernel_only: tuple[str, ...] = ()
+    timing: str = "call"
+    kind: str = "compiled"
+
+    @property
+    def problem(self) -> dict:
+        return {"rows": self.tokens}
+
+    def axis(self) -> str:
+        return "hidden"
+
+
+Target = Versus | Chain | Defaults | Compiled
 
 
 @dataclass(frozen=True)
@@ -181,6 +213,8 @@ def _targets(
     batches: tuple,
     hmm: dict,
     defaults: dict,
+    block_hidden: tuple,
+    block_tokens: int,
 ) -> tuple:
     """The targets at one set of sizes (the h100 suite's, or the smoke suite's)."""
     rn, fa, bsp = OURS["rms_norm"], OURS["fused_add_rms_norm"], OURS["block_sparse"]
@@ -274,10 +308,59 @@ def _targets(
             dtype="fp32",
             timing="call",
         ),
+        # Our eager call <= Liger's for every norm cell (the forward is judged above, against
+        # F.rms_norm and Liger together).
+        Versus(
+            "rms_norm_full_call_liger",
+            "RMSNorm forward+backward, eager call vs Liger",
+            "rms_norm",
+            "full",
+            norm_hidden,
+            rn,
+            peers=("liger",),
+            problem={"rows": rows},
+            timing="call",
+        ),
+        Versus(
+            "fused_forward_call",
+            "Fused add+RMSNorm forward, eager call vs Liger",
+            "fused_add_rms_norm",
+            "forward",
+            fused_hidden,
+            fa,
+            peers=("liger",),
+            problem={"rows": rows},
+            timing="call",
+        ),
+        Versus(
+            "fused_full_call",
+            "Fused add+RMSNorm forward+backward, eager call vs Liger",
+            "fused_add_rms_norm",
+            "full",
+            fused_hidden,
+            fa,
+            peers=("liger",),
+            problem={"rows": rows},
+            timing="call",
+        ),
         Chain(
             "hmm_chain",
             f"6. HMM chain T={hmm['T']}, L={hmm['L']} forward+backward wall (ours <= 0.5x PyJuice eager)",
             **hmm,
+        ),
+        Chain(
+            "hmm_chain_eager",
+            f"HMM chain T={hmm['T']}, L={hmm['L']} forward+backward, eager step vs PyJuice's eager step",
+            **hmm,
+            min_ratio=(Rule(1.0),),
+            ours="ours_eager",
+        ),
+        Compiled(
+            "compiled_block",
+            f"Decoder block (linear, fused add+RMSNorm, linear; {block_tokens} tokens) under "
+            "torch.compile(mode='reduce-overhead'): our op vs Inductor's own norm, call time",
+            block_hidden,
+            block_tokens,
         ),
         Defaults(
             "defaults_rms_norm_forward",
@@ -347,6 +430,8 @@ SUITES: dict[str, Suite] = {
                 "fused_forward": (1024, 4096),
                 "block_sparse": (1, 16),
             },
+            block_hidden=(4096, 8192),
+            block_tokens=4096,
         ),
         rep_ms=100,
         doc="the issue's sizes; ratios measured side by side in one run",
@@ -372,6 +457,8 @@ SUITES: dict[str, Suite] = {
                 "full_params": ("BLOCK_SIZE_M",),
                 "block_sparse_params": ("heuristic",),
             },
+            block_hidden=(128,),
+            block_tokens=16,
         ),
         rep_ms=1,
         warmup_ms=1,
