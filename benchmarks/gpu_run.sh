@@ -20,6 +20,8 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     && export PYTHONPATH=/tmp/site JUPYTER_PATH=/tmp/site/share/jupyter  # nbconvert templates: wheel data files
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 WORKBENCH_STORE=$RES/workbench.sqlite
+# PyJuice's CuTe/TMA kernels need CUTLASS headers: the carried nvidia-cutlass wheel holds them.
+[ -d /tmp/site/cutlass_library/source ] && export PYJUICE_CUTLASS_PATH=/tmp/site/cutlass_library/source
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$RES/gpu.txt" 2>&1
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$RES/gpu.txt"
 cat "$RES/gpu.txt"

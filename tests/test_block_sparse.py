@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from kernels.block_sparse import (
+    _single_writers,
     gpu,
     largest_block_size,
     make_layer,
@@ -23,6 +24,7 @@ from kernels.block_sparse import (
     sum_layer_backward,
     sum_layer_backward_reference,
     sum_layer_reference,
+    tuned,
 )
 from kernels.block_sparse.hmm import HMM
 
@@ -223,6 +225,133 @@ def test_tied_parameters(device, batch, name, impl, tiles):
     assert float(pflows[x["pids"][0, 3] : x["pids"][0, 3] + bs].abs().sum()) == 0.0  # the unused run
 
 
+# --- split-K forward, node-split flows (issue 16) ---------------------------------------------
+SPLIT_IMPLS = (
+    ("split_rule", "gpu", {"heuristic": "split"}),
+    ("split4_tm8", "gpu", {"SPLITS": 4, "TILE_M": 8, "TILE_K": 4}),
+    ("split2_dot", "gpu", {"SPLITS": 2, "TILE_M": 16, "TILE_K": 16, "BLOCK_B": 16}),
+    ("npu_split4", "npu", {"SPLITS": 4, "TILE_K": 4, "GRID": 3}),
+)
+# (what, nodes, bs, K, batch, tied): odd K at batch 1; a block whose children are all -inf at
+# batch 3; tied parameters (blocks share one set, two edges share a run) at batch 3.
+SPLIT_CASES = (
+    ("odd_K_batch1", 32, 16, 37, 1, False),
+    ("dead_block_batch3", 32, 16, 21, 3, False),
+    ("tied_batch3", 24, 8, 19, 3, True),
+)
+
+
+def _split_case(what, nodes, bs, K, batch, tied, device):
+    x = layer(nodes, bs, batch, device, K=K, tied=tied, seed=K)
+    em, pids = x["element_mars"].clone(), x["pids"].clone()
+    if what.startswith("dead"):
+        em[x["cids"][-1].long()] = float("-inf")  # every child of the last block (others share a few)
+    if tied:
+        pids[:, 3] = pids[:, 1]
+    return em, x["params"], x["cids"], pids
+
+
+@pytest.mark.parametrize("case", SPLIT_CASES, ids=[c[0] for c in SPLIT_CASES])
+@pytest.mark.parametrize("name,impl,tiles", SPLIT_IMPLS, ids=[n for n, _, _ in SPLIT_IMPLS])
+def test_split_forward_and_every_gradient(device, case, name, impl, tiles):
+    """Split-K forward, its autograd gradients and the (node-split) flows against the reference."""
+    what, nodes, bs, K, batch, tied = case
+    em, params, cids, pids = _split_case(*case, device)
+    em_g, p_g = em.clone().requires_grad_(), params.clone().requires_grad_()
+    out = sum_layer(em_g, p_g, cids, pids, bs, impl=impl, **tiles)
+    em64, p64 = ref64(em).requires_grad_(), ref64(params).requires_grad_()
+    want = sum_layer_reference(em64, p64, cids.cpu(), pids.cpu(), bs)
+    assert_close(out, want, what=f"{name} {what} forward")
+    if what.startswith("dead"):
+        assert torch.isneginf(out[-bs:]).all()
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(5)).to(device)
+    d_em, d_p = torch.autograd.grad(out, (em_g, p_g), g)
+    w_em, w_p = torch.autograd.grad(want, (em64, p64), ref64(g))
+    assert_close(d_em, w_em, scale_by_max=True, what=f"{name} {what} d element_mars")
+    assert_close(d_p, w_p, scale_by_max=True, what=f"{name} {what} d params")
+    F = torch.rand(nodes, batch, generator=torch.Generator().manual_seed(6)).to(device)
+    flow_tiles = {"NODE_SPLITS": 4, "TILE_M": 4} if impl == "gpu" else {}
+    e, p = sum_layer_backward(F, em, params, out.detach(), cids, pids, bs, impl=impl, **flow_tiles)
+    we, wp = sum_layer_backward_reference(ref64(F), ref64(em), ref64(params), cids.cpu(), pids.cpu(), bs)
+    assert_close(e, we, scale_by_max=True, what=f"{name} {what} element flows")
+    assert_close(p, wp, scale_by_max=True, what=f"{name} {what} param flows")
+
+
+def test_split_equals_unsplit_and_splits_beyond_k(device):
+    """More splits than TILE_K chunks (empty splits are not launched), one split, and the unsplit
+    kernel agree to rounding; every SPLITS value resolves, with a clear error for others."""
+    x = layer(16, 16, 2, device, K=33, seed=3)
+    args = (x["element_mars"], x["params"], x["cids"], x["pids"], 16)
+    base = sum_layer(*args, heuristic="small")
+    for splits in (1, 2, 64):
+        assert_close(sum_layer(*args, SPLITS=splits, TILE_K=8), base, atol=2e-6, what=f"SPLITS={splits}")
+    t = gpu.resolve_forward_tiles(1, 16, 33, 2, 4, SPLITS=64, TILE_K=8)
+    assert gpu.used_splits(33, t.SPLITS, t.TILE_K) == 5 and t.grid(1, 16, 2, 33)[2] == 5
+    with pytest.raises(ValueError, match="SPLITS=3 is not allowed"):
+        sum_layer(*args, SPLITS=3)
+    with pytest.raises(ValueError, match="SPLITS=3 is not allowed"):
+        sum_layer_backward(base, args[0], args[1], base, args[2], args[3], 16, NODE_SPLITS=3)
+
+
+def test_single_writer_stores_and_node_splits(device):
+    """Plain stores where each address has one writer (untied, distinct children), atomics where
+    blocks share children or tied runs share parameters; node splits always add atomically."""
+    untied = layer(16, 16, 3, device, K=16, seed=1)  # G = 1: distinct children, disjoint runs
+    assert _single_writers(untied["cids"], untied["pids"], 16) == {"element_atomic": False, "param_atomic": False}
+    shared = layer(32, 8, 3, device, K=16, tied=True, seed=1)  # G = 4 blocks over 16 rows, one set
+    assert _single_writers(shared["cids"], shared["pids"], 8) == {"element_atomic": True, "param_atomic": True}
+    for x, bs in ((untied, 16), (shared, 8)):
+        args = (x["element_mars"], x["params"], x["cids"], x["pids"], bs)
+        out = sum_layer(*args)
+        F = torch.rand(out.shape, generator=torch.Generator().manual_seed(2)).to(device)
+        we, wp = sum_layer_backward_reference(
+            ref64(F), ref64(x["element_mars"]), ref64(x["params"]), x["cids"].cpu(), x["pids"].cpu(), bs
+        )
+        for tiles in ({"NODE_SPLITS": 1, "TILE_M": 4}, {"NODE_SPLITS": 2, "TILE_M": 2}, {"heuristic": "small"}):
+            e, p = sum_layer_backward(F, *args[:2], out, *args[2:], **tiles)
+            assert_close(e, we, scale_by_max=True, what=f"element flows {tiles}")
+            assert_close(p, wp, scale_by_max=True, what=f"param flows {tiles}")
+    pids = untied["pids"].clone()
+    pids[0, 1] = pids[0, 0]  # a tied run appears: the cached fact follows the new version
+    assert _single_writers(untied["cids"], pids, 16)["param_atomic"]
+
+
+def test_split_heuristics_and_tuned_table(monkeypatch):
+    """The split rule fills the machine at L = 1024; 'auto' follows a tuned entry for its device
+    (nearest tuned batch at or below, none above the table) and falls back to its rule elsewhere."""
+    for batch in (1, 2, 4, 8, 16, 32, 64):
+        t = gpu.resolve_forward_tiles(1, 1024, 1024, batch, 132, heuristic="split")
+        programs, b_tiles, splits = t.grid(1, 1024, batch, 1024)
+        assert programs * b_tiles * splits >= 2 * 132 and t.SPLITS == splits > 1
+        assert t.TILE_M == (32 if batch <= 2 else 16) and t.USE_DOT == (batch >= 16)
+    bwd = gpu.resolve_backward_tiles(1, 1024, 1024, 1, 132)
+    assert bwd.E_SPLITS > 1 and bwd.E_TILE_M <= gpu.SMALL_BWD_TILE_M  # node fan-out at batch 1
+    table = {
+        "Fake GPU": {1: {"SPLITS": 8, "TILE_M": 64}, 4: {"SPLITS": 1, "TILE_M": 8}, 16: {"SPLITS": 4, "TILE_M": 16}}
+    }
+    assert tuned.lookup("Fake GPU", 3, table) == {"SPLITS": 8, "TILE_M": 64}
+    assert tuned.lookup("Fake GPU", 64, table) is None and tuned.lookup("Other", 1, table) is None
+    monkeypatch.setattr(tuned, "TUNED", table)
+    gpu.resolve_forward_tiles.cache_clear()
+    t1 = gpu.resolve_forward_tiles(1, 1024, 1024, 2, 132, device_name="Fake GPU")
+    assert (t1.heuristic, t1.SPLITS, t1.TILE_M, t1.PROGRAM_M) == ("split", 8, 64, 64)
+    t4 = gpu.resolve_forward_tiles(1, 1024, 1024, 4, 132, device_name="Fake GPU")
+    assert (t4.heuristic, t4.SPLITS, t4.TILE_M) == ("small", 1, 8)
+    assert gpu.resolve_forward_tiles(1, 1024, 1024, 4, 132, device_name="Fake GPU", SPLITS=2).SPLITS == 2
+    assert gpu.resolve_forward_tiles(1, 1024, 1024, 4, 132).heuristic == "small"  # no device: the rule
+    gpu.resolve_forward_tiles.cache_clear()
+
+
+def test_hmm_split_matches_classical_recursion(device):
+    hmm = HMM(T=3, L=16, V=4, device=device, heuristic="split", seed=3)
+    x = hmm.sample(3, seed=1)
+    ll, flows = hmm.forward_backward(x)
+    want, want_flows = hmm.reference_loglik(x, grads=True)
+    assert hmm.plan(3).trans_fwd.SPLITS >= 1 and hmm.plan(3).trans_fwd.heuristic == "split"
+    assert_close(ll, want, what="split HMM log-likelihood")
+    assert_close(hmm.trans_matrix(flows["trans"]), want_flows["trans"], scale_by_max=True, what="transition flows")
+
+
 # --- product layer ---------------------------------------------------------------------------
 @pytest.mark.parametrize("batch", BATCHES)
 @pytest.mark.parametrize("name,impl,tiles", IMPLS, ids=IMPL_IDS)
@@ -419,7 +548,7 @@ def test_hmm_single_step_and_small_heuristic():
 
 
 # --- spec and harness ------------------------------------------------------------------------
-@pytest.mark.parametrize("variant", ["gpu", "gpu_small", "npu", "torch"])
+@pytest.mark.parametrize("variant", ["gpu", "gpu_small", "gpu_split", "npu", "torch"])
 @pytest.mark.parametrize("layer_kind", ["sum", "product"])
 def test_spec_variants_pass_the_harness(variant, layer_kind):
     from workbench.measure import measure
@@ -502,3 +631,56 @@ def test_gpu_pyjuice_peer_agrees():
     x = hmm.sample(4)
     theirs = peer.PyJuiceHMM.like(hmm).forward(x)
     assert_close(theirs, hmm.forward(x)["ll"], atol=1e-3, what="PyJuice vs our HMM")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", (1, 2, 4, 8, 16, 32, 64))
+def test_gpu_split_vs_unsplit_vs_reference(batch):
+    """Issue 16 at its shape (L = 1024, K = 1024): the split-K forward, the unsplit tilings and
+    'auto' (tuned table) agree with the fp64 reference and with each other; so do the
+    node-split / single-writer flows and the autograd gradients through the split forward."""
+    x = layer(1024, 1024, batch, "cuda", seed=batch)
+    args = (x["element_mars"], x["params"], x["cids"], x["pids"], 1024)
+    want = sum_layer_reference(ref64(x["element_mars"]), ref64(x["params"]), x["cids"].cpu(), x["pids"].cpu(), 1024)
+    outs = {h: sum_layer(*args, heuristic=h) for h in ("split", "small", "large", "auto")}
+    outs["split_x2"] = sum_layer(*args, heuristic="split", SPLITS=2)
+    for name, out in outs.items():
+        assert_close(out, want, what=f"{name} forward b={batch}")
+        assert_close(out, outs["small"], atol=2e-5, what=f"{name} vs unsplit b={batch}")
+    F = torch.rand(1024, batch, device="cuda")
+    we, wp = sum_layer_backward_reference(
+        ref64(F), ref64(x["element_mars"]), ref64(x["params"]), x["cids"].cpu(), x["pids"].cpu(), 1024
+    )
+    for tiles in ({"heuristic": "small"}, {"heuristic": "large"}, {"NODE_SPLITS": 8, "TILE_M": 16}):
+        e, p = sum_layer_backward(F, *args[:2], outs["split"], *args[2:], **tiles)
+        assert_close(e, we, scale_by_max=True, what=f"element flows {tiles} b={batch}")
+        assert_close(p, wp, scale_by_max=True, what=f"param flows {tiles} b={batch}")
+    em, pr = x["element_mars"].clone().requires_grad_(), x["params"].clone().requires_grad_()
+    out = sum_layer(em, pr, x["cids"], x["pids"], 1024, heuristic="split")
+    d_em, d_p = torch.autograd.grad(out, (em, pr), F)
+    em64, p64 = ref64(em).requires_grad_(), ref64(pr).requires_grad_()
+    w_em, w_p = torch.autograd.grad(
+        sum_layer_reference(em64, p64, x["cids"].cpu(), x["pids"].cpu(), 1024), (em64, p64), ref64(F)
+    )
+    assert_close(d_em, w_em, scale_by_max=True, what="split d element_mars")
+    assert_close(d_p, w_p, scale_by_max=True, what="split d params")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heuristic", ("auto", "split"))
+@pytest.mark.parametrize("batch", (1, 16))
+def test_gpu_hmm_graphed_matches_classical_recursion(heuristic, batch):
+    """The HMM chain at L = 1024 (the suite's chain shape, shorter), replayed as a CUDA graph,
+    against the classical forward recursion and its autograd flows in fp64."""
+    hmm = HMM(T=8, L=1024, V=32, device="cuda", heuristic=heuristic, seed=2)
+    g = hmm.graphed(batch)
+    x = hmm.sample(batch, seed=7)
+    g.x.copy_(x)
+    ll, flows = g.replay()
+    want, want_flows = hmm.reference_loglik(x, grads=True)
+    assert_close(ll, want, atol=1e-3, what=f"{heuristic} ll b={batch}")
+    assert_close(
+        hmm.trans_matrix(flows["trans"]), want_flows["trans"], atol=1e-3, scale_by_max=True, what="transition flows"
+    )
+    assert_close(flows["prior"], want_flows["prior"], atol=1e-3, scale_by_max=True, what="prior flows")
+    assert_close(flows["emit"], want_flows["emit"], atol=1e-3, scale_by_max=True, what="emission flows")

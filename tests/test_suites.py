@@ -251,8 +251,15 @@ def test_h100_suite_is_the_issue():
     assert required(h.target("fused_forward").min_pct_bw, 2048) == 90.0
     assert required(h.target("fused_forward").min_pct_bw, 1024) is None
     bs = h.target("block_sparse_forward")
-    assert bs.values == (1, 2, 4, 8, 16) and bs.peers == ("pyjuice",) and bs.problem["nodes"] == 1024
+    assert bs.values == (1, 2, 4, 8, 16, 32, 64) and bs.peers == ("pyjuice",) and bs.problem["nodes"] == 1024
     assert required(h.target("hmm_chain").min_ratio, 16) == 2.0
+    # issue 16: the layer backward vs PyJuice's layer backward kernel, and graph-vs-graph chain
+    bwd = h.target("block_sparse_backward")
+    assert bwd.mode == "backward" and bwd.values == bs.values and bwd.kernel_only == ("pyjuice",)
+    assert bwd.timing == "kernel" and required(bwd.min_ratio, 1) == 1.0
+    graphed = h.target("hmm_chain_graphed")
+    assert graphed.peers == ("pyjuice_graph",) and graphed.batches == (1, 16)
+    assert required(graphed.min_ratio, 1) == 1.25 and (graphed.T, graphed.L) == (32, 1024)
     assert all(t.problem.get("rows", 4096) == 4096 for t in h.targets if t.kind != "chain")
 
 

@@ -9,12 +9,18 @@ Math and layout: DESIGN.md and :mod:`.reference`. ``impl="gpu"`` runs :mod:`.gpu
 runs :mod:`.npu` (grid = cores, grid-stride), ``"auto"`` the NPU kernels on an NPU and the GPU
 kernels elsewhere (the CPU runs either in the Triton interpreter). Tiles, as keyword arguments:
 
-- ``sum_layer`` (gpu): ``heuristic`` ("auto" | "large" | "small"), ``TILE_M``, ``TILE_K``,
-  ``BLOCK_B``, ``PROGRAM_M``, ``num_warps``. These steer the forward kernel; the backward kernels
-  autograd runs follow ``heuristic`` alone (their broadcast tiles have different limits).
-- ``sum_layer_backward`` (gpu): ``heuristic``, ``TILE_M``, ``TILE_K``, ``BLOCK_B``, ``num_warps``.
+- ``sum_layer`` (gpu): ``heuristic`` ("auto" | "large" | "small" | "split"), ``TILE_M``, ``TILE_K``,
+  ``BLOCK_B``, ``PROGRAM_M``, ``num_warps``, ``num_stages``, ``SPLITS`` (split-K: programs
+  sharing a node tile's edges, merged by a combine kernel; "auto" asks :mod:`.tuned` for the
+  device). These steer the forward kernel; the backward kernels autograd runs follow
+  ``heuristic`` alone (their broadcast tiles have different limits).
+- ``sum_layer_backward`` (gpu): ``heuristic``, ``TILE_M``, ``TILE_K``, ``BLOCK_B``, ``num_warps``,
+  ``NODE_SPLITS`` (element flows: programs sharing a block's nodes).
 - ``product_layer`` (gpu): ``heuristic``, ``BLOCK_M`` (alias ``TILE_M``), ``BLOCK_B``, ``num_warps``.
-- every npu call: ``TILE_M``, ``TILE_K``, ``BLOCK_B``, ``GRID``.
+- every npu call: ``TILE_M``, ``TILE_K``, ``BLOCK_B``, ``GRID``; ``sum_layer`` also ``SPLITS``.
+
+Scatters in the backward use plain stores where each address has one writer (distinct
+``cids``; disjoint ``pids`` runs — checked once per index tensors) and atomics otherwise.
 
 Autograd. ``sum_layer`` and ``product_layer`` are differentiable. DESIGN's backward takes linear
 node flows ``F`` and returns flows; for a loss with ``g = d loss / d out``:
@@ -50,10 +56,10 @@ from kernels.runtime import device_of
 from kernels.spec import KernelSpec, Knob, Param, Variant
 
 IMPLS = ("gpu", "npu", "auto")
-_GPU_SUM_TILES = ("heuristic", "TILE_M", "TILE_K", "BLOCK_B", "PROGRAM_M", "num_warps", "num_stages")
-_GPU_BWD_TILES = ("heuristic", "TILE_M", "TILE_K", "BLOCK_B", "num_warps")
+_GPU_SUM_TILES = ("heuristic", "TILE_M", "TILE_K", "BLOCK_B", "PROGRAM_M", "num_warps", "num_stages", "SPLITS")
+_GPU_BWD_TILES = ("heuristic", "TILE_M", "TILE_K", "BLOCK_B", "num_warps", "NODE_SPLITS")
 _GPU_PRODUCT_TILES = ("heuristic", "BLOCK_M", "TILE_M", "BLOCK_B", "num_warps")
-_NPU_TILES = ("TILE_M", "TILE_K", "BLOCK_B", "GRID")
+_NPU_TILES = ("TILE_M", "TILE_K", "BLOCK_B", "GRID", "SPLITS")
 _INDEX_DTYPES = (torch.int32, torch.int64)
 
 
@@ -183,6 +189,32 @@ def _validate_product(node_mars, cids, block_size):
     return node_mars, cids
 
 
+# Single-writer facts per (cids, pids, block_size): {key: (cids ref, pids ref, versions, facts)}.
+_WRITERS: dict[tuple, tuple] = {}
+
+
+def _single_writers(cids: torch.Tensor, pids: torch.Tensor, block_size: int) -> dict:
+    """``element_atomic`` / ``param_atomic`` for the backward: False where each address has one
+    writer — every ``cids`` entry distinct (element flows), the runs ``pids + [0, block_size)``
+    disjoint (parameter flows) — so plain stores replace atomics. One host sync per index pair
+    and version (cached like the range checks), none on repeated calls or under graph capture."""
+    key = (id(cids), id(pids), block_size)
+    hit = _WRITERS.get(key)
+    versions = (cids._version, pids._version)
+    if hit is not None and hit[0]() is cids and hit[1]() is pids and hit[2] == versions:
+        return hit[3]
+    flat = cids.reshape(-1)
+    distinct = torch.unique(flat).numel() == flat.numel()
+    runs = torch.sort(pids.reshape(-1)).values
+    disjoint = runs.numel() < 2 or int((runs[1:] - runs[:-1]).min()) >= block_size
+    facts = {"element_atomic": not distinct, "param_atomic": not disjoint}
+    if len(_WRITERS) > 4096:
+        for k in [k for k, v in _WRITERS.items() if v[0]() is None or v[1]() is None]:
+            del _WRITERS[k]
+    _WRITERS[key] = (weakref.ref(cids), weakref.ref(pids), versions, facts)
+    return facts
+
+
 def _num_cores(t: torch.Tensor) -> int:
     return device_of(t).num_cores
 
@@ -197,17 +229,17 @@ def _npu_tiles(cids, block_size, batch, t, tiles):
 # --- autograd --------------------------------------------------------------------------------
 class _SumLayerFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, element_mars, params, cids, pids, block_size, impl, fwd_tiles, bwd_tiles):
+    def forward(ctx, element_mars, params, cids, pids, block_size, impl, fwd_tiles, bwd_tiles, writers):
         module = gpu if impl == "gpu" else npu
         out = module.sum_forward(element_mars, params, cids, pids, block_size, fwd_tiles)
         ctx.save_for_backward(element_mars, params, cids, pids, out)
-        ctx.config = (block_size, module, bwd_tiles)
+        ctx.config = (block_size, module, bwd_tiles, writers)
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
         element_mars, params, cids, pids, out = ctx.saved_tensors
-        block_size, module, bwd_tiles = ctx.config
+        block_size, module, bwd_tiles, writers = ctx.config
         need_em, need_p = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         d_em, d_p = module.sum_backward(
             grad_out.contiguous().float(),
@@ -221,8 +253,9 @@ class _SumLayerFunction(torch.autograd.Function):
             element_flows=need_em,
             param_flows=need_p,
             mul_params=False,
+            **writers,
         )
-        return d_em, d_p, None, None, None, None, None, None
+        return d_em, d_p, None, None, None, None, None, None, None
 
 
 class _ProductLayerFunction(torch.autograd.Function):
@@ -251,8 +284,9 @@ def sum_layer(element_mars, params, cids, pids, block_size, impl="auto", **tiles
     if impl == "gpu":
         if tiles:
             _check_tile_names(tiles, _GPU_SUM_TILES, "sum_layer (impl='gpu')")
-        cores = _num_cores(element_mars)
-        fwd = gpu.resolve_forward_tiles(n_blocks, block_size, n_edges, batch, cores, **tiles)
+        dev = device_of(element_mars)
+        cores = dev.num_cores
+        fwd = gpu.resolve_forward_tiles(n_blocks, block_size, n_edges, batch, cores, **tiles, device_name=dev.name)
         bwd = None  # resolved below only when a backward can follow
     else:
         _check_tile_names(tiles, _NPU_TILES, "sum_layer (impl='npu')")
@@ -264,7 +298,10 @@ def sum_layer(element_mars, params, cids, pids, block_size, impl="auto", **tiles
         if bwd is None:
             heuristic = tiles.get("heuristic", "auto")
             bwd = gpu.resolve_backward_tiles(n_blocks, block_size, n_edges, batch, cores, heuristic)
-        return _SumLayerFunction.apply(element_mars, params, cids, pids, block_size, impl, fwd, bwd)
+        # Single-writer facts now, beside the range checks: a backward captured in a CUDA graph
+        # must not be the first to ask (it would synchronise).
+        writers = _single_writers(cids, pids, block_size)
+        return _SumLayerFunction.apply(element_mars, params, cids, pids, block_size, impl, fwd, bwd, writers)
     module = gpu if impl == "gpu" else npu
     return module.sum_forward(element_mars, params, cids, pids, block_size, fwd)
 
@@ -296,7 +333,8 @@ def sum_layer_backward(
     if batch == 0:
         return torch.zeros_like(element_mars), torch.zeros_like(params)
     with torch.no_grad():
-        return module.sum_backward(node_flows, element_mars, params, out, cids, pids, block_size, t)
+        writers = _single_writers(cids, pids, block_size)
+        return module.sum_backward(node_flows, element_mars, params, out, cids, pids, block_size, t, **writers)
 
 
 def product_layer(node_mars, cids, block_size, impl="auto", **tiles) -> torch.Tensor:
@@ -435,7 +473,7 @@ def _ours(impl: str, fixed: dict | None = None):
     def split(problem, params):
         tiles = {**fixed, **_tiles(params)}
         if problem["layer"] == "product":
-            for name in ("TILE_K", "PROGRAM_M", "num_stages"):  # sum-layer tiles only
+            for name in ("TILE_K", "PROGRAM_M", "num_stages", "SPLITS"):  # sum-layer tiles only
                 tiles.pop(name, None)
         return tiles
 
@@ -467,8 +505,8 @@ def _torch_path(inputs, problem):
     return _reference(inputs, problem)
 
 
-def _pyjuice_kernel(inputs, problem):
-    return peer.pyjuice_layer_kernel(inputs, _shape(problem), problem)
+def _pyjuice_kernel(inputs, problem, mode="forward"):
+    return peer.pyjuice_layer_kernel(inputs, _shape(problem), problem, mode)
 
 
 def _pyjuice_run(inputs, problem):
@@ -483,7 +521,14 @@ _COMMON_PARAMS = (
     Param("TILE_K", ("auto",) + _POW2, "auto", "edges per chunk (sum layer)"),
     Param("BLOCK_B", ("auto",) + _POW2[:9], "auto", "batch columns per program"),
 )
+_SPLITS = Param(
+    "SPLITS",
+    ("auto",) + gpu.SPLIT_VALUES,
+    "auto",
+    "split-K: programs sharing a tile's edges, merged by a combine kernel",
+)
 _GPU_EXTRA = (
+    _SPLITS,
     Param("PROGRAM_M", ("auto",) + _POW2, "auto", "nodes one program walks, in TILE_M sub-tiles (sum forward)"),
     Param("num_warps", ("auto",) + gpu.NUM_WARPS, "auto", "warps per program"),
     Param("num_stages", ("auto",) + gpu.NUM_STAGES, "auto", "software-pipelining depth of the edge loop (sum forward)"),
@@ -492,6 +537,7 @@ _GPU_EXTRA = (
 _gpu_run, _gpu_check = _ours("gpu")
 _large_run, _large_check = _ours("gpu", {"heuristic": "large"})
 _small_run, _small_check = _ours("gpu", {"heuristic": "small"})
+_split_run, _split_check = _ours("gpu", {"heuristic": "split"})
 _npu_run, _npu_check = _ours("npu")
 
 spec = KernelSpec(
@@ -554,10 +600,20 @@ spec = KernelSpec(
             doc="small-batch tiling: TILE_M = 8 node tiles, TILE_K decoupled from batch",
         ),
         Variant(
+            "gpu_split",
+            "gpu",
+            _split_run,
+            params=_COMMON_PARAMS + _GPU_EXTRA,
+            devices=("cuda", "cpu"),
+            check=_split_check,
+            doc="split-K small-batch forward: SPLITS programs per node tile of TILE_M, online log-sum-exp, combine",
+        ),
+        Variant(
             "npu",
             "npu",
             _npu_run,
-            params=_COMMON_PARAMS + (Param("GRID", ("auto",) + tuple(2**k for k in range(0, 12)), "auto", "programs"),),
+            params=_COMMON_PARAMS
+            + (Param("GRID", ("auto",) + tuple(2**k for k in range(0, 12)), "auto", "programs"), _SPLITS),
             devices=("npu", "cuda", "cpu"),
             check=_npu_check,
             doc="triton-ascend style: grid = cores, grid-stride over tiles, no tl.where",
@@ -570,7 +626,8 @@ spec = KernelSpec(
             devices=("cuda",),
             available=peer.available,
             modes=("forward",),
-            doc="PyJuice's own sum-layer kernel on the same HMM transition layer (needs K = nodes, untied)",
+            doc="PyJuice's own sum-layer kernel on the same HMM transition layer (needs K = nodes, untied); "
+            "its bare kernel also times the layer's backward",
             kernel=_pyjuice_kernel,
         ),
     ),

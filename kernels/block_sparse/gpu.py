@@ -65,11 +65,22 @@ the exponential is 0): the same convention as the reference's gradient.
   no flow is dropped when B is not a multiple of ``BLOCK_B``), then ``tl.atomic_add``.
   ``MUL_PARAMS=False`` drops the ``p`` factor, giving ``d loss / d params`` for autograd.
 
-Scatter policy: **atomics** into zero-initialised buffers. Tied parameters (several edges or
-blocks sharing ``pids``) and children shared by several blocks are therefore summed correctly; the
-order of the additions is then unspecified (fp32 results may differ in the last bits between
-runs). Where every parameter / child row has a single writer (an untied layer, and the HMM's
-element flows when ``G = 1``) each address receives one add onto zero, which is deterministic.
+Scatter policy: **atomics** where flows can collide — tied parameters (several edges or blocks
+sharing ``pids``), children shared by several blocks, and the element flows' node splits (the
+small-batch fan-out: a block's nodes over ``E_SPLITS`` programs, node tile capped at 64) — so they
+sum correctly, in an unspecified order (fp32 results may differ in the last bits between runs).
+**Plain stores** (load-add-store) where the host has established one writer per address (every
+``cids`` entry distinct: element flows without node splits; disjoint ``pids`` runs: parameter
+flows), e.g. the HMM's transition layer at ``G = 1``: deterministic.
+
+Split-K forward (``SPLITS > 1``, heuristic ``split``; issue 16)
+--------------------------------------------------------------
+At small batch a node tile's K edges are split over ``SPLITS`` programs (program axis 2), each
+running the same online log-sum-exp over its slice and storing its partial (shift, scaled sum)
+per node and column to a ``2 x [SPLITS, G*bs, B]`` workspace; a flat combine kernel merges the
+partials (``tile_math.combine_partials``). Wider node tiles (16-32 nodes) then read the
+node-contiguous weights in coalesced runs while the splits keep every SM busy. ``auto`` takes
+the device's measured choice from :mod:`.tuned` where there is one.
 
 Product layer
 -------------
@@ -89,10 +100,27 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.block_sparse import tuned
+from kernels.block_sparse.tile_math import (
+    combine_partials,
+    element_flow_tile,
+    forward_buffers,
+    load_children,
+    load_edges,
+    node_rows,
+    node_tile_lse,
+    param_flow_tile,
+    param_log_weights,
+    product_scatter,
+    product_tile,
+    scatter_add,
+    store_result,
+    tile_coords,
+    used_splits,
+)
 from kernels.launch import launch as _launch
 
-NEG_FLT_MAX = tl.constexpr(-3.4028234663852886e38)  # the most negative finite fp32
-HEURISTICS = ("auto", "large", "small")
+HEURISTICS = ("auto", "large", "small", "split")
 NUM_WARPS = (1, 2, 4, 8, 16, 32)
 # Largest broadcast tile TILE_M x TILE_K x BLOCK_B (elements) a program may hold in registers.
 MAX_3D_TILE = 16384
@@ -105,26 +133,29 @@ GPU_SMALL_TILE_M = 4
 GPU_SMALL_DOT_FROM_BATCH = 16
 NUM_STAGES = (1, 2, 3, 4, 5)
 PRODUCT_BLOCK_M_CAP = 8  # the product layer's BLOCK_M cap of the small heuristic
+COMBINE_BLOCK = 1024  # flat elements per program of the split-K combine kernel
+SPLIT_VALUES = (1, 2, 4, 8, 16, 32, 64)  # split-K counts accepted (the Explorer's SPLITS knob)
+# Split-K rule (used where tuned.py has no entry for the device): node tiles of 32 nodes at
+# batch <= 2 and 16 beyond (node-contiguous weight loads coalesce), and enough edge splits that
+# the grid holds SPLIT_PROGRAMS_PER_CORE programs per core, each keeping >= 16 edges.
+SPLIT_PROGRAMS_PER_CORE = 4
+SMALL_BWD_TILE_M = 64  # element flows at small batch: node tile cap, so node splits fan out
 
 
 # --- kernels -------------------------------------------------------------------------------
+# The tile math is shared with the NPU kernels (tile_math.py); what is GPU-only here is the
+# program-id tiling, int64 offsets (WIDE=True), the dead-node select and the tl.dot form.
 @triton.jit
 def _sum_forward_kernel(
-    OUT_ptr,
-    EM_ptr,
-    P_ptr,
-    CIDS_ptr,
-    PIDS_ptr,
-    n_batch,
-    n_edges,
-    block_size,
-    TILE_M: tl.constexpr,
-    TILE_K: tl.constexpr,
-    BLOCK_B: tl.constexpr,
-    PROGRAM_M: tl.constexpr,
-    USE_DOT: tl.constexpr,
-):
-    """out = log sum_k p * exp(em) for PROGRAM_M nodes of one block x BLOCK_B batch columns."""
+    OUT_ptr, WS_MAX_ptr, WS_SUM_ptr, EM_ptr, P_ptr, CIDS_ptr, PIDS_ptr, n_batch, n_edges, block_size, n_rows,
+    k_per_split, TILE_M: tl.constexpr, TILE_K: tl.constexpr, BLOCK_B: tl.constexpr, PROGRAM_M: tl.constexpr,
+    USE_DOT: tl.constexpr, SPLIT: tl.constexpr,
+):  # fmt: skip
+    """out = log sum_k p * exp(em) for PROGRAM_M nodes of one block x BLOCK_B batch columns.
+
+    ``SPLIT`` (split-K): program axis 2 takes edges ``[s * k_per_split, (s + 1) * k_per_split)``
+    and stores its partial (shift, scaled sum) to the workspace rows ``s * n_rows + row``
+    instead of the output; :func:`_sum_combine_kernel` merges them."""
     pid_m = tl.program_id(0)
     pid_b = tl.program_id(1)
     programs_per_block = tl.cdiv(block_size, PROGRAM_M)
@@ -133,107 +164,64 @@ def _sum_forward_kernel(
     cols = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
     col_mask = cols < n_batch
     edge_row = g * n_edges
+    split = tl.program_id(2)  # 0 without SPLIT (a 2-D grid)
+    k_lo = split * k_per_split
+    k_hi = tl.minimum(k_lo + k_per_split, n_edges)
 
     for sub in range(0, PROGRAM_M, TILE_M):
         nodes = node_start + sub + tl.arange(0, TILE_M)
         node_mask = nodes < block_size
-        if USE_DOT:
-            run_max = tl.full([1, BLOCK_B], float("-inf"), tl.float32)  # one shift per column
-        else:
-            run_max = tl.full([TILE_M, BLOCK_B], float("-inf"), tl.float32)  # one per node and column
-        acc = tl.zeros([TILE_M, BLOCK_B], dtype=tl.float32)
-        for k0 in range(0, n_edges, TILE_K):
-            ks = k0 + tl.arange(0, TILE_K)
-            k_mask = ks < n_edges
-            cid = tl.load(CIDS_ptr + edge_row + ks, mask=k_mask, other=0).to(tl.int64)
-            pidx = tl.load(PIDS_ptr + edge_row + ks, mask=k_mask, other=0).to(tl.int64)
-            em = tl.load(
-                EM_ptr + cid[:, None] * n_batch + cols[None, :],
-                mask=k_mask[:, None] & col_mask[None, :],
-                other=float("-inf"),
-            )
-            p = tl.load(P_ptr + pidx[None, :] + nodes[:, None], mask=node_mask[:, None] & k_mask[None, :], other=0.0)
-            if USE_DOT:
-                log_w = tl.log(tl.max(p, axis=0))  # [TILE_K]: the tile's largest weight per edge
-                new_max = tl.maximum(run_max, tl.max(em + log_w[:, None], axis=0)[None, :])
-                shift = tl.maximum(new_max, NEG_FLT_MAX)
-                acc = acc * tl.exp(run_max - shift)
-                acc += tl.dot(p, tl.exp(tl.minimum(em - shift, 80.0)), input_precision="ieee")
-            else:
-                t = tl.log(p)[:, :, None] + em[None, :, :]  # [TILE_M, TILE_K, BLOCK_B]
-                new_max = tl.maximum(run_max, tl.max(t, axis=1))
-                shift = tl.maximum(new_max, NEG_FLT_MAX)
-                acc = acc * tl.exp(run_max - shift)
-                acc += tl.sum(tl.exp(t - shift[:, None, :]), axis=1)
-            run_max = new_max
-        out = tl.log(acc) + tl.maximum(run_max, NEG_FLT_MAX)
-        rows = (g * block_size + nodes).to(tl.int64)
-        tl.store(OUT_ptr + rows[:, None] * n_batch + cols[None, :], out, mask=node_mask[:, None] & col_mask[None, :])
+        run_max, acc = node_tile_lse(
+            EM_ptr, P_ptr, CIDS_ptr, PIDS_ptr, edge_row, k_lo, k_hi, nodes, node_mask, cols, col_mask, n_batch,
+            TILE_M, TILE_K, BLOCK_B, True, USE_DOT,
+        )  # fmt: skip
+        rows = node_rows(g, block_size, nodes, True)
+        mask = node_mask[:, None] & col_mask[None, :]
+        store_result(OUT_ptr, WS_MAX_ptr, WS_SUM_ptr, run_max, acc, rows, cols, mask, split, n_rows, n_batch, SPLIT)
+
+
+@triton.jit
+def _sum_combine_kernel(OUT_ptr, WS_MAX_ptr, WS_SUM_ptr, n_elements, n_splits, BLOCK: tl.constexpr):
+    """out = the split-K partials merged (tile_math.combine_partials), BLOCK flat elements a program."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n_elements
+    out = combine_partials(WS_MAX_ptr, WS_SUM_ptr, offs, mask, n_splits, n_elements)
+    tl.store(OUT_ptr + offs, out, mask=mask)
 
 
 @triton.jit
 def _sum_element_flows_kernel(
-    EF_ptr,
-    NF_ptr,
-    EM_ptr,
-    P_ptr,
-    OUT_ptr,
-    CIDS_ptr,
-    PIDS_ptr,
-    n_batch,
-    n_edges,
-    block_size,
-    TILE_M: tl.constexpr,
-    TILE_K: tl.constexpr,
-    BLOCK_B: tl.constexpr,
-):
-    """eflows[cids[g, k], b] += sum_i F * exp(log p + em - out) for TILE_K edges x BLOCK_B columns."""
+    EF_ptr, NF_ptr, EM_ptr, P_ptr, OUT_ptr, CIDS_ptr, PIDS_ptr, n_batch, n_edges, block_size, m_per_split,
+    TILE_M: tl.constexpr, TILE_K: tl.constexpr, BLOCK_B: tl.constexpr, ATOMIC: tl.constexpr,
+):  # fmt: skip
+    """eflows[cids[g, k], b] += sum_i F * exp(log p + em - out) for TILE_K edges x BLOCK_B columns,
+    over the nodes ``[s * m_per_split, (s + 1) * m_per_split)`` of program axis 2 (node splits:
+    the small-batch fan-out; several splits add into one row, so they need ``ATOMIC``)."""
     pid_k = tl.program_id(0)
     pid_b = tl.program_id(1)
+    m_lo = tl.program_id(2) * m_per_split
+    m_hi = tl.minimum(m_lo + m_per_split, block_size)
     k_tiles = tl.cdiv(n_edges, TILE_K)
     g = pid_k // k_tiles
     ks = (pid_k % k_tiles) * TILE_K + tl.arange(0, TILE_K)
     k_mask = ks < n_edges
     cols = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
     col_mask = cols < n_batch
-    cid = tl.load(CIDS_ptr + g * n_edges + ks, mask=k_mask, other=0).to(tl.int64)
-    pidx = tl.load(PIDS_ptr + g * n_edges + ks, mask=k_mask, other=0).to(tl.int64)
+    cid, pidx = load_edges(CIDS_ptr, PIDS_ptr, g * n_edges, ks, k_mask, True)
     kb_mask = k_mask[:, None] & col_mask[None, :]
-    em = tl.load(EM_ptr + cid[:, None] * n_batch + cols[None, :], mask=kb_mask, other=float("-inf"))
-
-    acc = tl.zeros([TILE_K, BLOCK_B], dtype=tl.float32)
-    for m0 in range(0, block_size, TILE_M):
-        nodes = m0 + tl.arange(0, TILE_M)
-        node_mask = nodes < block_size
-        rows = (g * block_size + nodes).to(tl.int64)
-        mb_mask = node_mask[:, None] & col_mask[None, :]
-        flows = tl.load(NF_ptr + rows[:, None] * n_batch + cols[None, :], mask=mb_mask, other=0.0)
-        out = tl.load(OUT_ptr + rows[:, None] * n_batch + cols[None, :], mask=mb_mask, other=float("inf"))
-        out = tl.where(out == float("-inf"), float("inf"), out)  # dead nodes pass no flow
-        p = tl.load(P_ptr + pidx[None, :] + nodes[:, None], mask=node_mask[:, None] & k_mask[None, :], other=0.0)
-        log_p = tl.log(p)  # [TILE_M, TILE_K]; padding -> -inf -> contributes 0
-        c = flows[:, None, :] * tl.exp(log_p[:, :, None] + em[None, :, :] - out[:, None, :])
-        acc += tl.sum(c, axis=0)
-    tl.atomic_add(EF_ptr + cid[:, None] * n_batch + cols[None, :], acc, mask=kb_mask)
+    em = load_children(EM_ptr, cid, cols, kb_mask, n_batch)
+    acc = element_flow_tile(
+        NF_ptr, OUT_ptr, P_ptr, g, m_lo, m_hi, pidx, k_mask, em, cols, col_mask, n_batch, block_size,
+        TILE_M, TILE_K, BLOCK_B, True, True,
+    )  # fmt: skip
+    scatter_add(EF_ptr, cid[:, None] * n_batch + cols[None, :], acc, kb_mask, ATOMIC)
 
 
 @triton.jit
 def _sum_param_flows_kernel(
-    PF_ptr,
-    NF_ptr,
-    EM_ptr,
-    P_ptr,
-    OUT_ptr,
-    CIDS_ptr,
-    PIDS_ptr,
-    n_batch,
-    n_edges,
-    block_size,
-    TILE_M: tl.constexpr,
-    TILE_K: tl.constexpr,
-    BLOCK_B: tl.constexpr,
-    MUL_PARAMS: tl.constexpr,
-):
+    PF_ptr, NF_ptr, EM_ptr, P_ptr, OUT_ptr, CIDS_ptr, PIDS_ptr, n_batch, n_edges, block_size, TILE_M: tl.constexpr,
+    TILE_K: tl.constexpr, BLOCK_B: tl.constexpr, MUL_PARAMS: tl.constexpr, ATOMIC: tl.constexpr,
+):  # fmt: skip
     """pflows[pids[g, k] + i] += sum_b F * exp((log p) + em - out) for TILE_M nodes x TILE_K edges."""
     pid = tl.program_id(0)
     m_tiles = tl.cdiv(block_size, TILE_M)
@@ -244,85 +232,36 @@ def _sum_param_flows_kernel(
     ks = (rest % k_tiles) * TILE_K + tl.arange(0, TILE_K)
     node_mask = nodes < block_size
     k_mask = ks < n_edges
-    cid = tl.load(CIDS_ptr + g * n_edges + ks, mask=k_mask, other=0).to(tl.int64)
-    pidx = tl.load(PIDS_ptr + g * n_edges + ks, mask=k_mask, other=0).to(tl.int64)
+    cid, pidx = load_edges(CIDS_ptr, PIDS_ptr, g * n_edges, ks, k_mask, True)
     mk_mask = node_mask[:, None] & k_mask[None, :]
-    p_offs = pidx[None, :] + nodes[:, None]
-    if MUL_PARAMS:
-        log_p = tl.log(tl.load(P_ptr + p_offs, mask=mk_mask, other=0.0))
-    else:
-        log_p = tl.zeros([TILE_M, TILE_K], dtype=tl.float32)
-    rows = (g * block_size + nodes).to(tl.int64)
-
-    acc = tl.zeros([TILE_M, TILE_K], dtype=tl.float32)
-    for b0 in range(0, n_batch, BLOCK_B):
-        cols = b0 + tl.arange(0, BLOCK_B)
-        col_mask = cols < n_batch
-        mb_mask = node_mask[:, None] & col_mask[None, :]
-        flows = tl.load(NF_ptr + rows[:, None] * n_batch + cols[None, :], mask=mb_mask, other=0.0)
-        out = tl.load(OUT_ptr + rows[:, None] * n_batch + cols[None, :], mask=mb_mask, other=float("inf"))
-        out = tl.where(out == float("-inf"), float("inf"), out)
-        em = tl.load(
-            EM_ptr + cid[:, None] * n_batch + cols[None, :],
-            mask=k_mask[:, None] & col_mask[None, :],
-            other=float("-inf"),
-        )
-        c = flows[:, None, :] * tl.exp(log_p[:, :, None] + em[None, :, :] - out[:, None, :])
-        acc += tl.sum(c, axis=2)
-    tl.atomic_add(PF_ptr + p_offs, acc, mask=mk_mask)
+    log_p = param_log_weights(P_ptr, pidx, nodes, mk_mask, MUL_PARAMS, TILE_M, TILE_K)
+    rows = node_rows(g, block_size, nodes, True)
+    acc = param_flow_tile(
+        NF_ptr, OUT_ptr, EM_ptr, rows, node_mask, cid, k_mask, log_p, n_batch, TILE_M, TILE_K, BLOCK_B, True
+    )
+    scatter_add(PF_ptr, pidx[None, :] + nodes[:, None], acc, mk_mask, ATOMIC)
 
 
 @triton.jit
 def _product_forward_kernel(
-    OUT_ptr,
-    NM_ptr,
-    CIDS_ptr,
-    n_batch,
-    n_edges,
-    block_size,
-    BLOCK_M: tl.constexpr,
-    BLOCK_B: tl.constexpr,
-):
+    OUT_ptr, NM_ptr, CIDS_ptr, n_batch, n_edges, block_size, BLOCK_M: tl.constexpr, BLOCK_B: tl.constexpr,
+):  # fmt: skip
     """prod[g*bs + i, b] = sum_k node_mars[cids[g, k] + i, b] for BLOCK_M nodes x BLOCK_B columns."""
-    pid_m = tl.program_id(0)
-    pid_b = tl.program_id(1)
-    m_tiles = tl.cdiv(block_size, BLOCK_M)
-    g = pid_m // m_tiles
-    nodes = (pid_m % m_tiles) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
-    mask = (nodes < block_size)[:, None] & (cols < n_batch)[None, :]
-    acc = tl.zeros([BLOCK_M, BLOCK_B], dtype=tl.float32)
-    for k in range(0, n_edges):
-        start = tl.load(CIDS_ptr + g * n_edges + k).to(tl.int64)
-        acc += tl.load(NM_ptr + (start + nodes)[:, None] * n_batch + cols[None, :], mask=mask, other=0.0)
-    rows = (g * block_size + nodes).to(tl.int64)
+    g, nodes, cols, mask = tile_coords(tl.program_id(0), tl.program_id(1), block_size, n_batch, BLOCK_M, BLOCK_B)
+    acc = product_tile(NM_ptr, CIDS_ptr, g, nodes, cols, mask, n_edges, n_batch, BLOCK_M, BLOCK_B, True)
+    rows = node_rows(g, block_size, nodes, True)
     tl.store(OUT_ptr + rows[:, None] * n_batch + cols[None, :], acc, mask=mask)
 
 
 @triton.jit
 def _product_backward_kernel(
-    GRAD_IN_ptr,
-    GRAD_OUT_ptr,
-    CIDS_ptr,
-    n_batch,
-    n_edges,
-    block_size,
-    BLOCK_M: tl.constexpr,
-    BLOCK_B: tl.constexpr,
-):
+    GRAD_IN_ptr, GRAD_OUT_ptr, CIDS_ptr, n_batch, n_edges, block_size, BLOCK_M: tl.constexpr, BLOCK_B: tl.constexpr,
+):  # fmt: skip
     """grad_in[cids[g, k] + i, b] += grad_out[g*bs + i, b] (flows pass through a product)."""
-    pid_m = tl.program_id(0)
-    pid_b = tl.program_id(1)
-    m_tiles = tl.cdiv(block_size, BLOCK_M)
-    g = pid_m // m_tiles
-    nodes = (pid_m % m_tiles) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
-    mask = (nodes < block_size)[:, None] & (cols < n_batch)[None, :]
-    rows = (g * block_size + nodes).to(tl.int64)
+    g, nodes, cols, mask = tile_coords(tl.program_id(0), tl.program_id(1), block_size, n_batch, BLOCK_M, BLOCK_B)
+    rows = node_rows(g, block_size, nodes, True)
     grad = tl.load(GRAD_OUT_ptr + rows[:, None] * n_batch + cols[None, :], mask=mask, other=0.0)
-    for k in range(0, n_edges):
-        start = tl.load(CIDS_ptr + g * n_edges + k).to(tl.int64)
-        tl.atomic_add(GRAD_IN_ptr + (start + nodes)[:, None] * n_batch + cols[None, :], grad, mask=mask)
+    product_scatter(GRAD_IN_ptr, CIDS_ptr, grad, g, nodes, cols, mask, n_edges, n_batch, True)
 
 
 # --- tiles ---------------------------------------------------------------------------------
@@ -362,9 +301,14 @@ class SumForwardTiles:
     USE_DOT: bool
     num_warps: int
     num_stages: int = 0  # 0: Triton's default software pipelining depth
+    SPLITS: int = 1  # split-K: programs sharing one tile's edges (1: no split, no combine kernel)
 
-    def grid(self, n_blocks: int, block_size: int, batch: int) -> tuple[int, int]:
-        return (n_blocks * triton.cdiv(block_size, self.PROGRAM_M), triton.cdiv(batch, self.BLOCK_B))
+    def grid(self, n_blocks: int, block_size: int, batch: int, n_edges: int = 1) -> tuple:
+        programs = n_blocks * triton.cdiv(block_size, self.PROGRAM_M)
+        splits = used_splits(n_edges, self.SPLITS, self.TILE_K)
+        if splits == 1:
+            return (programs, triton.cdiv(batch, self.BLOCK_B))
+        return (programs, triton.cdiv(batch, self.BLOCK_B), splits)
 
 
 def _large_forward(block_size: int, n_edges: int, batch: int) -> dict:
@@ -388,6 +332,31 @@ def _small_forward(block_size: int, n_edges: int, batch: int) -> dict:
     return dict(TILE_M=tile_m, TILE_K=tile_k, BLOCK_B=block_b, PROGRAM_M=tile_m)
 
 
+def _split_forward(n_blocks: int, block_size: int, n_edges: int, batch: int, num_cores: int) -> dict:
+    """Split-K tiles: a node tile of 32 nodes at batch <= 2, else 16, x
+    BLOCK_B columns, and edge splits up to SPLIT_PROGRAMS_PER_CORE programs per core. From batch
+    16 the tile takes the tl.dot form (16 x 32 x 16); below it the broadcast form, TILE_K as
+    wide as a 4096-element tile allows but no wider than one split's edges."""
+    tm_ = min(_pow2(block_size), 32 if batch <= 2 else 16)
+    dot = batch >= GPU_SMALL_DOT_FROM_BATCH and tm_ >= 16 and n_edges >= 16
+    block_b = 16 if dot else min(_pow2(batch), 8)
+    base = n_blocks * triton.cdiv(block_size, tm_) * triton.cdiv(batch, block_b)
+    splits = 1
+    while (
+        splits < SPLIT_VALUES[-1] and base * splits < SPLIT_PROGRAMS_PER_CORE * num_cores and n_edges >= 2 * splits * 16
+    ):
+        splits *= 2
+    per_split = _pow2(triton.cdiv(n_edges, splits))
+    tile_k = 32 if dot else max(1, min(per_split, 4096 // (tm_ * block_b), 256))
+    return dict(TILE_M=tm_, TILE_K=min(tile_k, _pow2(n_edges)), BLOCK_B=block_b, PROGRAM_M=tm_, SPLITS=splits)
+
+
+def check_splits(value):
+    if value not in SPLIT_VALUES:
+        raise ValueError(f"SPLITS={value!r} is not allowed; use one of {', '.join(map(str, SPLIT_VALUES))} (or 'auto')")
+    return value
+
+
 @functools.lru_cache(maxsize=4096)  # pure in its (hashable) arguments; asked on every call
 def resolve_forward_tiles(
     n_blocks: int,
@@ -402,23 +371,45 @@ def resolve_forward_tiles(
     PROGRAM_M="auto",
     num_warps="auto",
     num_stages="auto",
+    SPLITS="auto",
+    device_name=None,
 ) -> SumForwardTiles:
-    """The forward tiling: a heuristic's choice with explicit tiles overriding it."""
+    """The forward tiling: a heuristic's choice with explicit tiles overriding it.
+
+    ``auto`` asks :mod:`.tuned` first (the device's measured best at this batch: split-K with its
+    SPLITS and node tile, or the unsplit small tiling with its node tile); without an entry,
+    ``large`` when its grid fills the SMs, else ``small``. ``split`` is the split-K rule of
+    :func:`_split_forward`. An explicit ``SPLITS`` splits any tiling's edges (``1``: no split)."""
     check_heuristic(heuristic)
-    if heuristic == "auto":
+    custom = any(v != "auto" for v in (TILE_M, TILE_K, BLOCK_B, PROGRAM_M, SPLITS))
+    tuned_tiles = tuned.lookup(device_name, batch) if heuristic == "auto" else None
+    if tuned_tiles is not None:
+        # The device's measured winner, applied as the tune script timed it: as explicit tiles.
+        heuristic = "split" if tuned_tiles.get("SPLITS", 1) > 1 else tuned_tiles.get("heuristic", "small")
+        if TILE_M == "auto" and "TILE_M" in tuned_tiles:
+            TILE_M = min(tuned_tiles["TILE_M"], _pow2(block_size))
+        if SPLITS == "auto" and heuristic == "split":
+            SPLITS = tuned_tiles["SPLITS"]
+        if num_warps == "auto":
+            num_warps = tuned_tiles.get("num_warps", "auto")
+    elif heuristic == "auto":
         large = _large_forward(block_size, n_edges, batch)
         programs = n_blocks * triton.cdiv(block_size, large["PROGRAM_M"]) * triton.cdiv(batch, large["BLOCK_B"])
         heuristic = "large" if programs >= num_cores else "small"
-    chosen = (_large_forward if heuristic == "large" else _small_forward)(block_size, n_edges, batch)
+    if heuristic == "split":
+        chosen = _split_forward(n_blocks, block_size, n_edges, batch, num_cores)
+    else:
+        chosen = (_large_forward if heuristic == "large" else _small_forward)(block_size, n_edges, batch)
+        chosen["SPLITS"] = 1
     overrides = {"TILE_M": TILE_M, "TILE_K": TILE_K, "BLOCK_B": BLOCK_B, "PROGRAM_M": PROGRAM_M}
-    custom = False
+    if SPLITS != "auto":
+        chosen["SPLITS"] = check_splits(SPLITS)
     for name, value in overrides.items():
         if value != "auto":
             chosen[name] = check_tile(name, value)
-            custom = True
     if PROGRAM_M == "auto" and chosen["PROGRAM_M"] < chosen["TILE_M"]:
         chosen["PROGRAM_M"] = chosen["TILE_M"]
-    if PROGRAM_M == "auto" and heuristic == "small":
+    if PROGRAM_M == "auto" and heuristic in ("small", "split"):
         chosen["PROGRAM_M"] = chosen["TILE_M"]
     if chosen["PROGRAM_M"] < chosen["TILE_M"]:
         raise ValueError(
@@ -437,11 +428,19 @@ def resolve_forward_tiles(
         num_warps = 8 if (use_dot and tm * tb >= 1024) or (not use_dot and tm * tb <= 16) else 4
     check_num_warps(num_warps)
     if num_stages == "auto":
-        num_stages = 2 if use_dot and heuristic == "small" else 0  # 2 beat Triton's 3 at batch 16
+        num_stages = 2 if use_dot and heuristic in ("small", "split") else 0  # 2 beat Triton's 3 at batch 16
     elif num_stages not in NUM_STAGES:
         raise ValueError(f"num_stages={num_stages!r} is not allowed; use one of {', '.join(map(str, NUM_STAGES))}")
     return SumForwardTiles(
-        "custom" if custom else heuristic, tm, tk, tb, chosen["PROGRAM_M"], use_dot, num_warps, num_stages
+        "custom" if custom else heuristic,
+        tm,
+        tk,
+        tb,
+        chosen["PROGRAM_M"],
+        use_dot,
+        num_warps,
+        num_stages,
+        chosen["SPLITS"],
     )
 
 
@@ -457,6 +456,11 @@ class SumBackwardTiles:
     P_TILE_K: int
     P_BLOCK_B: int
     num_warps: int
+    E_SPLITS: int = 1  # element flows: node splits of a block (the small-batch fan-out; atomics)
+
+    def e_nodes_per_split(self, block_size: int) -> int:
+        """Nodes per element-flow split, a multiple of E_TILE_M."""
+        return triton.cdiv(triton.cdiv(block_size, self.E_SPLITS), self.E_TILE_M) * self.E_TILE_M
 
 
 @functools.lru_cache(maxsize=4096)  # pure in its (hashable) arguments; asked on every call
@@ -471,12 +475,16 @@ def resolve_backward_tiles(
     TILE_K="auto",
     BLOCK_B="auto",
     num_warps="auto",
+    NODE_SPLITS="auto",
 ) -> SumBackwardTiles:
     """Backward tiles. Explicit TILE_M / TILE_K / BLOCK_B apply to both flow kernels.
 
-    ``small`` favours many programs (narrow edge tiles for the element flows, so 1024 edges make
-    128 programs at batch 1); ``large`` uses wider edge and batch tiles (fewer, fatter programs,
-    fine when the batch supplies the parallelism). Both keep the broadcast tile near 4096.
+    ``small`` (and ``split``) favours many programs (narrow edge tiles for the element flows, so
+    1024 edges make 128 programs at batch 1), and where that grid still has fewer than two
+    programs per core it caps the element flows' node tile at SMALL_BWD_TILE_M and fans each
+    block's nodes out over ``NODE_SPLITS`` programs (their partial sums meet with atomics);
+    ``large`` uses wider edge and batch tiles (fewer, fatter programs, fine when the batch
+    supplies the parallelism). Both keep the broadcast tile near 4096.
     """
     check_heuristic(heuristic)
     bs2, k2, b2 = _pow2(block_size), _pow2(n_edges), _pow2(batch)
@@ -491,7 +499,16 @@ def resolve_backward_tiles(
         pb, pm, pk = min(b2, 16), min(bs2, 16), min(k2, 16)
     em_ = min(bs2, max(1, 4096 // (ek * eb)))
     pk = min(k2, max(pk, 4096 // (pm * pb)), 64)
+    e_splits = 1
+    e_programs = n_blocks * triton.cdiv(n_edges, ek) * triton.cdiv(batch, eb)
+    if heuristic != "large" and e_programs < 2 * num_cores:
+        em_ = min(em_, SMALL_BWD_TILE_M)
+        while e_splits * e_programs < 2 * num_cores and e_splits * em_ < block_size:
+            e_splits *= 2
     custom = False
+    if NODE_SPLITS != "auto":
+        e_splits = check_splits(NODE_SPLITS)
+        custom = True
     if TILE_M != "auto":
         em_ = pm = check_tile("TILE_M", TILE_M)
         custom = True
@@ -510,7 +527,7 @@ def resolve_backward_tiles(
     if num_warps == "auto":
         num_warps = 4
     check_num_warps(num_warps)
-    return SumBackwardTiles("custom" if custom else heuristic, em_, ek, eb, pm, pk, pb, num_warps)
+    return SumBackwardTiles("custom" if custom else heuristic, em_, ek, eb, pm, pk, pb, num_warps, e_splits)
 
 
 @dataclass(frozen=True)
@@ -569,101 +586,69 @@ def launch(kernel, like: torch.Tensor, grid, *args, **kwargs):
 
 
 def sum_forward(element_mars, params, cids, pids, block_size: int, tiles: SumForwardTiles, out=None):
-    """``out [G*block_size, B]`` (written into ``out`` when given). Inputs already validated."""
+    """``out [G*block_size, B]`` (written into ``out`` when given). Inputs already validated.
+
+    With ``tiles.SPLITS > 1`` the edges are split over that many programs per tile (split-K):
+    partial (shift, scaled sum) pairs go to a ``2 x [SPLITS, G*bs, B]`` workspace and a second,
+    flat kernel merges them into ``out``."""
     n_blocks, n_edges = cids.shape
     batch = element_mars.shape[1]
-    if out is None:
-        out = torch.empty((n_blocks * block_size, batch), dtype=torch.float32, device=element_mars.device)
+    n_rows = n_blocks * block_size
+    out, ws_max, ws_sum, k_per, splits = forward_buffers(element_mars, n_rows, n_edges, tiles.SPLITS, tiles.TILE_K, out)
+    grid = tiles.grid(n_blocks, block_size, batch, n_edges)
+    args = (out, ws_max, ws_sum, element_mars, params, cids, pids, batch, n_edges, block_size, n_rows, k_per)
+    stages = {"num_stages": tiles.num_stages} if tiles.num_stages else {}
+    tile = dict(TILE_M=tiles.TILE_M, TILE_K=tiles.TILE_K, BLOCK_B=tiles.BLOCK_B, PROGRAM_M=tiles.PROGRAM_M)
     launch(
-        _sum_forward_kernel,
-        element_mars,
-        tiles.grid(n_blocks, block_size, batch),
-        out,
-        element_mars,
-        params,
-        cids,
-        pids,
-        batch,
-        n_edges,
-        block_size,
-        TILE_M=tiles.TILE_M,
-        TILE_K=tiles.TILE_K,
-        BLOCK_B=tiles.BLOCK_B,
-        PROGRAM_M=tiles.PROGRAM_M,
-        USE_DOT=tiles.USE_DOT,
-        num_warps=tiles.num_warps,
-        **({"num_stages": tiles.num_stages} if tiles.num_stages else {}),
-    )
+        _sum_forward_kernel, element_mars, grid, *args, **tile, USE_DOT=tiles.USE_DOT, SPLIT=splits > 1,
+        num_warps=tiles.num_warps, **stages,
+    )  # fmt: skip
+    if splits > 1:
+        n = n_rows * batch
+        grid = (triton.cdiv(n, COMBINE_BLOCK),)
+        launch(
+            _sum_combine_kernel, element_mars, grid, out, ws_max, ws_sum, n, splits, BLOCK=COMBINE_BLOCK, num_warps=4
+        )
     return out
 
 
 def sum_backward(
-    node_flows,
-    element_mars,
-    params,
-    out,
-    cids,
-    pids,
-    block_size: int,
-    tiles: SumBackwardTiles,
-    element_flows=True,
-    param_flows=True,
-    mul_params: bool = True,
-):
+    node_flows, element_mars, params, out, cids, pids, block_size: int, tiles: SumBackwardTiles, element_flows=True,
+    param_flows=True, mul_params: bool = True, element_atomic: bool = True, param_atomic: bool = True,
+):  # fmt: skip
     """``(eflows [M, B] | None, pflows [P] | None)``.
 
     ``element_flows`` / ``param_flows``: True to allocate a zeroed buffer, a tensor to add into
     (accumulating across layers, as a chain of tied layers does), False/None to skip.
     ``mul_params=False`` returns ``d loss / d params`` instead of the parameter flows.
+    ``element_atomic`` / ``param_atomic``: False only where the caller knows that no two edges
+    of this call write one child row (every ``cids`` entry distinct) / one parameter (the runs
+    ``pids[g, k] + [0, bs)`` disjoint); then each address has one writer and a plain
+    load-add-store replaces the atomic. Node splits of the element flows always add atomically.
     """
     n_blocks, n_edges = cids.shape
     batch = element_mars.shape[1]
     eflows = pflows = None
+    args = (node_flows, element_mars, params, out, cids, pids, batch, n_edges, block_size)
     if element_flows is not None and element_flows is not False:
         eflows = torch.zeros_like(element_mars) if element_flows is True else element_flows
-        grid = (n_blocks * triton.cdiv(n_edges, tiles.E_TILE_K), triton.cdiv(batch, tiles.E_BLOCK_B))
+        m_per = tiles.e_nodes_per_split(block_size)
+        splits = triton.cdiv(block_size, m_per)
+        grid = (n_blocks * triton.cdiv(n_edges, tiles.E_TILE_K), triton.cdiv(batch, tiles.E_BLOCK_B), splits)
+        tile = dict(TILE_M=tiles.E_TILE_M, TILE_K=tiles.E_TILE_K, BLOCK_B=tiles.E_BLOCK_B)
+        atomic = bool(element_atomic) or splits > 1
         launch(
-            _sum_element_flows_kernel,
-            element_mars,
-            grid,
-            eflows,
-            node_flows,
-            element_mars,
-            params,
-            out,
-            cids,
-            pids,
-            batch,
-            n_edges,
-            block_size,
-            TILE_M=tiles.E_TILE_M,
-            TILE_K=tiles.E_TILE_K,
-            BLOCK_B=tiles.E_BLOCK_B,
+            _sum_element_flows_kernel, element_mars, grid, eflows, *args, m_per, **tile, ATOMIC=atomic,
             num_warps=tiles.num_warps,
-        )
+        )  # fmt: skip
     if param_flows is not None and param_flows is not False:
         pflows = torch.zeros_like(params) if param_flows is True else param_flows
         grid = (n_blocks * triton.cdiv(block_size, tiles.P_TILE_M) * triton.cdiv(n_edges, tiles.P_TILE_K),)
+        tile = dict(TILE_M=tiles.P_TILE_M, TILE_K=tiles.P_TILE_K, BLOCK_B=tiles.P_BLOCK_B)
         launch(
-            _sum_param_flows_kernel,
-            element_mars,
-            grid,
-            pflows,
-            node_flows,
-            element_mars,
-            params,
-            out,
-            cids,
-            pids,
-            batch,
-            n_edges,
-            block_size,
-            TILE_M=tiles.P_TILE_M,
-            TILE_K=tiles.P_TILE_K,
-            BLOCK_B=tiles.P_BLOCK_B,
-            MUL_PARAMS=mul_params,
-            num_warps=tiles.num_warps,
-        )
+            _sum_param_flows_kernel, element_mars, grid, pflows, *args, **tile, MUL_PARAMS=mul_params,
+            ATOMIC=bool(param_atomic), num_warps=tiles.num_warps,
+        )  # fmt: skip
     return eflows, pflows
 
 
@@ -673,20 +658,8 @@ def product_forward(node_mars, cids, block_size: int, tiles: ProductTiles, out=N
     if out is None:
         out = torch.empty((n_blocks * block_size, batch), dtype=torch.float32, device=node_mars.device)
     grid = (n_blocks * triton.cdiv(block_size, tiles.BLOCK_M), triton.cdiv(batch, tiles.BLOCK_B))
-    launch(
-        _product_forward_kernel,
-        node_mars,
-        grid,
-        out,
-        node_mars,
-        cids,
-        batch,
-        n_edges,
-        block_size,
-        BLOCK_M=tiles.BLOCK_M,
-        BLOCK_B=tiles.BLOCK_B,
-        num_warps=tiles.num_warps,
-    )
+    tile = dict(BLOCK_M=tiles.BLOCK_M, BLOCK_B=tiles.BLOCK_B, num_warps=tiles.num_warps)
+    launch(_product_forward_kernel, node_mars, grid, out, node_mars, cids, batch, n_edges, block_size, **tile)
     return out
 
 
@@ -697,18 +670,6 @@ def product_backward(grad_out, cids, block_size: int, n_rows: int, tiles: Produc
     if grad_in is None:
         grad_in = torch.zeros((n_rows, batch), dtype=torch.float32, device=grad_out.device)
     grid = (n_blocks * triton.cdiv(block_size, tiles.BLOCK_M), triton.cdiv(batch, tiles.BLOCK_B))
-    launch(
-        _product_backward_kernel,
-        grad_out,
-        grid,
-        grad_in,
-        grad_out,
-        cids,
-        batch,
-        n_edges,
-        block_size,
-        BLOCK_M=tiles.BLOCK_M,
-        BLOCK_B=tiles.BLOCK_B,
-        num_warps=tiles.num_warps,
-    )
+    tile = dict(BLOCK_M=tiles.BLOCK_M, BLOCK_B=tiles.BLOCK_B, num_warps=tiles.num_warps)
+    launch(_product_backward_kernel, grad_out, grid, grad_in, grad_out, cids, batch, n_edges, block_size, **tile)
     return grad_in

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.block_sparse import _validate_product, _validate_sum, gpu, largest_block_size, npu
+from kernels.block_sparse import _single_writers, _validate_product, _validate_sum, gpu, largest_block_size, npu
 from kernels.runtime import device_info
 
 
@@ -126,6 +126,10 @@ class HMM:
         _validate_product(probe, self.prod_cids, bs)
         if self.impl == "npu":
             npu._check_int32(2 * L, 1, self.trans_params.numel())
+        # Which backward scatters have one writer per address (plain stores instead of atomics):
+        # the transition's child rows are distinct when G = 1, its parameter runs always are.
+        self.trans_writers = _single_writers(self.trans_cids, self.trans_pids, bs)
+        self.root_writers = _single_writers(self.root_cids, self.root_pids, 1)
 
     # --- data and tiles ------------------------------------------------------------------
     def sample(self, batch: int, seed: int = 0) -> torch.Tensor:
@@ -139,7 +143,10 @@ class HMM:
         if batch not in self._plans:
             cores, L, G, bs = self.device.num_cores, self.L, self.G, self.block_size
             if self.impl == "gpu":
-                fwd = gpu.resolve_forward_tiles(G, bs, L, batch, cores, heuristic=self.heuristic, **self.tiles)
+                name = self.device.name
+                fwd = gpu.resolve_forward_tiles(
+                    G, bs, L, batch, cores, heuristic=self.heuristic, **self.tiles, device_name=name
+                )
                 bwd = gpu.resolve_backward_tiles(G, bs, L, batch, cores, heuristic=self.heuristic)
                 root_fwd = gpu.resolve_forward_tiles(1, 1, L, batch, cores, heuristic="small")
                 root_bwd = gpu.resolve_backward_tiles(1, 1, L, batch, cores, heuristic="small")
@@ -202,6 +209,7 @@ class HMM:
             1,
             plan.root_bwd,
             element_flows=top_flows,
+            **self.root_writers,
         )
         for t in range(0, T - 1):
             m.product_backward(zflows[t], self.prod_cids, bs, 2 * L, plan.product, grad_in=fbufs[t])
@@ -217,6 +225,7 @@ class HMM:
                 plan.trans_bwd,
                 element_flows=target,
                 param_flows=trans_flows,
+                **self.trans_writers,
             )
         emit_flows = torch.zeros((L, self.V), dtype=torch.float32, device=dev)
         src = fbufs[:, :L].permute(1, 0, 2).reshape(L, T * B)

@@ -35,84 +35,98 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.block_sparse.gpu import PRODUCT_BLOCK_M_CAP, SMALL_TILE_M, check_tile, launch
+from kernels.block_sparse.gpu import PRODUCT_BLOCK_M_CAP, SMALL_TILE_M, check_splits, check_tile, launch
+from kernels.block_sparse.tile_math import (
+    combine_partials,
+    element_flow_tile,
+    forward_buffers,
+    load_children,
+    load_edges,
+    node_rows,
+    node_tile_lse,
+    param_flow_tile,
+    param_log_weights,
+    product_scatter,
+    product_tile,
+    store_result,
+    tile_coords,
+    used_splits,
+)
 
-NEG_FLT_MAX = tl.constexpr(-3.4028234663852886e38)
 UB_BYTES = 192 * 1024  # Unified Buffer per core on Ascend 910B
 TILE_ELEMENTS = 4096  # default TILE_M x TILE_K x w(BLOCK_B): half of what fits the Unified Buffer
 INT32_MAX = 2**31 - 1
+COMBINE_BLOCK = 1024  # flat elements per item of the split-K combine (8 KB of the UB for two loads)
 
 
+# --- kernels -------------------------------------------------------------------------------
+# The tile math is tile_math.py's, shared with gpu.py. Apart from gpu.py here, because of the
+# NPU rules: grid = cores with a grid-stride loop over work items, int32 offsets (WIDE=False),
+# no tl.where (DEAD_SELECT=False: the host maps dead nodes to +inf), no tl.dot.
 @triton.jit
 def _sum_forward_npu_kernel(
-    OUT_ptr,
-    EM_ptr,
-    P_ptr,
-    CIDS_ptr,
-    PIDS_ptr,
-    n_batch,
-    n_edges,
-    block_size,
-    n_blocks,
-    TILE_M: tl.constexpr,
-    TILE_K: tl.constexpr,
-    BLOCK_B: tl.constexpr,
-):
-    """out = log sum_k p * exp(em); grid-stride over (block, node tile, batch tile)."""
+    OUT_ptr, WS_MAX_ptr, WS_SUM_ptr, EM_ptr, P_ptr, CIDS_ptr, PIDS_ptr, n_batch, n_edges, block_size, n_blocks,
+    n_splits, k_per_split, TILE_M: tl.constexpr, TILE_K: tl.constexpr, BLOCK_B: tl.constexpr, SPLIT: tl.constexpr,
+):  # fmt: skip
+    """out = log sum_k p * exp(em); grid-stride over (block, node tile[, split], batch tile).
+
+    ``SPLIT``: each item takes the edges ``[s * k_per_split, (s + 1) * k_per_split)`` and stores
+    its partial (shift, scaled sum) to the workspace rows ``s * G*bs + row``."""
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
     m_tiles = tl.cdiv(block_size, TILE_M)
     b_tiles = tl.cdiv(n_batch, BLOCK_B)
-    n_items = n_blocks * m_tiles * b_tiles
+    n_items = n_blocks * m_tiles * n_splits * b_tiles
     for item in range(pid, n_items, n_programs):
         b_tile = item % b_tiles
         rest = item // b_tiles
+        split = rest % n_splits
+        rest = rest // n_splits
         g = rest // m_tiles
         nodes = (rest % m_tiles) * TILE_M + tl.arange(0, TILE_M)
         node_mask = nodes < block_size
         cols = b_tile * BLOCK_B + tl.arange(0, BLOCK_B)
         col_mask = cols < n_batch
-        run_max = tl.full([TILE_M, BLOCK_B], float("-inf"), tl.float32)
-        acc = tl.zeros([TILE_M, BLOCK_B], dtype=tl.float32)
-        for k0 in range(0, n_edges, TILE_K):
-            ks = k0 + tl.arange(0, TILE_K)
-            k_mask = ks < n_edges
-            cid = tl.load(CIDS_ptr + g * n_edges + ks, mask=k_mask, other=0)
-            pidx = tl.load(PIDS_ptr + g * n_edges + ks, mask=k_mask, other=0)
-            em = tl.load(
-                EM_ptr + cid[:, None] * n_batch + cols[None, :],
-                mask=k_mask[:, None] & col_mask[None, :],
-                other=float("-inf"),
-            )
-            p = tl.load(P_ptr + pidx[None, :] + nodes[:, None], mask=node_mask[:, None] & k_mask[None, :], other=0.0)
-            t = tl.log(p)[:, :, None] + em[None, :, :]  # log p + em per node: exact for zero weights
-            new_max = tl.maximum(run_max, tl.max(t, axis=1))
-            shift = tl.maximum(new_max, NEG_FLT_MAX)
-            acc = acc * tl.exp(run_max - shift)
-            acc += tl.sum(tl.exp(t - shift[:, None, :]), axis=1)
-            run_max = new_max
-        out = tl.log(acc) + tl.maximum(run_max, NEG_FLT_MAX)
-        rows = g * block_size + nodes
-        tl.store(OUT_ptr + rows[:, None] * n_batch + cols[None, :], out, mask=node_mask[:, None] & col_mask[None, :])
+        k_lo = split * k_per_split
+        k_hi = tl.minimum(k_lo + k_per_split, n_edges)
+        run_max, acc = node_tile_lse(
+            EM_ptr, P_ptr, CIDS_ptr, PIDS_ptr, g * n_edges, k_lo, k_hi, nodes, node_mask, cols, col_mask, n_batch,
+            TILE_M, TILE_K, BLOCK_B, False, False,
+        )  # fmt: skip
+        rows = node_rows(g, block_size, nodes, False)
+        mask = node_mask[:, None] & col_mask[None, :]
+        store_result(
+            OUT_ptr,
+            WS_MAX_ptr,
+            WS_SUM_ptr,
+            run_max,
+            acc,
+            rows,
+            cols,
+            mask,
+            split,
+            n_blocks * block_size,
+            n_batch,
+            SPLIT,
+        )
+
+
+@triton.jit
+def _sum_combine_npu_kernel(OUT_ptr, WS_MAX_ptr, WS_SUM_ptr, n_elements, n_splits, BLOCK: tl.constexpr):
+    """out = the split-K partials merged; grid-stride over flat chunks of BLOCK elements."""
+    pid = tl.program_id(0)
+    n_programs = tl.num_programs(0)
+    for chunk in range(pid, tl.cdiv(n_elements, BLOCK), n_programs):
+        offs = chunk * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n_elements
+        tl.store(OUT_ptr + offs, combine_partials(WS_MAX_ptr, WS_SUM_ptr, offs, mask, n_splits, n_elements), mask=mask)
 
 
 @triton.jit
 def _sum_element_flows_npu_kernel(
-    EF_ptr,
-    NF_ptr,
-    EM_ptr,
-    P_ptr,
-    OUT_ptr,
-    CIDS_ptr,
-    PIDS_ptr,
-    n_batch,
-    n_edges,
-    block_size,
-    n_blocks,
-    TILE_M: tl.constexpr,
-    TILE_K: tl.constexpr,
-    BLOCK_B: tl.constexpr,
-):
+    EF_ptr, NF_ptr, EM_ptr, P_ptr, OUT_ptr, CIDS_ptr, PIDS_ptr, n_batch, n_edges, block_size, n_blocks,
+    TILE_M: tl.constexpr, TILE_K: tl.constexpr, BLOCK_B: tl.constexpr,
+):  # fmt: skip
     """eflows[cids[g, k], b] += sum_i F * exp(log p + em - out); grid-stride over (block, edge tile, batch tile).
 
     OUT holds +inf for dead nodes (host-side), so no select is needed here."""
@@ -129,42 +143,21 @@ def _sum_element_flows_npu_kernel(
         k_mask = ks < n_edges
         cols = b_tile * BLOCK_B + tl.arange(0, BLOCK_B)
         col_mask = cols < n_batch
-        cid = tl.load(CIDS_ptr + g * n_edges + ks, mask=k_mask, other=0)
-        pidx = tl.load(PIDS_ptr + g * n_edges + ks, mask=k_mask, other=0)
+        cid, pidx = load_edges(CIDS_ptr, PIDS_ptr, g * n_edges, ks, k_mask, False)
         kb_mask = k_mask[:, None] & col_mask[None, :]
-        em = tl.load(EM_ptr + cid[:, None] * n_batch + cols[None, :], mask=kb_mask, other=float("-inf"))
-        acc = tl.zeros([TILE_K, BLOCK_B], dtype=tl.float32)
-        for m0 in range(0, block_size, TILE_M):
-            nodes = m0 + tl.arange(0, TILE_M)
-            node_mask = nodes < block_size
-            rows = g * block_size + nodes
-            mb_mask = node_mask[:, None] & col_mask[None, :]
-            flows = tl.load(NF_ptr + rows[:, None] * n_batch + cols[None, :], mask=mb_mask, other=0.0)
-            out = tl.load(OUT_ptr + rows[:, None] * n_batch + cols[None, :], mask=mb_mask, other=float("inf"))
-            p = tl.load(P_ptr + pidx[None, :] + nodes[:, None], mask=node_mask[:, None] & k_mask[None, :], other=0.0)
-            log_p = tl.log(p)
-            acc += tl.sum(flows[:, None, :] * tl.exp(log_p[:, :, None] + em[None, :, :] - out[:, None, :]), axis=0)
+        em = load_children(EM_ptr, cid, cols, kb_mask, n_batch)
+        acc = element_flow_tile(
+            NF_ptr, OUT_ptr, P_ptr, g, 0, block_size, pidx, k_mask, em, cols, col_mask, n_batch, block_size,
+            TILE_M, TILE_K, BLOCK_B, False, False,
+        )  # fmt: skip
         tl.atomic_add(EF_ptr + cid[:, None] * n_batch + cols[None, :], acc, mask=kb_mask)
 
 
 @triton.jit
 def _sum_param_flows_npu_kernel(
-    PF_ptr,
-    NF_ptr,
-    EM_ptr,
-    P_ptr,
-    OUT_ptr,
-    CIDS_ptr,
-    PIDS_ptr,
-    n_batch,
-    n_edges,
-    block_size,
-    n_blocks,
-    TILE_M: tl.constexpr,
-    TILE_K: tl.constexpr,
-    BLOCK_B: tl.constexpr,
-    MUL_PARAMS: tl.constexpr,
-):
+    PF_ptr, NF_ptr, EM_ptr, P_ptr, OUT_ptr, CIDS_ptr, PIDS_ptr, n_batch, n_edges, block_size, n_blocks,
+    TILE_M: tl.constexpr, TILE_K: tl.constexpr, BLOCK_B: tl.constexpr, MUL_PARAMS: tl.constexpr,
+):  # fmt: skip
     """pflows[pids[g, k] + i] += sum_b F * exp((log p) + em - out); grid-stride over (block, node tile, edge tile)."""
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
@@ -179,43 +172,20 @@ def _sum_param_flows_npu_kernel(
         ks = k_tile * TILE_K + tl.arange(0, TILE_K)
         node_mask = nodes < block_size
         k_mask = ks < n_edges
-        cid = tl.load(CIDS_ptr + g * n_edges + ks, mask=k_mask, other=0)
-        pidx = tl.load(PIDS_ptr + g * n_edges + ks, mask=k_mask, other=0)
+        cid, pidx = load_edges(CIDS_ptr, PIDS_ptr, g * n_edges, ks, k_mask, False)
         mk_mask = node_mask[:, None] & k_mask[None, :]
-        p_offs = pidx[None, :] + nodes[:, None]
-        if MUL_PARAMS:
-            log_p = tl.log(tl.load(P_ptr + p_offs, mask=mk_mask, other=0.0))
-        else:
-            log_p = tl.zeros([TILE_M, TILE_K], dtype=tl.float32)
-        rows = g * block_size + nodes
-        acc = tl.zeros([TILE_M, TILE_K], dtype=tl.float32)
-        for b0 in range(0, n_batch, BLOCK_B):
-            cols = b0 + tl.arange(0, BLOCK_B)
-            col_mask = cols < n_batch
-            mb_mask = node_mask[:, None] & col_mask[None, :]
-            flows = tl.load(NF_ptr + rows[:, None] * n_batch + cols[None, :], mask=mb_mask, other=0.0)
-            out = tl.load(OUT_ptr + rows[:, None] * n_batch + cols[None, :], mask=mb_mask, other=float("inf"))
-            em = tl.load(
-                EM_ptr + cid[:, None] * n_batch + cols[None, :],
-                mask=k_mask[:, None] & col_mask[None, :],
-                other=float("-inf"),
-            )
-            acc += tl.sum(flows[:, None, :] * tl.exp(log_p[:, :, None] + em[None, :, :] - out[:, None, :]), axis=2)
-        tl.atomic_add(PF_ptr + p_offs, acc, mask=mk_mask)
+        log_p = param_log_weights(P_ptr, pidx, nodes, mk_mask, MUL_PARAMS, TILE_M, TILE_K)
+        rows = node_rows(g, block_size, nodes, False)
+        acc = param_flow_tile(
+            NF_ptr, OUT_ptr, EM_ptr, rows, node_mask, cid, k_mask, log_p, n_batch, TILE_M, TILE_K, BLOCK_B, False
+        )
+        tl.atomic_add(PF_ptr + pidx[None, :] + nodes[:, None], acc, mask=mk_mask)
 
 
 @triton.jit
 def _product_forward_npu_kernel(
-    OUT_ptr,
-    NM_ptr,
-    CIDS_ptr,
-    n_batch,
-    n_edges,
-    block_size,
-    n_blocks,
-    BLOCK_M: tl.constexpr,
-    BLOCK_B: tl.constexpr,
-):
+    OUT_ptr, NM_ptr, CIDS_ptr, n_batch, n_edges, block_size, n_blocks, BLOCK_M: tl.constexpr, BLOCK_B: tl.constexpr,
+):  # fmt: skip
     """prod[g*bs + i, b] = sum_k node_mars[cids[g, k] + i, b]; grid-stride over (block, node tile, batch tile)."""
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
@@ -225,30 +195,17 @@ def _product_forward_npu_kernel(
     for item in range(pid, n_items, n_programs):
         b_tile = item % b_tiles
         rest = item // b_tiles
-        g = rest // m_tiles
-        nodes = (rest % m_tiles) * BLOCK_M + tl.arange(0, BLOCK_M)
-        cols = b_tile * BLOCK_B + tl.arange(0, BLOCK_B)
-        mask = (nodes < block_size)[:, None] & (cols < n_batch)[None, :]
-        acc = tl.zeros([BLOCK_M, BLOCK_B], dtype=tl.float32)
-        for k in range(0, n_edges):
-            start = tl.load(CIDS_ptr + g * n_edges + k)
-            acc += tl.load(NM_ptr + (start + nodes)[:, None] * n_batch + cols[None, :], mask=mask, other=0.0)
-        rows = g * block_size + nodes
+        g, nodes, cols, mask = tile_coords(rest, b_tile, block_size, n_batch, BLOCK_M, BLOCK_B)
+        acc = product_tile(NM_ptr, CIDS_ptr, g, nodes, cols, mask, n_edges, n_batch, BLOCK_M, BLOCK_B, False)
+        rows = node_rows(g, block_size, nodes, False)
         tl.store(OUT_ptr + rows[:, None] * n_batch + cols[None, :], acc, mask=mask)
 
 
 @triton.jit
 def _product_backward_npu_kernel(
-    GRAD_IN_ptr,
-    GRAD_OUT_ptr,
-    CIDS_ptr,
-    n_batch,
-    n_edges,
-    block_size,
-    n_blocks,
-    BLOCK_M: tl.constexpr,
+    GRAD_IN_ptr, GRAD_OUT_ptr, CIDS_ptr, n_batch, n_edges, block_size, n_blocks, BLOCK_M: tl.constexpr,
     BLOCK_B: tl.constexpr,
-):
+):  # fmt: skip
     """grad_in[cids[g, k] + i, b] += grad_out[g*bs + i, b]; grid-stride over (block, node tile, batch tile)."""
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
@@ -258,15 +215,10 @@ def _product_backward_npu_kernel(
     for item in range(pid, n_items, n_programs):
         b_tile = item % b_tiles
         rest = item // b_tiles
-        g = rest // m_tiles
-        nodes = (rest % m_tiles) * BLOCK_M + tl.arange(0, BLOCK_M)
-        cols = b_tile * BLOCK_B + tl.arange(0, BLOCK_B)
-        mask = (nodes < block_size)[:, None] & (cols < n_batch)[None, :]
-        rows = g * block_size + nodes
+        g, nodes, cols, mask = tile_coords(rest, b_tile, block_size, n_batch, BLOCK_M, BLOCK_B)
+        rows = node_rows(g, block_size, nodes, False)
         grad = tl.load(GRAD_OUT_ptr + rows[:, None] * n_batch + cols[None, :], mask=mask, other=0.0)
-        for k in range(0, n_edges):
-            start = tl.load(CIDS_ptr + g * n_edges + k)
-            tl.atomic_add(GRAD_IN_ptr + (start + nodes)[:, None] * n_batch + cols[None, :], grad, mask=mask)
+        product_scatter(GRAD_IN_ptr, CIDS_ptr, grad, g, nodes, cols, mask, n_edges, n_batch, False)
 
 
 # --- tiles ---------------------------------------------------------------------------------
@@ -318,6 +270,7 @@ class NpuTiles:
     TILE_K: int
     BLOCK_B: int
     GRID: int  # programs for the sum kernels; product kernels use min(GRID, their items)
+    SPLITS: int = 1  # split-K forward: items sharing one tile's edges (1: no split)
 
     def programs(self, n_items: int) -> int:
         return max(1, min(self.GRID, n_items))
@@ -334,11 +287,14 @@ def resolve_tiles(
     TILE_K="auto",
     BLOCK_B="auto",
     GRID="auto",
+    SPLITS="auto",
 ) -> NpuTiles:
     """Defaults: TILE_M = 8 nodes; BLOCK_B = 1, 2 or 4 for batches up to 4 and 16 beyond (never 8,
     which the Ascend planner handles badly, see :func:`batch_lane_weight`); TILE_K the largest
     power of two keeping ``TILE_M x TILE_K x w(BLOCK_B) <= 4096`` (half the Unified Buffer, so
-    multi-buffering has room): 512 at batch 1, 64 from batch 2 on."""
+    multi-buffering has room): 512 at batch 1, 64 from batch 2 on. ``SPLITS`` (split-K forward)
+    defaults to 1: no NPU timing exists to choose it; the split items use the same tile, so the
+    Unified Buffer check below covers them."""
     tile_m = min(_pow2(block_size), SMALL_TILE_M) if TILE_M == "auto" else check_tile("TILE_M", TILE_M)
     if BLOCK_B == "auto":
         block_b = _pow2(batch) if batch <= 4 else 16
@@ -361,7 +317,8 @@ def resolve_tiles(
         grid = GRID
     else:
         raise ValueError(f"GRID={GRID!r} must be a positive integer or 'auto'")
-    return NpuTiles(tile_m, tile_k, block_b, grid)
+    splits = 1 if SPLITS == "auto" else check_splits(SPLITS)
+    return NpuTiles(tile_m, tile_k, block_b, grid, splits)
 
 
 def _check_int32(element_rows: int, batch: int, n_params: int = 0):
@@ -374,97 +331,48 @@ def _check_int32(element_rows: int, batch: int, n_params: int = 0):
 
 # --- host functions ------------------------------------------------------------------------
 def sum_forward(element_mars, params, cids, pids, block_size: int, tiles: NpuTiles, out=None):
+    """The sum layer; ``tiles.SPLITS > 1`` splits each tile's edges (split-K) and merges the
+    partials with a second, grid-stride combine kernel (gpu.sum_forward's workspace layout)."""
     n_blocks, n_edges = cids.shape
     batch = element_mars.shape[1]
-    _check_int32(max(element_mars.shape[0], n_blocks * block_size), batch, params.numel())
-    if out is None:
-        out = torch.empty((n_blocks * block_size, batch), dtype=torch.float32, device=element_mars.device)
-    items = n_blocks * triton.cdiv(block_size, tiles.TILE_M) * triton.cdiv(batch, tiles.BLOCK_B)
-    launch(
-        _sum_forward_npu_kernel,
-        element_mars,
-        (tiles.programs(items),),
-        out,
-        element_mars,
-        params,
-        cids,
-        pids,
-        batch,
-        n_edges,
-        block_size,
-        n_blocks,
-        TILE_M=tiles.TILE_M,
-        TILE_K=tiles.TILE_K,
-        BLOCK_B=tiles.BLOCK_B,
-    )
+    n_rows = n_blocks * block_size
+    splits = used_splits(n_edges, tiles.SPLITS, tiles.TILE_K)
+    _check_int32(max(element_mars.shape[0], splits * n_rows), batch, params.numel())
+    out, ws_max, ws_sum, k_per, splits = forward_buffers(element_mars, n_rows, n_edges, tiles.SPLITS, tiles.TILE_K, out)
+    items = n_blocks * triton.cdiv(block_size, tiles.TILE_M) * splits * triton.cdiv(batch, tiles.BLOCK_B)
+    args = (out, ws_max, ws_sum, element_mars, params, cids, pids, batch, n_edges, block_size, n_blocks, splits, k_per)
+    tile = dict(TILE_M=tiles.TILE_M, TILE_K=tiles.TILE_K, BLOCK_B=tiles.BLOCK_B)
+    launch(_sum_forward_npu_kernel, element_mars, (tiles.programs(items),), *args, **tile, SPLIT=splits > 1)
+    if splits > 1:
+        n = n_rows * batch
+        grid = (tiles.programs(triton.cdiv(n, COMBINE_BLOCK)),)
+        launch(_sum_combine_npu_kernel, element_mars, grid, out, ws_max, ws_sum, n, splits, BLOCK=COMBINE_BLOCK)
     return out
 
 
 def sum_backward(
-    node_flows,
-    element_mars,
-    params,
-    out,
-    cids,
-    pids,
-    block_size: int,
-    tiles: NpuTiles,
-    element_flows=True,
-    param_flows=True,
-    mul_params: bool = True,
-):
-    """Same contract as :func:`kernels.block_sparse.gpu.sum_backward`."""
+    node_flows, element_mars, params, out, cids, pids, block_size: int, tiles: NpuTiles, element_flows=True,
+    param_flows=True, mul_params: bool = True, element_atomic: bool = True, param_atomic: bool = True,
+):  # fmt: skip
+    """Same contract as :func:`kernels.block_sparse.gpu.sum_backward`; the NPU kernels always
+    scatter with atomics (``element_atomic`` / ``param_atomic`` are accepted and ignored)."""
     n_blocks, n_edges = cids.shape
     batch = element_mars.shape[1]
     _check_int32(max(element_mars.shape[0], n_blocks * block_size), batch, params.numel())
     # Dead nodes (out = -inf) pass no flow: +inf makes exp(... - out) = 0 without a select.
     safe_out = out.masked_fill(out == float("-inf"), float("inf"))
     eflows = pflows = None
+    args = (node_flows, element_mars, params, safe_out, cids, pids, batch, n_edges, block_size, n_blocks)
+    tile = dict(TILE_M=tiles.TILE_M, TILE_K=tiles.TILE_K, BLOCK_B=tiles.BLOCK_B)
     if element_flows is not None and element_flows is not False:
         eflows = torch.zeros_like(element_mars) if element_flows is True else element_flows
         items = n_blocks * triton.cdiv(n_edges, tiles.TILE_K) * triton.cdiv(batch, tiles.BLOCK_B)
-        launch(
-            _sum_element_flows_npu_kernel,
-            element_mars,
-            (tiles.programs(items),),
-            eflows,
-            node_flows,
-            element_mars,
-            params,
-            safe_out,
-            cids,
-            pids,
-            batch,
-            n_edges,
-            block_size,
-            n_blocks,
-            TILE_M=tiles.TILE_M,
-            TILE_K=tiles.TILE_K,
-            BLOCK_B=tiles.BLOCK_B,
-        )
+        launch(_sum_element_flows_npu_kernel, element_mars, (tiles.programs(items),), eflows, *args, **tile)
     if param_flows is not None and param_flows is not False:
         pflows = torch.zeros_like(params) if param_flows is True else param_flows
         items = n_blocks * triton.cdiv(block_size, tiles.TILE_M) * triton.cdiv(n_edges, tiles.TILE_K)
-        launch(
-            _sum_param_flows_npu_kernel,
-            element_mars,
-            (tiles.programs(items),),
-            pflows,
-            node_flows,
-            element_mars,
-            params,
-            safe_out,
-            cids,
-            pids,
-            batch,
-            n_edges,
-            block_size,
-            n_blocks,
-            TILE_M=tiles.TILE_M,
-            TILE_K=tiles.TILE_K,
-            BLOCK_B=tiles.BLOCK_B,
-            MUL_PARAMS=mul_params,
-        )
+        grid = (tiles.programs(items),)
+        launch(_sum_param_flows_npu_kernel, element_mars, grid, pflows, *args, **tile, MUL_PARAMS=mul_params)
     return eflows, pflows
 
 
@@ -481,20 +389,9 @@ def product_forward(node_mars, cids, block_size: int, tiles: NpuTiles, out=None)
     if out is None:
         out = torch.empty((n_blocks * block_size, batch), dtype=torch.float32, device=node_mars.device)
     items = n_blocks * triton.cdiv(block_size, block_m) * triton.cdiv(batch, tiles.BLOCK_B)
-    launch(
-        _product_forward_npu_kernel,
-        node_mars,
-        (tiles.programs(items),),
-        out,
-        node_mars,
-        cids,
-        batch,
-        n_edges,
-        block_size,
-        n_blocks,
-        BLOCK_M=block_m,
-        BLOCK_B=tiles.BLOCK_B,
-    )
+    args = (out, node_mars, cids, batch, n_edges, block_size, n_blocks)
+    grid = (tiles.programs(items),)
+    launch(_product_forward_npu_kernel, node_mars, grid, *args, BLOCK_M=block_m, BLOCK_B=tiles.BLOCK_B)
     return out
 
 
@@ -506,26 +403,17 @@ def product_backward(grad_out, cids, block_size: int, n_rows: int, tiles: NpuTil
     if grad_in is None:
         grad_in = torch.zeros((n_rows, batch), dtype=torch.float32, device=grad_out.device)
     items = n_blocks * triton.cdiv(block_size, block_m) * triton.cdiv(batch, tiles.BLOCK_B)
-    launch(
-        _product_backward_npu_kernel,
-        grad_out,
-        (tiles.programs(items),),
-        grad_in,
-        grad_out,
-        cids,
-        batch,
-        n_edges,
-        block_size,
-        n_blocks,
-        BLOCK_M=block_m,
-        BLOCK_B=tiles.BLOCK_B,
-    )
+    args = (grad_in, grad_out, cids, batch, n_edges, block_size, n_blocks)
+    grid = (tiles.programs(items),)
+    launch(_product_backward_npu_kernel, grad_out, grid, *args, BLOCK_M=block_m, BLOCK_B=tiles.BLOCK_B)
     return grad_in
 
 
 # --- npu-check ------------------------------------------------------------------------------
 _SUM_SIGNATURE = {
     "OUT_ptr": "*fp32",
+    "WS_MAX_ptr": "*fp32",
+    "WS_SUM_ptr": "*fp32",
     "EM_ptr": "*fp32",
     "P_ptr": "*fp32",
     "CIDS_ptr": "*i32",
@@ -534,6 +422,8 @@ _SUM_SIGNATURE = {
     "n_edges": "i32",
     "block_size": "i32",
     "n_blocks": "i32",
+    "n_splits": "i32",
+    "k_per_split": "i32",
 }
 _FLOW_SIGNATURE = {
     "XF_ptr": "*fp32",  # renamed per kernel below (EF_ptr / PF_ptr)
@@ -563,7 +453,7 @@ def _flow_signature(first: str) -> dict:
 
 
 _SUM_KERNELS = (
-    ("sum forward", _sum_forward_npu_kernel, dict(_SUM_SIGNATURE), {}),
+    ("sum forward", _sum_forward_npu_kernel, dict(_SUM_SIGNATURE), {"SPLIT": False}),
     ("sum element flows", _sum_element_flows_npu_kernel, _flow_signature("EF_ptr"), {}),
     ("sum param flows", _sum_param_flows_npu_kernel, _flow_signature("PF_ptr"), {"MUL_PARAMS": True}),
 )
@@ -587,10 +477,43 @@ def _sum_cases(tm: int, tk: int, tb: int, default: bool, note: str = "") -> list
     ]
 
 
+def combine_ub_bytes(block: int = COMBINE_BLOCK) -> int:
+    """Two loaded partials, the running shift and sum and the output, x2 for multi-buffering."""
+    return 2 * 5 * 4 * block
+
+
+def _split_cases(tm: int, tk: int, tb: int, default: bool, note: str = "") -> list:
+    """The split-K forward (``SPLIT=True``: the partial store) at one tile; the same Unified Buffer
+    model as the unsplit forward (the edge loop and its tile are the same)."""
+    from kernels.spec import NpuCompileCase
+
+    tiles = {"TILE_M": tm, "BLOCK_B": tb, "TILE_K": tk}
+    name = f"sum split-K forward TILE_M={tm} BLOCK_B={tb} TILE_K={tk}{note}"
+    sig = dict(_SUM_SIGNATURE)
+    return [
+        NpuCompileCase(
+            "block_sparse", name, _sum_forward_npu_kernel, sig, {**tiles, "SPLIT": True}, default, ub_bytes(tm, tk, tb)
+        )
+    ]
+
+
+def _combine_case() -> list:
+    from kernels.spec import NpuCompileCase
+
+    sig = {"OUT_ptr": "*fp32", "WS_MAX_ptr": "*fp32", "WS_SUM_ptr": "*fp32", "n_elements": "i32", "n_splits": "i32"}
+    name = f"sum split-K combine BLOCK={COMBINE_BLOCK}"
+    return [
+        NpuCompileCase(
+            "block_sparse", name, _sum_combine_npu_kernel, sig, {"BLOCK": COMBINE_BLOCK}, True, combine_ub_bytes()
+        )
+    ]
+
+
 def npu_compile_cases():
     """The NPU kernels at their default tiles for an HMM layer (L = 1024, one block of 1024) at
-    batch 1, 2, 3 and 64 (one case per distinct tile), plus non-default tiles the compiler is
-    known to reject (``BLOCK_B = 8``, a too-wide ``TILE_K``) or accept (``TILE_M = 16``)."""
+    batch 1, 2, 3 and 64 (one case per distinct tile) — the split-K forward and its combine
+    among them — plus non-default tiles the compiler is known to reject (``BLOCK_B = 8``, a
+    too-wide ``TILE_K``) or accept (``TILE_M = 16``), and split-K tiles around the UB limit."""
     from kernels.spec import NpuCompileCase
 
     cases, seen = [], set()
@@ -601,6 +524,7 @@ def npu_compile_cases():
             continue
         seen.add(key)
         cases += _sum_cases(t.TILE_M, t.TILE_K, t.BLOCK_B, True, f" (batch {batch})")
+        cases += _split_cases(t.TILE_M, t.TILE_K, t.BLOCK_B, True, f" (batch {batch})")
         bm = min(t.TILE_M, PRODUCT_BLOCK_M_CAP)
         for name, kernel, first, second in (
             ("product forward", _product_forward_npu_kernel, "OUT_ptr", "NM_ptr"),
@@ -620,7 +544,11 @@ def npu_compile_cases():
             )
     for tm, tk, tb in ((8, 64, 8), (8, 256, 16), (16, 32, 16)):
         cases += _sum_cases(tm, tk, tb, False)
-    return cases
+    # Split-K at the GPU split rule's node tiles (32 at batch <= 2, 16 beyond), where they fit
+    # the model or just beyond it, so the report shows which overflow.
+    for tm, tk, tb in ((32, 32, 1), (32, 64, 2), (16, 64, 4), (16, 32, 16), (8, 128, 16)):
+        cases += _split_cases(tm, tk, tb, False)
+    return cases + _combine_case()
 
 
 def ub_calibration_cases():

@@ -140,13 +140,26 @@ def pyjuice_sum_layer(inputs: dict, shape: dict, problem: dict) -> torch.Tensor:
     return pc.node_mars[start:end]
 
 
-def pyjuice_layer_kernel(inputs: dict, shape: dict, problem: dict):
+def pyjuice_layer_kernel(inputs: dict, shape: dict, problem: dict, mode: str = "forward"):
     """The ``pyjuice`` variant's bare kernel: a call of PyJuice's sum layer on its live buffers for
-    our layer, with no staging of our inputs (what a PyJuice model runs per layer)."""
+    our layer, with no staging of our inputs (what a PyJuice model runs per layer).
+
+    ``mode="backward"``: the layer's ``backward`` (element flows and parameter flows, PyJuice's
+    ``layer.backward(node_flows, element_flows, node_mars, element_mars, params, param_flows)``)
+    on the flow buffers a first ``pc.backward`` allocated — the same work as our autograd
+    backward of the layer (element and parameter gradients). Its values on our inputs are not
+    compared (PyJuice's flow layout differs from ours); the forward record checks the layer."""
     _require()
     if problem["tied"] or shape["K"] != shape["nodes"] or shape["M"] != shape["nodes"]:
         raise ValueError("the PyJuice peer runs an HMM transition layer: K = nodes (K=0) and tied=False")
+    if mode not in ("forward", "backward"):
+        raise ValueError(f"the PyJuice layer kernel has modes forward and backward, not {mode!r}")
     em = inputs["element_mars"]
     hmm, layer, _, _ = _layer_for(shape, inputs["params"], inputs["pids"], em.device)
     pc = hmm.pc
-    return lambda: layer(pc.node_mars, pc.element_mars, pc.params)
+    if mode == "forward":
+        return lambda: layer(pc.node_mars, pc.element_mars, pc.params)
+    hmm.forward_backward(torch.zeros((shape["B"], 2), dtype=torch.long, device=em.device))
+    return lambda: layer.backward(
+        pc.node_flows, pc.element_flows, pc.node_mars, pc.element_mars, pc.params, pc.param_flows
+    )

@@ -30,15 +30,16 @@ def run_chain(target: Chain, ctx: RunContext, run: SuiteRun) -> None:
     dev = ctx.device
     missing: dict[str, str] = {}
     run.missing[target.name] = missing
-    key = ("chain", target.T, target.L, target.V, target.batches)
-    if key in ctx.taken:  # the same chain measured for another target: judge other variants of it
-        reused, missing_before = ctx.taken[key]
-        missing.update(missing_before)
-        for rec in reused:
+    # Chains of one shape measure the same cells: a later target (judging them against another
+    # peer) reuses the records an earlier one took in this run.
+    taken_key = ("chain", target.T, target.L, target.V, tuple(target.batches))
+    if taken_key in ctx.taken:
+        old_missing, recs = ctx.taken[taken_key]
+        missing.update(old_missing)
+        for rec in recs:
             ctx.emit(rec)
         return
-    taken: list = []
-    ctx.taken[key] = (taken, missing)
+    ctx.taken[taken_key] = (missing, [])
     hmm = HMM(T=target.T, L=target.L, V=target.V, device=dev)
     problem = {"T": target.T, "L": target.L, "V": target.V, "block_size": hmm.block_size}
     pj, reason = None, peer.available()
@@ -63,7 +64,7 @@ def run_chain(target: Chain, ctx: RunContext, run: SuiteRun) -> None:
         rec.error = error
         rec.passed = False if error else all(c.passed for c in checks)
         ctx.emit(rec, to_store=True)
-        taken.append(rec)
+        ctx.taken[taken_key][1].append(rec)
 
     wall_rep = min(ctx.rep_ms, 50)
     for batch in target.batches:

@@ -60,6 +60,10 @@ def _run_versus(target: Versus, ctx: RunContext, run: SuiteRun) -> None:
         bare = [
             _bare_kernel(spec, spec.variant(name), problem, target, ctx) for name in names if name in target.kernel_only
         ]
+        # A kernel-only peer whose variant lacks this mode is timed (and checked) by its bare
+        # kernel alone; its variant is not measured here.
+        names = [n for n in names if n == target.ours or _has_mode(spec.variant(n), target.mode)]
+        keys = [_taken_key(spec.name, name, target, problem) for name in names]
         configs = [dict(variant=name, dtype=target.dtype, mode=target.mode, problem=problem) for name in names]
         # Ours and every peer at this x are timed together, their trials interleaved.
         recs = measure_many(
@@ -72,13 +76,17 @@ def _run_versus(target: Versus, ctx: RunContext, run: SuiteRun) -> None:
             on_error="record",
             extra=[(rec, fn) for rec, fn in bare if fn is not None],
         )
-        for key, name, rec in zip(keys, names, recs):
+        for key, rec in zip(keys, recs):
             ctx.emit(rec)
             ctx.taken[key] = [rec]
-            for bare_rec, _ in bare:
-                if bare_rec.variant == f"{name}_kernel":
-                    ctx.emit(bare_rec, to_store=True)
-                    ctx.taken[key].append(bare_rec)
+        for bare_rec, _ in bare:
+            ctx.emit(bare_rec, to_store=True)
+            owner = _taken_key(spec.name, bare_rec.variant[: -len("_kernel")], target, problem)
+            ctx.taken.setdefault(owner, []).append(bare_rec)
+
+
+def _has_mode(var, mode: str) -> bool:
+    return var.modes is None or mode in var.modes
 
 
 def _taken_key(family: str, variant: str, target: Versus, problem: dict) -> tuple:
@@ -91,13 +99,15 @@ def _bare_kernel(spec, var, problem: dict, target: Versus, ctx: RunContext) -> t
     The variant's own record checks its result on our inputs."""
     dev = ctx.device
     prob = spec.resolve_problem(problem)
+    mode = target.mode
     rec = new_record(
-        spec.name, f"{var.name}_kernel", "peer", "forward", target.dtype, dev, prob, {}, spec.axis, prob[spec.axis]
+        spec.name, f"{var.name}_kernel", "peer", mode, target.dtype, dev, prob, {}, spec.axis, prob[spec.axis]
     )
-    rec.min_bytes = int(spec.min_bytes(prob, "forward", target.dtype))
+    rec.min_bytes = int(spec.min_bytes(prob, mode, target.dtype))
     try:
         inputs = spec.make_inputs(prob, DTYPES[target.dtype], dev.torch_device, 0)
-        kernel = var.kernel(inputs, prob)
+        # A mode other than forward is asked for by name (a peer's kernel hook may take ``mode``).
+        kernel = var.kernel(inputs, prob) if mode == "forward" else var.kernel(inputs, prob, mode=mode)
 
         def fn():
             with torch.no_grad():

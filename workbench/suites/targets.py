@@ -272,6 +272,20 @@ def _targets(
             dtype="fp32",
             kernel_only=("pyjuice",),
         ),
+        # Issue 16: the layer's backward (element + parameter gradients) against PyJuice's layer
+        # backward kernel, judged on kernel time.
+        Versus(
+            "block_sparse_backward",
+            f"Block-sparse sum layer backward (element + parameter flows), L={nodes}, vs PyJuice's layer backward",
+            "block_sparse",
+            "backward",
+            batches,
+            bsp,
+            peers=("pyjuice",),
+            problem=layer,
+            dtype="fp32",
+            kernel_only=("pyjuice",),
+        ),
         # What a user's eager loop pays (issue 15): the same cells, judged on the call time.
         Versus(
             "rms_norm_forward_call",
@@ -348,6 +362,15 @@ def _targets(
             f"6. HMM chain T={hmm['T']}, L={hmm['L']} forward+backward wall (ours <= 0.5x PyJuice eager)",
             **hmm,
         ),
+        # Issue 16: both sides CUDA-graph replayed, ours >= 1.25x PyJuice (same cells as hmm_chain).
+        Chain(
+            "hmm_chain_graphed",
+            f"HMM chain T={hmm['T']}, L={hmm['L']} forward+backward, both graph-replayed: ours >= 1.25x PyJuice",
+            **hmm,
+            min_ratio=(Rule(1.25),),
+            peers=("pyjuice_graph",),
+            alt_peer="pyjuice_eager",
+        ),
         Chain(
             "hmm_chain_eager",
             f"HMM chain T={hmm['T']}, L={hmm['L']} forward+backward, eager step vs PyJuice's eager step",
@@ -422,7 +445,7 @@ SUITES: dict[str, Suite] = {
             norm_big=4096,
             fused_bw_from=2048,
             nodes=1024,
-            batches=(1, 2, 4, 8, 16),
+            batches=(1, 2, 4, 8, 16, 32, 64),  # issue 16: batch 1-64
             hmm={"T": 32, "L": 1024, "batches": (1, 16)},
             defaults={
                 "rms_forward": (1024, 4096, 16384),
