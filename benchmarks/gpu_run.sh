@@ -15,6 +15,10 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}
 RES=${RES:-/tmp/res}
 mkdir -p "$OUT" "$RES"
+if ls .whl/*-site.tar.xz >/dev/null 2>&1; then  # trees repacked to fit a call (benchmarks/pack_ray.sh)
+  mkdir -p /tmp/site && for t in .whl/*-site.tar.xz; do tar -C /tmp/site -xJf "$t"; done \
+    && export PYTHONPATH=/tmp/site
+fi
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site JUPYTER_PATH=/tmp/site/share/jupyter  # nbconvert templates: wheel data files

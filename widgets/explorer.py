@@ -105,6 +105,10 @@ class Explorer:
         self._render_lock = threading.RLock()  # the notebook thread and the worker both draw
         self.sweep_frame = None
         self.best: dict | None = None
+        # Where the sweep panel's sweeps run: "local", "isolate", "ray" or an executor object
+        # (workbench.sweep); the heatmap fills in as results arrive.
+        self.executor = "local"
+        self.executor_options: dict | None = None
         self._build(variant, peers, metric)
         if autostart:
             self.relaunch()
@@ -678,6 +682,9 @@ class Explorer:
                         cfg["dtype"],
                         progress,
                         self._sweep_cancel,
+                        self.executor,
+                        self.executor_options,
+                        lambda rows: self.partial_heatmap(rows, x_axis, x_values, y_axis, y_values, metric),
                     )
                     fig, best = F.heatmap_figure(
                         rows, x_axis, xs, y_axis, ys, metric, title=f"{var.name}: {y_axis} x {x_axis}"
@@ -722,6 +729,8 @@ class Explorer:
                         cfg["dtype"],
                         progress,
                         self._sweep_cancel,
+                        self.executor,
+                        self.executor_options,
                     )
                     with self._hold():
                         if x_axis in self.w_xaxis.options:
@@ -741,6 +750,17 @@ class Explorer:
         if wait:
             self.wait(None)
         return self
+
+    def partial_heatmap(self, rows, x_axis, x_values, y_axis, y_values, metric="gbps") -> None:
+        """Draw the heatmap of the cells measured so far (a sweep in progress fills it in)."""
+        fig, _ = F.heatmap_figure(rows, x_axis, list(x_values), y_axis, list(y_values), metric, title="sweep running")
+        with self._render_lock:
+            if self.heatmap_fig is None:
+                self.heatmap_fig = self._figure_widget(fig)
+                if isinstance(self.heatmap_fig, W.Widget):
+                    self.heatmap_box.children = [self.heatmap_fig]
+            else:
+                _update_figure(self.heatmap_fig, fig)
 
     def _start_sweep_from_panel(self) -> None:
         var = self.spec.variant(self.w_variant.value)

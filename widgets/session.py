@@ -146,6 +146,7 @@ class Session:
         self._lock = threading.RLock()  # one measurement at a time (Explorer worker + notebook)
         self._explorer = None
         self._noted: set[str] = set()
+        self._executors: dict = {}  # started executors (a Ray instance) kept for later sweeps
 
     # --- what can run -----------------------------------------------------------------------
     @property
@@ -300,6 +301,8 @@ class Session:
         show: bool = True,
         progress: Progress | None = None,
         cancel: threading.Event | None = None,
+        executor: str | Any = "local",
+        executor_options: Mapping | None = None,
     ):
         """1-D sweep of ``axis`` (problem knob or tile Param) over ``values`` for ``variants``.
 
@@ -309,9 +312,18 @@ class Session:
         swept value; failed points have ``error`` set). ``metric``: ``"ms"`` (default),
         ``"gbps"``, ``"pct_copy_bw"`` or ``"wall_ms"`` (GB/s needs device times: on the CPU the
         figure falls back to ms and says so).
+
+        ``executor``: ``"local"`` (this process), ``"isolate"`` (a subprocess per configuration)
+        or ``"ray"`` (one Ray task per configuration: an embedded local Ray, or
+        ``executor_options={"address": ...}``; also ``timeout_s``, ``gpus_per_task``,
+        ``num_cpus``), or an executor object (:mod:`workbench.sweep.executors`). Every executor
+        goes through the one sweep engine (:mod:`workbench.sweep.engine`): this process writes
+        the store; a configuration that crashes or hangs its worker is an error record.
         """
         values = list(values) if values is not None else None
-        rows, values = self._line_rows(axis, values, variants, mode, problem, params, dtype, progress, cancel)
+        rows, values = self._line_rows(
+            axis, values, variants, mode, problem, params, dtype, progress, cancel, executor, executor_options
+        )
         fig = F.speed_figure(
             rows,
             axis,
@@ -327,12 +339,29 @@ class Session:
             self._show_failures(failures)
         return records_frame(rows)
 
-    def _line_rows(self, axis, values, variants, mode, problem, params, dtype, progress=None, cancel=None):
+    def _line_rows(
+        self,
+        axis,
+        values,
+        variants,
+        mode,
+        problem,
+        params,
+        dtype,
+        progress=None,
+        cancel=None,
+        executor="local",
+        executor_options=None,
+        on_rows=None,
+    ):
         """Measure a 1-D sweep; returns (records with the swept x, the values)."""
         self._check_mode(mode)
         chosen = self._variants(variants, mode)
         plan, values = line_plan(self.spec, chosen, axis, values, problem, params)
-        return self._run_plan(plan, axis, mode, dtype, progress, cancel, label=f"sweep {axis}"), values
+        rows = self._run_plan(
+            plan, axis, mode, dtype, progress, cancel, f"sweep {axis}", executor, executor_options, on_rows
+        )
+        return rows, values
 
     def sweep2d(
         self,
@@ -351,6 +380,8 @@ class Session:
         show: bool = True,
         progress: Progress | None = None,
         cancel: threading.Event | None = None,
+        executor: str | Any = "local",
+        executor_options: Mapping | None = None,
     ):
         """2-D sweep of one variant over ``x_axis x y_axis`` (knobs and/or tile Params).
 
@@ -358,10 +389,27 @@ class Session:
         GB/s) with failed cells marked ✗ and their reasons (hover, and a table below), the best
         passing cell outlined; ``self.best`` holds that config (``{"variant", "params",
         "problem"}``) and, live, a button applies it to the Explorer. Returns the DataFrame of the
-        grid's records (row-major over y then x) with ``df.attrs["best"]``.
+        grid's records (row-major over y then x) with ``df.attrs["best"]``. ``executor``: as for
+        :meth:`sweep`; with an Explorer shown, its heatmap fills in as the results arrive.
         """
+        on_rows = None
+        if self._explorer is not None and hasattr(self._explorer, "partial_heatmap"):
+            on_rows = lambda rows: self._explorer.partial_heatmap(rows, x_axis, x_values, y_axis, y_values, metric)
         var, rows, x_values, y_values = self._grid_rows(
-            x_axis, x_values, y_axis, y_values, variant, mode, problem, params, dtype, progress, cancel
+            x_axis,
+            x_values,
+            y_axis,
+            y_values,
+            variant,
+            mode,
+            problem,
+            params,
+            dtype,
+            progress,
+            cancel,
+            executor,
+            executor_options,
+            on_rows,
         )
         fig, best = F.heatmap_figure(
             rows,
@@ -393,7 +441,21 @@ class Session:
         return df
 
     def _grid_rows(
-        self, x_axis, x_values, y_axis, y_values, variant, mode, problem, params, dtype, progress=None, cancel=None
+        self,
+        x_axis,
+        x_values,
+        y_axis,
+        y_values,
+        variant,
+        mode,
+        problem,
+        params,
+        dtype,
+        progress=None,
+        cancel=None,
+        executor="local",
+        executor_options=None,
+        on_rows=None,
     ):
         """Measure a 2-D sweep; returns (variant, records row-major over y then x, x values, y values)."""
         self._check_mode(mode)
@@ -414,31 +476,111 @@ class Session:
             var = found[0]
         x_values, y_values = list(x_values), list(y_values)
         plan = grid_plan(self.spec, var, x_axis, x_values, y_axis, y_values, problem, params)
-        rows = self._run_plan(plan, x_axis, mode, dtype, progress, cancel, label=f"sweep {x_axis} x {y_axis}")
+        rows = self._run_plan(
+            plan,
+            x_axis,
+            mode,
+            dtype,
+            progress,
+            cancel,
+            f"sweep {x_axis} x {y_axis}",
+            executor,
+            executor_options,
+            on_rows,
+        )
         return var, rows, x_values, y_values
 
-    def _run_plan(self, plan: list[PlanItem], axis, mode, dtype, progress, cancel, label) -> list[Record]:
+    def _run_plan(
+        self,
+        plan: list[PlanItem],
+        axis,
+        mode,
+        dtype,
+        progress,
+        cancel,
+        label,
+        executor="local",
+        executor_options=None,
+        on_rows=None,
+    ) -> list[Record]:
+        """Measure a plan through the sweep engine: cached configurations are reused, the rest
+        run on ``executor``; records arrive (and go to the store and the cache) as they finish.
+        Returns the records in plan order (only the finished ones when cancelled)."""
+        from workbench.sweep.engine import run_sweep
+        from workbench.sweep.tasks import as_record, make_task
+
         bar = None
         if progress is None and not self.headless:
             bar = _progress_bar(len(plan), label)
         t0 = time.perf_counter()
-        rows, hits = [], 0
+        dt = dtype_name(dtype or self.dtype)
+        found: dict[int, Record] = {}
+        tasks, slots, keys = [], {}, {}
         for i, item in enumerate(plan):
-            var, prob, prm, x = item.variant, item.problem, item.params, item.x
-            if cancel is not None and cancel.is_set():
-                break
+            prob, prm, _ = resolve_config(
+                self.spec, item.variant, {**self.problem, **dict(item.problem or {})}, item.params, False
+            )
+            key = config_key(item.variant.name, self.device.kind, dt, mode, prob, prm)
+            hit = self.cache.get(key)
+            if hit is not None:
+                found[i] = hit
+                continue
+            task = make_task(
+                self.spec,
+                item.variant,
+                device=self.device.kind,
+                dtype=dt,
+                mode=mode,
+                problem=prob,
+                params=prm,
+                seed=self.seed,
+                rep_ms=self.rep_ms,
+                warmup_ms=min(25.0, self.rep_ms),
+            )
+            if task.key not in slots:
+                tasks.append(task)
+                keys[task.key] = key
+            slots.setdefault(task.key, []).append(i)
+        hits = len(found)
+
+        def rows_so_far() -> list[Record]:
+            out = []
+            for i, item in enumerate(plan):
+                if i in found:
+                    rec = found[i]
+                    x = item.x if item.x is not None else rec.problem.get(axis, rec.params.get(axis))
+                    out.append(with_axis(rec, axis, x))
+            return out
+
+        def note(done: int, text: str) -> None:
             if progress is not None:
-                progress(i, len(plan), f"{label}: {var.name} {F.mapping_str(prm)} {F.mapping_str(prob)}")
+                progress(done, len(plan), f"{label}: {text}")
             elif bar is not None:
-                bar.value = i
-                bar.description = f"{i}/{len(plan)}"
-            rec, cached = self._measure(var, prob, prm, mode, dtype)
-            hits += cached
-            if x is None:
-                x = rec.problem.get(axis, rec.params.get(axis))
-            row = with_axis(rec, axis, x)
-            rows.append(row)
-            self.records.append(row)
+                bar.value = done
+                bar.description = f"{done}/{len(plan)}"
+
+        def arrived(task, body) -> None:
+            rec = as_record(body)
+            self.cache.put(keys[task.key], rec)
+            self.measured += 1
+            for i in slots[task.key]:
+                found[i] = rec
+            note(len(found), f"{task.variant} {F.mapping_str(rec.params)} {F.mapping_str(rec.problem)}")
+            if on_rows is not None:
+                on_rows(rows_so_far())
+
+        note(len(found), "starting")
+        if tasks and not (cancel is not None and cancel.is_set()):
+            run_sweep(
+                tasks,
+                self._executor(executor, executor_options),
+                self.store,
+                resume=False,  # the session's cache decides what to reuse
+                on_record=arrived,
+                cancel=cancel,
+            )
+        rows = rows_so_far()
+        self.records.extend(rows)
         if progress is not None:
             progress(len(rows), len(plan), f"{label}: done")
         if bar is not None:
@@ -453,6 +595,34 @@ class Session:
                 f"{failed} could not run, {wrong} failed their check, {time.perf_counter() - t0:.1f} s"
             )
         return rows
+
+    def _executor(self, executor, options: Mapping | None):
+        """The executor a sweep runs on: ``"local"`` (holding the session's lock), ``"isolate"``,
+        ``"ray"`` (started once and kept for the session's later sweeps) or an executor object."""
+        from kernels.spec import FAMILY_MODULES
+        from workbench.sweep.engine import make_executor
+
+        if executor == "local" and not options:
+            return make_executor("local", lock=self._lock, specs={self.spec.name: self.spec})
+        if self.spec.name not in FAMILY_MODULES:
+            raise ValueError(
+                f"{self.spec.name} is not a registered family (kernels.spec.FAMILY_MODULES): its sweeps run with "
+                "executor='local' only; other executors load the family by name in their workers"
+            )
+        if not isinstance(executor, str):
+            return executor
+        name = (executor, tuple(sorted(dict(options or {}).items())))
+        ex = self._executors.get(name)
+        if ex is None:
+            opts = dict(options or {})
+            if executor == "isolate":
+                ex = make_executor("local", isolate=True, timeout_s=opts.get("timeout_s"))
+            else:
+                ex = make_executor(executor, **opts)
+            ex.start()
+            ex._started = True  # kept for the next sweep; run_sweep leaves it running
+            self._executors[name] = ex
+        return ex
 
     # --- memory and correctness ---------------------------------------------------------------
     def memory(

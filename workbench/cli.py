@@ -7,6 +7,7 @@
     workbench report DIR                      # re-render a suite run's report.html + summary.md from its files
     workbench report DIR --check [--baseline DIR --fail-on-regression PCT]   # the CI gate
     workbench lab
+    workbench sweep FAMILY --param NAME=V1,V2 [--problem k=v,...] --executor local|ray [--out DIR]
 
 Sub-commands are a registry (name -> module:function), so a new one is one line.
 
@@ -42,6 +43,7 @@ COMMANDS = {
     "report": "workbench.report:report_main",
     "lab": "workbench.report:lab_main",
     "npu-check": "workbench.npu_check:main",
+    "sweep": "workbench.sweep.cli:sweep_main",
 }
 
 

@@ -1,0 +1,253 @@
+"""Sweep scaling (issue 17): the same sweep on 1 GPU and on every GPU of a host, through Ray.
+
+    python benchmarks/sweep_scaling.py --gpus 1 --out RES/sweep     # first device call
+    python benchmarks/sweep_scaling.py --gpus 4 --out RES/sweep     # second device call
+    python benchmarks/sweep_scaling.py --compare RES/sweep           # the table (any machine)
+    python benchmarks/sweep_scaling.py --gpus 2 --device cpu --quick --out /tmp/sw   # CPU smoke run
+
+The sweep: RMSNorm forward (gpu_multirow: BLOCK_SIZE_M x num_warps x hidden) plus the
+block-sparse sum layer (gpu_large: TILE_M x TILE_K x BLOCK_B x batch), 208 configurations, one
+Ray task each on an embedded Ray limited to ``--gpus`` GPUs. Each run goes to OUT/gpus<N>/
+(records.sqlite, records.json, run.json with its wall time); a run cut short resumes into the
+same folder and its wall times add up. Each run has its own, empty, Triton cache (a new temporary folder),
+so the second run compiles everything again, like the first.
+
+``--compare`` prints, per run: configurations, failed, wall time, configurations/s, and the
+speedup over the 1-GPU run; whether both runs recorded the same configurations; and per shape
+whether the best configuration agrees (the same one, or the two bests' kernel-time intervals
+overlap in either run: "within noise"). Writes OUT/scaling.json and OUT/report.html.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def plan(quick: bool):
+    """[(family, variant, problem, params)] of the benchmark sweep."""
+    items = []
+    if quick:  # CPU interpreter smoke run: a handful of small configurations
+        for hidden in (64, 128):
+            for m in (1, 2):
+                for w in (2, 4):
+                    items.append(
+                        ("rms_norm", "gpu_multirow", {"rows": 8, "hidden": hidden}, {"BLOCK_SIZE_M": m, "num_warps": w})
+                    )
+        for tk in (4, 8):
+            items.append(("block_sparse", "gpu_large", {"nodes": 48, "batch": 3}, {"TILE_K": tk}))
+        return items
+    for hidden in (1024, 2048, 4096, 8192, 16384):
+        for m in (1, 2, 4, 8, 16):
+            for w in (2, 4, 8, 16):
+                items.append(
+                    ("rms_norm", "gpu_multirow", {"rows": 4096, "hidden": hidden}, {"BLOCK_SIZE_M": m, "num_warps": w})
+                )
+    for batch in (8, 32, 128):
+        for tm in (16, 32, 64):
+            for tk in (16, 32, 64, 128):
+                for bb in (8, 16, 32):
+                    items.append(
+                        (
+                            "block_sparse",
+                            "gpu_large",
+                            {"layer": "sum", "nodes": 1024, "batch": batch},
+                            {"TILE_M": tm, "TILE_K": tk, "BLOCK_B": bb},
+                        )
+                    )
+    return items
+
+
+def tasks_for(items, device: str, rep_ms: float, quick: bool):
+    import kernels
+    from workbench.sweep.tasks import make_task
+
+    out = []
+    for family, variant, problem, params in items:
+        spec = kernels.get(family)
+        dtype = "bf16" if "bf16" in spec.dtypes else spec.dtypes[0]
+        out.append(
+            make_task(
+                spec,
+                variant,
+                device=device,
+                dtype=dtype,
+                mode="forward",
+                problem=problem,
+                params=params,
+                quick=quick,
+                rep_ms=rep_ms,
+                warmup_ms=min(25.0, rep_ms),
+            )
+        )
+    return out
+
+
+def run(args) -> int:
+    from workbench.store import Store, write_json
+    from workbench.sweep.engine import STORE_NAME, TerminalBar, run_sweep
+    from workbench.sweep.ray_executor import RayExecutor
+
+    out = Path(args.out) / f"gpus{args.gpus}"
+    out.mkdir(parents=True, exist_ok=True)
+    # This run's own (empty) Triton cache root, outside OUT so the results stay small.
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"wb-sweep-triton-gpus{args.gpus}-")
+    items = plan(args.quick)
+    if args.limit:  # every k-th configuration: a smaller sweep over the same ranges
+        step = max(1, len(items) // args.limit)
+        items = items[::step][: args.limit]
+    tasks = tasks_for(items, args.device, args.rep_ms, args.quick)
+    store = Store(out / STORE_NAME)
+    t0 = time.perf_counter()
+    if args.device == "cpu":
+        ex = RayExecutor(num_cpus=args.gpus, num_gpus=0, timeout_s=args.timeout_s)
+    else:
+        ex = RayExecutor(num_gpus=args.gpus, gpus_per_task=1, timeout_s=args.timeout_s)
+    ex.start()
+    ex._started = True
+    started = time.perf_counter()
+    try:
+        result = run_sweep(tasks, ex, store, progress=TerminalBar(every_s=30))
+    finally:
+        ex._started = False
+        ex.close()
+    done = time.perf_counter()
+    runs_path = out / "run.json"
+    runs = json.loads(runs_path.read_text())["runs"] if runs_path.exists() else []
+    runs.append(
+        {
+            "gpus": args.gpus,
+            "device": args.device,
+            "slots": ex.slots,
+            "configurations": len(tasks),
+            "measured": len(result.records),
+            "skipped": len(result.skipped),
+            "failed": len(result.failed),
+            "sweep_s": done - started,
+            "ray_start_s": started - t0,
+        }
+    )
+    runs_path.write_text(json.dumps({"runs": runs}, indent=1))
+    write_json(store.records(), out / "records.json")
+    print(
+        f"{args.gpus} {args.device} slot(s): {len(result.records)} measured ({len(result.failed)} failed), "
+        f"{len(result.skipped)} already recorded; sweep {done - started:.1f} s, Ray start {started - t0:.1f} s"
+    )
+    return 0
+
+
+def _best(records):
+    from workbench.sweep.report import _ms, config_of, shape_of
+
+    by_shape = {}
+    for r in records:
+        if r.get("error") or not r.get("passed") or _ms(r) is None:
+            continue
+        by_shape.setdefault(shape_of(r), {})[config_of(r)] = r
+    return {s: (min(c.items(), key=lambda kv: _ms(kv[1]))[0], c) for s, c in by_shape.items()}
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    from workbench.sweep.report import _ms
+
+    lo_a, hi_a = a.get("kernel_lo_ms") or _ms(a), a.get("kernel_hi_ms") or _ms(a)
+    lo_b, hi_b = b.get("kernel_lo_ms") or _ms(b), b.get("kernel_hi_ms") or _ms(b)
+    return lo_a <= hi_b and lo_b <= hi_a
+
+
+def compare(args) -> int:
+    from workbench.sweep.report import write_report
+
+    root = Path(args.compare)
+    runs = {}
+    for d in sorted(root.glob("gpus*")):
+        if (d / "run.json").exists() and (d / "records.json").exists():
+            info = json.loads((d / "run.json").read_text())["runs"]
+            recs = json.loads((d / "records.json").read_text())
+            runs[int(d.name[4:])] = {"runs": info, "records": recs, "wall_s": sum(r["sweep_s"] for r in info)}
+    if not runs:
+        print(f"sweep_scaling: no runs under {root}", file=sys.stderr)
+        return 2
+    base = runs.get(min(runs))
+    print(f"{'GPUs':>4} {'configs':>8} {'failed':>7} {'sweep s':>9} {'cfg/s':>7} {'speedup':>8}  (parts)")
+    table = []
+    for n, r in sorted(runs.items()):
+        recs = r["records"]
+        failed = sum(1 for x in recs if x.get("error") or not x.get("passed"))
+        speed = base["wall_s"] / r["wall_s"] if r["wall_s"] else None
+        row = dict(gpus=n, configs=len(recs), failed=failed, sweep_s=r["wall_s"], speedup=speed, parts=len(r["runs"]))
+        table.append(row)
+        print(
+            f"{n:>4} {len(recs):>8} {failed:>7} {r['wall_s']:>9.1f} {len(recs) / r['wall_s']:>7.2f} "
+            f"{speed:>7.2f}x  ({len(r['runs'])})"
+        )
+    result = {"table": table}
+    if len(runs) >= 2:
+        a, b = runs[min(runs)], runs[max(runs)]
+        keys_a = {x["sweep_key"] for x in a["records"]}
+        keys_b = {x["sweep_key"] for x in b["records"]}
+        ba, bb = _best(a["records"]), _best(b["records"])
+        agree, differ = 0, []
+        for shape in sorted(set(ba) | set(bb)):
+            if shape not in ba or shape not in bb:
+                differ.append({"shape": shape, "why": "no passing configuration in one run"})
+                continue
+            (ca, cfg_a), (cb, cfg_b) = ba[shape], bb[shape]
+            same = ca == cb
+            noise = (cb in cfg_a and _overlap(cfg_a[ca], cfg_a[cb])) or (ca in cfg_b and _overlap(cfg_b[cb], cfg_b[ca]))
+            if same or noise:
+                agree += 1
+            else:
+                differ.append({"shape": shape, "best_1": ca, "best_n": cb})
+        result.update(
+            same_configurations=keys_a == keys_b,
+            only_in_first=len(keys_a - keys_b),
+            only_in_second=len(keys_b - keys_a),
+            best_agree=agree,
+            shapes=len(set(ba) | set(bb)),
+            best_differ=differ,
+        )
+        print(
+            f"same configurations recorded: {keys_a == keys_b} (only 1-GPU {len(keys_a - keys_b)}, only N-GPU {len(keys_b - keys_a)})"
+        )
+        print(f"best configuration per shape agrees (same, or within noise): {agree}/{len(set(ba) | set(bb))}")
+        for d in differ:
+            print(f"  differs: {d}")
+    (root / "scaling.json").write_text(json.dumps(result, indent=1))
+    all_recs = [
+        dict(x, device_name=f"{x.get('device_name') or x.get('device_kind')} ({n} GPU run)")
+        for n, r in runs.items()
+        for x in r["records"]
+    ]
+    write_report(all_recs, root / "report.html", title="Sweep scaling: 1 GPU vs all GPUs (Ray)")
+    print(f"wrote {root / 'scaling.json'}, {root / 'report.html'}")
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--gpus", type=int, default=None, help="GPUs (CPU workers with --device cpu) of this run")
+    p.add_argument("--device", default="cuda", help="cuda, or cpu (interpreter smoke run)")
+    p.add_argument("--quick", action="store_true", help="a few small configurations (CPU)")
+    p.add_argument("--rep-ms", type=float, default=40.0)
+    p.add_argument("--timeout-s", type=float, default=120.0)
+    p.add_argument("--limit", type=int, default=None, help="at most this many configurations (evenly spread)")
+    p.add_argument("--out", default="results/sweep_scaling")
+    p.add_argument("--compare", default=None, help="print the table of the runs under this folder")
+    args = p.parse_args(argv)
+    if args.compare:
+        return compare(args)
+    if not args.gpus:
+        p.error("--gpus N (or --compare DIR)")
+    return run(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

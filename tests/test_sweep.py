@@ -1,0 +1,285 @@
+"""The sweep engine (issue 17): local, isolated and Ray executors give the same records; a
+configuration that kills its worker or hangs becomes an error record and the rest complete; an
+interrupted sweep resumes without duplicates or losses; ``workbench sweep`` input errors.
+
+One embedded Ray instance (2 CPU workers, the interpreter) serves the whole module. Faults come
+from a test-only family (tests/sweep_fault_family), registered here and removed afterwards.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import kernels
+from kernels.spec import FAMILY_MODULES
+from workbench.store import Store
+from workbench.sweep.engine import Progress, plan_tasks, run_sweep
+from workbench.sweep.executors import IsolateExecutor, LocalExecutor
+from workbench.sweep.tasks import ERROR_CRASH, ERROR_TIMEOUT, make_task
+
+ray = pytest.importorskip("ray", reason="the distributed extra (ray) is not installed")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fault_family():
+    import sweep_fault_family
+
+    sweep_fault_family.register()
+    yield kernels.get(sweep_fault_family.NAME)
+    FAMILY_MODULES.pop(sweep_fault_family.NAME, None)
+
+
+@pytest.fixture(scope="module")
+def ray_executor(fault_family):
+    from workbench.sweep.ray_executor import RayExecutor
+
+    ex = RayExecutor(num_cpus=2)
+    ex.start()
+    ex._started = True  # run_sweep leaves it running: one Ray instance for the module
+    yield ex
+    ex._started = False
+    ex.close()
+
+
+def _norm_tasks():
+    """12 interpreter configurations of rms_norm, 2 of which cannot run (tile < hidden)."""
+    spec = kernels.get("rms_norm")
+    tasks = []
+    for hidden in (64, 100):
+        for block in (64, 128, 256):
+            for variant in ("gpu_row", "gpu_multirow"):
+                tasks.append(
+                    make_task(
+                        spec,
+                        variant,
+                        device="cpu",
+                        dtype="fp32",
+                        mode="forward",
+                        problem={"rows": 4, "hidden": hidden},
+                        params={"BLOCK_SIZE": block},
+                        quick=True,
+                        rep_ms=2,
+                        warmup_ms=0,
+                    )
+                )
+    return tasks
+
+
+def _faults(spec, cases):
+    return [
+        make_task(spec, "faulty", device="cpu", dtype="fp32", mode="forward", problem={"n": n}, params=p, rep_ms=1)
+        for n, p in cases
+    ]
+
+
+def _outcome(records):
+    return {(r["sweep_key"], r["passed"], r["error"]) for r in records}
+
+
+def test_ray_gives_the_same_records_as_local(ray_executor, tmp_path):
+    tasks = _norm_tasks()
+    assert len(tasks) >= 12
+    local_store, ray_store = Store(tmp_path / "local.sqlite"), Store(tmp_path / "ray.sqlite")
+    seen: list[Progress] = []
+    local = run_sweep(tasks, LocalExecutor(), local_store)
+    remote = run_sweep(tasks, ray_executor, ray_store, progress=lambda p, r: seen.append((p.done, p.failed)))
+    assert len(local.records) == len(remote.records) == len(tasks)
+    assert _outcome(local_store.records()) == _outcome(ray_store.records())
+    failed = [r for r in remote.records if r["error"]]
+    assert len(failed) == 2 and all("smaller than hidden" in r["error"] for r in failed)
+    assert seen[-1] == (len(tasks), 2)
+    assert {r["worker"]["pid"] for r in remote.records} - {r["worker"]["pid"] for r in local.records}
+
+
+def test_worker_death_is_a_failed_record_and_the_rest_complete(ray_executor, fault_family, tmp_path):
+    cases = [(8, {}), (16, {}), (8, {"FAULT": "exit"}), (32, {}), (8, {"FAULT": "signal"})]
+    cases += [(8, {"FAULT": "raise"}), (8, {"SCALE": 2}), (64, {})]
+    tasks = _faults(fault_family, cases)
+    store = Store(tmp_path / "r.sqlite")
+    result = run_sweep(tasks, ray_executor, store)
+    assert len(store) == len(tasks)
+    for (_n, p), t in zip(cases, tasks):
+        rec = next(r for r in result.records if r["sweep_key"] == t.key)
+        fault = p.get("FAULT")
+        if fault in ("exit", "signal"):
+            assert rec["error"].startswith(ERROR_CRASH), rec["error"]
+            assert rec["passed"] is False
+        elif fault == "raise":
+            assert "injected fault" in rec["error"]
+        elif p.get("SCALE") == 2:
+            assert rec["error"] is None and rec["passed"] is False
+        else:
+            assert rec["error"] is None and rec["passed"] is True, rec["error"]
+
+
+def test_hang_past_timeout_is_recorded_as_timed_out(ray_executor, fault_family, tmp_path):
+    tasks = _faults(fault_family, [(8, {"FAULT": "hang"}), (8, {}), (16, {})])
+    ray_executor.timeout_s = 10
+    try:
+        t0 = time.monotonic()
+        result = run_sweep(tasks, ray_executor, Store(tmp_path / "r.sqlite"))
+    finally:
+        ray_executor.timeout_s = None
+    hang = next(r for r in result.records if r["sweep_key"] == tasks[0].key)
+    assert hang["error"].startswith(ERROR_TIMEOUT) and "10 s" in hang["error"]
+    assert [r["passed"] for r in result.records if r["sweep_key"] != tasks[0].key] == [True, True]
+    assert time.monotonic() - t0 < 120
+
+
+def test_interrupted_sweep_resumes_without_duplicates_or_losses(ray_executor, fault_family, tmp_path):
+    tasks = _faults(fault_family, [(n, {}) for n in range(1, 13)])
+    store = Store(tmp_path / "r.sqlite")
+
+    def stop_after_four(p, rec):
+        if p.done >= 4:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(tasks, ray_executor, store, progress=stop_after_four)
+    first = store.records()
+    assert 4 <= len(first) < len(tasks)
+    again = run_sweep(tasks, ray_executor, store)
+    assert len(again.skipped) == len(first)
+    keys = [r["sweep_key"] for r in store.records()]
+    assert sorted(keys) == sorted(t.key for t in tasks)  # each once: no duplicates, none lost
+    assert run_sweep(tasks, ray_executor, store).records == []  # a third run has nothing to do
+
+
+def test_isolate_executor_records_crashes_and_timeouts(fault_family, tmp_path):
+    cases = [(8, {}), (8, {"FAULT": "exit"}), (8, {"FAULT": "signal"}), (8, {"FAULT": "hang"})]
+    tasks = _faults(fault_family, cases)
+    result = run_sweep(tasks, IsolateExecutor(timeout_s=10), Store(tmp_path / "i.sqlite"))
+    errors = [r["error"] for r in result.records]
+    assert errors[0] is None and result.records[0]["passed"]
+    assert errors[1].startswith(ERROR_CRASH) and "status 3" in errors[1]
+    assert errors[2].startswith(ERROR_CRASH) and "SIGKILL" in errors[2]
+    assert errors[3].startswith(ERROR_TIMEOUT)
+
+
+def test_plan_tasks_dedupes_and_keys_match_the_session():
+    from kernels.spec import get
+    from workbench.sweep.plan import line_plan
+
+    spec = get("rms_norm")
+    var = spec.variant("gpu_row")
+    plan, _ = line_plan(spec, [var], "BLOCK_SIZE", [128, 128, 256], {"rows": 4, "hidden": 64})
+    tasks = plan_tasks(spec, plan, device="cpu", dtype="fp32", mode="forward", axis="BLOCK_SIZE", quick=True)
+    assert len(tasks) == 2 and tasks[0].params["BLOCK_SIZE"] == 128
+
+
+# --- the command line --------------------------------------------------------------------
+def _cli(argv, capsys):
+    from workbench.cli import main
+
+    code = main(argv)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_local_sweep_writes_and_resumes(tmp_path, capsys):
+    out = tmp_path / "sw"
+    argv = ["sweep", "sweep_faults", "--param", "SCALE=1,2", "--problem", "n=4,8", "--device", "cpu"]
+    argv += ["--out", str(out), "--rep-ms", "1"]
+    code, text, _ = _cli(argv, capsys)
+    assert code == 1  # SCALE=2 is a wrong result
+    assert "4 measured" in text
+    for name in ("records.sqlite", "records.csv", "records.json", "report.html"):
+        assert (out / name).exists()
+    code, text, _ = _cli(argv, capsys)
+    assert "0 measured, 4 already recorded" in text
+    assert len(Store(out / "records.sqlite")) == 4
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--param", "NOPE=1"], "no variant of sweep_faults"),
+        (["--param", "FAULT=boom"], "not allowed"),
+        (["--problem", "m=3"], "no such knob"),
+        (["--problem", "n=abc"], "must be an integer"),
+        (["--timeout-s", "5"], "--isolate"),
+        (["--executor", "spark"], "local or ray"),
+        (["--param", "FAULT"], "NAME=V1"),
+    ],
+)
+def test_cli_bad_input_is_one_line_exit_2(extra, message, tmp_path, capsys):
+    code, _, err = _cli(["sweep", "sweep_faults", "--device", "cpu", "--out", str(tmp_path)] + extra, capsys)
+    assert code == 2
+    assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_cli_without_ray_says_how_to_install(monkeypatch, tmp_path, capsys):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ray", None)
+    code, _, err = _cli(["sweep", "sweep_faults", "--executor", "ray", "--out", str(tmp_path)], capsys)
+    assert code == 2 and "kernel-workbench[distributed]" in err and len(err.strip().splitlines()) == 1
+
+
+def test_report_groups_by_device_and_stands_alone(tmp_path):
+    from workbench.sweep.report import best_by_device, write_report
+
+    base = dict(kernel="k", mode="forward", dtype="bf16", problem={"n": 1}, passed=True, error=None)
+    recs = [
+        dict(base, device_name="H100", variant="v", params={"B": 1}, kernel_ms=2.0),
+        dict(base, device_name="H100", variant="v", params={"B": 2}, kernel_ms=1.0),
+        dict(base, device_name="H200", variant="v", params={"B": 1}, kernel_ms=0.5),
+        dict(
+            base, device_name="H200", variant="v", params={"B": 2}, kernel_ms=None, passed=False, error="timed out: x"
+        ),
+    ]
+    best = best_by_device(recs)
+    (shape,) = best
+    assert best[shape]["H100"]["record"]["params"] == {"B": 2}
+    assert best[shape]["H200"]["record"]["params"] == {"B": 1}
+    text = write_report(recs, tmp_path / "r.html").read_text()
+    assert "H100" in text and "H200" in text and "timed out" in text
+    assert 'src="http' not in text and "Plotly" in text  # plotly.js inlined: opens offline
+
+
+def test_session_sweep_on_ray_matches_local_and_fills_the_explorer(ray_executor, tmp_path):
+    from widgets import Session
+
+    def grid(executor):
+        s = Session(
+            "rms_norm", device="cpu", dtype="fp32", quick=True, headless=True, store=tmp_path / f"{executor}.db"
+        )
+        partial = []
+
+        class View:  # stands in for the Explorer: records each partial heatmap
+            def partial_heatmap(self, rows, *args):
+                partial.append(len(rows))
+
+        s.attach(View())
+        ex = ray_executor if executor == "ray" else executor
+        df = s.sweep2d(
+            "BLOCK_SIZE",
+            [64, 128],
+            "BLOCK_SIZE_M",
+            [1, 2],
+            variant="gpu_multirow",
+            executor=ex,
+            problem={"rows": 4, "hidden": 100},
+            show=False,
+        )
+        return s, df, partial
+
+    s_local, df_local, _ = grid("local")
+    s_ray, df_ray, partial = grid("ray")
+    cols = ["variant", "params", "passed", "error"]
+    assert df_local[cols].astype(str).values.tolist() == df_ray[cols].astype(str).values.tolist()
+    assert partial == [1, 2, 3, 4]  # the heatmap filled in as results arrived
+    assert s_ray.measured == 4 and len(s_ray.store) == 4
+    again = s_ray.sweep2d(
+        "BLOCK_SIZE",
+        [64, 128],
+        "BLOCK_SIZE_M",
+        [1, 2],
+        variant="gpu_multirow",
+        executor=ray_executor,
+        problem={"rows": 4, "hidden": 100},
+        show=False,
+    )
+    assert s_ray.measured == 4 and len(again) == 4  # cached: nothing ran again

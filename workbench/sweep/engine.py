@@ -1,0 +1,274 @@
+"""The sweep engine: plan -> tasks -> an executor -> records, with one writer and resume.
+
+One engine serves the CLI (``workbench sweep``) and the notebook (``Session.sweep(...,
+executor=...)``):
+
+- :func:`plan_tasks` turns a plan (:mod:`workbench.sweep.plan`) into :class:`SweepTask` s;
+- :func:`run_sweep` skips tasks whose key is already in the store (resume), hands the rest to
+  an executor, and appends every record to the store *on the driver* as it arrives (the only
+  writer: workers never open the store), calling ``on_record`` and ``progress`` each time;
+- :class:`Progress` is done / failed / remaining / ETA; :class:`TerminalBar` draws it.
+
+An out folder (``--out DIR``) holds ``records.sqlite`` (the store resume reads) and, after a
+run, ``records.csv``, ``records.json`` and ``report.html``.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from workbench.sweep.tasks import SweepTask, make_task
+
+STORE_NAME = "records.sqlite"
+
+
+@dataclass
+class Progress:
+    """Where a sweep stands: ``done`` includes ``failed``; ``skipped`` were recorded before (resume)."""
+
+    total: int
+    done: int = 0
+    failed: int = 0
+    skipped: int = 0
+    started: float = field(default_factory=time.monotonic)
+    label: str = ""
+
+    @property
+    def remaining(self) -> int:
+        return self.total - self.done
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started
+
+    @property
+    def eta_s(self) -> float | None:
+        if self.done == 0:
+            return None
+        return self.elapsed_s / self.done * self.remaining
+
+    def line(self) -> str:
+        eta = self.eta_s
+        eta_text = "?" if eta is None else _duration(eta)
+        skipped = f", {self.skipped} already recorded" if self.skipped else ""
+        return (
+            f"{self.label}{self.done}/{self.total} done, {self.failed} failed, {self.remaining} remaining, "
+            f"{_duration(self.elapsed_s)} elapsed, ETA {eta_text}{skipped}"
+        )
+
+
+def _duration(s: float) -> str:
+    s = max(0, int(round(s)))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+class TerminalBar:
+    """Progress on stderr: one rewritten line on a terminal, a line every ``every_s`` otherwise."""
+
+    def __init__(self, stream=None, every_s: float = 10.0, width: int = 24):
+        self.stream = stream or sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.every_s, self.width = every_s, width
+        self._last = 0.0
+
+    def __call__(self, p: Progress, record: dict | None = None) -> None:
+        now = time.monotonic()
+        final = p.remaining == 0
+        if self.tty:
+            filled = int(self.width * p.done / max(p.total, 1))
+            bar = "#" * filled + "." * (self.width - filled)
+            self.stream.write(f"\r[{bar}] {p.line()}\x1b[K" + ("\n" if final else ""))
+            self.stream.flush()
+        elif final or now - self._last >= self.every_s or (record is not None and record.get("error")):
+            self.stream.write(p.line() + "\n")
+            self.stream.flush()
+            self._last = now
+
+
+def plan_tasks(
+    spec,
+    plan,
+    *,
+    device: str,
+    dtype: str,
+    mode: str,
+    axis: str | None = None,
+    seed: int = 0,
+    quick: bool = False,
+    rep_ms: float = 100.0,
+    warmup_ms: float = 25.0,
+    base_problem: dict | None = None,
+) -> list[SweepTask]:
+    """One task per plan item (``PlanItem`` or (variant, problem, params) triples), problems
+    over ``base_problem``; duplicates (same key) kept once, in plan order."""
+    out, seen = [], set()
+    for item in plan:
+        if hasattr(item, "variant"):
+            var, prob, prm, x = item.variant, item.problem, item.params, item.x
+        else:
+            var, prob, prm = item
+            x = None
+        task = make_task(
+            spec,
+            var,
+            device=device,
+            dtype=dtype,
+            mode=mode,
+            problem={**(base_problem or {}), **dict(prob or {})},
+            params=prm,
+            seed=seed,
+            quick=quick,
+            rep_ms=rep_ms,
+            warmup_ms=warmup_ms,
+            axis=axis,
+            x=x,
+        )
+        if task.key not in seen:
+            seen.add(task.key)
+            out.append(task)
+    return out
+
+
+def recorded_keys(store) -> set[str]:
+    """Keys of the configurations already in ``store`` (records written by the engine)."""
+    if store is None:
+        return set()
+    return {r["sweep_key"] for r in store.records() if r.get("sweep_key")}
+
+
+@dataclass
+class SweepResult:
+    records: list[dict]  # this run's records, in the order they arrived
+    skipped: list[SweepTask]  # already recorded (resume)
+    progress: Progress
+    interrupted: bool = False
+
+    @property
+    def failed(self) -> list[dict]:
+        return [r for r in self.records if is_failed(r)]
+
+
+def is_failed(record: dict) -> bool:
+    return bool(record.get("error")) or record.get("passed") is False
+
+
+def run_sweep(
+    tasks: Sequence[SweepTask],
+    executor,
+    store=None,
+    *,
+    resume: bool = True,
+    progress: Callable[[Progress, dict | None], None] | None = None,
+    on_record: Callable[[SweepTask, dict], None] | None = None,
+    cancel: threading.Event | None = None,
+    label: str = "",
+) -> SweepResult:
+    """Run ``tasks`` on ``executor``; the driver appends each record to ``store`` as it arrives.
+
+    ``resume``: tasks whose key is already in the store are skipped (counted in
+    ``progress.skipped``). A KeyboardInterrupt stops the sweep: what arrived is in the store, the
+    executor cancels what was running, and the interrupt propagates.
+    """
+    done_keys = recorded_keys(store) if resume else set()
+    todo = [t for t in tasks if t.key not in done_keys]
+    skipped = [t for t in tasks if t.key in done_keys]
+    prog = Progress(total=len(todo), skipped=len(skipped), label=label)
+    result = SweepResult(records=[], skipped=skipped, progress=prog)
+    if progress is not None:
+        progress(prog, None)
+    if not todo:
+        return result
+    owned = False
+    if not getattr(executor, "_started", False):
+        executor.start()
+        executor._started = owned = True
+    stream = executor.run(todo, cancel)
+    try:
+        for task, body in stream:
+            if store is not None:
+                store.append(body)  # the one writer
+            result.records.append(body)
+            prog.done += 1
+            prog.failed += is_failed(body)
+            if on_record is not None:
+                on_record(task, body)
+            if progress is not None:
+                progress(prog, body)
+    except KeyboardInterrupt:
+        result.interrupted = True
+        raise
+    finally:
+        stream.close()  # cancels what is still running
+        if owned:
+            executor.close()
+            executor._started = False
+    if cancel is not None and cancel.is_set() and prog.remaining:
+        result.interrupted = True
+    return result
+
+
+def make_executor(
+    executor: str = "local",
+    *,
+    isolate: bool = False,
+    address: str | None = None,
+    gpus_per_task: float = 1,
+    timeout_s: float | None = None,
+    num_cpus: int | None = None,
+    lock=None,
+    specs=None,
+):
+    """``"local"`` (``isolate``: a subprocess per configuration) or ``"ray"``; ValueError for
+    options that do not fit together."""
+    from workbench.sweep.executors import IsolateExecutor, LocalExecutor
+
+    if timeout_s is not None and not timeout_s > 0:
+        raise ValueError(f"--timeout-s {timeout_s:g}: the timeout must be a positive number of seconds")
+    if gpus_per_task is not None and not gpus_per_task > 0:
+        raise ValueError(f"--gpus-per-task {gpus_per_task:g}: must be a positive number")
+    if executor == "local":
+        if address:
+            raise ValueError("--address joins a Ray cluster: use it with --executor ray")
+        if isolate:
+            return IsolateExecutor(timeout_s=timeout_s)
+        if timeout_s is not None:
+            raise ValueError("--timeout-s needs a process to stop: add --isolate, or use --executor ray")
+        return LocalExecutor(lock=lock, specs=specs)
+    if executor == "ray":
+        if isolate:
+            raise ValueError("--isolate is for the local executor; Ray already runs each configuration in a worker")
+        from workbench.sweep.ray_executor import RayExecutor
+
+        return RayExecutor(address, gpus_per_task=gpus_per_task, timeout_s=timeout_s, num_cpus=num_cpus)
+    raise ValueError(f"unknown executor {executor!r}; use local or ray")
+
+
+def write_outputs(out: Path, store, title: str = "Sweep") -> dict:
+    """records.csv / records.json / report.html of everything in the out folder's store."""
+    from workbench.store import write_csv, write_json
+    from workbench.sweep.report import write_report
+
+    rows = store.records()
+    paths = {
+        "csv": write_csv(rows, out / "records.csv"),
+        "json": write_json(rows, out / "records.json"),
+        "report": write_report(rows, out / "report.html", title=title),
+    }
+    return paths
+
+
+def dedupe_latest(records: Iterable[dict]) -> list[dict]:
+    """One record per sweep key (the last one written), in first-seen order."""
+    by_key: dict = {}
+    for r in records:
+        by_key[r.get("sweep_key") or id(r)] = r
+    return list(by_key.values())

@@ -1,0 +1,172 @@
+"""The sweep report: one offline HTML file (plotly inlined, no CDN), results grouped by device.
+
+- a summary per device (configurations, passed, failed, timed out, worker deaths);
+- the best configuration per shape (family, mode, dtype, problem), devices side by side, with
+  the configurations whose kernel-time interval overlaps the best's listed as ties;
+- a figure: best time per shape and device;
+- every failed configuration with its reason.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Iterable
+
+from workbench.sweep.tasks import ERROR_CRASH, ERROR_TIMEOUT
+
+
+def device_of(r: dict) -> str:
+    name = r.get("device_name") or ""
+    return name or (r.get("device_kind") or "?")
+
+
+def shape_of(r: dict) -> str:
+    prob = r.get("problem") or {}
+    text = ", ".join(f"{k}={v}" for k, v in prob.items())
+    return f"{r.get('kernel')} {r.get('mode')} {r.get('dtype')} ({text})"
+
+
+def config_of(r: dict) -> str:
+    prm = r.get("params") or {}
+    return f"{r.get('variant')} " + (", ".join(f"{k}={v}" for k, v in prm.items()) or "defaults")
+
+
+def _ms(r: dict):
+    return r.get("kernel_ms") if r.get("kernel_ms") is not None else r.get("ms_p50")
+
+
+def best_by_device(records: Iterable[dict]) -> dict:
+    """{shape: {device: {"record": best, "ms": ..., "ties": [configs within its interval]}}},
+    over passing records; lower kernel time is better."""
+    groups: dict = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        if r.get("error") or not r.get("passed") or _ms(r) is None:
+            continue
+        groups[shape_of(r)][device_of(r)].append(r)
+    out: dict = {}
+    for shape, by_dev in groups.items():
+        out[shape] = {}
+        for dev, rs in by_dev.items():
+            best = min(rs, key=_ms)
+            hi = best.get("kernel_hi_ms") or _ms(best)
+            ties = [
+                config_of(r)
+                for r in rs
+                if r is not best and (r.get("kernel_lo_ms") if r.get("kernel_lo_ms") is not None else _ms(r)) <= hi
+            ]
+            out[shape][dev] = {"record": best, "ms": _ms(best), "ties": ties}
+    return out
+
+
+def summary_by_device(records: Iterable[dict]) -> dict:
+    out: dict = defaultdict(lambda: {"configurations": 0, "passed": 0, "failed": 0, "timed out": 0, "worker died": 0})
+    for r in records:
+        s = out[device_of(r)]
+        s["configurations"] += 1
+        err = r.get("error") or ""
+        if err.startswith(ERROR_TIMEOUT):
+            s["timed out"] += 1
+        elif err.startswith(ERROR_CRASH):
+            s["worker died"] += 1
+        elif err or not r.get("passed"):
+            s["failed"] += 1
+        else:
+            s["passed"] += 1
+    return dict(out)
+
+
+def _table(header: list[str], rows: list[list[str]], cls: str = "") -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _figure_html(best: dict, devices: list[str]) -> str:
+    try:
+        import plotly.graph_objects as go
+    except ImportError:
+        return "<p>(plotly not installed: no figure)</p>"
+    shapes = list(best)
+    fig = go.Figure()
+    for dev in devices:
+        ys = [best[s].get(dev, {}).get("ms") for s in shapes]
+        texts = [config_of(best[s][dev]["record"]) if dev in best[s] else "" for s in shapes]
+        fig.add_bar(name=dev, x=shapes, y=ys, hovertext=texts)
+    fig.update_layout(
+        barmode="group",
+        title="Best kernel time per shape, by device (lower is better)",
+        yaxis_title="ms (kernel time; interpreter wall time on cpu)",
+        height=480,
+        margin=dict(b=160),
+    )
+    return fig.to_html(include_plotlyjs=True, full_html=False)
+
+
+def render(records: list[dict], title: str = "Sweep") -> str:
+    records = list(records)
+    summary = summary_by_device(records)
+    devices = sorted(summary)
+    best = best_by_device(records)
+    parts = [f"<h1>{html.escape(title)}</h1>"]
+    meta = {
+        "records": len(records),
+        "devices": devices,
+        "hosts": sorted({r.get("host") or "" for r in records} - {""}),
+        "commits": sorted({r.get("commit") or "" for r in records} - {""}),
+    }
+    parts.append(f"<pre>{html.escape(json.dumps(meta, indent=1))}</pre>")
+    parts.append("<h2>By device</h2>")
+    cols = ["configurations", "passed", "failed", "timed out", "worker died"]
+    parts.append(_table(["device"] + cols, [[html.escape(d)] + [str(summary[d][c]) for c in cols] for d in devices]))
+    parts.append("<h2>Best configuration per shape, devices side by side</h2>")
+    rows = []
+    for shape, by_dev in best.items():
+        row = [html.escape(shape)]
+        for dev in devices:
+            cell = by_dev.get(dev)
+            if cell is None:
+                row.append("-")
+                continue
+            text = f"<b>{html.escape(config_of(cell['record']))}</b><br>{cell['ms']:.4g} ms"
+            if cell["ties"]:
+                text += f"<br><small>within noise: {html.escape('; '.join(cell['ties'][:6]))}</small>"
+            row.append(text)
+        rows.append(row)
+    parts.append(_table(["shape"] + [html.escape(d) for d in devices], rows, "best"))
+    if best:
+        parts.append(_figure_html(best, devices))
+    failed = [r for r in records if r.get("error") or not r.get("passed")]
+    if failed:
+        parts.append(f"<h2>Failed configurations ({len(failed)})</h2>")
+        parts.append(
+            _table(
+                ["device", "shape", "configuration", "error"],
+                [
+                    [
+                        html.escape(device_of(r)),
+                        html.escape(shape_of(r)),
+                        html.escape(config_of(r)),
+                        html.escape((r.get("error") or "wrong result")[:400]),
+                    ]
+                    for r in failed
+                ],
+            )
+        )
+    style = (
+        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
+        "td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top;font-size:13px}th{background:#f3f3f3}"
+    )
+    return (
+        f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"<style>{style}</style></head><body>{''.join(parts)}</body></html>"
+    )
+
+
+def write_report(records: Iterable[dict], path: str | Path, title: str = "Sweep") -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(list(records), title))
+    return path

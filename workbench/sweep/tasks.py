@@ -1,0 +1,242 @@
+"""One sweep configuration as a task a worker can run: plain data in, a record (as a dict) out.
+
+A :class:`SweepTask` is picklable and small (names, numbers, dicts), so it travels to a Ray
+worker or a subprocess unchanged. :func:`run_task` measures it with ``on_error="record"``, so a
+configuration that raises becomes a record whose ``error`` says why; a configuration that kills
+or hangs its worker never returns, and the executor writes :func:`error_record` for it instead.
+
+Every record dict carries ``sweep_key`` (the configuration's key: what resume compares),
+``host`` and ``worker`` (pid, GPUs it was given), besides the :class:`~workbench.measure.Record`
+fields. :func:`as_record` turns such a dict back into a Record.
+
+The family travels by name plus the module that registers it (``kernels.spec.FAMILY_MODULES``),
+so a family registered only in the driver (a plugin, or a test family) is found by the worker too.
+
+Run one task in a fresh process (the ``--isolate`` executor)::
+
+    python -m workbench.sweep.tasks TASK.pkl RESULT.json
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import os
+import pickle
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ERROR_TIMEOUT = "timed out"
+ERROR_CRASH = "worker died"
+
+
+@dataclass(frozen=True)
+class SweepTask:
+    """One configuration of one family; ``key`` is :func:`task_key` of it (set by :func:`make_task`)."""
+
+    family: str
+    family_module: str
+    variant: str
+    device: str  # "cuda" | "npu" | "cpu": what the worker measures on
+    dtype: str
+    mode: str
+    problem: dict
+    params: dict
+    seed: int = 0
+    quick: bool = False
+    rep_ms: float = 100.0
+    warmup_ms: float = 25.0
+    axis: str | None = None  # the swept axis and value (x_value of the record)
+    x: Any = None
+    key: str = ""
+    triton_cache_root: str | None = None  # set: the worker keeps its own Triton cache below it
+    extra: dict = field(default_factory=dict)
+
+
+def task_key(variant: str, device: str, dtype: str, mode: str, problem: dict, params: dict) -> str:
+    """The configuration key as text (the JSON of :func:`workbench.sweep.plan.config_key`)."""
+    from workbench.sweep.plan import config_key
+
+    return json.dumps(config_key(variant, device, dtype, mode, problem, params), default=str)
+
+
+def make_task(
+    spec,
+    variant,
+    *,
+    device: str,
+    dtype: str,
+    mode: str,
+    problem: dict | None,
+    params: dict | None,
+    seed: int = 0,
+    quick: bool = False,
+    rep_ms: float = 100.0,
+    warmup_ms: float = 25.0,
+    axis: str | None = None,
+    x: Any = None,
+) -> SweepTask:
+    """A task with problem and params resolved against the spec (raw where invalid: the worker
+    then records why), keyed like the notebook Session's cache."""
+    from kernels.spec import FAMILY_MODULES, dtype_name
+    from workbench.sweep.plan import resolve_config
+
+    var = spec.variant(variant) if isinstance(variant, str) else variant
+    prob, prm, _ = resolve_config(spec, var, problem, params, quick)
+    dt = dtype_name(dtype)
+    return SweepTask(
+        family=spec.name,
+        family_module=FAMILY_MODULES.get(spec.name, ""),
+        variant=var.name,
+        device=device,
+        dtype=dt,
+        mode=mode,
+        problem=dict(prob),
+        params=dict(prm),
+        seed=seed,
+        quick=quick,
+        rep_ms=rep_ms,
+        warmup_ms=warmup_ms,
+        axis=axis,
+        x=x,
+        key=task_key(var.name, device, dt, mode, prob, prm),
+    )
+
+
+def worker_info() -> dict:
+    """Where a task ran: host, pid, the GPUs this process may use."""
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+    }
+
+
+def _own_triton_cache(root: str | None) -> None:
+    """Point this worker's Triton cache at its own folder (by GPU where it has one, else by
+    process), unless the user chose one. Triton reads the variable when it compiles."""
+    if not root or os.environ.get("WORKBENCH_TRITON_CACHE_SET"):
+        return
+    gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "").replace(",", "-")
+    slot = f"gpu{gpus}" if gpus else f"pid{os.getpid()}"
+    path = Path(root) / f"{socket.gethostname()}-{slot}"
+    path.mkdir(parents=True, exist_ok=True)
+    os.environ["TRITON_CACHE_DIR"] = str(path)
+    os.environ["WORKBENCH_TRITON_CACHE_SET"] = "1"
+
+
+def _register_family(task: SweepTask) -> None:
+    from kernels.spec import FAMILY_MODULES
+
+    if task.family not in FAMILY_MODULES and task.family_module:
+        FAMILY_MODULES[task.family] = task.family_module
+
+
+def run_task(task: SweepTask, spec=None) -> dict:
+    """Measure the task's configuration in this process; the record as a dict (never raises
+    for a configuration that cannot run: its record says why). ``spec``: the family's
+    KernelSpec when the caller holds it (in-process; a family that is not registered)."""
+    _own_triton_cache(task.triton_cache_root)
+    _register_family(task)
+    from kernels.spec import get
+    from workbench.measure import measure
+
+    spec = spec if spec is not None and spec.name == task.family else get(task.family)
+    rec = measure(
+        spec,
+        task.variant,
+        device=task.device,
+        dtype=task.dtype,
+        mode=task.mode,
+        problem=task.problem,
+        params=task.params,
+        seed=task.seed,
+        quick=task.quick,
+        rep_ms=task.rep_ms,
+        warmup_ms=task.warmup_ms,
+        on_error="record",
+    )
+    return stamp(rec.to_dict(), task, worker_info())
+
+
+def stamp(body: dict, task: SweepTask, worker: dict | None) -> dict:
+    """The record dict with the sweep's fields: key, swept axis / value, where it ran."""
+    body = dict(body)
+    body["sweep_key"] = task.key
+    if task.axis is not None:
+        body["axis"] = task.axis
+        body["x_value"] = task.x if task.x is not None else _axis_value(body, task.axis)
+    worker = worker or {}
+    body["host"] = worker.get("host", "")
+    body["worker"] = worker
+    return body
+
+
+def _axis_value(body: dict, axis: str):
+    if axis in (body.get("params") or {}):
+        return body["params"][axis]
+    return (body.get("problem") or {}).get(axis)
+
+
+def error_record(task: SweepTask, kind: str, message: str, worker: dict | None = None) -> dict:
+    """The record of a configuration that gave no record of its own (its worker died, or it ran
+    past its timeout): ``error`` is ``"<kind>: <message>"``, ``passed`` False."""
+    from workbench.measure import Record, git_commit, versions
+
+    rec = Record(
+        kernel=task.family,
+        variant=task.variant,
+        backend="?",
+        mode=task.mode,
+        dtype=task.dtype,
+        device_kind=task.device,
+        device_name="",
+        problem=dict(task.problem),
+        params=dict(task.params),
+        axis=task.axis or "",
+        x_value=task.x,
+        passed=False,
+        error=f"{kind}: {message}",
+        seed=task.seed,
+        versions=versions(),
+        commit=git_commit(),
+        timestamp=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    )
+    return stamp(rec.to_dict(), task, worker)
+
+
+_RECORD_FIELDS: set[str] | None = None
+
+
+def as_record(body: dict):
+    """A :class:`~workbench.measure.Record` from a record dict (extra keys dropped)."""
+    global _RECORD_FIELDS
+    from workbench.measure import Record
+
+    if _RECORD_FIELDS is None:
+        _RECORD_FIELDS = {f.name for f in dataclasses.fields(Record)}
+    return Record(**{k: v for k, v in body.items() if k in _RECORD_FIELDS})
+
+
+def _main(argv: list[str]) -> int:
+    """Subprocess entry: read a pickled task, write its record as JSON."""
+    src, dst = argv
+    with open(src, "rb") as f:
+        task = pickle.load(f)
+    import workbench.measure  # noqa: F401 - the parent's timeout starts once this is imported
+
+    Path(dst + ".started").touch()
+    body = run_task(task)
+    tmp = dst + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(body, f, default=str)
+    os.replace(tmp, dst)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main(sys.argv[1:]))
