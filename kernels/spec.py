@@ -193,6 +193,7 @@ class KernelSpec:
     - ``output_names``: names of the outputs, in the order ``run`` returns them.
     - ``min_bytes(problem, mode, dtype)``: the fewest bytes the mode must move.
     - ``axis``: the knob plots put on the x axis by default.
+    - ``memory_bound``: the work is bound by memory traffic (reports chart GB/s against copy bandwidth).
     """
 
     name: str
@@ -211,6 +212,9 @@ class KernelSpec:
     doc: str = ""
     # Optional: an estimate of on-chip buffer use for a configuration (issue: UB model).
     ub_estimate: Callable[..., int | None] | None = None
+    # True when the work is bound by memory traffic: reports chart its achieved GB/s against the
+    # device's measured copy bandwidth.
+    memory_bound: bool = False
 
     def variant(self, name: str) -> Variant:
         for v in self.variants:

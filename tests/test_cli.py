@@ -78,13 +78,33 @@ USER_ERRORS = [
     (["bench", "nope"], "unknown kernel family 'nope'"),
     (["bench", "--suite", "nope"], "unknown suite 'nope'"),
     (["bench", "--suite", "smoke", "--only", "nope"], "suite 'smoke' has no target 'nope'"),
+    (["bench", "rms_norm", "--device", "cpu", "--rep-ms", "abc"], "argument --rep-ms: invalid float value: 'abc'"),
+    (["bench", "rms_norm", "--device", "cpu", "--bogus"], "unrecognized arguments: --bogus"),
+    (["bench", "rms_norm", "--device", "cpu", "--hidden", "1024,,abc"], "hidden='abc' must be an integer"),
+    (["bench", "rms_norm", "--device", "cpu", "--hidden", ","], "--hidden needs at least one value"),
+    (["bench", "rms_norm", "--device", "cuda"], "device='cuda' is not available"),
+    (["bench", "rms_norm", "--device", "cpu", "--csv", "{file}/x.csv"], "is a file, not a folder"),
+    (["bench", "rms_norm", "--device", "cpu", "--json", "{dir}"], "is a folder; give a file name"),
+    (["bench", "--suite", "smoke", "--rep-ms", "abc"], "argument --rep-ms: invalid float value"),
+    (["bench", "--suite", "smoke", "--rep-ms", "-1"], "the timing budget must be a positive number"),
+    (["bench", "--suite", "smoke", "--device", "tpu"], "is not a device kind"),
+    (["bench", "--suite", "smoke", "--device", "cpu", "--out", "{file}"], "is a file; give a folder"),
+    (["bench", "--suite", "smoke", "--bogus"], "unrecognized arguments: --bogus"),
     (["report", "--device", "tpu"], "is not a device kind"),
+    (["report", "--jobs", "0"], "--jobs 0: give 1 or more"),
+    (["report", "--timeout", "abc"], "argument --timeout: invalid int value"),
+    (["report", "--device", "cpu", "--only", "nope", "--out", "{dir}/r"], "no notebook nope"),
+    (["report", "--device", "cpu", "--out", "{file}"], "is a file; give a folder"),
+    (["lab", "--port", "abc"], "argument --port: invalid int value"),
+    (["npu-check", "--jobs", "abc"], "argument --jobs: invalid int value"),
     (["npu-check", "--family", "nope"], "unknown family nope"),
 ]
 
 
 @pytest.mark.parametrize("argv,message", USER_ERRORS, ids=[" ".join(a[:4]) for a, _ in USER_ERRORS])
 def test_user_errors_are_one_line_and_exit_2(argv, message, capsys, tmp_path):
+    (tmp_path / "a_file").write_text("not a folder")
+    argv = [a.format(file=tmp_path / "a_file", dir=tmp_path) for a in argv]
     rc = main(argv + (["--store", str(tmp_path / "r.sqlite")] if argv[0] == "bench" and argv[1] != "nope" else []))
     captured = capsys.readouterr()
     lines = [line for line in captured.err.splitlines() if line.strip()]
@@ -92,13 +112,17 @@ def test_user_errors_are_one_line_and_exit_2(argv, message, capsys, tmp_path):
     assert "Traceback" not in captured.err + captured.out
     assert len(lines) == 1 and message in lines[0], lines
     assert lines[0].startswith(f"workbench {argv[0]}: ")
+    assert (tmp_path / "a_file").read_text() == "not a folder"
 
 
+@pytest.mark.parametrize("suite", [False, True], ids=["family", "suite"])
 @pytest.mark.parametrize("content", [b"hello, not a database\n", b"SQLite format 3\x00" + b"\x00" * 200])
-def test_a_store_that_is_not_ours_is_refused_and_left_untouched(tmp_path, capsys, content):
+def test_a_store_that_is_not_ours_is_refused_and_left_untouched(tmp_path, capsys, content, suite):
     path = tmp_path / "notes.txt"
     path.write_bytes(content)
     argv = ["bench", "rms_norm", "--device", "cpu", "--quick", "--variants", "gpu_row", "--store", str(path)]
+    if suite:
+        argv = ["bench", "--suite", "smoke", "--device", "cpu", "--out", str(tmp_path / "o"), "--store", str(path)]
     rc = main(argv)
     err = capsys.readouterr().err
     assert rc == 2 and "cannot be used as a results store" in err and "left untouched" in err

@@ -84,10 +84,16 @@ def test_rms_norm_notebook_content(report):
 def test_report_html_is_self_contained(report):
     out = report["index"].parent
     index = report["index"].read_text()
-    for key in ("device_name", "driver", "torch", "triton", "python", "git_commit", "date"):
-        assert f"<th>{key}</th>" in index
+    for label in ("device", "driver", "torch", "triton", "python", "commit", "date"):
+        assert f">{label}</th>" in index
+    # Reader-first: the headline before the tables, the environment last, summary.md beside it.
+    assert index.index("wb-headline") < index.index("wb-headline-chart") < index.index("<h2>Notebooks</h2>")
+    assert index.index("<h2>Notebooks</h2>") < index.index("<h2>Environment</h2>")
+    summary = (out / "summary.md").read_text()
+    assert "| rms_norm.ipynb | ok |" in summary and "Correctness:" in summary
     assert 'href="all_records.csv"' in index and (out / "all_records.csv").exists()
-    for target in re.findall(r'href="([^"#]+)"', index):
+    page_links = re.sub(r"<script.*?</script>", "", index, flags=re.S)  # not the embedded plotly.js's
+    for target in re.findall(r'href="([^"#]+)"', page_links):
         assert (out / target).exists(), f"index.html links a missing file {target}"
     pages = sorted(out.glob("*.html"))
     assert len(pages) == len(NOTEBOOKS) + 1
@@ -96,8 +102,10 @@ def test_report_html_is_self_contained(report):
         assert not REMOTE_SCRIPT.search(text), f"{page.name} loads a script from the network"
         assert not REMOTE_LINK.search(text), f"{page.name} loads a stylesheet from the network"
         assert "require.js" not in text and "MathJax.Hub" not in text
+        assert str(out) not in text, f"{page.name} names the folder it was rendered in"
         if page.name == "index.html":
             continue
+        assert 'class="jp-InputPrompt' not in text and '<div class="highlight' not in text, f"{page.name} shows code"
         assert text.count("embedded for offline use") == 1  # plotly.js once per page
         stem = page.stem
         if stem in kernels.families():
@@ -182,7 +190,10 @@ def test_report_and_lab_commands(capsys, tmp_path):
         report_main(["--help"])
     assert info.value.code == 0
     assert "--quick" in capsys.readouterr().out
-    assert report_main(["--out", str(tmp_path), "--only", "no_such_notebook"]) == 2
+    from workbench.cli import main
+
+    assert main(["report", "--out", str(tmp_path), "--only", "no_such_notebook"]) == 2
+    assert "no notebook no_such_notebook" in capsys.readouterr().err
     assert lab_main(["--dry-run", "--notebooks", str(NOTEBOOKS_DIR)]) == 0
     printed = capsys.readouterr().out
     assert "jupyterlab" in printed and f"--notebook-dir={NOTEBOOKS_DIR}" in printed

@@ -305,7 +305,18 @@ def test_bench_suite_smoke_end_to_end(tmp_path, capsys):
     page = (out / "report.html").read_text()
     assert not REMOTE_SCRIPT.search(page) and "require.js" not in page
     assert page.count("embedded for offline use") == 1 and "Plotly.newPlot(" in page
-    assert "wb-ratios" in page and "rms_norm_forward" in page and "copy_bw_gbps" in page
+    assert "wb-ratios" in page and "rms_norm_forward" in page and "measured copy bandwidth" in page
+    # A reader's page: the headline (title, sentences, chart) first, no code, no local path.
+    assert 'class="jp-InputPrompt' not in page and '<div class="highlight' not in page and "In&nbsp;[" not in page
+    assert "records_dir" not in page.split("About this")[0]
+    assert page.index("wb-title") < page.index("wb-headline") < page.index("Plotly.newPlot(")
+    assert "Ours against the best peer" in page[: page.index("wb-ratios")]
+    assert str(tmp_path) not in page and str(Path.cwd()) not in page
+    assert str(tmp_path) not in (out / "suite.ipynb").read_text()
+    summary = (out / "summary.md").read_text()
+    assert summary.startswith("# The same targets at tiny sizes") and "| 1. RMSNorm forward | hidden=128 |" in summary
+    assert "(figures/headline.svg)" in summary or "Figures: not exported (" in summary
+    assert "not comparable" in summary and "[report.html](report.html)" in summary
 
 
 def test_bench_suite_without_html_tools(tmp_path, capsys, monkeypatch):

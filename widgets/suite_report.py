@@ -20,10 +20,12 @@ from typing import Any
 import plotly.graph_objects as go
 
 from widgets import figures as F
+from workbench import reader
 
 STATUS_COLOURS = {
     "MET": "#d8f0d8",
     "MISSED": "#f6d0d0",
+    "within noise": "#f8ecc4",
     "wrong result": "#e8a0a0",
     "not measured": "#eeeeee",
     "not comparable": "#e4e8f4",
@@ -40,6 +42,8 @@ def load(records_dir: str | Path) -> dict:
     run["records"] = json.loads((d / "records.json").read_text()) if (d / "records.json").exists() else []
     env = d / "environment.json"
     run["environment"] = json.loads(env.read_text()) if env.exists() else {}
+    base = d / "baseline.json"
+    run["baseline"] = json.loads(base.read_text()) if base.exists() else None
     run["dir"] = str(d)
     return run
 
@@ -54,11 +58,8 @@ _CELL = 'style="border:1px solid #ccc;padding:3px 7px;text-align:{}"'
 
 
 def environment_html(env: dict) -> str:
-    rows = "".join(
-        f"<tr><th {_CELL.format('left')}>{html.escape(str(k))}</th><td {_CELL.format('left')}>{html.escape(str(v))}</td></tr>"
-        for k, v in env.items()
-    )
-    return f'<table class="environment" style="border-collapse:collapse;font-size:13px">{rows}</table>'
+    """The environment as readable tables (device, software, run), local paths scrubbed."""
+    return reader.environment_html(env)
 
 
 def _num(v: Any, spec: str = "{:.4g}") -> str:
@@ -69,7 +70,7 @@ def ratio_table_html(rows: list[dict], missing: dict | None = None) -> str:
     """The ratio table, one row per target and x, coloured by status; a heading row per target
     (its title, and the peers that could not be measured here: ``missing`` target -> {peer: why})."""
     missing = missing or {}
-    head = ["x", "ours", "ours µs", "best peer / config", "peer µs", "ratio", "%BW", "threshold", "status"]
+    head = ["x", "ours", "ours µs", "best peer / config", "peer µs", "ratio [interval]", "%BW", "threshold", "status"]
     head += ["informative", "note"]
     out = [
         '<table class="wb-ratios" style="border-collapse:collapse;font-size:12px;font-family:monospace">',
@@ -106,7 +107,7 @@ def ratio_table_html(rows: list[dict], missing: dict | None = None) -> str:
             (_num(r.get("ours_us"), "{:.1f}"), "right"),
             (r.get("peer") or "-", "left"),
             (_num(r.get("peer_us"), "{:.1f}"), "right"),
-            (_num(r.get("ratio"), "{:.3g}"), "right"),
+            (reader.ratio_text(r), "right"),
             (_num(r.get("pct_copy_bw"), "{:.1f}"), "right"),
             (", ".join(thr) or "-", "left"),
             (status, "left"),
@@ -126,26 +127,13 @@ def ratio_table_html(rows: list[dict], missing: dict | None = None) -> str:
 
 
 def summary_html(run: dict) -> str:
-    counts: dict[str, int] = {}
-    for r in run["rows"]:
-        counts[r["status"]] = counts.get(r["status"], 0) + 1
-    bits = ", ".join(
-        f'<span style="background:{STATUS_COLOURS.get(k, "#fff")};padding:1px 5px">{v} {html.escape(k)}</span>'
-        for k, v in counts.items()
-    )
+    """How to read the ratios (after the headline), and the run's failures."""
     text = (
-        f"<p><b>Suite {html.escape(run['suite'])}</b>: {html.escape(run.get('title', ''))}<br>"
-        f"device: {html.escape(str(run.get('device_name')))} ({html.escape(str(run.get('device_kind')))}); "
-        f"{len(run['records'])} records; {bits}</p>"
         "<p>ratio = best peer time / our time (above 1: ours is faster); for a tile sweep, best "
-        "configuration's time / the default's (1: the default is the best). A point whose peer is not "
-        "installed is <i>not measured</i>, never met.</p>"
+        "configuration's time / the default's (1: the default is the best). <b>MET</b> or <b>MISSED</b> only "
+        "when the ratio's interval lies wholly on one side of the threshold, otherwise <i>within noise</i>. "
+        "A point whose peer is not installed is <i>not measured</i>, never met.</p>"
     )
-    if run.get("device_kind") == "cpu":
-        text += (
-            "<p><i>On the CPU, Triton kernels run in the Triton interpreter: times are interpreter wall "
-            "times, never compared with device times, so no ratio is judged.</i></p>"
-        )
     if run.get("failures"):
         items = "".join(f"<li>{html.escape(f)}</li>" for f in run["failures"])
         text += f'<p style="color:#b00"><b>Failures</b></p><ul style="color:#b00">{items}</ul>'
@@ -155,7 +143,7 @@ def summary_html(run: dict) -> str:
 # --- figures -------------------------------------------------------------------------------
 def ratio_figure(target: dict, rows: list[dict]) -> go.Figure | None:
     """Ratio against x with the threshold; None when no point could be judged."""
-    judged = [r for r in rows if r["status"] in ("MET", "MISSED") and r.get("ratio") is not None]
+    judged = [r for r in rows if r["status"] in VERDICT_MARKERS and r.get("ratio") is not None]
     if not judged:
         return None
     xs = [str(r["x"]) for r in rows]
@@ -166,8 +154,12 @@ def ratio_figure(target: dict, rows: list[dict]) -> go.Figure | None:
             y=[r["ratio"] for r in judged],
             mode="lines+markers",
             name="ratio",
-            marker=dict(
-                size=11, color=["#2a2" if r["status"] == "MET" else "#c22" for r in judged], line=dict(width=1)
+            marker=dict(size=11, color=[VERDICT_MARKERS[r["status"]] for r in judged], line=dict(width=1)),
+            error_y=dict(
+                type="data",
+                array=[(r["ratio_hi"] - r["ratio"]) if r.get("ratio_hi") is not None else 0.0 for r in judged],
+                arrayminus=[(r["ratio"] - r["ratio_lo"]) if r.get("ratio_lo") is not None else 0.0 for r in judged],
+                visible=True,
             ),
             text=[r.get("peer") or "" for r in judged],
             hovertemplate="x=%{x}<br>ratio %{y:.3g}<br>vs %{text}<extra></extra>",
@@ -275,7 +267,460 @@ def speed_figures(target: dict, records: list[dict]) -> list[go.Figure]:
     return figs
 
 
+# --- the headline: what was measured, on what device, where ours stands -------------------------
+VERDICT_MARKERS = {"MET": "#2e9e44", "within noise": "#e0a800", "MISSED": "#d32f2f"}
+NOT_JUDGED = "#9e9e9e"
+
+
+def display_title(run: dict) -> str:
+    """The suite's title as it reads now (the registry's, for a suite it knows), else the run's."""
+    try:
+        from workbench.suites import SUITES
+
+        if run.get("suite") in SUITES:
+            return SUITES[run["suite"]].title
+    except Exception:  # noqa: BLE001 - a report of an old run must still render
+        pass
+    return run.get("title") or f"Benchmark suite {run.get('suite')}"
+
+
+def short_title(title: str) -> str:
+    """``1. RMSNorm forward`` -> ``RMSNorm forward``; a trailing parenthesis is left out."""
+    head, dot, rest = title.partition(". ")
+    title = rest if dot and head.isdigit() else title
+    if title.endswith(")") and " (" in title:
+        title = title[: title.index(" (")]
+    return title
+
+
+def headline_rows(run: dict) -> list[dict]:
+    """Ours against the best peer (versus and chain targets; tile sweeps are in the tables)."""
+    return [r for r in run["rows"] if r.get("kind") != "defaults"]
+
+
+def _wrap(text: str, width: int = 24) -> str:
+    words, lines, line = text.split(), [], ""
+    for w in words:
+        if line and len(line) + 1 + len(w) > width:
+            lines.append(line)
+            line = w
+        else:
+            line = f"{line} {w}".strip()
+    return "<br>".join(lines + [line])
+
+
+def _groups(rows: list[dict]) -> list[tuple[str, list[dict]]]:
+    """Rows grouped by target, in order."""
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        out.setdefault(r["target"], []).append(r)
+    return [(short_title(g[0]["title"]), g) for g in out.values()]
+
+
+def _facets(groups: list[tuple[str, list]], y_title: str, log: bool = False, height: int = 440) -> go.Figure:
+    """One column per target (width by its number of sizes), y shared; x is the size."""
+    from plotly.subplots import make_subplots
+
+    n = len(groups)
+    widths = [max(len(g), 3) for _, g in groups]  # room for a short target's title
+    fig = make_subplots(
+        rows=1,
+        cols=n,
+        shared_yaxes=True,
+        column_widths=[w / sum(widths) for w in widths],
+        subplot_titles=[_wrap(t) for t, _ in groups],
+        horizontal_spacing=min(0.02, 0.9 / max(n - 1, 1)),
+    )
+    for ann in fig.layout.annotations:
+        ann.font = dict(size=11)
+    for i, (_, rows) in enumerate(groups, start=1):
+        axis = rows[0].get("x_name", "") if rows and isinstance(rows[0], dict) else ""
+        fig.update_xaxes(type="category", title_text=axis, title_font=dict(size=11), row=1, col=i)
+    fig.update_yaxes(title_text=y_title, row=1, col=1)
+    if log:
+        fig.update_yaxes(type="log")
+    fig.update_layout(
+        template="plotly_white",
+        height=height,
+        legend=dict(orientation="h", y=-0.2, x=0),
+        margin=dict(t=110, l=60, r=20, b=90),
+    )
+    return fig
+
+
+def headline_figure(run: dict) -> go.Figure | None:
+    """One chart: the ratio (best peer time / ours) per target and size, its interval as error
+    bars, coloured by verdict, with each point's threshold; None when no point has a ratio."""
+    rows = [r for r in headline_rows(run) if r.get("ratio") is not None]
+    if not rows:
+        return None
+    groups = _groups(rows)
+    fig = _facets(groups, "ratio (log scale)", log=True, height=460)
+    for i, (_, g) in enumerate(groups, start=1):
+        x = [str(r["x"]) for r in g]
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=[r["ratio"] for r in g],
+                mode="markers",
+                name="ratio",
+                showlegend=False,
+                marker=dict(
+                    size=11,
+                    color=[VERDICT_MARKERS.get(r["status"], NOT_JUDGED) for r in g],
+                    line=dict(width=1, color="#333"),
+                ),
+                error_y=dict(
+                    type="data",
+                    array=[(r["ratio_hi"] - r["ratio"]) if r.get("ratio_hi") is not None else 0.0 for r in g],
+                    arrayminus=[(r["ratio"] - r["ratio_lo"]) if r.get("ratio_lo") is not None else 0.0 for r in g],
+                    visible=True,
+                    color="#555",
+                    thickness=1.5,
+                    width=4,
+                ),
+                customdata=[
+                    [r.get("peer") or "-", reader.ratio_text(r), r["status"], r.get("reason") or ""] for r in g
+                ],
+                hovertemplate=f"{g[0]['x_name']}=%{{x}}<br>ratio %{{customdata[1]}} vs %{{customdata[0]}}<br>"
+                "%{customdata[2]} %{customdata[3]}<extra></extra>",
+            ),
+            row=1,
+            col=i,
+        )
+        need = [r.get("min_ratio") for r in g]
+        if any(v is not None for v in need):
+            fig.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=need,
+                    mode="markers",
+                    name="threshold",
+                    legendgroup="threshold",
+                    showlegend=i == 1,
+                    marker=dict(symbol="line-ew-open", size=20, color="#111", line=dict(width=2)),
+                    hovertemplate="threshold %{y:g}<extra></extra>",
+                ),
+                row=1,
+                col=i,
+            )
+    present = {r["status"] for r in rows}
+    for status, colour in list(VERDICT_MARKERS.items()) + [("not judged", NOT_JUDGED)]:
+        if status in present or (status == "not judged" and present - set(VERDICT_MARKERS)):
+            fig.add_trace(
+                go.Scatter(x=[None], y=[None], mode="markers", name=status, marker=dict(size=11, color=colour))
+            )
+    fig.add_hline(y=1.0, line=dict(color="#888", dash="dot", width=1), row="all", col="all")
+    fig.update_layout(
+        title=dict(text="Ours against the best peer: ratio = peer time / our time (above 1: ours is faster)"),
+        legend=dict(orientation="h", y=-0.22, x=0),
+    )
+    return fig
+
+
+def memory_bound(target: dict) -> bool:
+    """A target of a family whose spec says it is bound by memory traffic, or one with a copy-bandwidth rule."""
+    if target.get("min_pct_bw"):
+        return True
+    try:
+        import kernels
+
+        return bool(kernels.get(target["family"]).memory_bound)
+    except Exception:  # noqa: BLE001 - an unknown family is simply not charted
+        return False
+
+
+def _record_at(records: list[dict], variant: str | None, x: Any) -> dict | None:
+    hits = [
+        r
+        for r in records
+        if r.get("variant") == variant and str(r.get("x_value")) == str(x) and not r.get("label") and not r.get("error")
+    ]
+    return hits[-1] if hits else None
+
+
+def _ours_and_peer(run: dict, want) -> list[tuple[dict, dict, dict | None]]:
+    """(row, our record, best peer's record) of every versus target ``want(target)`` accepts."""
+    out = []
+    for target in run["targets"]:
+        if target["kind"] != "versus" or not want(target):
+            continue
+        recs = [r for r in target_records(run, target) if r.get("mode") == target["mode"]]
+        for row in [r for r in run["rows"] if r["target"] == target["name"]]:
+            o = _record_at(recs, target["ours"], row["x"])
+            if o is not None:
+                out.append((row, o, _record_at(recs, row.get("peer"), row["x"]) if row.get("peer") else None))
+    return out
+
+
+def bandwidth_figure(run: dict) -> go.Figure | None:
+    """Achieved GB/s of ours and of the best peer per target and size (memory-bound families),
+    against the device's measured copy bandwidth; None when no record has GB/s."""
+    cells = [(row, o, p) for row, o, p in _ours_and_peer(run, memory_bound) if o.get("gbps") is not None]
+    if not cells:
+        return None
+    groups = _groups([row for row, _, _ in cells])
+    by = {(row["target"], str(row["x"])): (o, p) for row, o, p in cells}
+    fig = _facets(groups, "GB/s")
+    for i, (_, g) in enumerate(groups, start=1):
+        x = [str(r["x"]) for r in g]
+        pairs = [by[(r["target"], str(r["x"]))] for r in g]
+        fig.add_trace(
+            go.Bar(
+                x=x,
+                y=[o["gbps"] for o, _ in pairs],
+                name="ours",
+                legendgroup="ours",
+                showlegend=i == 1,
+                marker_color="#1f77b4",
+            ),
+            row=1,
+            col=i,
+        )
+        fig.add_trace(
+            go.Bar(
+                x=x,
+                y=[p.get("gbps") if p else None for _, p in pairs],
+                name="best peer",
+                legendgroup="peer",
+                showlegend=i == 1,
+                marker_color="#bbbbbb",
+                customdata=[r.get("peer") or "-" for r in g],
+                hovertemplate="%{customdata}: %{y:.0f} GB/s<extra></extra>",
+            ),
+            row=1,
+            col=i,
+        )
+    copy = sorted(o["copy_bw_gbps"] for _, o, _ in cells if o.get("copy_bw_gbps"))
+    if copy:
+        bw = copy[len(copy) // 2]
+        fig.add_hline(y=bw, line=dict(color="#111", dash="dash"), row="all", col="all")
+        fig.add_trace(
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="lines",
+                name=f"measured copy bandwidth {bw:.0f} GB/s",
+                line=dict(color="#111", dash="dash"),
+            )
+        )
+    fig.update_layout(
+        title=dict(
+            text="Memory-bound targets: achieved GB/s (fewest bytes the work must move / time) against copy bandwidth"
+        ),
+        barmode="group",
+    )
+    return fig
+
+
+def kernel_call_figure(run: dict) -> go.Figure | None:
+    """Our kernel time (device work) against our call time (what an eager loop pays) per target
+    and size, where a record has both; None when none has."""
+    cells = [
+        (row, o)
+        for row, o, _ in _ours_and_peer(run, lambda t: True)
+        if o.get("kernel_ms") is not None and o.get("call_ms") is not None
+    ]
+    seen, unique = set(), []
+    for row, o in cells:  # a call target judges the same cells as its kernel twin: chart each cell once
+        key = (
+            o.get("kernel"),
+            o.get("mode"),
+            o.get("dtype"),
+            str(o.get("x_value")),
+            json.dumps(o.get("problem"), sort_keys=True, default=str),
+        )
+        if key not in seen:
+            seen.add(key)
+            unique.append((row, o))
+    if not unique:
+        return None
+    groups = _groups([row for row, _ in unique])
+    by = {(row["target"], str(row["x"])): o for row, o in unique}
+    fig = _facets(groups, "µs (log scale)", log=True)
+    for i, (_, g) in enumerate(groups, start=1):
+        x = [str(r["x"]) for r in g]
+        recs = [by[(r["target"], str(r["x"]))] for r in g]
+        for name, key, colour in (
+            ("kernel time (device work)", "kernel_ms", "#1f77b4"),
+            ("call time (eager loop, host included)", "call_ms", "#ff7f0e"),
+        ):
+            fig.add_trace(
+                go.Bar(
+                    x=x,
+                    y=[o[key] * 1e3 for o in recs],
+                    name=name,
+                    legendgroup=key,
+                    showlegend=i == 1,
+                    marker_color=colour,
+                ),
+                row=1,
+                col=i,
+            )
+    fig.update_layout(title=dict(text="Ours: kernel time against call time"), barmode="group")
+    return fig
+
+
+def headline_lines(run: dict) -> list[str]:
+    """The headline as sentences (Markdown-safe plain text)."""
+    env = run.get("environment") or {}
+    targets = [t for t in run["targets"]]
+    versus = [t for t in targets if t["kind"] != "defaults"]
+    sweeps = len(targets) - len(versus)
+    what = "; ".join(
+        f"{short_title(t['title'])} ({t['axis']} {', '.join(str(v) for v in t['values'])})" for t in versus
+    ) + (f"; and {sweeps} sweeps of our default tiles against the best tiles" if sweeps else "")
+    device = f"{run.get('device_name') or env.get('device_name')} ({run.get('device_kind')})"
+    when = env.get("date", "")
+    rows = headline_rows(run)
+    c = reader.counts(r["status"] for r in rows)
+    lines = [
+        f"Measured: {len(versus)} comparison{'' if len(versus) == 1 else 's'} with the best peer — {what}.",
+        f"Device: {device}" + (f", {when}" if when else "") + ".",
+        f"Ours against the best peer: {reader.counts_text(c)} of {len(rows)} points.",
+    ]
+    judged = [r for r in rows if r.get("ratio") is not None and r["status"] in VERDICT_MARKERS]
+    if judged:
+        best = max(judged, key=lambda r: r["ratio"])
+        worst = min(judged, key=lambda r: r["ratio"])
+        lines.append(
+            f"Best: {reader.ratio_text(best)}× at {short_title(best['title'])} {best['x_name']}={best['x']} "
+            f"(vs {best.get('peer')}); worst: {reader.ratio_text(worst)}× at {short_title(worst['title'])} "
+            f"{worst['x_name']}={worst['x']} (vs {worst.get('peer')})."
+        )
+    if rows and all(r.get("ratio_lo") is None for r in rows if r.get("ratio") is not None):
+        lines.append("These records predate confidence intervals: each ratio is a point, without an interval.")
+    if run.get("device_kind") == "cpu":
+        lines.append(
+            "On the CPU, Triton kernels run in the Triton interpreter: times are interpreter wall times, "
+            "never compared with device times, so no ratio is judged."
+        )
+    if run.get("failures"):
+        lines.append(f"FAILED: {len(run['failures'])} correctness failures: " + "; ".join(run["failures"][:5]))
+    return lines
+
+
+def headline_html(run: dict) -> str:
+    lines = headline_lines(run)
+    body = "".join(f"<li>{html.escape(line)}</li>" for line in lines)
+    return (
+        f'<h1 class="wb-title">{html.escape(display_title(run))}</h1>'
+        f'<ul class="wb-headline" style="font-size:15px;line-height:1.5">{body}</ul>'
+    )
+
+
+def baseline_html(run: dict) -> str | None:
+    """The comparison with a baseline run (``baseline.json``, written by ``--baseline``)."""
+    b = run.get("baseline")
+    if not b:
+        return None
+    changes = sorted(b.get("changes") or [], key=lambda c: -c["change_pct"])
+    rows = [
+        {
+            "cell": c["cell"],
+            "baseline µs": f"{c['base_ms'] * 1e3:.4g}",
+            "now µs": f"{c['now_ms'] * 1e3:.4g}",
+            "change": f"{c['change_pct']:+.1f}%",
+            "beyond noise": ("REGRESSED" if c.get("regressed") else "yes") if c["beyond_noise"] else "no",
+        }
+        for c in changes
+    ]
+    pct = b.get("pct")
+    head = (
+        f"<p>Against {html.escape(str(b.get('baseline') or 'the baseline'))}: {len(changes)} cells of ours compared"
+        + (
+            f"; a cell fails the gate when it is slower by more than {pct:g}% beyond its noise interval"
+            if pct is not None
+            else ""
+        )
+        + f"; <b>{'passed' if b.get('ok') else 'FAILED'}</b>.</p>"
+    )
+    return head + reader.table_html(rows, cls="wb-baseline")
+
+
+# --- summary.md and its figures -------------------------------------------------------------------------------
+def export_figures(figs: dict[str, go.Figure], folder: str | Path, formats=("svg", "png")) -> tuple[dict, str | None]:
+    """Static copies of ``figs`` through plotly's export (kaleido, which drives the system
+    chromium): ({name: [relative files]}, None), or ({}, why not)."""
+    import importlib.util
+
+    folder = Path(folder)
+    figs = {k: v for k, v in figs.items() if v is not None}
+    if not figs:
+        return {}, "no figure to export"
+    if importlib.util.find_spec("kaleido") is None:
+        return {}, "kaleido is not installed: pip install 'kernel-workbench[report]'"
+    folder.mkdir(parents=True, exist_ok=True)
+    jobs, files = [], {}
+    for name, fig in figs.items():
+        static = go.Figure(fig)
+        static.update_layout(width=1100, height=max(420, fig.layout.height or 420))
+        for fmt in formats:
+            jobs.append((static, folder / f"{name}.{fmt}"))
+            files.setdefault(name, []).append(f"{folder.name}/{name}.{fmt}")
+    try:
+        import plotly.io as pio
+
+        if hasattr(pio, "write_images"):
+            pio.write_images(
+                [f for f, _ in jobs],
+                [str(p) for _, p in jobs],
+                width=[int(f.layout.width) for f, _ in jobs],
+                height=[int(f.layout.height) for f, _ in jobs],
+            )
+        else:  # older plotly: one at a time
+            for f, p in jobs:
+                f.write_image(str(p))
+    except Exception as exc:  # noqa: BLE001 - no browser, or kaleido failed: the summary says so
+        for _, p in jobs:
+            p.unlink(missing_ok=True)
+        why = " ".join(str(exc).split())[:200] or type(exc).__name__
+        return {}, f"no browser for kaleido's export (install chromium): {why}"
+    return files, None
+
+
+def summary_figures(run: dict) -> dict[str, go.Figure | None]:
+    return {
+        "headline": headline_figure(run),
+        "bandwidth": bandwidth_figure(run),
+        "kernel_vs_call": kernel_call_figure(run),
+    }
+
+
+def write_summary(run: dict, out: str | Path | None = None, *, export: bool = True) -> Path:
+    """``summary.md`` beside ``report.html``: the headline, its table with verdicts, and links to
+    the figures exported to ``figures/`` (or why there are none)."""
+    out = Path(out or run["dir"])
+    figures, note = export_figures(summary_figures(run), out / "figures") if export else ({}, "export skipped")
+    table = reader.md_table(reader.ratio_md_rows(run["rows"]), reader.RATIO_MD_COLUMNS)
+    sections = []
+    b = run.get("baseline")
+    if b:
+        regressed = [c for c in b.get("changes") or [] if c.get("regressed")]
+        body = f"{len(b.get('changes') or [])} cells compared with {b.get('baseline')}; " + (
+            "regressed: " + "; ".join(c["cell"] for c in regressed) if regressed else "none regressed beyond noise"
+        )
+        sections.append(("Against the baseline", body))
+    return reader.write_summary(
+        out,
+        title=display_title(run),
+        headline=[f"- {line}" for line in headline_lines(run)],
+        table=table,
+        figures=figures,
+        figures_note=note,
+        sections=sections,
+    )
+
+
 # --- the notebook's calls ------------------------------------------------------------------
+def show_headline(run: dict) -> None:
+    """Title, the headline sentences and the headline chart: the first thing a reader sees."""
+    F.show_html(headline_html(run))
+    fig = headline_figure(run)
+    if fig is not None:
+        F.show(fig)
+
+
 def show_summary(run: dict) -> None:
     F.show_html(summary_html(run))
 
@@ -286,6 +731,25 @@ def show_environment(run: dict) -> None:
 
 def show_ratios(run: dict) -> None:
     F.show_html(ratio_table_html(run["rows"], run.get("missing")))
+
+
+def show_speed_overview(run: dict) -> None:
+    """The bandwidth chart (memory-bound families) and kernel against call time, where they apply."""
+    figs = [f for f in (bandwidth_figure(run), kernel_call_figure(run)) if f is not None]
+    if figs:
+        F.show_html("<h2>Bandwidth and call overhead</h2>")
+    for fig in figs:
+        F.show(fig)
+
+
+def show_baseline(run: dict) -> None:
+    text = baseline_html(run)
+    if text:
+        F.show_html("<h2>Against the baseline</h2>" + text)
+    else:
+        F.show_html(
+            "<p>No baseline: run with <code>--baseline DIR</code> to compare each cell with an earlier run.</p>"
+        )
 
 
 def show_targets(run: dict) -> None:
@@ -317,7 +781,12 @@ def show_targets(run: dict) -> None:
 
 
 def show_report(run: dict) -> None:
+    """The whole report in reading order: headline, tables, figures per target, environment."""
+    show_headline(run)
     show_summary(run)
-    show_environment(run)
     show_ratios(run)
+    show_speed_overview(run)
+    if run.get("baseline"):
+        show_baseline(run)
     show_targets(run)
+    show_environment(run)

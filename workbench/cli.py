@@ -3,7 +3,9 @@
     workbench bench rms_norm --device auto --dtype bf16 --hidden 1024,4096,16384 --mode forward,full
     workbench bench --suite h100 [--device auto] [--out reports/h100] [--rep-ms N] [--only TARGET,...]
     workbench list
-    workbench report [--device auto] [--quick] [--out DIR]
+    workbench report [--device auto] [--quick] [--out DIR] [--show-code]
+    workbench report DIR                      # re-render a suite run's report.html + summary.md from its files
+    workbench report DIR --check [--baseline DIR --fail-on-regression PCT]   # the CI gate
     workbench lab
     workbench sweep FAMILY --param NAME=V1,V2 [--problem k=v,...] --executor local|ray [--out DIR]
 
@@ -25,6 +27,14 @@ import time
 
 class UsageError(ValueError):
     """Bad input from the command line: the message says what to change."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose errors (a bad number, an unknown option) are a :class:`UsageError`, so
+    :func:`main` prints them as one line with exit code 2 instead of argparse's usage block."""
+
+    def error(self, message):
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
 COMMANDS = {
@@ -56,6 +66,13 @@ def main(argv=None) -> int:
         return int(target(rest) or 0)
     except ValueError as exc:  # UsageError and the library's own "what to change" errors
         print(f"workbench {name}: {one_line(exc)}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a path given on the command line that cannot be read or written
+        where = f" {exc.filename!r}" if getattr(exc, "filename", None) else ""
+        print(
+            f"workbench {name}: cannot use the path{where} ({exc.strerror or one_line(exc)}); choose another path",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         print(f"workbench {name}: interrupted; every record measured so far is in the store", file=sys.stderr)
@@ -106,7 +123,7 @@ def bench_main(argv) -> int:
         from workbench.suites.cli import suite_main
 
         return suite_main(argv)
-    head = argparse.ArgumentParser(prog="workbench bench", add_help=False)
+    head = Parser(prog="workbench bench", add_help=False)
     head.add_argument("family", nargs="?")
     known, _ = head.parse_known_args(argv)
     if known.family is None or known.family.startswith("-"):
@@ -119,7 +136,7 @@ def bench_main(argv) -> int:
         return 2
     spec = kernels.get(known.family)
 
-    parser = argparse.ArgumentParser(prog=f"workbench bench {spec.name}", description=spec.doc)
+    parser = Parser(prog=f"workbench bench {spec.name}", description=spec.doc)
     parser.add_argument("family")
     parser.add_argument("--device", default="auto")
     default_dtype = "bf16" if "bf16" in spec.dtypes else spec.dtypes[0]
@@ -138,6 +155,8 @@ def bench_main(argv) -> int:
         parser.add_argument(f"--{knob.name.replace('_', '-')}", dest=f"knob_{knob.name}", default=None, help=knob.doc)
     args = parser.parse_args(argv)
     check_budget(args.rep_ms)
+    check_output_path(args.csv, "--csv")
+    check_output_path(args.json, "--json")
 
     from workbench.device import get_device
 
@@ -187,6 +206,25 @@ def bench_main(argv) -> int:
     print(f"\n{len(records)} records -> {store.path}")
     failed = [r for r in records if r.error is None and r.passed is False]
     return 1 if failed else 0
+
+
+def check_output_path(path, option: str, folder: bool = False) -> None:
+    """Before anything is measured: ``path`` (a file to write, or with ``folder`` a folder) can be
+    written: it is not the wrong kind of thing and no parent of it is a file."""
+    if path is None:
+        return
+    from pathlib import Path
+
+    p = Path(path)
+    if p.exists() and (p.is_dir() != folder):
+        raise UsageError(
+            f"{option} {p} is {'a file' if folder else 'a folder'}; give {'a folder' if folder else 'a file name'}"
+        )
+    for parent in p.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UsageError(f"{option} {p}: {parent} is a file, not a folder; choose another path")
+            break
 
 
 def check_budget(rep_ms: float | None) -> None:

@@ -21,7 +21,6 @@ one kernel environment and one HTML template.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime as _dt
 import html
@@ -35,6 +34,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from workbench.reader import scrub_paths
 
 KERNEL_NAME = "python3"
 
@@ -149,8 +150,13 @@ def execute_notebook(
     )
 
 
-def notebook_to_html(nb_path: Path, html_path: Path) -> Path:
-    """Executed notebook -> self-contained HTML (plotly.js inline, no CDN scripts)."""
+def notebook_to_html(
+    nb_path: Path, html_path: Path, *, show_code: bool = False, title: str | None = None, scrub: bool = True
+) -> Path:
+    """Executed notebook -> self-contained HTML (plotly.js inline, no CDN scripts).
+
+    A reader's page by default: no code cells, no ``In [ ]`` prompts, the parameters cells left out
+    (``show_code=True`` keeps the code), and no path of this machine in the text (:func:`scrub_paths`)."""
     import nbformat
     import plotly
     from jinja2 import DictLoader
@@ -159,18 +165,64 @@ def notebook_to_html(nb_path: Path, html_path: Path) -> Path:
 
     nb = nbformat.read(str(nb_path), as_version=4)
     nb.metadata.pop("widgets", None)  # widget state would pull the widget manager from a CDN
-    exporter = HTMLExporter(extra_loaders=[DictLoader({"workbench.html.j2": TEMPLATE})])
+    nb.metadata.pop("papermill", None)  # its parameters name this machine's paths
+    if title:
+        nb.metadata["title"] = title  # the page's <title>
+    if not show_code:
+        hidden = {"parameters", "injected-parameters"}
+        nb.cells = [c for c in nb.cells if not hidden & set(c.get("metadata", {}).get("tags", []))]
+    exporter = HTMLExporter(
+        extra_loaders=[DictLoader({"workbench.html.j2": TEMPLATE})],
+        exclude_input=not show_code,
+        exclude_input_prompt=not show_code,
+        exclude_output_prompt=not show_code,
+    )
     exporter.template_file = "workbench.html.j2"
     body, _ = exporter.from_notebook_node(
         nb,
         resources={
             "plotly_js": get_plotlyjs(),
             "plotly_version": plotly.__version__,
-            "metadata": {"name": nb_path.stem},
+            "metadata": {"name": title or nb_path.stem},
         },
     )
+    if scrub:
+        body = scrub_paths(body, [Path(html_path).parent])
     html_path.write_text(body, encoding="utf-8")
     return html_path
+
+
+def render_notebook_report(
+    notebook: str | Path,
+    out_dir: str | Path,
+    parameters: dict | None = None,
+    *,
+    html_name: str = "report.html",
+    show_code: bool = False,
+    title: str | None = None,
+    timeout: int | None = 600,
+) -> Path:
+    """A reader's report from a notebook: execute ``notebook`` headless in ``out_dir`` (its working
+    folder, so the files it reads and writes are named relative to it: pass ``"."`` rather than a
+    path), save the executed copy there under the notebook's name and export ``html_name`` (code
+    hidden unless ``show_code``, no local paths). The suite report is this with
+    ``notebooks/suite.ipynb``; a sweep report can be the same with its own notebook, which writes its
+    ``summary.md`` with :func:`workbench.reader.write_summary`."""
+    out = Path(out_dir).resolve()
+    nb = Path(notebook)
+    executed = out / nb.name
+    with kernel_env(root=repo_root()):
+        execute_notebook(nb, executed, dict(parameters or {}), timeout=timeout, cwd=out)
+    _scrub_notebook(executed, out)
+    return notebook_to_html(executed, out / html_name, show_code=show_code, title=title)
+
+
+def _scrub_notebook(path: Path, out: Path) -> None:
+    """The executed notebook kept beside a report names no local path either."""
+    text = path.read_text(encoding="utf-8")
+    clean = scrub_paths(text, [out])
+    if clean != text:
+        path.write_text(clean, encoding="utf-8")
 
 
 def environment(device: str = "auto") -> dict:
@@ -229,6 +281,7 @@ def build_report(
     only: list[str] | None = None,
     timeout: int | None = 1200,
     jobs: int = 1,
+    show_code: bool = False,
     log=print,
 ) -> dict:
     """Execute the notebooks and write the report; returns {"index", "results", "ok"}.
@@ -244,6 +297,7 @@ def build_report(
     if not paths:
         raise ValueError(f"no notebooks in {notebooks_dir}")
     params = {"device": device, "quick": bool(quick), "headless": True, "out_dir": str(out)}
+    run_one = lambda p: _run_one(p, out, params, timeout, notebooks_dir, log, show_code)  # noqa: E731
     if dtype:
         params["dtype"] = dtype
     store = os.environ.get("WORKBENCH_STORE") or str(out / "workbench.sqlite")
@@ -252,9 +306,9 @@ def build_report(
             from concurrent.futures import ThreadPoolExecutor
 
             with ThreadPoolExecutor(max_workers=jobs) as pool:
-                results = list(pool.map(lambda p: _run_one(p, out, params, timeout, notebooks_dir, log), paths))
+                results = list(pool.map(run_one, paths))
         else:
-            results = [_run_one(p, out, params, timeout, notebooks_dir, log) for p in paths]
+            results = [run_one(p) for p in paths]
     all_rows = []
     for r in results:
         all_rows.extend(r.pop("rows", []))
@@ -262,13 +316,14 @@ def build_report(
     env = environment(device)
     (out / "environment.json").write_text(json.dumps(env, indent=1, default=str))
     index = out / "index.html"
-    index.write_text(_index_html(results, env, params), encoding="utf-8")
+    index.write_text(scrub_paths(_index_html(results, env, params, all_rows), [out]), encoding="utf-8")
+    _index_summary(out, results, env)
     ok = all(r["ok"] for r in results)
     log(f"report: {index} ({sum(r['ok'] for r in results)}/{len(results)} notebooks ok)")
     return {"index": index, "results": results, "ok": ok}
 
 
-def _run_one(path: Path, out: Path, params: dict, timeout, notebooks_dir: Path, log) -> dict:
+def _run_one(path: Path, out: Path, params: dict, timeout, notebooks_dir: Path, log, show_code: bool = False) -> dict:
     """Execute one notebook, export its HTML, summarise its records; never raises."""
     executed = out / path.name
     t0 = time.perf_counter()
@@ -281,7 +336,8 @@ def _run_one(path: Path, out: Path, params: dict, timeout, notebooks_dir: Path, 
     html_name = None
     if executed.exists():
         try:
-            html_name = notebook_to_html(executed, out / html_name_for(path)).name
+            _scrub_notebook(executed, out)
+            html_name = notebook_to_html(executed, out / html_name_for(path), show_code=show_code).name
         except Exception as exc:
             error = (error + "\n" if error else "") + f"HTML export failed: {exc}"
     summary = _records_summary(out / f"{path.stem}_records.json")
@@ -310,7 +366,149 @@ def _error_text(exc: BaseException) -> str:
     return f"{name}: {value}"[:4000]
 
 
-def _index_html(results: list[dict], env: dict, params: dict) -> str:
+def _headline(results: list[dict], env: dict) -> list[str]:
+    """What was measured, on what device, and whether every check passed (plain sentences)."""
+    families = [r["notebook"].removesuffix(".ipynb") for r in results if "records" in r]
+    records = sum(r.get("records", 0) for r in results)
+    passed = sum(r.get("passed", 0) for r in results)
+    wrong = sum(r.get("wrong", 0) for r in results)
+    errors = sum(r.get("errors", 0) for r in results)
+    failed = [r["notebook"] for r in results if not r["ok"]]
+    device = f"{env.get('device_name', '?')} ({env.get('device_kind', '?')})"
+    lines = [
+        f"Measured: {', '.join(families) or 'no family'} — {records} measurements from {len(results)} notebooks run headless.",
+        f"Device: {device}, {env.get('date', '')}.",
+        f"Correctness: {passed} passed, {wrong} wrong, {errors} configurations could not run"
+        + (" (a tile that does not fit is reported, not an error)." if errors else "."),
+        ("Notebooks: all ran." if not failed else f"Notebooks FAILED: {', '.join(failed)}."),
+    ]
+    if env.get("device_kind") == "cpu":
+        lines.append(
+            "On the CPU, Triton kernels run in the Triton interpreter: times are interpreter wall times, "
+            "never comparable with device times."
+        )
+    return lines
+
+
+def standing_rows(records: list[dict]) -> list[dict]:
+    """Where ours stands in the notebooks' records: per family, mode, dtype and problem, our fastest
+    passing record against the fastest passing peer (torch or a peer library) by kernel time, the
+    ratio (peer / ours) with its interval and a verdict against parity (MET: ours faster, MISSED:
+    slower, within noise; CPU interpreter / wall times are not comparable)."""
+    from workbench.suites.judge import ratio_with_interval, timed
+    from workbench.suites.targets import CPU_TIMINGS, PEER_BACKENDS
+    from workbench.timing import verdict
+
+    groups: dict[tuple, dict] = {}
+    for r in records:
+        if r.get("error") or r.get("passed") is not True or not timed(r)[0]:
+            continue
+        key = (
+            r.get("kernel"),
+            r.get("mode"),
+            r.get("dtype"),
+            json.dumps(r.get("problem"), sort_keys=True, default=str),
+        )
+        side = "peer" if r.get("backend") in PEER_BACKENDS else "ours"
+        g = groups.setdefault(key, {})
+        if side not in g or timed(r)[0] < timed(g[side])[0]:
+            g[side] = r
+    rows = []
+    for (kernel, mode, dtype, _), g in groups.items():
+        if "ours" not in g or "peer" not in g:
+            continue
+        o, p = g["ours"], g["peer"]
+        ratio, lo, hi = ratio_with_interval(p, o, "kernel")
+        cpu = o.get("timing_method") in CPU_TIMINGS or p.get("timing_method") in CPU_TIMINGS
+        rows.append(
+            {
+                "label": f"{kernel} {mode} {dtype} {o.get('axis')}={o.get('x_value')}",
+                "ours": o.get("variant"),
+                "peer": p.get("variant"),
+                "ratio": ratio,
+                "ratio_lo": lo,
+                "ratio_hi": hi,
+                "status": "not comparable" if cpu else verdict(lo, hi, 1.0),
+            }
+        )
+    return rows
+
+
+_STANDING_COLOURS = {"MET": "#2e9e44", "within noise": "#e0a800", "MISSED": "#d32f2f"}
+
+
+def _standing_chart_html(rows: list[dict]) -> str:
+    """The headline chart of a notebook report (plotly.js embedded once), or a sentence when no
+    problem was measured for both ours and a peer."""
+    if not rows:
+        return "<p>No problem was measured for both ours and a peer: no ratio to show.</p>"
+    import plotly.graph_objects as go
+    import plotly.io as pio
+
+    fig = go.Figure()
+    fig.add_trace(
+        go.Scatter(
+            x=[r["label"] for r in rows],
+            y=[r["ratio"] for r in rows],
+            mode="markers",
+            showlegend=False,
+            marker=dict(size=10, color=[_STANDING_COLOURS.get(r["status"], "#9e9e9e") for r in rows]),
+            error_y=dict(
+                type="data",
+                array=[(r["ratio_hi"] or r["ratio"]) - r["ratio"] for r in rows],
+                arrayminus=[r["ratio"] - (r["ratio_lo"] or r["ratio"]) for r in rows],
+                color="#555",
+            ),
+            customdata=[[r["ours"], r["peer"], r["status"]] for r in rows],
+            hovertemplate="%{x}<br>ratio %{y:.3g}: %{customdata[0]} vs %{customdata[1]}<br>%{customdata[2]}<extra></extra>",
+        )
+    )
+    for status in [s for s in ("MET", "within noise", "MISSED", "not comparable") if s in {r["status"] for r in rows}]:
+        name = {"MET": "ours faster", "MISSED": "ours slower"}.get(status, status)
+        colour = _STANDING_COLOURS.get(status, "#9e9e9e")
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name, marker=dict(size=10, color=colour)))
+    fig.add_hline(y=1.0, line=dict(color="#888", dash="dot"))
+    fig.update_layout(
+        title="Ours against the fastest peer: ratio = peer time / our time (above 1: ours is faster)",
+        yaxis=dict(title="ratio (log scale)", type="log"),
+        template="plotly_white",
+        height=440,
+        legend=dict(orientation="h", y=1.08, x=0),
+        margin=dict(t=90, l=60, r=20, b=140),
+    )
+    return pio.to_html(fig, include_plotlyjs=True, full_html=False, div_id="wb-headline-chart")
+
+
+def _index_summary(out: Path, results: list[dict], env: dict) -> Path:
+    """``summary.md`` beside ``index.html``: the headline and one row per notebook."""
+    from workbench import reader
+
+    rows = [
+        {
+            "notebook": r["notebook"],
+            "status": "ok" if r["ok"] else "**FAILED**",
+            "records": r.get("records", "-"),
+            "passed": r.get("passed", "-"),
+            "wrong": r.get("wrong", "-"),
+            "could not run": r.get("errors", "-"),
+            "page": f"[{r['html']}]({r['html']})" if r.get("html") else "-",
+        }
+        for r in results
+    ]
+    return reader.write_summary(
+        out,
+        title="Kernel Workbench report: every family notebook, run headless",
+        headline=[f"- {line}" for line in _headline(results, env)],
+        table=reader.md_table(rows, ["notebook", "status", "records", "passed", "wrong", "could not run", "page"]),
+        figures=None,
+        figures_note="the figures are in each notebook's page",
+        html_name="index.html",
+    )
+
+
+def _index_html(results: list[dict], env: dict, params: dict, records: list[dict] | None = None) -> str:
+    from workbench import reader
+
     esc = html.escape
 
     def link(name, label):
@@ -330,14 +528,8 @@ def _index_html(results: list[dict], env: dict, params: dict) -> str:
             f"<td>{link(r['executed'], 'ipynb')} {link(r['csv'], 'csv')} {link(r['json'], 'json')}</td>"
             "</tr>"
         )
-    env_rows = "".join(f"<tr><th>{esc(str(k))}</th><td>{esc(str(v))}</td></tr>" for k, v in env.items())
     param_text = ", ".join(f"{k}={v!r}" for k, v in params.items() if k != "out_dir")
-    timing = (
-        "<p><i>On the CPU, Triton kernels run in the Triton interpreter: times are interpreter wall times, "
-        "not device times, and are never comparable with them.</i></p>"
-        if env.get("device_kind") == "cpu"
-        else ""
-    )
+    headline = "".join(f"<li>{esc(line)}</li>" for line in _headline(results, env))
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Kernel Workbench report</title>
 <style>
@@ -346,57 +538,131 @@ table {{ border-collapse: collapse; margin-bottom: 1.5em; }}
 td, th {{ border: 1px solid #ccc; padding: 4px 8px; text-align: left; vertical-align: top; }}
 </style></head>
 <body>
-<h1>Kernel Workbench report</h1>
-<p>Notebooks executed headless with papermill ({esc(param_text)}).
-All records: <a href="all_records.csv">all_records.csv</a>.</p>
-{timing}
+<h1>Kernel Workbench report: every family notebook, run headless</h1>
+<ul class="wb-headline" style="font-size:15px;line-height:1.5">{headline}</ul>
+{_standing_chart_html(standing_rows(records or []))}
 <h2>Notebooks</h2>
 <table><tr><th>notebook</th><th>status</th><th>time</th><th>records</th><th>checks</th><th>files</th></tr>
 {"".join(rows)}
 </table>
+<p>Every record: <a href="all_records.csv">all_records.csv</a>; a short summary: <a href="summary.md">summary.md</a>.
+Parameters: {esc(param_text)}.</p>
 <h2>Environment</h2>
-<table class="environment">{env_rows}</table>
+{reader.environment_html(env)}
 </body></html>
 """
 
 
 def report_main(argv) -> int:
-    parser = argparse.ArgumentParser(prog="workbench report", description=__doc__.split("\n\n")[1])
+    """``workbench report``: run the notebooks into a report (``--out``), or, given a run's folder,
+    re-render its report from its files (``workbench report DIR``) or gate it (``--check``)."""
+    from workbench import gate
+    from workbench.cli import Parser, check_output_path
+
+    parser = Parser(prog="workbench report", description=__doc__.split("\n\n")[1])
+    parser.add_argument(
+        "dir",
+        nargs="?",
+        default=None,
+        help="a run's folder (a suite run, or notebook records): re-render its report, or with --check gate it",
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 on a wrong result (and, with --baseline, a regression)"
+    )
+    parser.add_argument("--baseline", default=None, help="an earlier run's folder to compare each cell of ours with")
+    parser.add_argument(
+        "--fail-on-regression",
+        type=float,
+        default=None,
+        metavar="PCT",
+        help="fail when a cell is slower than --baseline by more than PCT percent beyond the noise interval",
+    )
+    parser.add_argument("--show-code", action="store_true", help="keep the notebooks' code in the HTML pages")
     parser.add_argument("--device", default="auto", help="auto | cuda | npu | cpu (passed to every notebook)")
     parser.add_argument("--quick", action="store_true", help="small problem sizes and sweeps (CPU interpreter)")
-    parser.add_argument("--out", default="reports/latest", help="output directory (default reports/latest)")
+    parser.add_argument("--out", default=None, help="output directory of a notebook run (default reports/latest)")
     parser.add_argument("--dtype", default=None, help="override every notebook's dtype parameter")
     parser.add_argument("--notebooks", default=None, help="notebooks directory (default ./notebooks)")
     parser.add_argument("--only", default="", help="comma list of notebook names to run (default: all)")
     parser.add_argument("--timeout", type=int, default=1200, help="seconds per cell")
     parser.add_argument("--jobs", type=int, default=1, help="notebooks run at once (default 1: timings undisturbed)")
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        raise ValueError(f"--jobs {args.jobs}: give 1 or more notebooks at once")
+    if args.timeout < 1:
+        raise ValueError(f"--timeout {args.timeout}: give a number of seconds of 1 or more")
+    pct = gate.check_pct(args.fail_on_regression, args.baseline is not None)
+    baseline = gate.load_records(args.baseline, "--baseline") if args.baseline else None
+    if args.dir is not None:
+        if args.out is not None:
+            raise ValueError(
+                "give either a run's folder DIR (re-render or --check it) or --out DIR (run the notebooks), not both"
+            )
+        folder = Path(args.dir)
+        records = gate.load_records(folder, "workbench report")
+        if args.check or baseline is not None:
+            result = _gate(folder, records, baseline, pct, args.baseline)
+            if args.check:
+                return 0 if result.ok else 1
+        if not (folder / "suite.json").exists():
+            raise ValueError(
+                f"{folder} is not a suite run (no suite.json): only a suite's report re-renders from its files; "
+                "run the notebooks again with `workbench report --out DIR`, or gate this folder with --check"
+            )
+        reason = html_unavailable_reason()
+        if reason:
+            raise ValueError(f"cannot render report.html: {reason}")
+        path = render_suite_report(folder, show_code=args.show_code)
+        print(f"report: {path} and {path.parent / 'summary.md'}")
+        return 0
     only = [t.strip() for t in args.only.split(",") if t.strip()] or None
-    try:
-        from workbench.device import get_device
+    from workbench.device import get_device
 
-        get_device(args.device)  # a device that is not here: say so once, before any notebook runs
-        result = build_report(
-            Path(args.out),
-            device=args.device,
-            quick=args.quick,
-            dtype=args.dtype,
-            notebooks_dir=Path(args.notebooks) if args.notebooks else None,
-            only=only,
-            timeout=args.timeout,
-            jobs=args.jobs,
-        )
-    except ValueError as exc:
-        print(f"workbench report: {exc}", file=sys.stderr)
-        return 2
-    return 0 if result["ok"] else 1
+    get_device(args.device)  # a device that is not here: say so once, before any notebook runs
+    out = Path(args.out or "reports/latest")
+    check_output_path(out, "--out", folder=True)
+    result = build_report(
+        out,
+        device=args.device,
+        quick=args.quick,
+        dtype=args.dtype,
+        notebooks_dir=Path(args.notebooks) if args.notebooks else None,
+        only=only,
+        timeout=args.timeout,
+        jobs=args.jobs,
+        show_code=args.show_code,
+    )
+    status = 0 if result["ok"] else 1
+    if args.check or baseline is not None:
+        verdict = _gate(out, gate.load_records(out, "--out"), baseline, pct, args.baseline)
+        if args.check and not verdict.ok:
+            status = 1
+    return status
+
+
+def _gate(folder: Path, records: list[dict], baseline, pct, baseline_dir):
+    """Check ``folder``'s records (and compare them with ``baseline``); print the verdict."""
+    from workbench import gate
+
+    result = gate.check(
+        records,
+        baseline,
+        pct,
+        failures=gate.load_failures(folder),
+        baseline_name=scrub_paths(str(baseline_dir)) if baseline_dir else None,
+    )
+    if baseline is not None:
+        print(result.table() or "no cell of ours in common with the baseline")
+        gate.write(result, folder)
+    print(result.message())
+    return result
 
 
 def lab_main(argv) -> int:
     """Open JupyterLab on notebooks/ (kernels run this interpreter; records go to results/)."""
-    parser = argparse.ArgumentParser(
-        prog="workbench lab", description="Open JupyterLab on notebooks/ with the workbench kernel."
-    )
+    from workbench.cli import Parser
+
+    parser = Parser(prog="workbench lab", description="Open JupyterLab on notebooks/ with the workbench kernel.")
     parser.add_argument("--notebooks", default=None, help="notebooks directory (default ./notebooks)")
     parser.add_argument("--port", type=int, default=None)
     parser.add_argument("--no-browser", action="store_true")
@@ -446,11 +712,20 @@ def suite_notebook_path() -> Path:
     raise FileNotFoundError(f"notebooks/{SUITE_NOTEBOOK} not found")
 
 
-def render_suite_report(out_dir: str | Path, *, timeout: int | None = 600) -> Path:
-    """Execute the suite notebook on ``out_dir``'s files; write ``suite.ipynb`` and ``report.html`` there."""
+def render_suite_report(out_dir: str | Path, *, timeout: int | None = 600, show_code: bool = False) -> Path:
+    """Execute the suite notebook on ``out_dir``'s files; write ``suite.ipynb``, ``report.html`` and
+    ``summary.md`` (with ``figures/``) there."""
     out = Path(out_dir).resolve()
-    nb = suite_notebook_path()
-    executed = out / SUITE_NOTEBOOK
-    with kernel_env(root=repo_root()):
-        execute_notebook(nb, executed, {"records_dir": str(out)}, timeout=timeout, cwd=out)
-    return notebook_to_html(executed, out / "report.html")
+    title = None
+    try:
+        title = json.loads((out / "suite.json").read_text()).get("suite")
+    except (OSError, ValueError):
+        pass
+    return render_notebook_report(
+        suite_notebook_path(),
+        out,
+        {"records_dir": ".", "write_summary": True},
+        show_code=show_code,
+        title=f"Benchmark suite {title}" if title else "Benchmark suite",
+        timeout=timeout,
+    )

@@ -118,6 +118,7 @@ def _ub_estimate(problem, params, dtype):
 
 spec = KernelSpec(
     name="fused_add_rms_norm",
+    memory_bound=True,
     title="Fused add + RMSNorm",
     doc="s = x + r; y = s * rstd * (offset + w), rstd = 1/sqrt(mean(s^2) + eps): returns (y, s).",
     knobs=NORM_KNOBS,

@@ -186,6 +186,7 @@ def _liger(inputs, problem):
 
 spec = KernelSpec(
     name="rms_norm",
+    memory_bound=True,
     title="RMSNorm",
     doc="y = x * rstd * (offset + w), rstd = 1/sqrt(mean(x^2) + eps), over the last axis.",
     knobs=NORM_KNOBS,

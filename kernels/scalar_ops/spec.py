@@ -54,6 +54,7 @@ _triton_npu_run, _triton_npu_check = _strategy("triton", "npu")
 
 spec = KernelSpec(
     name="scalar_ops",
+    memory_bound=True,
     title="Scalar operand (div / sub / pow)",
     doc="z = x / value, x - value or x ** value: materialised vs cached 0-d vs Python scalar vs Triton.",
     knobs=(

@@ -22,7 +22,6 @@ triton-ascend environment could not be built, e.g. the registry is unreachable) 
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import os
@@ -233,7 +232,9 @@ def run_workers(
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="workbench npu-check", description=__doc__.split("\n\n")[0])
+    from workbench.cli import Parser  # argparse errors as one line, exit 2
+
+    parser = Parser(prog="workbench npu-check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--family", default="", help="comma list (default: every family)")
     parser.add_argument("--defaults-only", action="store_true", help="only the families' default configurations")
     parser.add_argument(

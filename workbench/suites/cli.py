@@ -3,20 +3,20 @@ table, write records / ratios / environment and the HTML report into ``--out``."
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
 
+from workbench import gate
 from workbench import suites as S
-from workbench.cli import _split, check_budget, format_row
+from workbench.cli import Parser, _split, check_budget, check_output_path, format_row
 from workbench.device import get_device
 from workbench.store import Store
 
 
 def suite_main(argv) -> int:
     """Run a suite's targets (module docstring)."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="workbench bench --suite",
         description="Run a benchmark suite (targets with thresholds) and write its report.",
     )
@@ -34,14 +34,28 @@ def suite_main(argv) -> int:
         action="store_true",
         help="keep the targets an earlier run of this suite wrote into --out (run a long suite in parts)",
     )
+    parser.add_argument("--show-code", action="store_true", help="keep the notebook's code in report.html")
+    parser.add_argument(
+        "--baseline", default=None, help="an earlier run's folder: each cell of ours is compared with it (CI gate)"
+    )
+    parser.add_argument(
+        "--fail-on-regression",
+        type=float,
+        default=None,
+        metavar="PCT",
+        help="exit 1 when a cell is slower than --baseline by more than PCT percent beyond the noise interval",
+    )
     args = parser.parse_args(argv)
     check_budget(args.rep_ms)
     suite = S.get_suite(args.suite)
     only = _split(args.only)
     for name in only:
         suite.target(name)
+    pct = gate.check_pct(args.fail_on_regression, args.baseline is not None)
+    baseline = gate.load_records(args.baseline, "--baseline") if args.baseline else None  # before measuring
     device = get_device(args.device)
     out = Path(args.out or f"reports/{suite.name}")
+    check_output_path(out, "--out", folder=True)
     store = Store(args.store) if args.store else Store()
     peers = ", ".join(f"{k} {v}" for k, v in S.peer_versions().items())
     print(f"suite {suite.name}: {suite.title}")
@@ -71,22 +85,42 @@ def suite_main(argv) -> int:
     S.write_files(run, suite, out)
     env = suite_environment(device, suite, argv)
     (out / "environment.json").write_text(json.dumps(env, indent=1, default=str))
+    result = gate.check(run.record_dicts(), baseline, pct, failures=run.failures, baseline_name=_shown(args.baseline))
+    if baseline is not None:
+        print("\n" + (result.table() or "no cell of ours in common with the baseline"))
+        gate.write(result, out)
+    else:
+        (out / "baseline.json").unlink(missing_ok=True)  # a comparison from an earlier run no longer applies
     status = 0
     if args.no_html:
         print("\nreport.html: skipped (--no-html)")
     else:
-        status = _write_html(out)
+        status = _write_html(out, show_code=args.show_code)
     print(
         f"\n{len(run.records)} records -> {store.path}; files in {out}: "
         + ", ".join(sorted(p.name for p in out.iterdir() if p.is_file()))
     )
     if run.failures:
         print("\nFAILED:\n  " + "\n  ".join(run.failures))
+    if baseline is not None or run.failures:
+        print("\n" + result.message())
+    if not result.ok:
         return 1
     return status
 
 
-def _write_html(out) -> int:
+def _shown(path) -> str | None:
+    """A folder as the report names it: relative to here when it is under here, else its name."""
+    if path is None:
+        return None
+    p = Path(path)
+    try:
+        return str(p.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return p.name
+
+
+def _write_html(out, show_code: bool = False) -> int:
     """report.html from the files just written; a missing papermill / nbconvert skips it (0),
     a report that fails to render is an error (1)."""
     from workbench import report
@@ -96,7 +130,7 @@ def _write_html(out) -> int:
         print(f"\nreport.html: skipped ({reason}); the tables and CSV / JSON files are written")
         return 0
     try:
-        path = report.render_suite_report(out)
+        path = report.render_suite_report(out, show_code=show_code)
     except Exception as exc:  # noqa: BLE001 - the measurements are on disk already; say what broke
         print(f"\nreport.html: FAILED ({type(exc).__name__}: {str(exc)[:2000]})")
         return 1
@@ -111,7 +145,9 @@ def suite_environment(device, suite, argv) -> dict:
 
     env = environment(device)
     env["suite"] = suite.name
-    env["command"] = "workbench bench " + " ".join(argv)
+    from workbench.reader import scrub_command
+
+    env["command"] = "workbench bench " + scrub_command(argv)
     for dist, version in S.peer_versions().items():
         env[dist] = version
     try:

@@ -216,7 +216,7 @@ def _targets(
     block_hidden: tuple,
     block_tokens: int,
 ) -> tuple:
-    """The issue-8 targets at one set of sizes (the h100 suite's, or the smoke suite's)."""
+    """The targets at one set of sizes (the h100 suite's, or the smoke suite's)."""
     rn, fa, bsp = OURS["rms_norm"], OURS["fused_add_rms_norm"], OURS["block_sparse"]
     layer = {"layer": "sum", "nodes": nodes, "block_size": 0, "K": 0, "tied": False}
     d = defaults
@@ -436,7 +436,8 @@ def _targets(
 SUITES: dict[str, Suite] = {
     "h100": Suite(
         "h100",
-        "Issue 8 targets on an H100 (bf16 norms at 4096 rows; block-sparse fp32 at L=1024)",
+        "RMSNorm, fused add+RMSNorm and block-sparse layers against their best peers on an H100 "
+        "(bf16 norms at 4096 rows; block-sparse fp32 at L=1024)",
         _targets(
             rows=4096,
             norm_hidden=(1024, 2048, 4096, 8192, 16384, 32768),
@@ -460,7 +461,7 @@ SUITES: dict[str, Suite] = {
     ),
     "smoke": Suite(
         "smoke",
-        "Issue 8 targets at tiny sizes (CPU interpreter; checks the path, judges nothing)",
+        "The same targets at tiny sizes (CPU interpreter; checks the path, judges nothing)",
         _targets(
             rows=16,
             norm_hidden=(128, 300),

@@ -1,0 +1,59 @@
+"""The committed suite report opened as a reader opens it: from disk, with the network cut off.
+
+It must draw (plotly.js is embedded), ask the network for nothing, show the headline (title,
+sentences, then the ratio chart) before any table, within the first screen, and show no code.
+``workbench report reports/h100`` regenerates the page.
+"""
+
+from __future__ import annotations
+
+import labkit
+
+REPORT = labkit.REPO / "reports" / "h100" / "report.html"
+
+
+def test_report_page_opens_offline_headline_chart_first_and_no_code(chromium):
+    assert REPORT.exists(), "reports/h100/report.html is missing: run `workbench report reports/h100`"
+    page = chromium.new_page(viewport={"width": 1400, "height": 1000})
+    asked, errors = [], []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+
+    def offline(route):
+        asked.append(route.request.url)
+        route.abort()
+
+    page.route("http://**/*", offline)
+    page.route("https://**/*", offline)
+    try:
+        page.goto(REPORT.as_uri(), wait_until="load", timeout=60_000)
+        page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
+        first = page.evaluate(
+            """() => {
+              const plots = [...document.querySelectorAll('.js-plotly-plot')];
+              const p = plots[0], title = document.querySelector('h1.wb-title');
+              const table = document.querySelector('table.wb-ratios');
+              const top = (el) => el.getBoundingClientRect().top + window.scrollY;
+              return {
+                plots: plots.length,
+                chart: p.layout.title.text,
+                drawn: p.querySelectorAll('.scatterlayer .point').length,
+                title: title && title.textContent,
+                titleTop: title ? top(title) : null,
+                chartTop: top(p),
+                tableTop: table ? top(table) : null,
+              };
+            }"""
+        )
+        code = page.locator(".jp-InputPrompt, .jp-CodeMirrorEditor, .highlight pre, .jp-InputArea-editor").count()
+        text = page.inner_text("body")
+    finally:
+        page.close()
+    assert not asked, f"the report asked the network for {asked[:5]}"
+    assert not errors, errors
+    assert first["chart"].startswith("Ours against the best peer"), first
+    assert first["drawn"] > 0, "the headline chart drew no point"
+    assert first["title"] and "Issue" not in first["title"]
+    assert first["titleTop"] < first["chartTop"] < first["tableTop"]
+    assert first["chartTop"] < 1000, "the headline chart is not on the first screen"
+    assert code == 0, "code cells are visible"
+    assert "records_dir =" not in text and "import " not in text and "In [" not in text
