@@ -44,6 +44,8 @@ def load(records_dir: str | Path) -> dict:
     run["environment"] = json.loads(env.read_text()) if env.exists() else {}
     base = d / "baseline.json"
     run["baseline"] = json.loads(base.read_text()) if base.exists() else None
+    # Repeatability checks beside the run (benchmarks/repeatability.py), each a pair of runs.
+    run["repeatability"] = [json.loads(p.read_text()) for p in sorted(d.glob("repeatability*.json"))]
     run["dir"] = str(d)
     return run
 
@@ -638,6 +640,48 @@ def baseline_html(run: dict) -> str | None:
     return head + reader.table_html(rows, cls="wb-baseline")
 
 
+def repeatability_html(run: dict) -> str | None:
+    """Each repeatability check (two runs of the suite compared): the share of cells with the same
+    verdict, the share of kernel medians (>= 10 µs) within 3%, and the cells that differ."""
+    checks = run.get("repeatability") or []
+    if not checks:
+        return None
+    parts = []
+    for c in checks:
+        title = html.escape(str(c.get("title") or "two runs"))
+        tol = 100 * c.get("tolerance", 0.03)
+        parts.append(
+            f"<h3>{title}</h3><p>Same verdict: <b>{c['verdict_same']}/{c['verdict_cells']} cells "
+            f"({100 * c['verdict_share']:.1f}%)</b>; kernel medians of {c.get('min_us', 10):g} µs or more "
+            f"within {tol:g}%: <b>{c['kernel_within']}/{c['kernel_cells']} ({100 * c['kernel_share']:.1f}%)</b>.</p>"
+        )
+        if c.get("note"):
+            parts.append(f"<p>{html.escape(str(c['note']))}</p>")
+        flips = [
+            {"cell": f"{f['target']} {f['x']}", "first": f["first"], "second": f["second"]} for f in c["verdict_flips"]
+        ]
+        if flips:
+            parts.append(reader.table_html(flips, cls="wb-repeat"))
+        apart = [
+            {
+                "cell": a["cell"].strip(),
+                "first µs": f"{a['first_us']:.4g}",
+                "second µs": f"{a['second_us']:.4g}",
+                "change": f"{100 * a['change']:+.1f}%",
+            }
+            for a in c["kernel_apart"]
+        ]
+        if apart:
+            parts.append(reader.table_html(apart, cls="wb-repeat"))
+    return "".join(parts)
+
+
+def show_repeatability(run: dict) -> None:
+    text = repeatability_html(run)
+    if text:
+        F.show_html("<h2>Repeatability</h2>" + text)
+
+
 # --- summary.md and its figures -------------------------------------------------------------------------------
 def export_figures(figs: dict[str, go.Figure], folder: str | Path, formats=("svg", "png")) -> tuple[dict, str | None]:
     """Static copies of ``figs`` through plotly's export (kaleido, which drives the system
@@ -701,6 +745,13 @@ def write_summary(run: dict, out: str | Path | None = None, *, export: bool = Tr
             "regressed: " + "; ".join(c["cell"] for c in regressed) if regressed else "none regressed beyond noise"
         )
         sections.append(("Against the baseline", body))
+    for c in run.get("repeatability") or []:
+        body = (
+            f"{c.get('title') or 'two runs'}: same verdict {c['verdict_same']}/{c['verdict_cells']} cells "
+            f"({100 * c['verdict_share']:.1f}%); kernel medians >= {c.get('min_us', 10):g} µs within "
+            f"{100 * c.get('tolerance', 0.03):g}%: {c['kernel_within']}/{c['kernel_cells']} ({100 * c['kernel_share']:.1f}%)."
+        )
+        sections.append(("Repeatability", body + (f" {c['note']}" if c.get("note") else "")))
     return reader.write_summary(
         out,
         title=display_title(run),
