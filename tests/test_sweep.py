@@ -249,8 +249,8 @@ def test_session_sweep_on_ray_matches_local_and_fills_the_explorer(ray_executor,
         partial = []
 
         class View:  # stands in for the Explorer: records each partial heatmap
-            def partial_heatmap(self, rows, *args):
-                partial.append(len(rows))
+            def partial_heatmap(self, rows, *args, title="sweep running", **kwargs):
+                partial.append((len(rows), title))
 
         s.attach(View())
         ex = ray_executor if executor == "ray" else executor
@@ -270,7 +270,10 @@ def test_session_sweep_on_ray_matches_local_and_fills_the_explorer(ray_executor,
     s_ray, df_ray, partial = grid("ray")
     cols = ["variant", "params", "passed", "error"]
     assert df_local[cols].astype(str).values.tolist() == df_ray[cols].astype(str).values.tolist()
-    assert partial == [1, 2, 3, 4]  # the heatmap filled in as results arrived
+    # the heatmap filled in as results arrived, then showed the finished grid under its own title
+    assert partial == [(1, "sweep running"), (2, "sweep running"), (3, "sweep running"), (4, "sweep running")] + [
+        (4, "gpu_multirow: BLOCK_SIZE_M x BLOCK_SIZE")
+    ]
     assert s_ray.measured == 4 and len(s_ray.store) == 4
     again = s_ray.sweep2d(
         "BLOCK_SIZE",

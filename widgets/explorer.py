@@ -751,9 +751,10 @@ class Explorer:
             self.wait(None)
         return self
 
-    def partial_heatmap(self, rows, x_axis, x_values, y_axis, y_values, metric="gbps") -> None:
-        """Draw the heatmap of the cells measured so far (a sweep in progress fills it in)."""
-        fig, _ = F.heatmap_figure(rows, x_axis, list(x_values), y_axis, list(y_values), metric, title="sweep running")
+    def partial_heatmap(self, rows, x_axis, x_values, y_axis, y_values, metric="gbps", title="sweep running") -> None:
+        """Draw the heatmap of the cells measured so far (a sweep in progress fills it in; the
+        Session redraws it with the finished grid's ``title`` when its own sweep ends)."""
+        fig, _ = F.heatmap_figure(rows, x_axis, list(x_values), y_axis, list(y_values), metric, title=title)
         with self._render_lock:
             if self.heatmap_fig is None:
                 self.heatmap_fig = self._figure_widget(fig)

@@ -421,6 +421,10 @@ class Session:
             title=title
             or self._title(f"{var.name}: {y_axis} x {x_axis}", mode, dtype, problem, exclude=(x_axis, y_axis)),
         )
+        if on_rows is not None:  # the Explorer's heatmap shows the finished grid, not "sweep running"
+            self._explorer.partial_heatmap(
+                rows, x_axis, x_values, y_axis, y_values, metric, title=f"{var.name}: {y_axis} x {x_axis}"
+            )
         self.best = None
         if best is not None:
             self.best = {

@@ -178,7 +178,10 @@ def test_sweep_draws_its_heatmap_and_apply_best_sets_the_controls(notebook):
     # 256 < hidden fails (marked cells); none of these was measured by the notebook's own sweep
     nb.type_into(".wb-sweep-x-values", "256, 1024")
     nb.type_into(".wb-sweep-y-values", "2, 8")
-    assert nb.plot(".wb-heatmap") is None or not nb.plot(".wb-heatmap").get("drawn")
+    # The notebook's own sweep2d may have drawn this heatmap (a Session's sweeps fill the Explorer's
+    # heatmap as results arrive); it must show that finished grid, not a sweep stuck "running".
+    before = nb.plot(".wb-heatmap")
+    assert before is None or not before.get("drawn") or "sweep running" not in before.get("title", ""), before
     page.locator(".wb-explorer .wb-sweep-run").first.click()
 
     nb.wait_for(lambda: "done" in nb.text_of(".wb-sweep-label"), WAIT, "the sweep to finish")
