@@ -98,6 +98,9 @@ USER_ERRORS = [
     (["lab", "--port", "abc"], "argument --port: invalid int value"),
     (["npu-check", "--jobs", "abc"], "argument --jobs: invalid int value"),
     (["npu-check", "--family", "nope"], "unknown family nope"),
+    (["sweep", "rms_norm", "--rep-ms", "abc"], "argument --rep-ms: invalid float value: 'abc'"),
+    (["sweep", "rms_norm", "--param", "X"], "--param expects NAME=V1,V2"),
+    (["sweep"], "the following arguments are required: family"),
 ]
 
 

@@ -20,7 +20,7 @@ import argparse
 import itertools
 from pathlib import Path
 
-from workbench.cli import UsageError, _split
+from workbench.cli import Parser, UsageError, _split
 
 
 def parse_assignments(text: str, option: str) -> dict[str, list[str]]:
@@ -57,7 +57,7 @@ def _typed(text: str):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="workbench sweep", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="workbench sweep", description=__doc__.split("\n\n")[0])
     p.add_argument("family")
     p.add_argument("--param", action="append", default=[], help="tile parameter values NAME=V1,V2,… (repeatable)")
     p.add_argument("--problem", action="append", default=[], help="problem knobs k=v,… (several values sweep)")

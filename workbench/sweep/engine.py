@@ -255,13 +255,14 @@ def make_executor(
 def write_outputs(out: Path, store, title: str = "Sweep") -> dict:
     """records.csv / records.json / report.html of everything in the out folder's store."""
     from workbench.store import write_csv, write_json
-    from workbench.sweep.report import write_report
+    from workbench.sweep.report import write_report, write_summary
 
     rows = store.records()
     paths = {
         "csv": write_csv(rows, out / "records.csv"),
         "json": write_json(rows, out / "records.json"),
         "report": write_report(rows, out / "report.html", title=title),
+        "summary": write_summary(rows, out, title=title),
     }
     return paths
 

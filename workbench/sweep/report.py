@@ -10,11 +10,11 @@
 from __future__ import annotations
 
 import html
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Iterable
 
+from workbench import reader
 from workbench.sweep.tasks import ERROR_CRASH, ERROR_TIMEOUT
 
 
@@ -111,16 +111,9 @@ def render(records: list[dict], title: str = "Sweep") -> str:
     devices = sorted(summary)
     best = best_by_device(records)
     parts = [f"<h1>{html.escape(title)}</h1>"]
-    meta = {
-        "records": len(records),
-        "devices": devices,
-        "hosts": sorted({r.get("host") or "" for r in records} - {""}),
-        "commits": sorted({r.get("commit") or "" for r in records} - {""}),
-    }
-    parts.append(f"<pre>{html.escape(json.dumps(meta, indent=1))}</pre>")
-    parts.append("<h2>By device</h2>")
-    cols = ["configurations", "passed", "failed", "timed out", "worker died"]
-    parts.append(_table(["device"] + cols, [[html.escape(d)] + [str(summary[d][c]) for c in cols] for d in devices]))
+    # The answer first: what ran where, then the best configuration per shape; the run's
+    # bookkeeping last.
+    parts += [f"<p>{html.escape(line)}</p>" for line in headline_lines(records)]
     parts.append("<h2>Best configuration per shape, devices side by side</h2>")
     rows = []
     for shape, by_dev in best.items():
@@ -138,6 +131,9 @@ def render(records: list[dict], title: str = "Sweep") -> str:
     parts.append(_table(["shape"] + [html.escape(d) for d in devices], rows, "best"))
     if best:
         parts.append(_figure_html(best, devices))
+    parts.append("<h2>By device</h2>")
+    cols = ["configurations", "passed", "failed", "timed out", "worker died"]
+    parts.append(_table(["device"] + cols, [[html.escape(d)] + [str(summary[d][c]) for c in cols] for d in devices]))
     failed = [r for r in records if r.get("error") or not r.get("passed")]
     if failed:
         parts.append(f"<h2>Failed configurations ({len(failed)})</h2>")
@@ -155,6 +151,13 @@ def render(records: list[dict], title: str = "Sweep") -> str:
                 ],
             )
         )
+    meta = [
+        ["records", str(len(records))],
+        ["hosts", ", ".join(sorted({r.get("host") or "" for r in records} - {""})) or "-"],
+        ["commits", ", ".join(sorted({r.get("commit") or "" for r in records} - {""})) or "-"],
+    ]
+    parts.append("<h2>Run</h2>")
+    parts.append(_table(["", ""], [[html.escape(a), html.escape(b)] for a, b in meta]))
     style = (
         "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
         "td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top;font-size:13px}th{background:#f3f3f3}"
@@ -165,8 +168,48 @@ def render(records: list[dict], title: str = "Sweep") -> str:
     )
 
 
+def headline_lines(records: list[dict]) -> list[str]:
+    """What was swept, on which devices, and how it went (the report's and the summary's opening)."""
+    summary = summary_by_device(records)
+    families = sorted({str(r.get("kernel")) for r in records})
+    bits = []
+    for dev in sorted(summary):
+        c = summary[dev]
+        bits.append(
+            f"{dev}: {c['configurations']} configurations, {c['passed']} passed, {c['failed']} failed, "
+            f"{c['timed out']} timed out, {c['worker died']} worker died"
+        )
+    return [f"Sweep of {', '.join(families) or 'nothing'}; ranked by kernel time (lower is better)."] + bits
+
+
 def write_report(records: Iterable[dict], path: str | Path, title: str = "Sweep") -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(list(records), title))
+    path.write_text(reader.scrub_paths(render(list(records), title), [path.parent]))
     return path
+
+
+def write_summary(records: Iterable[dict], out: str | Path, title: str = "Sweep") -> Path:
+    """``summary.md`` beside the sweep's report.html: the headline and the best configuration per
+    shape and device, as a Markdown table."""
+    records = list(records)
+    rows = []
+    for shape, by_dev in best_by_device(records).items():
+        for dev, cell in sorted(by_dev.items()):
+            rows.append(
+                {
+                    "shape": shape,
+                    "device": dev,
+                    "best configuration": config_of(cell["record"]),
+                    "kernel ms": f"{cell['ms']:.4g}",
+                    "within noise": "; ".join(cell["ties"][:6]) or "-",
+                }
+            )
+    cols = ["shape", "device", "best configuration", "kernel ms", "within noise"]
+    return reader.write_summary(
+        out,
+        title=title,
+        headline=[f"- {line}" for line in headline_lines(records)],
+        table=reader.md_table(rows, cols) if rows else "No configuration passed.",
+        figures_note="the report.html beside this file holds the figure",
+    )
