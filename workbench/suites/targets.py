@@ -324,38 +324,34 @@ def _targets(
         ),
         # Our eager call <= Liger's for every norm cell (the forward is judged above, against
         # F.rms_norm and Liger together).
-        Versus(
-            "rms_norm_full_call_liger",
-            "RMSNorm forward+backward, eager call vs Liger",
-            "rms_norm",
-            "full",
-            norm_hidden,
-            rn,
-            peers=("liger",),
-            problem={"rows": rows},
-            timing="call",
-        ),
-        Versus(
-            "fused_forward_call",
-            "Fused add+RMSNorm forward, eager call vs Liger",
-            "fused_add_rms_norm",
-            "forward",
-            fused_hidden,
-            fa,
-            peers=("liger",),
-            problem={"rows": rows},
-            timing="call",
-        ),
-        Versus(
-            "fused_full_call",
-            "Fused add+RMSNorm forward+backward, eager call vs Liger",
-            "fused_add_rms_norm",
-            "full",
-            fused_hidden,
-            fa,
-            peers=("liger",),
-            problem={"rows": rows},
-            timing="call",
+        *(
+            Versus(name, title, family, mode, values, ours, peers=("liger",), problem={"rows": rows}, timing="call")
+            for name, title, family, mode, values, ours in (
+                (
+                    "rms_norm_full_call_liger",
+                    "RMSNorm forward+backward, eager call vs Liger",
+                    "rms_norm",
+                    "full",
+                    norm_hidden,
+                    rn,
+                ),
+                (
+                    "fused_forward_call",
+                    "Fused add+RMSNorm forward, eager call vs Liger",
+                    "fused_add_rms_norm",
+                    "forward",
+                    fused_hidden,
+                    fa,
+                ),
+                (
+                    "fused_full_call",
+                    "Fused add+RMSNorm forward+backward, eager call vs Liger",
+                    "fused_add_rms_norm",
+                    "full",
+                    fused_hidden,
+                    fa,
+                ),
+            )
         ),
         Chain(
             "hmm_chain",
