@@ -697,12 +697,7 @@ class Explorer:
                             "problem": dict(best["problem"]),
                             "ties": best.get("ties", []),
                         }
-                    if self.heatmap_fig is None:
-                        self.heatmap_fig = self._figure_widget(fig)
-                        if isinstance(self.heatmap_fig, W.Widget):
-                            self.heatmap_box.children = [self.heatmap_fig]
-                    else:
-                        _update_figure(self.heatmap_fig, fig)
+                    self._draw_heatmap(fig)
                     self._hook_heatmap_clicks(var.name, x_axis, xs, y_axis, ys)
                     self.w_apply_best.disabled = self.best is None
                     self.w_best.value = (
@@ -756,12 +751,16 @@ class Explorer:
         Session redraws it with the finished grid's ``title`` when its own sweep ends)."""
         fig, _ = F.heatmap_figure(rows, x_axis, list(x_values), y_axis, list(y_values), metric, title=title)
         with self._render_lock:
-            if self.heatmap_fig is None:
-                self.heatmap_fig = self._figure_widget(fig)
-                if isinstance(self.heatmap_fig, W.Widget):
-                    self.heatmap_box.children = [self.heatmap_fig]
-            else:
-                _update_figure(self.heatmap_fig, fig)
+            self._draw_heatmap(fig)
+
+    def _draw_heatmap(self, fig) -> None:
+        """Show ``fig`` in the heatmap slot: the first time as a new widget, then in place."""
+        if self.heatmap_fig is None:
+            self.heatmap_fig = self._figure_widget(fig)
+            if isinstance(self.heatmap_fig, W.Widget):
+                self.heatmap_box.children = [self.heatmap_fig]
+        else:
+            _update_figure(self.heatmap_fig, fig)
 
     def _start_sweep_from_panel(self) -> None:
         var = self.spec.variant(self.w_variant.value)

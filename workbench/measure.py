@@ -381,7 +381,7 @@ def _fill_timings(prep: _Prepared, est: dict, state: dict) -> None:
         rec.timing_method = kernel.method
         rec.wall_ms = est["call"].median
         rec.launch_overhead_ms = est["host"].median
-    if kernel.median > 0 and dev.kind != "cpu":
+    if kernel.median > 0 and dev.kind != "cpu" and rec.min_bytes:  # no bytes known: no bandwidth share
         rec.gbps = rec.min_bytes / (kernel.median * 1e-3) / 1e9
         rec.copy_bw_gbps = dev.copy_bandwidth_gbps()
         if rec.copy_bw_gbps:

@@ -115,20 +115,29 @@ def _check_block_size(block_size):
     return block_size
 
 
-# Index ranges, cached per tensor object and version: {id: (weakref, version, (lo, hi))}.
-_RANGES: dict[int, tuple] = {}
+def _memo(cache: dict, tensors: tuple, make, *extra):
+    """``make()``, remembered per tensor objects and their versions: a new tensor, or an in-place
+    change to one (its ``_version``), computes again. Weak references, so a freed tensor's
+    entry (pruned past 4096) never answers for a new one at the same address."""
+    key = tuple(id(t) for t in tensors) + extra
+    versions = tuple(t._version for t in tensors)
+    hit = cache.get(key)
+    if hit is not None and hit[1] == versions and all(ref() is t for ref, t in zip(hit[0], tensors)):
+        return hit[2]
+    value = make()
+    if len(cache) > 4096:
+        for k in [k for k, v in cache.items() if any(ref() is None for ref in v[0])]:
+            del cache[k]
+    cache[key] = (tuple(weakref.ref(t) for t in tensors), versions, value)
+    return value
+
+
+# Index ranges per tensor (one host sync each, then none while the tensor is unchanged).
+_RANGES: dict[tuple, tuple] = {}
 
 
 def _index_range(t: torch.Tensor) -> tuple[int, int]:
-    hit = _RANGES.get(id(t))
-    if hit is not None and hit[0]() is t and hit[1] == t._version:
-        return hit[2]
-    lo, hi = (int(v) for v in torch.aminmax(t))
-    if len(_RANGES) > 4096:
-        for key in [k for k, v in _RANGES.items() if v[0]() is None]:
-            del _RANGES[key]
-    _RANGES[id(t)] = (weakref.ref(t), t._version, (lo, hi))
-    return lo, hi
+    return _memo(_RANGES, (t,), lambda: tuple(int(v) for v in torch.aminmax(t)))
 
 
 def _check_range(name: str, t: torch.Tensor, limit: int, span: int, what: str):
@@ -142,25 +151,21 @@ def _check_range(name: str, t: torch.Tensor, limit: int, span: int, what: str):
         )
 
 
-_INT32: dict[int, tuple] = {}
+_INT32: dict[tuple, tuple] = {}
 
 
 def _as_int32(t: torch.Tensor) -> torch.Tensor:
     """int32 copy for the NPU kernels (int32 offsets), cached per tensor object and version."""
     if t.dtype == torch.int32:
         return t
-    hit = _INT32.get(id(t))
-    if hit is not None and hit[0]() is t and hit[1] == t._version:
-        return hit[2]
-    lo, hi = _index_range(t)
-    if hi >= 2**31 or lo < -(2**31):
-        raise ValueError("indices do not fit int32, which the NPU kernels use; use impl='gpu'")
-    if len(_INT32) > 4096:
-        for key in [k for k, v in _INT32.items() if v[0]() is None]:
-            del _INT32[key]
-    copy = t.to(torch.int32)
-    _INT32[id(t)] = (weakref.ref(t), t._version, copy)
-    return copy
+
+    def copy():
+        lo, hi = _index_range(t)
+        if hi >= 2**31 or lo < -(2**31):
+            raise ValueError("indices do not fit int32, which the NPU kernels use; use impl='gpu'")
+        return t.to(torch.int32)
+
+    return _memo(_INT32, (t,), copy)
 
 
 def _validate_sum(element_mars, params, cids, pids, block_size):
@@ -192,7 +197,7 @@ def _validate_product(node_mars, cids, block_size):
     return node_mars, cids
 
 
-# Single-writer facts per (cids, pids, block_size): {key: (cids ref, pids ref, versions, facts)}.
+# Single-writer facts per (cids, pids, block_size).
 _WRITERS: dict[tuple, tuple] = {}
 
 
@@ -201,21 +206,15 @@ def _single_writers(cids: torch.Tensor, pids: torch.Tensor, block_size: int) -> 
     writer — every ``cids`` entry distinct (element flows), the runs ``pids + [0, block_size)``
     disjoint (parameter flows) — so plain stores replace atomics. One host sync per index pair
     and version (cached like the range checks), none on repeated calls or under graph capture."""
-    key = (id(cids), id(pids), block_size)
-    hit = _WRITERS.get(key)
-    versions = (cids._version, pids._version)
-    if hit is not None and hit[0]() is cids and hit[1]() is pids and hit[2] == versions:
-        return hit[3]
-    flat = cids.reshape(-1)
-    distinct = torch.unique(flat).numel() == flat.numel()
-    runs = torch.sort(pids.reshape(-1)).values
-    disjoint = runs.numel() < 2 or int((runs[1:] - runs[:-1]).min()) >= block_size
-    facts = {"element_atomic": not distinct, "param_atomic": not disjoint}
-    if len(_WRITERS) > 4096:
-        for k in [k for k, v in _WRITERS.items() if v[0]() is None or v[1]() is None]:
-            del _WRITERS[k]
-    _WRITERS[key] = (weakref.ref(cids), weakref.ref(pids), versions, facts)
-    return facts
+
+    def facts():
+        flat = cids.reshape(-1)
+        distinct = torch.unique(flat).numel() == flat.numel()
+        runs = torch.sort(pids.reshape(-1)).values
+        disjoint = runs.numel() < 2 or int((runs[1:] - runs[:-1]).min()) >= block_size
+        return {"element_atomic": not distinct, "param_atomic": not disjoint}
+
+    return _memo(_WRITERS, (cids, pids), facts, block_size)
 
 
 def _num_cores(t: torch.Tensor) -> int:
