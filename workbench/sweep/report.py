@@ -132,32 +132,27 @@ def render(records: list[dict], title: str = "Sweep") -> str:
     if best:
         parts.append(_figure_html(best, devices))
     parts.append("<h2>By device</h2>")
-    cols = ["configurations", "passed", "failed", "timed out", "worker died"]
-    parts.append(_table(["device"] + cols, [[html.escape(d)] + [str(summary[d][c]) for c in cols] for d in devices]))
+    parts.append(reader.table_html([{"device": d, **summary[d]} for d in devices]))
     failed = [r for r in records if r.get("error") or not r.get("passed")]
     if failed:
         parts.append(f"<h2>Failed configurations ({len(failed)})</h2>")
-        parts.append(
-            _table(
-                ["device", "shape", "configuration", "error"],
-                [
-                    [
-                        html.escape(device_of(r)),
-                        html.escape(shape_of(r)),
-                        html.escape(config_of(r)),
-                        html.escape((r.get("error") or "wrong result")[:400]),
-                    ]
-                    for r in failed
-                ],
-            )
-        )
-    meta = [
-        ["records", str(len(records))],
-        ["hosts", ", ".join(sorted({r.get("host") or "" for r in records} - {""})) or "-"],
-        ["commits", ", ".join(sorted({r.get("commit") or "" for r in records} - {""})) or "-"],
-    ]
+        rows = [
+            {
+                "device": device_of(r),
+                "shape": shape_of(r),
+                "configuration": config_of(r),
+                "error": (r.get("error") or "wrong result")[:400],
+            }
+            for r in failed
+        ]
+        parts.append(reader.table_html(rows))
+    meta = {
+        "records": len(records),
+        "hosts": ", ".join(sorted({r.get("host") or "" for r in records} - {""})) or "-",
+        "commits": ", ".join(sorted({r.get("commit") or "" for r in records} - {""})) or "-",
+    }
     parts.append("<h2>Run</h2>")
-    parts.append(_table(["", ""], [[html.escape(a), html.escape(b)] for a, b in meta]))
+    parts.append(reader.table_html([{"item": k, "value": v} for k, v in meta.items()]))
     style = (
         "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
         "td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top;font-size:13px}th{background:#f3f3f3}"
