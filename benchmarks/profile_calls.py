@@ -242,7 +242,7 @@ def block_sparse():
             fn = lambda: peer.pyjuice_sum_layer(inputs, _shape(problem), problem)
             print(f"batch {batch} pyjuice variant: do_bench {bench_us(fn):.1f} us, issue {issue_us(fn, 100):.1f} us")
             kernel_table(fn, f"pyjuice variant sum fwd batch {batch}")
-            hmm, pj_layer, _, _ = peer._layer_for(_shape(problem), params, pids, em.device)
+            hmm, pj_layer, _, _ = peer.layer_for(_shape(problem), params, pids, em.device)
             pc = hmm.pc
             raw = lambda: pj_layer(pc.node_mars, pc.element_mars, pc.params)
             print(

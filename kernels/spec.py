@@ -140,7 +140,10 @@ class Variant:
     None or the reason the variant cannot run in this process (e.g. a peer not installed).
     ``kernel(inputs, problem)``, for a peer whose ``run`` also stages our inputs into its own
     buffers, returns a zero-argument call of its bare kernel on the same problem, so a benchmark
-    can time the kernel alone (``run`` still checks the result).
+    can time the kernel alone (``run`` still checks the result). ``prebuild()``, where given,
+    starts without waiting the one-off work the variant's first call would otherwise do in the
+    caller's thread (a peer's compiles, in background processes), so a benchmark can overlap
+    it with measuring something else; calling it again does nothing.
     """
 
     name: str
@@ -153,6 +156,7 @@ class Variant:
     modes: tuple[str, ...] | None = None  # None: the spec's modes
     doc: str = ""
     kernel: Callable[..., Callable[[], Any]] | None = None
+    prebuild: Callable[[], None] | None = None
 
     @property
     def is_peer(self) -> bool:

@@ -6,9 +6,11 @@ The protocol (DESIGN.md, "Measuring"):
 2. Correctness first: the variant's outputs, and for backward modes its gradients for a seeded
    random incoming gradient, against the spec's reference run on the same inputs upcast to
    fp32 (fp64 on the CPU). Max abs / max rel error, NaN/Inf mismatches, pass per tensor.
-3. Time: ``Device.time`` (do_bench, L2 flushed, p20/p50/p80) and, separately, host wall time of
-   one synchronised call, so launch overhead = wall - device is visible. On the CPU the times
-   are interpreter (or CPU) wall times, labelled so, never compared with device numbers.
+3. Time: ``Device.timings`` takes the three timings of :mod:`workbench.timing` (kernel: the
+   profiler's device-kernel sum with the L2 flushed; call: device events around one eager call;
+   host: the time to issue it), each a median with its interval, trials of configurations
+   measured together interleaved. On the CPU the times are interpreter (or CPU) wall times,
+   labelled so, never compared with device numbers.
 4. Peak memory above the baseline during one call; GB/s from the spec's minimum bytes and its
    share of the device's measured copy bandwidth.
 
@@ -40,6 +42,7 @@ from kernels.spec import DTYPES, KernelSpec, Variant, as_tuple, dtype_name, get
 from kernels.testing import TensorCheck, compare
 from workbench import device_state
 from workbench.device import Device, get_device
+from workbench.phases import Phases
 from workbench.timing import DEFAULT_REL_WIDTH
 
 
@@ -177,6 +180,7 @@ def measure(
     store=None,
     on_error: str = "raise",
     rel_width: float = DEFAULT_REL_WIDTH,
+    phases: Phases | None = None,
 ) -> Record:
     """Measure one configuration; see the module docstring for the protocol."""
     config = dict(variant=variant, dtype=dtype, mode=mode, problem=problem, params=params, seed=seed)
@@ -192,6 +196,7 @@ def measure(
         store=store,
         on_error=on_error,
         rel_width=rel_width,
+        phases=phases,
     )[0]
 
 
@@ -209,6 +214,7 @@ def measure_many(
     on_error: str = "raise",
     rel_width: float = DEFAULT_REL_WIDTH,
     extra: Sequence[tuple[Record, Callable[[], object]]] = (),
+    phases: Phases | None = None,
 ) -> list[Record]:
     """Measure several configurations of one family side by side, their timing trials interleaved.
 
@@ -221,13 +227,15 @@ def measure_many(
     ``rel_width``.
 
     ``extra``: (record, call) pairs timed in the same rounds, for calls that are not a variant
-    (a peer's bare kernel); their records get the timings and nothing else.
+    (a peer's bare kernel); their records get the timings and nothing else. ``phases`` adds
+    the wall seconds spent on inputs, first calls, checks and timing (:mod:`workbench.phases`).
     """
     spec = get(spec) if isinstance(spec, str) else spec
+    phases = phases if phases is not None else Phases()
     prepared: list[_Prepared] = []
     records: list[Record] = []
     for config in configs:
-        rec, prep = _prepare(spec, config, device, quick, check, on_error)
+        rec, prep = _prepare(spec, config, device, quick, check, on_error, phases)
         records.append(rec)
         if prep is not None and time_it:
             prepared.append(prep)
@@ -235,7 +243,8 @@ def measure_many(
         dev = get_device(device)
         prepared += [_Prepared(rec, spec, dev, rec.problem, fn) for rec, fn in extra]
     if prepared:
-        _time_together(prepared, warmup_ms, rep_ms, rel_width, on_error)
+        with phases("timing"):
+            _time_together(prepared, warmup_ms, rep_ms, rel_width, on_error)
     for prep in prepared:
         prep.step = None  # drop the inputs and graphs before the next configuration allocates
     for rec in records:
@@ -275,7 +284,7 @@ def _new_record(spec, var_name, backend, mode, dtype, dev_kind, dev_name, prob, 
     )
 
 
-def _prepare(spec, config, device, quick, check, on_error) -> tuple[Record, _Prepared | None]:
+def _prepare(spec, config, device, quick, check, on_error, phases: Phases) -> tuple[Record, _Prepared | None]:
     """Resolve, run once (compile), check; a failure becomes the record's error (or raises)."""
     variant, mode = config["variant"], config.get("mode", "forward")
     dtype, seed = config.get("dtype", "bf16"), config.get("seed", 0)
@@ -301,7 +310,7 @@ def _prepare(spec, config, device, quick, check, on_error) -> tuple[Record, _Pre
         record.params = prm
         if var.check is not None:
             var.check(prob, prm, dt, dev)
-        step = _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, check, record)
+        step = _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, check, record, phases)
         record.min_bytes = int(spec.min_bytes(prob, mode, dt))
         return record, _Prepared(record, spec, dev, prob, step)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a readable record or a ValueError
@@ -407,10 +416,11 @@ def _short_error(exc: BaseException) -> str:
     return text.strip()[:2000]
 
 
-def _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, check, record) -> Callable[[], object]:
+def _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, check, record, phases) -> Callable[[], object]:
     """Run the configuration once (compiling it), check it, and return the call to time."""
     torch_dtype = DTYPES[dt]
-    inputs = spec.make_inputs(prob, torch_dtype, dev.torch_device, seed)
+    with phases("setup"):
+        inputs = spec.make_inputs(prob, torch_dtype, dev.torch_device, seed)
     grad_names = _grad_inputs(inputs)
     backward_needed = mode in ("backward", "full")
     if backward_needed and not grad_names:
@@ -420,7 +430,7 @@ def _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, check, record) -> 
         return as_tuple(var.run(inputs, prob, **prm))
 
     # First call: compile (or trace) plus one run, timed on the host.
-    with torch.set_grad_enabled(backward_needed):
+    with torch.set_grad_enabled(backward_needed), phases("compile"):
         outputs, first_ms = _sync_call(dev, forward)
     record.compile_ms = first_ms
     diff_outputs = [o for o in outputs if isinstance(o, torch.Tensor) and o.requires_grad]
@@ -435,11 +445,13 @@ def _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, check, record) -> 
     if backward_needed:
         if not diff_outputs:
             raise ValueError(f"{spec.name}/{var.name} returned no differentiable output for mode={mode!r}")
-        grads, bwd_first_ms = _sync_call(dev, backward)
+        with phases("compile"):
+            grads, bwd_first_ms = _sync_call(dev, backward)
         record.compile_ms += bwd_first_ms
 
     if check:
-        _check(spec, dev, dt, prob, inputs, outputs, grads, grad_names, grad_outs, record)
+        with phases("check"):
+            _check(spec, dev, dt, prob, inputs, outputs, grads, grad_names, grad_outs, record)
 
     if mode == "forward":
 

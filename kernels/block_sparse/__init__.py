@@ -631,6 +631,7 @@ spec = KernelSpec(
             doc="PyJuice's own sum-layer kernel on the same HMM transition layer (needs K = nodes, untied); "
             "its bare kernel also times the layer's backward",
             kernel=_pyjuice_kernel,
+            prebuild=peer.prebuild,
         ),
     ),
 )

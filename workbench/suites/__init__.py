@@ -1,7 +1,7 @@
 """Benchmark suites: targets as data (:mod:`.targets`), their runs (:mod:`.run`, :mod:`.chain`),
 the ratio maths (:mod:`.judge`) and their files (:mod:`.files`); ``workbench bench --suite``."""
 
-from workbench.suites.files import combined, load_previous, peer_versions, target_info, write_files
+from workbench.suites.files import combined, load_previous, peer_versions, target_info, wall_table, write_files
 from workbench.suites.judge import (
     RatioRow,
     best_of,
@@ -63,5 +63,6 @@ __all__ = [
     "run_suite",
     "target_info",
     "versus_rows",
+    "wall_table",
     "write_files",
 ]

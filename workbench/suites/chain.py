@@ -40,12 +40,15 @@ def run_chain(target: Chain, ctx: RunContext, run: SuiteRun) -> None:
             ctx.emit(rec)
         return
     ctx.taken[taken_key] = (missing, [])
-    hmm = HMM(T=target.T, L=target.L, V=target.V, device=dev)
+    phase = ctx.phases
+    with phase("setup"):
+        hmm = HMM(T=target.T, L=target.L, V=target.V, device=dev)
     problem = {"T": target.T, "L": target.L, "V": target.V, "block_size": hmm.block_size}
     pj, reason = None, peer.available()
     if reason is None:
         try:
-            pj = peer.PyJuiceHMM.like(hmm)
+            with phase("compile"):
+                pj = peer.PyJuiceHMM.like(hmm)
         except Exception as exc:  # noqa: BLE001 - reported as the peer failing to build
             reason = f"PyJuice's HMM could not be built: {type(exc).__name__}: {exc}"
     if pj is None:
@@ -70,18 +73,22 @@ def run_chain(target: Chain, ctx: RunContext, run: SuiteRun) -> None:
     for batch in target.batches:
         x = hmm.sample(batch)
         try:
-            want, want_flows = hmm.reference_loglik(x, grads=True)
-
-            ll, flows = hmm.forward_backward(x)
+            with phase("check"):
+                want, want_flows = hmm.reference_loglik(x, grads=True)
+            with phase("compile"):
+                ll, flows = hmm.forward_backward(x)
             eager_checks = _chain_checks(hmm, ll, flows, want, want_flows)
             graph_checks = []
             if graphs:
-                g = hmm.graphed(batch)
-                g.x.copy_(x)
-                g_ll, g_flows = g.replay()
-                dev.synchronize()
+                with phase("compile"):
+                    g = hmm.graphed(batch)
+                    g.x.copy_(x)
+                    g_ll, g_flows = g.replay()
+                    dev.synchronize()
                 graph_checks = _chain_checks(hmm, g_ll, g_flows, want, want_flows)
-            for row in chain_timings(hmm, batch, rep_ms=ctx.rep_ms, graphs=graphs):
+            with phase("timing"):
+                rows = chain_timings(hmm, batch, rep_ms=ctx.rep_ms, graphs=graphs)
+            for row in rows:
                 mode = "full" if row["mode"] == "forward+backward" else "forward"
                 cpu = dev.kind == "cpu"
                 n = len(eager_checks) if mode == "full" else 1  # forward: the log-likelihood only
@@ -97,12 +104,16 @@ def run_chain(target: Chain, ctx: RunContext, run: SuiteRun) -> None:
             continue
         for variant, use_graph in (("pyjuice_eager", False), ("pyjuice_graph", True)):
             try:
-                theirs = pj.forward(x)
-                checks = [compare("ll", theirs, hmm.reference_loglik(x), 1e-3, 1e-5)]
+                with phase("compile"):
+                    theirs = pj.forward(x)
+                with phase("check"):
+                    checks = [compare("ll", theirs, hmm.reference_loglik(x), 1e-3, 1e-5)]
                 fn = lambda g=use_graph, x=x: pj.forward_backward(x, graph=g)  # noqa: E731
                 with torch.no_grad():
-                    fn()  # with graph=True PyJuice records its graph here and replays it afterwards
-                    ms = dev.wall_per_call(fn, rep_ms=wall_rep).p50
+                    with phase("compile"):
+                        fn()  # with graph=True PyJuice records its graph here and replays it afterwards
+                    with phase("timing"):
+                        ms = dev.wall_per_call(fn, rep_ms=wall_rep).p50
                 record(variant, "peer", "full", batch, ms, "host-wall", checks, params={"graph": use_graph})
             except Exception as exc:  # noqa: BLE001
                 record(variant, "peer", "full", batch, None, "", error=f"{type(exc).__name__}: {exc}"[:2000])

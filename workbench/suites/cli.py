@@ -11,6 +11,7 @@ from workbench import gate
 from workbench import suites as S
 from workbench.cli import Parser, _split, check_budget, check_output_path, format_row
 from workbench.device import get_device
+from workbench.phases import process_age_s
 from workbench.store import Store
 
 
@@ -75,15 +76,32 @@ def suite_main(argv) -> int:
 
     def on_target(target, run):
         S.write_files(S.combined(run, earlier, suite), suite, out)  # after every target: nothing is lost
+        split = run.target_wall[target.name]
+        parts = ", ".join(f"{k} {split[k]:.1f}" for k in ("setup", "compile", "check", "timing", "other"))
+        print(f"-- {target.name}: {split['wall']:.1f} s ({parts})  ({time.perf_counter() - started:.1f} s)", flush=True)
 
     run = S.run_suite(
         suite, device=device, store=store, rep_ms=args.rep_ms, only=only, on_record=on_record, on_target=on_target
     )
+    measured_s = time.perf_counter() - started
+    process_s = process_age_s()
+    this_run_wall = dict(run.target_wall)
     run = S.combined(run, earlier, suite)
     print()
     print(format_ratio_table(run.rows))
+    print("\nwall seconds per target (this command):")
+    print(S.wall_table(this_run_wall))
+    print(
+        f"suite wall: {measured_s:.1f} s measuring"
+        + (f", {process_s:.1f} s from the process's start" if process_s is not None else "")
+    )
     S.write_files(run, suite, out)
     env = suite_environment(device, suite, argv)
+    env["wall_s"] = {
+        "measuring": round(measured_s, 1),
+        "from_process_start": None if process_s is None else round(process_s, 1),
+        "targets": this_run_wall,
+    }
     (out / "environment.json").write_text(json.dumps(env, indent=1, default=str))
     result = gate.check(run.record_dicts(), baseline, pct, failures=run.failures, baseline_name=_shown(args.baseline))
     if baseline is not None:

@@ -71,7 +71,7 @@ def run_compiled(target, ctx: RunContext, run: SuiteRun) -> None:
             rec = new_record(spec.name, name, backend, target.mode, target.dtype, dev, problem, {}, "hidden", hidden)
             fn = None
             try:
-                fn = _compiled_step(hidden, target.tokens, ours, dev.torch_device, rec)
+                fn = _compiled_step(hidden, target.tokens, ours, dev.torch_device, rec, ctx.phases)
             except Exception as exc:  # noqa: BLE001 - one block failing to compile is reported, not fatal
                 rec.error, rec.passed = f"{type(exc).__name__}: {exc}"[:2000], False
             extra.append((rec, fn))
@@ -85,26 +85,29 @@ def run_compiled(target, ctx: RunContext, run: SuiteRun) -> None:
                 rep_ms=ctx.rep_ms,
                 on_error="record",
                 extra=runnable,
+                phases=ctx.phases,
             )
         for rec, _ in extra:  # no min_bytes (matmuls inside): measure gives no bandwidth share
             ctx.emit(rec, to_store=True)
 
 
-def _compiled_step(hidden: int, tokens: int, ours: bool, device, rec):
+def _compiled_step(hidden: int, tokens: int, ours: bool, device, rec, phases):
     """The compiled block's inference step, after a check of its output (recorded on ``rec``)."""
-    gen = torch.Generator().manual_seed(1)
-    x = torch.randn(tokens, hidden, generator=gen).to(device, torch.bfloat16)
-    residual = torch.randn(tokens, hidden, generator=gen).to(device, torch.bfloat16)
-    block = DecoderBlock(hidden, ours, device)
+    with phases("setup"):
+        gen = torch.Generator().manual_seed(1)
+        x = torch.randn(tokens, hidden, generator=gen).to(device, torch.bfloat16)
+        residual = torch.randn(tokens, hidden, generator=gen).to(device, torch.bfloat16)
+        block = DecoderBlock(hidden, ours, device)
     compiled = torch.compile(block, mode="reduce-overhead", fullgraph=True)
 
     def step():
         with torch.no_grad():
             return compiled(x, residual)
 
-    for _ in range(3):  # cudagraph trees record on a later call than the first
-        out, s = step()
-    with torch.no_grad():
+    with phases("compile"):
+        for _ in range(3):  # cudagraph trees record on a later call than the first
+            out, s = step()
+    with torch.no_grad(), phases("check"):
         want, want_s = _reference(block, x, residual)
     # bf16 matmuls over ``hidden`` terms: errors scale with the output's magnitude.
     scale = max(1.0, float(want.abs().max()))

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from workbench.measure import Record, git_commit, versions
+from workbench.phases import Phases
 from workbench.suites.judge import record_dict
 
 
@@ -22,6 +23,9 @@ class SuiteRun:
     target_records: dict = field(default_factory=dict)
     missing: dict = field(default_factory=dict)  # target -> {peer: reason}
     failures: list = field(default_factory=list)
+    # target -> its wall seconds split into phases (workbench.phases: setup, compile, check,
+    # timing, other, wall), so every run shows where its time went.
+    target_wall: dict = field(default_factory=dict)
 
     def record_dicts(self) -> list[dict]:
         return [record_dict(r) for r in self.records]
@@ -37,6 +41,7 @@ class RunContext:
     # Records already taken in this run, by what they measured: a target that judges another
     # timing of the same cells (the call targets) reuses them instead of measuring again.
     taken: dict = field(default_factory=dict)
+    phases: Phases = field(default_factory=Phases)  # this target's wall seconds per phase
 
 
 def new_record(kernel, variant, backend, mode, dtype, dev, problem, params, axis, x) -> Record:

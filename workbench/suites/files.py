@@ -31,6 +31,8 @@ def load_previous(suite: Suite, device_kind: str, out) -> SuiteRun | None:
         start = len(run.records)
         run.records.extend(records[i] for i in info.get("records", []))
         run.target_records[name] = list(range(start, len(run.records)))
+        if info.get("wall"):
+            run.target_wall[name] = dict(info["wall"])
     run.rows = [RatioRow(**row) for row in body.get("rows", [])]
     run.failures = list(body.get("failures", []))
     run.missing = dict(body.get("missing", {}))
@@ -54,6 +56,8 @@ def combined(run: SuiteRun, earlier: SuiteRun | None, suite: Suite) -> SuiteRun:
             both.failures.extend(f for f in source.failures if f.startswith(f"{name}:"))
             if name in source.missing:
                 both.missing[name] = source.missing[name]
+            if name in source.target_wall:
+                both.target_wall[name] = source.target_wall[name]
     order = {t.name: i for i, t in enumerate(suite.targets)}
     both.rows.sort(key=lambda r: order.get(r.target, len(order)))  # stable: keeps x order per target
     return both
@@ -93,6 +97,17 @@ def target_info(target) -> dict:
 RATIO_COLUMNS = tuple(RatioRow.__dataclass_fields__)
 
 
+def wall_table(target_wall: dict) -> str:
+    """Per target: wall seconds and their split into setup, compile, check, timing and other."""
+    cols = ("wall", "setup", "compile", "check", "timing", "other")
+    lines = [f"{'target':32s} " + " ".join(f"{c:>8s}" for c in cols)]
+    for name, split in target_wall.items():
+        lines.append(f"{name:32s} " + " ".join(f"{split.get(c, 0.0):8.1f}" for c in cols))
+    totals = {c: sum(split.get(c, 0.0) for split in target_wall.values()) for c in cols}
+    lines.append(f"{'all targets':32s} " + " ".join(f"{totals[c]:8.1f}" for c in cols))
+    return "\n".join(lines)
+
+
 def write_files(run: SuiteRun, suite: Suite, out) -> dict:
     """``records.csv`` / ``records.json`` (every record), ``ratios.csv`` (the judged rows) and
     ``suite.json`` (targets, which records each took, rows, failures) into ``out``."""
@@ -116,7 +131,10 @@ def write_files(run: SuiteRun, suite: Suite, out) -> dict:
         "title": suite.title,
         "device_kind": run.device_kind,
         "device_name": run.device_name,
-        "targets": [{**target_info(t), "records": run.target_records[t.name]} for t in taken],
+        "targets": [
+            {**target_info(t), "records": run.target_records[t.name], "wall": run.target_wall.get(t.name)}
+            for t in taken
+        ],
         "missing": run.missing,
         "rows": [r.to_dict() for r in run.rows],
         "failures": run.failures,

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+import time
+
 import torch
 
 from kernels.spec import DTYPES, get
@@ -75,6 +77,7 @@ def _run_versus(target: Versus, ctx: RunContext, run: SuiteRun) -> None:
             store=ctx.store,
             on_error="record",
             extra=[(rec, fn) for rec, fn in bare if fn is not None],
+            phases=ctx.phases,
         )
         for key, rec in zip(keys, recs):
             ctx.emit(rec)
@@ -105,15 +108,17 @@ def _bare_kernel(spec, var, problem: dict, target: Versus, ctx: RunContext) -> t
     )
     rec.min_bytes = int(spec.min_bytes(prob, mode, target.dtype))
     try:
-        inputs = spec.make_inputs(prob, DTYPES[target.dtype], dev.torch_device, 0)
-        # A mode other than forward is asked for by name (a peer's kernel hook may take ``mode``).
-        kernel = var.kernel(inputs, prob) if mode == "forward" else var.kernel(inputs, prob, mode=mode)
+        with ctx.phases("setup"):
+            inputs = spec.make_inputs(prob, DTYPES[target.dtype], dev.torch_device, 0)
+        with ctx.phases("compile"):
+            # A mode other than forward is asked for by name (a peer's kernel hook may take ``mode``).
+            kernel = var.kernel(inputs, prob) if mode == "forward" else var.kernel(inputs, prob, mode=mode)
 
-        def fn():
-            with torch.no_grad():
-                return kernel()
+            def fn():
+                with torch.no_grad():
+                    return kernel()
 
-        fn()
+            fn()
         rec.passed = True  # its result on our inputs is checked by the variant's own record
         return rec, fn
     except Exception as exc:  # noqa: BLE001 - a peer that cannot be timed is reported, not fatal
@@ -154,9 +159,23 @@ def _run_defaults(target: Defaults, ctx: RunContext, run: SuiteRun) -> None:
             rep_ms=ctx.rep_ms,
             store=ctx.store,
             on_error="record",
+            phases=ctx.phases,
         )
         for params, rec in zip(configs, recs):
             ctx.emit(rec, label=sweep_label(params))
+
+
+def start_prebuilds(targets, device_kind: str) -> list[str]:
+    """Start every ``prebuild`` hook of the variants of the families these targets measure (a
+    peer's compiles, in background processes), so that work overlaps the targets measured
+    before the peer's first call instead of stalling it. Returns the variants started."""
+    started = []
+    for family in dict.fromkeys(t.family for t in targets):
+        for var in get(family).variants:
+            if var.prebuild is not None and var.unavailable_reason(device_kind) is None:
+                var.prebuild()
+                started.append(f"{family}/{var.name}")
+    return started
 
 
 _RUNNERS = {"versus": _run_versus, "chain": run_chain, "defaults": _run_defaults, "compiled": run_compiled}
@@ -182,7 +201,9 @@ def run_suite(
     dev = get_device(device)
     run = SuiteRun(suite.name, dev.kind, dev.name)
     taken: dict = {}
+    start_prebuilds(targets, dev.kind)
     for target in targets:
+        started = time.perf_counter()
         mine: list = []
 
         def emit(rec, *, label=None, to_store=False, _mine=mine):
@@ -206,6 +227,7 @@ def run_suite(
         recs = [run.records[i] for i in mine]
         run.rows.extend(rows_for(target, recs, run.missing.get(target.name)))
         run.failures.extend(failures(target, recs))
+        run.target_wall[target.name] = ctx.phases.split(time.perf_counter() - started)
         if on_target is not None:
             on_target(target, run)
     return run
