@@ -178,11 +178,7 @@ def prebuild() -> None:
     import subprocess
     import sys
 
-    code = (
-        "import sys\n"
-        "from pyjuice.layer.kernels import c\n"
-        "getattr(c, sys.argv[1], lambda: None)()\n"
-    )
+    code = "import sys\nfrom pyjuice.layer.kernels import c\ngetattr(c, sys.argv[1], lambda: None)()\n"
     for name in _EXTENSION_BUILDERS:
         _BUILDS.append(
             subprocess.Popen(

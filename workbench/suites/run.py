@@ -7,9 +7,8 @@ loses nothing already measured. Runners are a registry by target kind.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
-
 import time
+from typing import Any, Callable, Sequence
 
 import torch
 
