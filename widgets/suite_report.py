@@ -21,6 +21,7 @@ import plotly.graph_objects as go
 
 from widgets import figures as F
 from workbench import reader
+from workbench.provenance import is_dirty
 
 STATUS_COLOURS = {
     "MET": "#d8f0d8",
@@ -590,6 +591,7 @@ def headline_lines(run: dict) -> list[str]:
             f"(vs {best.get('peer')}); worst: {reader.ratio_text(worst)}× at {short_title(worst['title'])} "
             f"{worst['x_name']}={worst['x']} (vs {worst.get('peer')})."
         )
+    lines.append(code_line(run))
     if rows and all(r.get("ratio_lo") is None for r in rows if r.get("ratio") is not None):
         lines.append("These records predate confidence intervals: each ratio is a point, without an interval.")
     if run.get("device_kind") == "cpu":
@@ -600,6 +602,27 @@ def headline_lines(run: dict) -> list[str]:
     if run.get("failures"):
         lines.append(f"FAILED: {len(run['failures'])} correctness failures: " + "; ".join(run["failures"][:5]))
     return lines
+
+
+def code_line(run: dict) -> str:
+    """Which code the numbers describe: one commit, several, or a tree that differs from its commit."""
+    versions = sorted({str(r.get("commit")) for r in run.get("records", []) if r.get("commit")})
+    if not versions:
+        versions = [str((run.get("environment") or {}).get("git_commit") or "")] if run.get("environment") else []
+    versions = [v for v in versions if v and not v.startswith("(")]
+    if not versions:
+        return "Code: the records name no commit."
+    dirty = [v for v in versions if is_dirty(v)]
+    if len(versions) > 1:
+        text = f"Code: the records come from {len(versions)} code versions ({', '.join(versions)}), not one."
+    else:
+        text = f"Code: commit {versions[0]}, every record."
+    if dirty:
+        text += (
+            f" MEASURED ON A DIRTY TREE ({', '.join(dirty)}): the code that ran differs from its commit, "
+            "so these numbers describe uncommitted code."
+        )
+    return text
 
 
 def headline_html(run: dict) -> str:

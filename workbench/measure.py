@@ -28,7 +28,6 @@ import datetime as _dt
 import functools
 import math
 import platform
-import subprocess
 import sys
 import time
 import traceback
@@ -43,6 +42,7 @@ from kernels.testing import TensorCheck, compare
 from workbench import device_state
 from workbench.device import Device, get_device
 from workbench.phases import Phases
+from workbench.provenance import code_version
 from workbench.timing import DEFAULT_REL_WIDTH
 
 
@@ -118,21 +118,6 @@ def versions() -> dict:
         "torch": torch.__version__,
         "triton": getattr(triton, "__version__", "?"),
     }
-
-
-@functools.lru_cache(maxsize=1)
-def git_commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=Path(__file__).resolve().parent,
-            capture_output=True,
-            text=True,
-            timeout=5,
-        )
-        return out.stdout.strip() if out.returncode == 0 else ""
-    except Exception:
-        return ""
 
 
 def reference_dtype(device: Device) -> torch.dtype:
@@ -279,7 +264,7 @@ def _new_record(spec, var_name, backend, mode, dtype, dev_kind, dev_name, prob, 
         x_value=(prob or {}).get(spec.axis),
         seed=seed,
         versions=versions(),
-        commit=git_commit(),
+        commit=code_version(),
         timestamp=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     )
 

@@ -230,7 +230,7 @@ def environment(device: str = "auto") -> dict:
     import torch
     import triton
 
-    from workbench.measure import git_commit
+    from workbench.provenance import code_version
 
     env = {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -240,7 +240,7 @@ def environment(device: str = "auto") -> dict:
         "host": platform.node(),
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
-        "git_commit": git_commit() or "(not a git checkout)",
+        "git_commit": code_version() or "(not a git checkout)",
     }
     try:
         from workbench.device import get_device

@@ -6,8 +6,9 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from workbench.measure import Record, git_commit, versions
+from workbench.measure import Record, versions
 from workbench.phases import Phases
+from workbench.provenance import code_version
 from workbench.suites.judge import record_dict
 
 
@@ -58,6 +59,6 @@ def new_record(kernel, variant, backend, mode, dtype, dev, problem, params, axis
         axis=axis,
         x_value=x,
         versions=versions(),
-        commit=git_commit(),
+        commit=code_version(),
         timestamp=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     )

@@ -185,7 +185,8 @@ def _axis_value(body: dict, axis: str):
 def error_record(task: SweepTask, kind: str, message: str, worker: dict | None = None) -> dict:
     """The record of a configuration that gave no record of its own (its worker died, or it ran
     past its timeout): ``error`` is ``"<kind>: <message>"``, ``passed`` False."""
-    from workbench.measure import Record, git_commit, versions
+    from workbench.measure import Record, versions
+    from workbench.provenance import code_version
 
     rec = Record(
         kernel=task.family,
@@ -203,7 +204,7 @@ def error_record(task: SweepTask, kind: str, message: str, worker: dict | None =
         error=f"{kind}: {message}",
         seed=task.seed,
         versions=versions(),
-        commit=git_commit(),
+        commit=code_version(),
         timestamp=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     )
     return stamp(rec.to_dict(), task, worker)

@@ -1,0 +1,93 @@
+"""Which code a record names: the commit, or the commit marked dirty with a hash of the differences."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from workbench import provenance
+
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+
+
+def _git(root, *args):
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=root, check=True, capture_output=True
+    )
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    root = tmp_path / "repo"
+    (root / "kernels").mkdir(parents=True)
+    (root / "reports").mkdir()
+    (root / "kernels" / "op.py").write_text("X = 1\n")
+    (root / "reports" / "r.json").write_text("{}\n")
+    _git(root, "init", "-q")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "first")
+    return root
+
+
+def _head(root):
+    return subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def test_a_clean_checkout_names_its_commit(checkout):
+    assert provenance.version_of(checkout) == _head(checkout)
+    assert not provenance.is_dirty(provenance.version_of(checkout))
+
+
+def test_changed_code_is_marked_dirty_with_a_hash_of_the_changes(checkout):
+    (checkout / "kernels" / "op.py").write_text("X = 2\n")
+    version = provenance.version_of(checkout)
+    assert version.startswith(_head(checkout) + "-dirty+")
+    assert provenance.is_dirty(version)
+    # The same change hashes the same; another change hashes differently.
+    assert provenance.version_of(checkout) == version
+    (checkout / "kernels" / "op.py").write_text("X = 3\n")
+    assert provenance.version_of(checkout) != version
+
+
+def test_an_untracked_code_file_or_a_deleted_one_makes_the_tree_dirty(checkout):
+    (checkout / "kernels" / "new.py").write_text("Y = 1\n")
+    assert provenance.changed_files(checkout) == ["kernels/new.py"]
+    (checkout / "kernels" / "new.py").unlink()
+    (checkout / "kernels" / "op.py").unlink()
+    assert provenance.changed_files(checkout) == ["kernels/op.py"]
+    assert provenance.is_dirty(provenance.version_of(checkout))
+
+
+def test_reports_written_into_the_tree_leave_it_clean(checkout):
+    (checkout / "reports" / "r.json").write_text('{"new": 1}\n')
+    (checkout / "reports" / "other.csv").write_text("a\n")
+    assert provenance.version_of(checkout) == _head(checkout)
+
+
+def test_outside_a_checkout_the_version_is_empty(tmp_path):
+    assert provenance.version_of(tmp_path) == ""
+
+
+def test_records_and_the_environment_name_this_process_code_version():
+    from workbench.measure import measure
+    from workbench.report import environment
+
+    rec = measure("scalar_ops", "materialized", device="cpu", dtype="fp32", problem={"numel": 8}, rep_ms=1, warmup_ms=0)
+    assert rec.commit == provenance.code_version()
+    assert environment("cpu")["git_commit"] in (provenance.code_version(), "(not a git checkout)")
+
+
+def test_the_report_headline_says_which_code_it_measured():
+    from widgets.suite_report import code_line
+
+    clean = {"records": [{"commit": "abc1234"}, {"commit": "abc1234"}]}
+    assert code_line(clean) == "Code: commit abc1234, every record."
+    dirty = {"records": [{"commit": "abc1234-dirty+0011aabb"}]}
+    assert "DIRTY TREE (abc1234-dirty+0011aabb)" in code_line(dirty)
+    mixed = {"records": [{"commit": "abc1234"}, {"commit": "def5678"}]}
+    assert "2 code versions (abc1234, def5678)" in code_line(mixed)
+    assert code_line({"records": [], "environment": {"git_commit": "(not a git checkout)"}}).endswith("no commit.")
