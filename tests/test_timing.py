@@ -201,7 +201,7 @@ def test_graph_replay_and_profiler_agree_on_a_capturable_kernel():
     assert graph > 0 and prof > 0
     assert abs(graph - prof) / prof < 0.10, (graph, prof)
     # A cold L2 can only make the kernel slower.
-    cold = timing.run_interleaved({"p": timing.ProfilerKernelSampler(call, flush=get_device("cuda")._flush_l2)})
+    cold = timing.run_interleaved({"p": timing.ProfilerKernelSampler(call, flush=get_device("cuda").flush_l2)})
     assert cold["p"].median >= 0.95 * prof
 
 
@@ -230,7 +230,36 @@ def test_an_uncapturable_call_is_timed_by_the_profiler():
 
     with pytest.raises(RuntimeError):  # torch reports the failed capture as a RuntimeError
         timing.CudaGraphSampler(call)
-    sampler, note = timing.kernel_sampler(call, flush=get_device("cuda")._flush_l2)
+    sampler, note = timing.kernel_sampler(call, flush=get_device("cuda").flush_l2)
     assert sampler.method == "profiler, L2 flushed" and note == ""
     est = timing.run_interleaved({"k": sampler}, budget_s=1.0)["k"]
     assert est.median > 0
+
+
+def test_a_converged_timing_stops_for_every_variant_and_leaves_the_budget_to_the_others():
+    """Kernel samplers of A and B converge; call samplers never do: the kernel group stops
+    (for both at once, with equal trials) and the call group alone uses the rest of the budget."""
+    rng = np.random.default_rng(7)
+    samplers = {
+        ("A", "kernel"): Synthetic(lambda: rng.normal(1.0, 0.001)),
+        ("B", "kernel"): Synthetic(lambda: rng.normal(2.0, 0.001)),
+        ("A", "call"): Synthetic(lambda: rng.uniform(0.5, 1.5)),
+        ("B", "call"): Synthetic(lambda: rng.uniform(1.0, 3.0)),
+    }
+    order: list = []
+    out = timing.run_interleaved(samplers, budget_s=0.2, clock=fake_clock(0.001), order=order, group=lambda key: key[1])
+    kernel_a, kernel_b = out[("A", "kernel")], out[("B", "kernel")]
+    assert kernel_a.converged and kernel_b.converged
+    assert kernel_a.n == kernel_b.n == timing.MIN_SAMPLES  # stopped together, at the minimum
+    call_a, call_b = out[("A", "call")], out[("B", "call")]
+    assert call_a.n == call_b.n > 3 * timing.MIN_SAMPLES  # the call group kept alternating
+    after = order[4 * timing.MIN_SAMPLES :]
+    assert set(after) == {("A", "call"), ("B", "call")}
+    assert after[:4] == [("A", "call"), ("B", "call")] * 2
+
+
+def test_without_groups_a_converged_sampler_keeps_its_turns():
+    rng = np.random.default_rng(8)
+    samplers = {"k": Synthetic(lambda: rng.normal(1.0, 0.001)), "c": Synthetic(lambda: rng.uniform(0.5, 1.5))}
+    out = timing.run_interleaved(samplers, budget_s=0.05, clock=fake_clock(0.001))
+    assert out["k"].n == out["c"].n > timing.MIN_SAMPLES

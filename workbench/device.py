@@ -85,11 +85,11 @@ class Device(DeviceInfo):
             return {name: timing.WallSampler(fn, method="interpreter-wall") for name in named}, note
         if "kernel" in which:
             if self.kind == "cuda":
-                out["kernel"], note = timing.kernel_sampler(fn, flush=self._flush_l2)
+                out["kernel"], note = timing.kernel_sampler(fn, flush=self.flush_l2)
             else:
                 out["kernel"] = timing.BackToBackSampler(fn, self.backend, method=f"{self.kind}-events")
         if "call" in which:
-            out["call"] = timing.EventCallSampler(fn, self.backend, flush=self._flush_l2)
+            out["call"] = timing.EventCallSampler(fn, self.backend, flush=self.flush_l2)
         if "host" in which:
             out["host"] = timing.HostSampler(fn, sync=self.synchronize)
         return out, note
@@ -118,6 +118,7 @@ class Device(DeviceInfo):
                 samplers,
                 rel_width=rel_width,
                 budget_s=budget_s * max(1, len(samplers)),
+                group=lambda key: key[1],  # a timing (kernel, call, host) stops once all its cells converged
                 # The interpreter is slow and its wall time is never compared with a device's.
                 min_samples=3 if self.kind == "cpu" else timing.MIN_SAMPLES,
             )
@@ -136,7 +137,7 @@ class Device(DeviceInfo):
         """Clocks, temperature, power and slowdown reasons now (NVML); {} where there is none."""
         return device_state.snapshot(self.kind, self.index)
 
-    def _flush_l2(self) -> None:
+    def flush_l2(self) -> None:
         """Overwrite a buffer larger than any L2 so each timed call starts cold (``do_bench``'s way)."""
         key = (self.kind, self.index)
         if key not in _FLUSH:

@@ -217,10 +217,11 @@ def measure_many(
     """
     spec = get(spec) if isinstance(spec, str) else spec
     phases = phases if phases is not None else Phases()
+    shared = _Shared(device, quick, check, on_error, phases)
     prepared: list[_Prepared] = []
     records: list[Record] = []
     for config in configs:
-        rec, prep = _prepare(spec, config, device, quick, check, on_error, phases)
+        rec, prep = _prepare(spec, config, shared)
         records.append(rec)
         if prep is not None and time_it:
             prepared.append(prep)
@@ -236,6 +237,44 @@ def measure_many(
         if store is not None:
             store.append(rec)
     return records
+
+
+@dataclass
+class _Shared:
+    """What the configurations measured together share: the device and options, the phase
+    clock, and their random inputs, made once per (problem, dtype, seed) and copied to each
+    configuration (making the large norm inputs on the CPU cost a second apiece on the H100
+    machine; every configuration of a suite cell uses the same ones)."""
+
+    device: Any
+    quick: bool
+    check: bool
+    on_error: str
+    phases: Phases
+    made: dict = field(default_factory=dict)
+
+    def inputs(self, spec: KernelSpec, prob: dict, torch_dtype, dev: Device, seed: int) -> dict:
+        key = ("inputs", repr(sorted(prob.items())), torch_dtype, dev.torch_device, seed)
+        if key not in self.made:
+            self.made[key] = spec.make_inputs(prob, torch_dtype, dev.torch_device, seed)
+        return {name: _copy(value) for name, value in self.made[key].items()}
+
+    def grad_outputs(self, outputs: list, seed: int) -> list:
+        """Seeded random incoming gradients, one per differentiable output."""
+        key = ("grads", tuple((tuple(o.shape), o.dtype, o.device) for o in outputs), seed)
+        if key not in self.made:
+            gen = torch.Generator(device="cpu").manual_seed(seed + 1)
+            self.made[key] = [
+                torch.randn(o.shape, generator=gen, dtype=torch.float32).to(o.device, o.dtype) for o in outputs
+            ]
+        return [_copy(g) for g in self.made[key]]
+
+
+def _copy(value):
+    """A tensor's own copy (its grad flag kept: a configuration may write into its inputs)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone().requires_grad_(value.requires_grad)
+    return value
 
 
 @dataclass
@@ -269,11 +308,12 @@ def _new_record(spec, var_name, backend, mode, dtype, dev_kind, dev_name, prob, 
     )
 
 
-def _prepare(spec, config, device, quick, check, on_error, phases: Phases) -> tuple[Record, _Prepared | None]:
+def _prepare(spec, config, shared: _Shared) -> tuple[Record, _Prepared | None]:
     """Resolve, run once (compile), check; a failure becomes the record's error (or raises)."""
     variant, mode = config["variant"], config.get("mode", "forward")
     dtype, seed = config.get("dtype", "bf16"), config.get("seed", 0)
     problem, params = config.get("problem"), config.get("params")
+    device, on_error = shared.device, shared.on_error
     record = None
     try:
         dev = get_device(device)
@@ -286,7 +326,7 @@ def _prepare(spec, config, device, quick, check, on_error, phases: Phases) -> tu
             )
         if dt not in spec.dtypes:
             raise ValueError(f"dtype={dt!r} is not supported by {spec.name}; use one of {', '.join(spec.dtypes)}")
-        prob = spec.resolve_problem(problem, quick=quick)
+        prob = spec.resolve_problem(problem, quick=shared.quick)
         record = _new_record(spec, var.name, var.backend, mode, dt, dev.kind, dev.name, prob, params, seed)
         reason = var.unavailable_reason(dev.kind)
         if reason:
@@ -295,7 +335,7 @@ def _prepare(spec, config, device, quick, check, on_error, phases: Phases) -> tu
         record.params = prm
         if var.check is not None:
             var.check(prob, prm, dt, dev)
-        step = _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, check, record, phases)
+        step = _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, record, shared)
         record.min_bytes = int(spec.min_bytes(prob, mode, dt))
         return record, _Prepared(record, spec, dev, prob, step)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a readable record or a ValueError
@@ -401,11 +441,11 @@ def _short_error(exc: BaseException) -> str:
     return text.strip()[:2000]
 
 
-def _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, check, record, phases) -> Callable[[], object]:
+def _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, record, shared: _Shared) -> Callable[[], object]:
     """Run the configuration once (compiling it), check it, and return the call to time."""
-    torch_dtype = DTYPES[dt]
+    phases = shared.phases
     with phases("setup"):
-        inputs = spec.make_inputs(prob, torch_dtype, dev.torch_device, seed)
+        inputs = shared.inputs(spec, prob, DTYPES[dt], dev, seed)
     grad_names = _grad_inputs(inputs)
     backward_needed = mode in ("backward", "full")
     if backward_needed and not grad_names:
@@ -419,8 +459,8 @@ def _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, check, record, pha
         outputs, first_ms = _sync_call(dev, forward)
     record.compile_ms = first_ms
     diff_outputs = [o for o in outputs if isinstance(o, torch.Tensor) and o.requires_grad]
-    gen = torch.Generator(device="cpu").manual_seed(seed + 1)
-    grad_outs = [torch.randn(o.shape, generator=gen, dtype=torch.float32).to(o.device, o.dtype) for o in diff_outputs]
+    with phases("setup"):
+        grad_outs = shared.grad_outputs(diff_outputs, seed)
     grad_tensors = [inputs[n] for n in grad_names]
 
     def backward():
@@ -434,7 +474,7 @@ def _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, check, record, pha
             grads, bwd_first_ms = _sync_call(dev, backward)
         record.compile_ms += bwd_first_ms
 
-    if check:
+    if shared.check:
         with phases("check"):
             _check(spec, dev, dt, prob, inputs, outputs, grads, grad_names, grad_outs, record)
 

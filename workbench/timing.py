@@ -157,28 +157,43 @@ def run_interleaved(
     max_samples: int = MAX_SAMPLES,
     clock: Callable[[], float] = time.perf_counter,
     order: list | None = None,
+    group: Callable[[object], object] | None = None,
 ) -> dict[object, Estimate]:
     """Sample every sampler round-robin until all medians are within ``rel_width`` or time ends.
 
     Each round draws once from each sampler in the mapping's order, so trials of variants A, B
-    and C alternate (A B C A B C ...). A sampler whose estimate has converged still takes its
-    turn while others have not: alternation is what keeps drift from favouring one side.
-    ``order`` (a list) receives the keys in the order they were sampled, for tests and logs.
+    and C alternate (A B C A B C ...). ``group(key)`` names the timing a sampler belongs to
+    (kernel, call, host; one group for all when None). A sampler whose estimate has converged
+    still takes its turn while another of its group has not: alternation is what keeps drift
+    from favouring one side. Once every sampler of a group has converged, the whole group stops
+    at once, and the rounds left in the budget go to the groups still sampling (on CUDA the
+    kernel time converges within a few dozen samples; call and host times, which carry the
+    host's jitter, use the rest). ``order`` (a list) receives the keys in the order they were
+    sampled, for tests and logs.
     """
     if not samplers:
         return {}
+    group = group or (lambda key: None)
+    members: dict[object, list] = {}
+    for key in samplers:
+        members.setdefault(group(key), []).append(key)
     samples: dict[object, list[float]] = {k: [] for k in samplers}
+    active = set(members)
     start = clock()
-    while True:
+    while active:
         for key, sampler in samplers.items():
-            samples[key].extend(sampler.sample())
-            if order is not None:
-                order.append(key)
+            if group(key) in active:
+                samples[key].extend(sampler.sample())
+                if order is not None:
+                    order.append(key)
         counts = [len(v) for v in samples.values()]
-        enough = min(counts) >= min_samples
-        if enough and all(estimate(samples[k], samplers[k].method, rel_width).converged for k in samplers):
-            break
-        if (enough and clock() - start >= budget_s) or max(counts) >= max_samples:
+        for name in list(active):
+            keys = members[name]
+            if min(len(samples[k]) for k in keys) >= min_samples and all(
+                estimate(samples[k], samplers[k].method, rel_width).converged for k in keys
+            ):
+                active.discard(name)
+        if (min(counts) >= min_samples and clock() - start >= budget_s) or max(counts) >= max_samples:
             break
     return {k: estimate(samples[k], samplers[k].method, rel_width) for k in samplers}
 

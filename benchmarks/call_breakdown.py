@@ -1,0 +1,164 @@
+# ruff: noqa: E731  (the lambdas are the calls being measured)
+"""Why an eager call costs what it costs: the same call under several timing protocols, in a
+fresh process and again after the suite's own measurement of the same cell.
+
+    python3 benchmarks/call_breakdown.py [--rows 4096] [--hidden 1024] [--out DIR]
+    bash benchmarks/gpu_run.sh run python3 benchmarks/call_breakdown.py    # on the GPU machine
+
+For RMSNorm forward and forward+backward (ours, F.rms_norm, and an empty autograd.Function as
+the floor of a Python autograd op), each a median over many calls, in µs:
+
+- ``host``: issue time of one call, the device idle before it (the suite's host timing);
+- ``loop``: back-to-back calls, wall time per call (what an eager loop pays when host-bound);
+- ``call``: device events around one call after an L2 flush (the suite's call timing): while
+  the flush runs on the device the host already issues the call, so host time up to the
+  flush's length is hidden;
+- ``call+sync``: the same with the device drained after the flush, so the events see the whole
+  issue time;
+- ``syncs``: whether one call synchronises with the device (torch's sync debug mode).
+
+Then the suite's own ``measure_many`` of the same cell runs in this process (profiler sessions,
+torch.compile and Liger loaded), and the table is taken again: a difference between the two
+tables is the process state, not the call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from kernels import fast_launch  # noqa: E402
+from kernels.rms_norm import rms_norm  # noqa: E402
+from workbench.device import get_device  # noqa: E402
+from workbench.measure import measure_many  # noqa: E402
+
+
+class Empty(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, None
+
+
+def calls(rows: int, hidden: int) -> dict:
+    x = torch.randn(rows, hidden, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(hidden, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn_like(x)
+    f = torch.nn.functional.rms_norm
+
+    def no_grad(fn):
+        def run():
+            with torch.no_grad():
+                return fn()
+
+        return run
+
+    return {
+        "ours fwd": no_grad(lambda: rms_norm(x, w)),
+        "F.rms_norm fwd": no_grad(lambda: f(x, (hidden,), w, 1e-6)),
+        "ours fwd+bwd": lambda: torch.autograd.grad(rms_norm(x, w), (x, w), dy),
+        "F.rms_norm fwd+bwd": lambda: torch.autograd.grad(f(x, (hidden,), w, 1e-6), (x, w), dy),
+        "empty Function fwd+bwd": lambda: torch.autograd.grad(Empty.apply(x, w), (x,), dy),
+    }
+
+
+def _median_us(samples) -> float:
+    return round(statistics.median(samples) * 1e3, 1)
+
+
+def protocols(fn, flush, n: int = 200) -> dict:
+    sync = torch.cuda.synchronize
+    for _ in range(20):
+        fn()
+    sync()
+    host, call, call_sync = [], [], []
+    for _ in range(n):
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        host.append((time.perf_counter() - t0) * 1e3)
+    sync()
+    for drain, out in ((False, call), (True, call_sync)):
+        for _ in range(n):
+            flush()
+            if drain:
+                sync()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            out.append(start.elapsed_time(end))
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    sync()
+    loop = (time.perf_counter() - t0) * 1e3 / n
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        fn()
+        syncs = "none"
+    except RuntimeError as exc:
+        syncs = str(exc).splitlines()[0][:80]
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return {
+        "host": _median_us(host),
+        "loop": round(loop * 1e3, 1),
+        "call": _median_us(call),
+        "call+sync": _median_us(call_sync),
+        "syncs": syncs,
+    }
+
+
+def table(rows: int, hidden: int, flush) -> dict:
+    out = {name: protocols(fn, flush) for name, fn in calls(rows, hidden).items()}
+    print(f"{'µs':26s} {'host':>8s} {'loop':>8s} {'call':>8s} {'call+sync':>10s}  syncs")
+    for name, r in out.items():
+        print(f"{name:26s} {r['host']:8.1f} {r['loop']:8.1f} {r['call']:8.1f} {r['call+sync']:10.1f}  {r['syncs']}")
+    print("fast launch:", {k: v for k, v in fast_launch.status().items() if k in ("enabled", "hits", "fallbacks")})
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=4096)
+    ap.add_argument("--hidden", type=int, default=1024)
+    ap.add_argument("--out", default="/tmp/res")
+    args = ap.parse_args(argv)
+    dev = get_device("cuda")
+    flush = dev.flush_l2
+    print(f"{dev.name}, torch {torch.__version__}; rows {args.rows}, hidden {args.hidden}, bf16\n")
+    print("== a fresh process")
+    fresh = table(args.rows, args.hidden, flush)
+    variants = ["gpu_multirow", "torch_functional", "torch_compile", "liger"]
+    configs = [
+        dict(variant=v, dtype="bf16", mode="full", problem={"rows": args.rows, "hidden": args.hidden}) for v in variants
+    ]
+    recs = measure_many("rms_norm", configs, device=dev, on_error="record")
+    print("\n== the suite's measure_many of this cell (call / host µs as it recorded them)")
+    for rec in recs:
+        call = None if rec.call_ms is None else rec.call_ms * 1e3
+        host = None if rec.host_ms is None else rec.host_ms * 1e3
+        print(f"{rec.variant:18s} call {call}  host {host}  {rec.error or ''}")
+    print("\n== the same process afterwards")
+    after = table(args.rows, args.hidden, flush)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    body = {"fresh": fresh, "after_suite_cell": after, "suite_cell": [r.to_dict() for r in recs]}
+    Path(args.out, "call_breakdown.json").write_text(json.dumps(body, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
