@@ -19,12 +19,17 @@ the floor of a Python autograd op), each a median over many calls, in µs:
 
 Then the suite's own ``measure_many`` of the same cell runs in this process (profiler sessions,
 torch.compile and Liger loaded), and the table is taken again: a difference between the two
-tables is the process state, not the call.
+tables is the process state, not the call. Two more tables tell which state: one after the
+process's objects are frozen out of the garbage collector's way (``gc.freeze``), one with the
+collector off.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import gc
+import pstats
 import json
 import statistics
 import sys
@@ -132,6 +137,27 @@ def table(rows: int, hidden: int, flush) -> dict:
     return out
 
 
+def python_calls(fn, n: int = 200) -> list[str]:
+    """Every Python-level function one call of ``fn`` runs, with calls and own µs per call
+    (cProfile over ``n`` calls; its overhead inflates the µs, not the counts)."""
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(n):
+        fn()
+    prof.disable()
+    torch.cuda.synchronize()
+    stats = pstats.Stats(prof).stats
+    rows = sorted(stats.items(), key=lambda kv: -kv[1][2])
+    lines = []
+    for (path, line, name), (_, ncalls, tottime, cumtime, _) in rows:
+        where = f"{Path(path).name}:{line}" if line else path
+        lines.append(f"{ncalls / n:6.1f} calls {tottime / n * 1e6:7.2f} us own {cumtime / n * 1e6:8.2f} cum  {name} ({where})")
+    return lines
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=4096)
@@ -153,10 +179,32 @@ def main(argv=None) -> None:
         call = None if rec.call_ms is None else rec.call_ms * 1e3
         host = None if rec.host_ms is None else rec.host_ms * 1e3
         print(f"{rec.variant:18s} call {call}  host {host}  {rec.error or ''}")
+    print("\n== Python functions of one ours fwd+bwd call (fresh-ish process, cProfile)")
+    listing = python_calls(calls(args.rows, args.hidden)["ours fwd+bwd"])
+    print("\n".join(listing[:60]))
     print("\n== the same process afterwards")
     after = table(args.rows, args.hidden, flush)
+    t0 = time.perf_counter()
+    gc.collect()
+    gc.freeze()
+    print(
+        f"\n== after gc.collect() + gc.freeze() ({(time.perf_counter() - t0) * 1e3:.0f} ms, {gc.get_freeze_count()} objects)"
+    )
+    frozen = table(args.rows, args.hidden, flush)
+    gc.unfreeze()
+    gc.disable()
+    print("\n== with the collector off")
+    no_gc = table(args.rows, args.hidden, flush)
+    gc.enable()
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    body = {"fresh": fresh, "after_suite_cell": after, "suite_cell": [r.to_dict() for r in recs]}
+    body = {
+        "fresh": fresh,
+        "after_suite_cell": after,
+        "frozen": frozen,
+        "gc_off": no_gc,
+        "suite_cell": [r.to_dict() for r in recs],
+        "python_calls": listing,
+    }
     Path(args.out, "call_breakdown.json").write_text(json.dumps(body, indent=1, default=str))
 
 
