@@ -29,8 +29,8 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
-import pstats
 import json
+import pstats
 import statistics
 import sys
 import time
@@ -154,7 +154,9 @@ def python_calls(fn, n: int = 200) -> list[str]:
     lines = []
     for (path, line, name), (_, ncalls, tottime, cumtime, _) in rows:
         where = f"{Path(path).name}:{line}" if line else path
-        lines.append(f"{ncalls / n:6.1f} calls {tottime / n * 1e6:7.2f} us own {cumtime / n * 1e6:8.2f} cum  {name} ({where})")
+        lines.append(
+            f"{ncalls / n:6.1f} calls {tottime / n * 1e6:7.2f} us own {cumtime / n * 1e6:8.2f} cum  {name} ({where})"
+        )
     return lines
 
 
