@@ -9,6 +9,7 @@ import pytest
 
 from workbench import gate
 from workbench.cli import main
+from workbench.phases import Phases
 from workbench.suites import RatioRow
 from workbench.suites.context import SuiteRun
 
@@ -141,6 +142,7 @@ def fake_suite(monkeypatch):
         row = RatioRow(target.name, target.kind, target.title, target.family, target.mode, "hidden", 4096, "gpu_row")
         run.rows = [row]
         run.failures = S.failures(target, run.records)
+        run.target_wall[target.name] = Phases().split(0.5)  # as the real run_suite does before on_target
         on_target(target, run)
         return run
 
