@@ -7,7 +7,8 @@
 ``torch.autograd.grad(f(x, w), (x, w), dy)`` is stamped (``perf_counter_ns``) before the
 forward, after it, at the backward's entry (on the autograd engine's device thread), after
 the saved tensors are read, after the backward's kernels are issued, and after ``grad``
-returns; the table gives the median of each gap over many calls, in µs. The functions:
+returns; the table gives the median of each gap over many calls, in µs, the functions taking turns call by
+call. The functions:
 
 - ``ours``: an ``autograd.Function`` over the library's host functions
   (``gpu.rms_norm_forward`` / ``gpu.rms_norm_backward``), the library's own call shape;
@@ -108,23 +109,30 @@ def _sync(x) -> None:
         torch.cuda.synchronize()
 
 
-def timeline(forward, x, w, dy, calls: int) -> dict:
-    """Median µs of each stamped gap over ``calls`` calls (the device drained before each)."""
-    for _ in range(20):
-        torch.autograd.grad(forward(x, w), (x, w), dy, allow_unused=True)
-    gaps = {label: [] for *_, label in SEGMENTS}
+def timelines(probes: dict, x, w, dy, calls: int) -> dict:
+    """Median µs of each stamped gap per probe over ``calls`` calls each, the probes taking turns
+    call by call (A B C A B C ...: a drift of the host's state reaches them all alike); the device
+    is drained before each call."""
+    for forward in probes.values():
+        for _ in range(20):
+            torch.autograd.grad(forward(x, w), (x, w), dy, allow_unused=True)
+    gaps = {name: {label: [] for *_, label in SEGMENTS} for name in probes}
     for _ in range(calls):
-        _sync(x)
-        _STAMPS.clear()
-        stamp("start")
-        y = forward(x, w)
-        stamp("fwd done")
-        torch.autograd.grad(y, (x, w), dy, allow_unused=True)
-        stamp("grad done")
-        for a, b, label in SEGMENTS:
-            if a in _STAMPS and b in _STAMPS:
-                gaps[label].append((_STAMPS[b] - _STAMPS[a]) / 1e3)
-    return {label: round(statistics.median(v), 1) if v else None for label, v in gaps.items()}
+        for name, forward in probes.items():
+            _sync(x)
+            _STAMPS.clear()
+            stamp("start")
+            y = forward(x, w)
+            stamp("fwd done")
+            torch.autograd.grad(y, (x, w), dy, allow_unused=True)
+            stamp("grad done")
+            for a, b, label in SEGMENTS:
+                if a in _STAMPS and b in _STAMPS:
+                    gaps[name][label].append((_STAMPS[b] - _STAMPS[a]) / 1e3)
+    return {
+        name: {label: round(statistics.median(v), 1) if v else None for label, v in per.items()}
+        for name, per in gaps.items()
+    }
 
 
 def loop_us(fn, like, calls: int) -> float:
@@ -178,10 +186,10 @@ def main(argv=None) -> None:
         print(f"\n== {title}: median µs per gap")
         print(f"{'':18s}" + "".join(f"{label:>20s}" for label in labels))
         with torch.autograd.set_multithreading_enabled(threads):
-            for name, fn in probes.items():
-                row = timeline(fn, x, w, dy, args.calls)
-                results[f"{name} / threads {'on' if threads else 'off'}"] = row
-                print(f"{name:18s}" + "".join(f"{'-' if row[k] is None else row[k]:>20}" for k in labels))
+            rows = timelines(probes, x, w, dy, args.calls)
+        for name, row in rows.items():
+            results[f"{name} / threads {'on' if threads else 'off'}"] = row
+            print(f"{name:18s}" + "".join(f"{'-' if row[k] is None else row[k]:>20}" for k in labels))
     y, rstd = gpu.rms_norm_forward(x.detach(), w.detach(), 1e-6, 0.0, "llama", tiles)
 
     def backward_alone():

@@ -17,11 +17,13 @@ the floor of a Python autograd op), each a median over many calls, in µs:
   issue time;
 - ``syncs``: whether one call synchronises with the device (torch's sync debug mode).
 
-Then the suite's own ``measure_many`` of the same cell runs in this process (profiler sessions,
-torch.compile and Liger loaded), and the table is taken again: a difference between the two
-tables is the process state, not the call. Two more tables tell which state: one after the
-process's objects are frozen out of the garbage collector's way (``gc.freeze``), one with the
-collector off.
+After the fresh table, five kernel-timing profiler sessions (the suite's kernel sampler) run
+and the table is taken again: CUPTI stays attached after a session unless Kineto tears it down
+(``TEARDOWN_CUPTI=1``), and every later CUDA call pays for it. Then the suite's own
+``measure_many`` of the same cell runs in this process (profiler sessions, torch.compile and
+Liger loaded) and the table is taken again, and once more after the process's objects are
+frozen out of the garbage collector's way (``gc.freeze``). Run it with and without
+``TEARDOWN_CUPTI=1`` to see what the teardown buys and what a session costs with it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import argparse
 import cProfile
 import gc
 import json
+import os
 import pstats
 import statistics
 import sys
@@ -44,6 +47,7 @@ from kernels import fast_launch  # noqa: E402
 from kernels.rms_norm import rms_norm  # noqa: E402
 from workbench.device import get_device  # noqa: E402
 from workbench.measure import measure_many  # noqa: E402
+from workbench.timing import ProfilerKernelSampler  # noqa: E402
 
 
 class Empty(torch.autograd.Function):
@@ -169,8 +173,17 @@ def main(argv=None) -> None:
     dev = get_device("cuda")
     flush = dev.flush_l2
     print(f"{dev.name}, torch {torch.__version__}; rows {args.rows}, hidden {args.hidden}, bf16\n")
-    print("== a fresh process")
+    cupti = os.environ.get("TEARDOWN_CUPTI", "(unset)")
+    print(f"== a fresh process (TEARDOWN_CUPTI={cupti})")
     fresh = table(args.rows, args.hidden, flush)
+    sampler = ProfilerKernelSampler(calls(args.rows, args.hidden)["ours fwd+bwd"], flush=flush)
+    session_ms = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        sampler.sample()
+        session_ms.append(round((time.perf_counter() - t0) * 1e3, 1))
+    print(f"\n== after 5 kernel-timing profiler sessions of 10 calls each (ms per session: {session_ms})")
+    after_profiler = table(args.rows, args.hidden, flush)
     variants = ["gpu_multirow", "torch_functional", "torch_compile", "liger"]
     configs = [
         dict(variant=v, dtype="bf16", mode="full", problem={"rows": args.rows, "hidden": args.hidden}) for v in variants
@@ -194,16 +207,14 @@ def main(argv=None) -> None:
     )
     frozen = table(args.rows, args.hidden, flush)
     gc.unfreeze()
-    gc.disable()
-    print("\n== with the collector off")
-    no_gc = table(args.rows, args.hidden, flush)
-    gc.enable()
     Path(args.out).mkdir(parents=True, exist_ok=True)
     body = {
+        "teardown_cupti": cupti,
         "fresh": fresh,
+        "profiler_session_ms": session_ms,
+        "after_profiler_sessions": after_profiler,
         "after_suite_cell": after,
         "frozen": frozen,
-        "gc_off": no_gc,
         "suite_cell": [r.to_dict() for r in recs],
         "python_calls": listing,
     }

@@ -158,6 +158,7 @@ _triton_version = ""
 _driver_config = None  # triton.runtime.driver.driver: its .active is the driver Triton launches with
 _knob_state: Callable[[], tuple | None] = lambda: None
 _option_names: frozenset[str] = frozenset()
+_current_device: Callable = lambda driver: driver.get_current_device()
 _JITFunction: type | None = None
 _CompiledKernel: type | None = None
 _GRID_TYPES = (tuple, list)
@@ -209,7 +210,7 @@ def launch(kernel, grid, args: tuple, kwargs: dict, stock_launch):
             reason = "pre-run hooks installed"
         else:
             driver = _driver_config.active
-            device = driver.get_current_device()
+            device = _current_device(driver)
             types = tuple(map(type, args))
             describe = _DESCRIBERS.get(types) or _describer(types)
             # id(kernel), not the kernel: JITFunction hashes its source hash under a lock (~0.5 us).
@@ -372,7 +373,7 @@ def _turn_on_or_off() -> None:
 def _why_off() -> str | None:
     """None when this process can use the path; else the reason it is off. Binds the Triton
     pieces the launch uses."""
-    global _triton_version, _knob_state, _option_names, _JITFunction, _CompiledKernel, _driver_config
+    global _triton_version, _knob_state, _option_names, _JITFunction, _CompiledKernel, _driver_config, _current_device
     if os.environ.get(ENV_SWITCH, "1").strip().lower() in ("0", "false", "no", "off"):
         return f"{ENV_SWITCH}={os.environ[ENV_SWITCH]}"
     import triton
@@ -393,10 +394,24 @@ def _why_off() -> str | None:
     from triton.backends.nvidia.compiler import CUDAOptions
 
     _driver_config = config
+    _current_device = _device_reader(config.active)
     _knob_state = _knob_state_reader(rules, knobs)
     _option_names = frozenset(CUDAOptions.__dataclass_fields__)
     _JITFunction, _CompiledKernel = JITFunction, CompiledKernel
     return None
+
+
+def _device_reader(active) -> Callable:
+    """What ``driver.active.get_current_device()`` returns, read for less: Triton's driver asks
+    ``torch.cuda.current_device``, whose lazy-initialisation check costs about a microsecond per
+    launch; a launch of a CUDA tensor has initialised CUDA already, so torch's own getter answers
+    the same. Any other getter is kept as it is."""
+    import torch
+
+    getter = getattr(torch._C, "_cuda_getDevice", None)
+    if getter is not None and active.get_current_device is torch.cuda.current_device:
+        return lambda driver: getter() if driver is active else driver.get_current_device()
+    return lambda driver: driver.get_current_device()
 
 
 def _major_minor(version: str) -> tuple[int, int] | None:

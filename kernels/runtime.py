@@ -181,6 +181,16 @@ def device_info(name: str | torch.device | DeviceInfo = "auto") -> DeviceInfo:
     return _INFOS.get(name)
 
 
+def current_stream_handle(index: int) -> int:
+    """The raw handle of CUDA device ``index``'s current stream, as an integer: what a per-stream
+    cache keys on. Read the way Triton's launch reads it (no ``torch.cuda.Stream`` object is
+    built, which costs several microseconds on a launch path)."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(index)
+    return torch.cuda.current_stream(index).cuda_stream
+
+
 def device_of(tensor: torch.Tensor) -> DeviceInfo:
     """The device a tensor lives on (a dict lookup after the first call)."""
     return _INFOS.get(tensor.device)

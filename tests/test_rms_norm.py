@@ -114,6 +114,23 @@ def test_chunked_backward_without_weight(device, dw_reduce):
     _check_against_reference(x, None, dy, 1e-5, 0.0, "llama", "gpu", BWD_CHUNK=64, DW_REDUCE=dw_reduce)
 
 
+@pytest.mark.parametrize(
+    "tiles", [{}, {"BWD_CHUNK": 32}, {"BWD_CHUNK": 32, "BWD_WIDE": "reread"}], ids=["whole", "columns", "reread"]
+)
+def test_kept_dw_accumulator_is_left_zero_between_backwards(device, tiles):
+    """The atomic dw reduction reuses one fp32 accumulator per stream: each backward's last
+    program must leave it zero, whatever the width (the counter sits right after the row, so a
+    narrower call finds its counter where a wider one kept dw)."""
+    from kernels.rms_norm.gpu import dw_accumulator
+
+    for call, (rows, hidden) in enumerate([(9, 70), (5, 33), (1, 70), (9, 70)]):
+        x, w = _inputs(rows, hidden, torch.float32, device, seed=20 + call)
+        dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(30 + call)).to(device)
+        _check_against_reference(x, w, dy, 1e-6, 0.0, "llama", "gpu", GRID=3, **tiles)
+        kept = dw_accumulator(w, hidden)
+        assert kept.numel() >= 71 and not kept.any(), f"call {call}: the accumulator was left dirty"
+
+
 def test_chunked_backward_equals_whole_rows_and_partials_are_deterministic(device):
     x, w = _inputs(11, 500, torch.float32, device, seed=14)
     dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(15)).to(device)
@@ -266,8 +283,16 @@ def test_measure_catches_a_wrong_kernel(monkeypatch):
 )
 @pytest.mark.parametrize("hidden", [7, 1000, 4096, 10000, 32768])
 def test_gpu_measure(variant, hidden):
+    # A short timing budget: this checks the path on a GPU (records, bandwidth, memory), not the speed.
     rec = measure(
-        "rms_norm", variant, device="cuda", dtype="bf16", mode="full", problem={"rows": 257, "hidden": hidden}
+        "rms_norm",
+        variant,
+        device="cuda",
+        dtype="bf16",
+        mode="full",
+        problem={"rows": 257, "hidden": hidden},
+        warmup_ms=2,
+        rep_ms=5,
     )
     assert rec.error is None, rec.error
     assert rec.passed, rec.checks

@@ -53,7 +53,7 @@ import triton.language as tl
 
 from kernels.launch import launch
 from kernels.rms_norm.tile_math import backward_tile, normalized, weighted
-from kernels.runtime import device_of
+from kernels.runtime import current_stream_handle, device_of
 from kernels.tiling import cdiv, is_power_of_two, next_power_of_2
 
 CASTING_CODES = {"llama": 0, "gemma": 1, "none": 2}
@@ -207,10 +207,13 @@ def _store_dw(
 
 @triton.jit
 def _finish_dw(DW32_ptr, DW_ptr, COUNTER_ptr, n_cols, n_programs, BLOCK_SIZE: tl.constexpr):
-    """Called by every program after adding its partial dw: the last one casts dw to w's dtype.
+    """Called by every program after adding its partial dw: the last one casts dw to w's dtype
+    and leaves the fp32 dw and the counter zero again, ready for the next backward on the stream
+    (the host keeps one such accumulator per stream instead of zero-filling one per call).
 
     The counter's atomic is acquire-release, so the last program sees every other program's
-    additions; it reads them through L2 (``.cg``), where the atomics landed."""
+    additions; it reads them through L2 (``.cg``), where the atomics landed. No other program
+    touches the accumulator after its counter increment, so the last one may clear it."""
     done = tl.atomic_add(COUNTER_ptr, 1.0)  # fp32 counter: exact far beyond any grid size
     if done == n_programs - 1:
         for start in range(0, n_cols, BLOCK_SIZE):
@@ -218,6 +221,8 @@ def _finish_dw(DW32_ptr, DW_ptr, COUNTER_ptr, n_cols, n_programs, BLOCK_SIZE: tl
             mask = cols < n_cols
             dw = tl.load(DW32_ptr + cols, mask=mask, other=0.0, cache_modifier=".cg")
             tl.store(DW_ptr + cols, dw.to(DW_ptr.dtype.element_ty), mask=mask)
+            tl.store(DW32_ptr + cols, tl.zeros([BLOCK_SIZE], dtype=tl.float32), mask=mask)
+        tl.store(COUNTER_ptr, 0.0)
 
 
 @triton.jit
@@ -553,11 +558,42 @@ def rms_norm_forward(x2d, weight, eps, offset, casting_mode, tiles: GpuTiles):
     return y, rstd
 
 
+# Zero-filled fp32 dw accumulators (dw, then the programs' counter) kept between backwards, one
+# per device and stream: the kernel's last program clears what it used (_finish_dw), so the
+# buffer is zero whenever the next backward on that stream starts. A fresh torch.zeros per call
+# costs a fill launch (9-12 us of host time on the H100 host, a quarter of the backward's own).
+_ACCUMULATORS: dict[tuple, torch.Tensor] = {}
+_MAX_ACCUMULATORS = 64  # streams come and go; past this many, start over
+
+
+def dw_accumulator(weight: torch.Tensor, n_cols: int) -> torch.Tensor:
+    """fp32 zeros, at least ``n_cols + 1`` long, for the atomic dw reduction: the kernel adds
+    into ``[:n_cols]``, counts finished programs in ``[n_cols]`` and leaves both zero.
+
+    Fresh zeros instead of the kept buffer while a CUDA graph is captured (memory taken during a
+    capture belongs to the graph's pool) and for the stand-in tensors torch.compile traces with."""
+    device = weight.device
+    if type(weight) is not torch.Tensor:
+        return torch.zeros(n_cols + 1, dtype=torch.float32, device=device)
+    if device.type == "cuda":
+        if torch.cuda.is_current_stream_capturing():
+            return torch.zeros(n_cols + 1, dtype=torch.float32, device=device)
+        key = (device.index, current_stream_handle(device.index))
+    else:
+        key = (device.type, device.index)
+    buffer = _ACCUMULATORS.get(key)
+    if buffer is None or buffer.numel() <= n_cols:
+        if len(_ACCUMULATORS) >= _MAX_ACCUMULATORS:
+            _ACCUMULATORS.clear()
+        buffer = _ACCUMULATORS[key] = torch.zeros(n_cols + 1, dtype=torch.float32, device=device)
+    return buffer
+
+
 class DwOutputs:
     """Where a backward's dw goes (``DW_REDUCE``) and the four pointers its kernel takes for it:
     the ``[GRID, hidden]`` fp32 partials (``partials``, and the ``reread`` kernel's scratch rows),
     the fp32 dw, the dw in w's dtype, and the programs' counter (``atomic``; the fp32 dw and the
-    counter share one zero-filled allocation)."""
+    counter are one kept accumulator, :func:`dw_accumulator`)."""
 
     __slots__ = ("partial", "dw32", "dw", "pointers")
 
@@ -568,13 +604,13 @@ class DwOutputs:
             if scratch_rows or not atomic:
                 self.partial = torch.empty((grid, n_cols), dtype=torch.float32, device=device)
             if atomic:
-                self.dw32 = torch.zeros(n_cols + 1, dtype=torch.float32, device=device)
+                self.dw32 = dw_accumulator(weight, n_cols)
                 self.dw = torch.empty_like(weight)
         self.pointers = (
             placeholder if self.partial is None else self.partial,
             placeholder if self.dw32 is None else self.dw32,
             placeholder if self.dw is None else self.dw,
-            placeholder if self.dw32 is None else self.dw32[n_cols:],
+            placeholder if self.dw32 is None else self.dw32[n_cols:],  # the counter
         )
 
     def result(self, weight):
