@@ -279,6 +279,23 @@ def test_measure_catches_a_wrong_kernel(monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
+    "tiles", [{}, {"BWD_WIDE": "reread"}, {"BWD_CHUNK": 65536}], ids=["columns", "reread", "whole"]
+)
+def test_gpu_repeated_backwards_at_a_chunked_width(tiles):
+    """One backward after another at hidden 32768, each against the reference, the kept dw
+    accumulator zero after each: an H100 suite run once found the columns backward's dw wrong
+    from its second call on (max error 235), when the accumulator was cleared without barriers."""
+    from kernels.rms_norm.gpu import dw_accumulator
+
+    x, w = _inputs(4096, 32768, torch.bfloat16, "cuda", seed=40)
+    for call in range(3):
+        dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(41 + call)).to("cuda", torch.bfloat16)
+        _check_against_reference(x, w, dy, 1e-6, 0.0, "llama", "gpu", **tiles)
+        assert not dw_accumulator(w, 32768).any(), f"call {call}: the accumulator was left dirty"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
     "variant", ["gpu_row", "gpu_multirow", "npu", "torch_eager", "torch_functional", "torch_compile"]
 )
 @pytest.mark.parametrize("hidden", [7, 1000, 4096, 10000, 32768])

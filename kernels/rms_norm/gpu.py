@@ -211,9 +211,13 @@ def _finish_dw(DW32_ptr, DW_ptr, COUNTER_ptr, n_cols, n_programs, BLOCK_SIZE: tl
     and leaves the fp32 dw and the counter zero again, ready for the next backward on the stream
     (the host keeps one such accumulator per stream instead of zero-filling one per call).
 
-    The counter's atomic is acquire-release, so the last program sees every other program's
-    additions; it reads them through L2 (``.cg``), where the atomics landed. No other program
-    touches the accumulator after its counter increment, so the last one may clear it."""
+    Ordering. A CTA barrier before the count: every warp of this program has issued its dw
+    additions before one thread's acquire-release atomic counts the program done, so the last
+    program sees every program's additions; it reads them through L2 (``.cg``), where the
+    atomics landed. A second barrier between reading and clearing: a thread may clear elements
+    another thread of the program has not read yet (the loads and stores need not share a
+    layout). No other program touches the accumulator after counting itself done."""
+    tl.debug_barrier()
     done = tl.atomic_add(COUNTER_ptr, 1.0)  # fp32 counter: exact far beyond any grid size
     if done == n_programs - 1:
         for start in range(0, n_cols, BLOCK_SIZE):
@@ -221,7 +225,10 @@ def _finish_dw(DW32_ptr, DW_ptr, COUNTER_ptr, n_cols, n_programs, BLOCK_SIZE: tl
             mask = cols < n_cols
             dw = tl.load(DW32_ptr + cols, mask=mask, other=0.0, cache_modifier=".cg")
             tl.store(DW_ptr + cols, dw.to(DW_ptr.dtype.element_ty), mask=mask)
-            tl.store(DW32_ptr + cols, tl.zeros([BLOCK_SIZE], dtype=tl.float32), mask=mask)
+        tl.debug_barrier()
+        for start in range(0, n_cols, BLOCK_SIZE):
+            cols = start + tl.arange(0, BLOCK_SIZE)
+            tl.store(DW32_ptr + cols, tl.zeros([BLOCK_SIZE], dtype=tl.float32), mask=cols < n_cols)
         tl.store(COUNTER_ptr, 0.0)
 
 
