@@ -9,6 +9,9 @@
 #   bash benchmarks/gpu_run.sh tune --only rms_forward             # benchmarks/tune_tiles.py
 #   bash benchmarks/gpu_run.sh run python3 some_script.py ...      # anything else, output kept
 # Steps chain with "+": gpu_run.sh tests "block_sparse" + suite h100 --only hmm_chain
+# Records name the code that ran: the machine's copy has no history of its own (its .git may be
+# an older one), so pass the commit it holds, checked by content there:
+#   WORKBENCH_CODE_CLAIM=<output of `python -m workbench.provenance --claim`> bash benchmarks/gpu_run.sh ...
 # Budget per step: STEP_TIMEOUT seconds (default 540). A suite step resumes into $RES/<suite>
 # (or SUITE_OUT), so a suite longer than one call runs in parts (--resume is added for you).
 set -uo pipefail

@@ -91,3 +91,29 @@ def test_the_report_headline_says_which_code_it_measured():
     mixed = {"records": [{"commit": "abc1234"}, {"commit": "def5678"}]}
     assert "2 code versions (abc1234, def5678)" in code_line(mixed)
     assert code_line({"records": [], "environment": {"git_commit": "(not a git checkout)"}}).endswith("no commit.")
+
+
+def test_a_history_less_copy_names_the_claimed_commit_only_when_its_code_hashes_to_it(checkout, tmp_path):
+    """The GPU machine's copy: the tree of one commit over an older .git. A claim made at the
+    clean checkout names the commit there; a copy whose code differs keeps its dirty mark."""
+    first = _head(checkout)
+    (checkout / "kernels" / "op.py").write_text("X = 2\n")
+    _git(checkout, "commit", "-qam", "second")
+    claim = provenance.claim(checkout)
+    second, claimed_hash = claim.split(":")
+    assert second == _head(checkout) != first
+    # The copy: the second commit's files over the first commit's history.
+    copy = tmp_path / "copy"
+    shutil.copytree(checkout, copy)
+    _git(copy, "reset", "-q", "--soft", first)
+    assert provenance.version_of(copy, claimed="").startswith(first + "-dirty+")
+    assert provenance.version_of(copy, claimed=claim) == second
+    # Code that is neither: the claim does not match, the dirty mark stays.
+    (copy / "kernels" / "op.py").write_text("X = 3\n")
+    assert provenance.version_of(copy, claimed=claim).startswith(first + "-dirty+")
+    # A report written into the copy changes nothing; claiming a dirty tree is refused.
+    (copy / "kernels" / "op.py").write_text("X = 2\n")
+    (copy / "reports" / "r.json").write_text('{"new": 1}\n')
+    assert provenance.version_of(copy, claimed=claim) == second
+    with pytest.raises(ValueError, match="commit it before claiming it"):
+        provenance.claim(copy)

@@ -11,18 +11,29 @@ Every record, ``environment.json`` and report names :func:`code_version`:
 "Code" is what can change a number: the three packages, the benchmark scripts, the notebooks
 and the project file. Reports and results written into the tree while a suite runs do not
 make it dirty.
+
+A copy of the tree without its history (the GPU machine's: its ``.git`` may be an older one)
+can still name its commit, checked rather than trusted: ``WORKBENCH_CODE_CLAIM=<commit>:<hash>``,
+printed by ``python -m workbench.provenance --claim`` at a clean checkout, names a commit and the
+:func:`code_hash` of its code files. Where git sees the copy's code differ from its own HEAD but
+the copy's code hashes to the claimed hash, the version is the claimed commit; where it does not,
+the claim is ignored and the version is marked dirty as usual.
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import hashlib
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CODE_PATHS = ("kernels", "workbench", "widgets", "benchmarks", "notebooks", "pyproject.toml")
 DIRTY = "-dirty+"
+CLAIM_ENV = "WORKBENCH_CODE_CLAIM"
 
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess | None:
@@ -67,15 +78,50 @@ def tree_hash(paths: list[str], root: Path = ROOT) -> str:
     return digest.hexdigest()[:8]
 
 
-def version_of(root: Path) -> str:
+def code_files(root: Path = ROOT) -> list[str]:
+    """Every code file present in the tree and not ignored, tracked or not: what ran. Read from
+    git's view of the working tree, so it does not depend on which commit HEAD is."""
+    out = _git(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *CODE_PATHS)
+    if out is None:
+        return []
+    names = {name for name in out.stdout.decode("utf-8", "surrogateescape").split("\0") if name}
+    return sorted(name for name in names if (Path(root) / name).is_file())
+
+
+def code_hash(root: Path = ROOT) -> str:
+    """Sixteen hex digits over the paths and contents of every code file (:func:`code_files`):
+    equal for two trees exactly when their code is."""
+    digest = hashlib.sha256()
+    for rel in code_files(root):
+        digest.update(rel.encode("utf-8", "surrogateescape") + b"\0" + (Path(root) / rel).read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def claim(root: Path = ROOT) -> str:
+    """``<commit>:<code hash>`` for a clean checkout (the value of ``WORKBENCH_CODE_CLAIM``);
+    ValueError where the code differs from HEAD, as then no commit holds it."""
+    version = version_of(root, claimed="")
+    if not version or is_dirty(version):
+        raise ValueError(f"the code at {root} is {version or 'not a git checkout'}: commit it before claiming it")
+    return f"{version}:{code_hash(root)}"
+
+
+def version_of(root: Path, claimed: str | None = None) -> str:
     """The commit of the checkout at ``root``, marked dirty with a hash of the differing code
-    files (module docstring); "" outside a git checkout."""
+    files (module docstring); "" outside a git checkout. ``claimed`` (default: the
+    ``WORKBENCH_CODE_CLAIM`` variable) names the commit instead where the code hashes to it."""
     head = _git(root, "rev-parse", "--short", "HEAD")
     if head is None:
         return ""
     commit = head.stdout.decode().strip()
     changed = changed_files(root)
-    return f"{commit}{DIRTY}{tree_hash(changed, root)}" if changed else commit
+    if not changed:
+        return commit
+    claimed = os.environ.get(CLAIM_ENV, "") if claimed is None else claimed
+    claimed_commit, _, claimed_hash = claimed.strip().partition(":")
+    if claimed_commit and claimed_hash and claimed_hash == code_hash(root):
+        return claimed_commit
+    return f"{commit}{DIRTY}{tree_hash(changed, root)}"
 
 
 @functools.lru_cache(maxsize=1)
@@ -87,3 +133,22 @@ def code_version() -> str:
 
 def is_dirty(version: str | None) -> bool:
     return bool(version) and DIRTY in str(version)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m workbench.provenance", description=__doc__.splitlines()[0])
+    ap.add_argument("--claim", action="store_true", help="print <commit>:<code hash> for WORKBENCH_CODE_CLAIM")
+    args = ap.parse_args(argv)
+    if args.claim:
+        try:
+            print(claim())
+        except ValueError as error:
+            print(f"provenance: {error}", file=sys.stderr)
+            return 2
+        return 0
+    print(code_version())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
