@@ -28,3 +28,19 @@ def store(tmp_path):
     s = Store(tmp_path / "records.sqlite")
     yield s
     s.close()
+
+
+@pytest.fixture
+def measured_on_gpu():
+    """``measured_on_gpu(family, variant, problem)``: a bf16 forward+backward record measured on
+    CUDA with a short timing budget, checked to have run and passed. It tests the path on a GPU
+    (records, bandwidth, memory), not the speed."""
+    from workbench.measure import measure
+
+    def run(family: str, variant: str, problem: dict):
+        rec = measure(family, variant, device="cuda", dtype="bf16", mode="full", problem=problem, warmup_ms=2, rep_ms=5)
+        assert rec.error is None, rec.error
+        assert rec.passed, rec.checks
+        return rec
+
+    return run

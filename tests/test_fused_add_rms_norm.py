@@ -471,19 +471,8 @@ def test_ub_model_agrees_with_the_recorded_compiler_verdicts():
     "variant", ["gpu_row", "gpu_multirow", "npu", "torch_eager", "torch_compile", "rms_norm_after_add"]
 )
 @pytest.mark.parametrize("hidden", [7, 1000, 4096, 16384])
-def test_gpu_measure(variant, hidden):
-    rec = measure(
-        "fused_add_rms_norm",
-        variant,
-        device="cuda",
-        dtype="bf16",
-        mode="full",
-        problem={"rows": 257, "hidden": hidden},
-        warmup_ms=2,
-        rep_ms=5,  # checks the path on a GPU, not the speed
-    )
-    assert rec.error is None, rec.error
-    assert rec.passed, rec.checks
+def test_gpu_measure(measured_on_gpu, variant, hidden):
+    rec = measured_on_gpu("fused_add_rms_norm", variant, {"rows": 257, "hidden": hidden})
     assert rec.ms_p50 > 0 and rec.gbps > 0 and rec.peak_mb is not None
 
 
@@ -518,16 +507,6 @@ def test_gpu_npu_strategies(strategy, block_m, hidden):
 
 
 @pytest.mark.gpu
-def test_gpu_liger_peer():
+def test_gpu_liger_peer(measured_on_gpu):
     pytest.importorskip("liger_kernel")
-    rec = measure(
-        "fused_add_rms_norm",
-        "liger",
-        device="cuda",
-        dtype="bf16",
-        mode="full",
-        problem={"rows": 257, "hidden": 4096},
-        rep_ms=5,
-    )
-    assert rec.error is None, rec.error
-    assert rec.passed, rec.checks
+    measured_on_gpu("fused_add_rms_norm", "liger", {"rows": 257, "hidden": 4096})

@@ -65,8 +65,8 @@ def changed_files(root: Path = ROOT) -> list[str]:
     return sorted(set(paths))
 
 
-def tree_hash(paths: list[str], root: Path = ROOT) -> str:
-    """Eight hex digits over the paths and contents of ``paths`` (a deleted file counts as such)."""
+def tree_hash(paths: list[str], root: Path = ROOT, digits: int = 8) -> str:
+    """``digits`` hex digits over the paths and contents of ``paths`` (a deleted file counts as such)."""
     digest = hashlib.sha256()
     for rel in sorted(paths):
         digest.update(rel.encode("utf-8", "surrogateescape") + b"\0")
@@ -75,7 +75,7 @@ def tree_hash(paths: list[str], root: Path = ROOT) -> str:
         except OSError:
             digest.update(b"<deleted>")
         digest.update(b"\0")
-    return digest.hexdigest()[:8]
+    return digest.hexdigest()[:digits]
 
 
 def code_files(root: Path = ROOT) -> list[str]:
@@ -91,10 +91,7 @@ def code_files(root: Path = ROOT) -> list[str]:
 def code_hash(root: Path = ROOT) -> str:
     """Sixteen hex digits over the paths and contents of every code file (:func:`code_files`):
     equal for two trees exactly when their code is."""
-    digest = hashlib.sha256()
-    for rel in code_files(root):
-        digest.update(rel.encode("utf-8", "surrogateescape") + b"\0" + (Path(root) / rel).read_bytes() + b"\0")
-    return digest.hexdigest()[:16]
+    return tree_hash(code_files(root), root, digits=16)
 
 
 def claim(root: Path = ROOT) -> str:

@@ -580,14 +580,10 @@ def dw_accumulator(weight: torch.Tensor, n_cols: int) -> torch.Tensor:
     Fresh zeros instead of the kept buffer while a CUDA graph is captured (memory taken during a
     capture belongs to the graph's pool) and for the stand-in tensors torch.compile traces with."""
     device = weight.device
-    if type(weight) is not torch.Tensor:
+    cuda = device.type == "cuda"
+    if type(weight) is not torch.Tensor or (cuda and torch.cuda.is_current_stream_capturing()):
         return torch.zeros(n_cols + 1, dtype=torch.float32, device=device)
-    if device.type == "cuda":
-        if torch.cuda.is_current_stream_capturing():
-            return torch.zeros(n_cols + 1, dtype=torch.float32, device=device)
-        key = (device.index, current_stream_handle(device.index))
-    else:
-        key = (device.type, device.index)
+    key = (device.index, current_stream_handle(device.index)) if cuda else (device.type, device.index)
     buffer = _ACCUMULATORS.get(key)
     if buffer is None or buffer.numel() <= n_cols:
         if len(_ACCUMULATORS) >= _MAX_ACCUMULATORS:
