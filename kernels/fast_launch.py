@@ -10,7 +10,8 @@ How a call goes (:func:`launch`):
 
 - *hit*: a key built from the call (below) finds an entry; the entry's runner is called with the
   grid, the current stream, the kernel's function handle and packed metadata and every argument
-  in parameter order, as ``JITFunction.run`` calls it.
+  in parameter order, as ``JITFunction.run`` calls it, except that a tensor goes as its address
+  (:func:`_describer` says why).
 - *miss*: Triton's own launch runs (it compiles if it must, and launches), then the
   ``CompiledKernel`` it returns fills an entry for the key. A call this path cannot replay
   exactly (a tensor or an unknown name passed by keyword, an argument of another type, a missing
@@ -213,6 +214,7 @@ def launch(kernel, grid, args: tuple, kwargs: dict, stock_launch):
             device = _current_device(driver)
             types = tuple(map(type, args))
             describe = _DESCRIBERS.get(types) or _describer(types)
+            described, addressed = describe(*args)
             # id(kernel), not the kernel: JITFunction hashes its source hash under a lock (~0.5 us).
             # The entry holds the kernel, so the id stays its own while the entry lives.
             key = (
@@ -221,7 +223,7 @@ def launch(kernel, grid, args: tuple, kwargs: dict, stock_launch):
                 knob_state,
                 kernel.debug,
                 types,
-                describe(*args),
+                described,
                 tuple(kwargs.items()),
                 tuple(map(type, kwargs.values())),
             )
@@ -242,7 +244,7 @@ def launch(kernel, grid, args: tuple, kwargs: dict, stock_launch):
                         None,  # launch metadata: read only by launch hooks, and none are installed
                         None,
                         None,
-                        *args,
+                        *addressed,
                         *tail,
                     )
                     _counts.hits += 1
@@ -259,15 +261,29 @@ _DESCRIBERS: dict[tuple, Callable] = {}
 
 
 def _describer(types: tuple) -> Callable:
-    """The function giving the key's part for positional arguments of these types: each tensor's
-    dtype and whether it is 16-byte aligned, then every other argument's value (its type is in
-    the key already). Generated per tuple of types, as straight-line code: a loop with a branch
-    per argument costs about 2.5x more, and this is most of the key's cost."""
+    """The function giving, for positional arguments of these types, the key's part and the
+    arguments the runner is given.
+
+    The key's part: each tensor's dtype, whether it is a CUDA tensor and whether it is 16-byte
+    aligned, then every other argument's value (its type is in the key already). The runner gets
+    each tensor as its address (an int): given a tensor, Triton's C launcher asks the driver to
+    check the pointer (``cuPointerGetAttribute``, once per tensor per launch), a driver call that
+    CUPTI instruments; given an int it takes the address as it is. The check it skips is kept in
+    the key: a tensor not on CUDA has a key no CUDA launch made, so it misses and goes to Triton,
+    which raises its own error. Generated per tuple of types, as straight-line code: a loop with
+    a branch per argument costs about 2.5x more, and this is most of the key's cost."""
     names = [f"a{i}" for i in range(len(types))]
-    tensors = [name for name, kind in zip(names, types) if issubclass(kind, Tensor)]
-    others = [name for name, kind in zip(names, types) if not issubclass(kind, Tensor)]
-    parts = [f"{t}.dtype" for t in tensors] + [f"not {t}.data_ptr() & 15" for t in tensors] + others
-    source = f"def describe({', '.join(names)}):\n    return ({''.join(part + ', ' for part in parts)})\n"
+    is_tensor = [issubclass(kind, Tensor) for kind in types]
+    tensors = [name for name, tensor in zip(names, is_tensor) if tensor]
+    others = [name for name, tensor in zip(names, is_tensor) if not tensor]
+    addresses = "".join(f"    p{t} = {t}.data_ptr()\n" for t in tensors)
+    parts = [f"{t}.dtype" for t in tensors] + [f"{t}.is_cuda" for t in tensors]
+    parts += [f"not p{t} & 15" for t in tensors] + others
+    launched = [f"p{name}" if tensor else name for name, tensor in zip(names, is_tensor)]
+    source = (
+        f"def describe({', '.join(names)}):\n{addresses}"
+        f"    return ({''.join(part + ', ' for part in parts)}), ({''.join(a + ', ' for a in launched)})\n"
+    )
     namespace: dict = {}
     exec(source, namespace)  # source built above from argument positions only
     if len(_DESCRIBERS) >= MAX_ENTRIES:

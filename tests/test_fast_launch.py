@@ -178,12 +178,24 @@ def launch(stock, kernel, args, kwargs, grid=(4,)):
         assert replayed[3] == stock.driver.get_current_stream(stock.driver.device)
         assert replayed[4] is result.function and replayed[5] is result.packed_metadata
         assert replayed[6:9] == (None, None, None)
-        assert all(a is b for a, b in zip(replayed[9:], args)), "positional arguments are passed as given"
+        assert all(_same_launch_argument(a, b) for a, b in zip(replayed[9:], args)), (
+            "positional arguments are passed as given, tensors as their addresses"
+        )
         assert len(replayed[9:]) == len(kernel.params)
         return "hit"
     if after["misses"] == before["misses"] + 1:
         return "miss"
     return "fallback"
+
+
+def _same_launch_argument(replayed, given) -> bool:
+    if isinstance(given, torch.Tensor):
+        return type(replayed) is int and replayed == given.data_ptr()
+    return replayed is given
+
+
+def _launched(args):
+    return tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args)
 
 
 # --- the key ------------------------------------------------------------------------------
@@ -330,11 +342,11 @@ def test_keyword_arguments_and_defaults_are_replayed_in_parameter_order(fake_cud
     kwargs = {"num_warps": 2, "SQUARE": True, "BLOCK": 64}  # not in parameter order
     launch(stock, _scale_kernel, args, kwargs)
     compiled = fast_launch.launch(_scale_kernel, (1,), args, kwargs, stock)
-    assert compiled.replays[-1][9:] == (*args, 64, True)
+    assert compiled.replays[-1][9:] == (*_launched(args), 64, True)
     short = {"BLOCK": 64}  # SQUARE from its default
     launch(stock, _scale_kernel, args, short)
     compiled = fast_launch.launch(_scale_kernel, (1,), args, short, stock)
-    assert compiled.replays[-1][9:] == (*args, 64, False)
+    assert compiled.replays[-1][9:] == (*_launched(args), 64, False)
     # a non-constexpr parameter given by keyword (by value: its value is in the key)
     launch(stock, _scale_kernel, args[:5], {"stride": 64, "BLOCK": 64})
     assert launch(stock, _scale_kernel, args[:5], {"stride": 64, "BLOCK": 64}) == "hit"
@@ -754,6 +766,29 @@ def test_repeat_launches_take_the_fast_path(monkeypatch):
     assert status["enabled"] is True and status["hits"] == 20 and status["misses"] == 1, status
     assert not status["fallbacks"] and not status["unfilled"], status
     fast_launch.reset()
+
+
+@pytest.mark.gpu
+def test_a_cpu_tensor_after_cuda_launches_gets_tritons_error(monkeypatch):
+    """The fast path gives the runner addresses, not tensors, so the driver's pointer check is
+    Triton's alone: a CPU tensor where CUDA launches put a CUDA one must miss and reach Triton,
+    which raises, instead of handing a host address to the device."""
+    monkeypatch.delenv(fast_launch.ENV_SWITCH, raising=False)
+    fast_launch.reset()
+    x = torch.randn(100, device="cuda")
+    y = torch.empty(100, device="cuda")
+    for _ in range(2):
+        fast_launch.launch(_scale_kernel, (1,), (y, x, None, 2.0, 100, 1), {"BLOCK": 128}, _stock_launch)
+    assert fast_launch.status()["hits"] == 1
+    with pytest.raises(ValueError, match="cpu tensor"):
+        fast_launch.launch(_scale_kernel, (1,), (y, x.cpu(), None, 2.0, 100, 1), {"BLOCK": 128}, _stock_launch)
+    torch.testing.assert_close(y, 2.0 * x)
+    assert fast_launch.status()["hits"] == 1 and fast_launch.status()["misses"] == 2
+    fast_launch.reset()
+
+
+def _stock_launch(kernel, grid, args, kwargs):
+    return kernel.run(*args, grid=grid, warmup=False, **kwargs)
 
 
 @pytest.mark.gpu
