@@ -6,7 +6,8 @@ fresh process and again after the suite's own measurement of the same cell.
     bash benchmarks/gpu_run.sh run python3 benchmarks/call_breakdown.py    # on the GPU machine
 
 For RMSNorm forward and forward+backward (ours, F.rms_norm, and an empty autograd.Function as
-the floor of a Python autograd op), each a median over many calls, in µs:
+the floor of a Python autograd op), and two bare driver calls, each a median over many calls,
+in µs (``WORKBENCH_FAST_LAUNCH=0`` times ours through Triton's own launch):
 
 - ``host``: issue time of one call, the device idle before it (the suite's host timing);
 - ``loop``: back-to-back calls, wall time per call (what an eager loop pays when host-bound);
@@ -74,11 +75,28 @@ def calls(rows: int, hidden: int) -> dict:
         return run
 
     return {
+        **driver_calls(x),
         "ours fwd": no_grad(lambda: rms_norm(x, w)),
         "F.rms_norm fwd": no_grad(lambda: f(x, (hidden,), w, 1e-6)),
         "ours fwd+bwd": lambda: torch.autograd.grad(rms_norm(x, w), (x, w), dy),
         "F.rms_norm fwd+bwd": lambda: torch.autograd.grad(f(x, (hidden,), w, 1e-6), (x, w), dy),
         "empty Function fwd+bwd": lambda: torch.autograd.grad(Empty.apply(x, w), (x,), dy),
+    }
+
+
+def driver_calls(tensor) -> dict:
+    """Two CUDA driver calls alone, through ctypes: the pointer check Triton's launcher makes
+    for every tensor it is given (``cuPointerGetAttribute``) and a call that touches no memory
+    (``cuCtxGetCurrent``); ctypes adds the same cost to both. CUPTI instruments the driver API,
+    so these show what a session left attached does to a driver call."""
+    import ctypes
+
+    cuda = ctypes.CDLL("libcuda.so.1")
+    address, out, ctx = ctypes.c_uint64(tensor.data_ptr()), ctypes.c_uint64(), ctypes.c_void_p()
+    device_pointer = 2  # CU_POINTER_ATTRIBUTE_DEVICE_POINTER
+    return {
+        "driver cuPointerGetAttribute": lambda: cuda.cuPointerGetAttribute(ctypes.byref(out), device_pointer, address),
+        "driver cuCtxGetCurrent": lambda: cuda.cuCtxGetCurrent(ctypes.byref(ctx)),
     }
 
 
