@@ -12,7 +12,7 @@
 # Records name the code that ran: the machine's copy has no history of its own (its .git may be
 # an older one), so pass the commit it holds, checked by content there:
 #   WORKBENCH_CODE_CLAIM=<output of `python -m workbench.provenance --claim`> bash benchmarks/gpu_run.sh ...
-# Budget per step: STEP_TIMEOUT seconds (default 540). A suite step resumes into $RES/<suite>
+# Budget per step: STEP_TIMEOUT seconds (default 540), or TESTS_TIMEOUT, SUITE_TIMEOUT... for one kind. A suite step resumes into $RES/<suite>
 # (or SUITE_OUT), so a suite longer than one call runs in parts (--resume is added for you).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -35,13 +35,24 @@ cat "$RES/gpu.txt"
 
 step() {
   local name=$1; shift
-  local t=${STEP_TIMEOUT:-540}
+  local limit=${name^^}_TIMEOUT
+  local t=${!limit:-${STEP_TIMEOUT:-540}}
   echo "=== $name $* (timeout ${t}s)"
   case "$name" in
     # Only the modules that hold GPU tests: the others import notebook packages the image lacks.
-    tests) timeout "$t" python3 -m pytest -q -ra -m gpu -k "${1:-}" $(grep -l "mark.gpu" tests/test_*.py) \
-             -p no:cacheprovider -o faulthandler_timeout=120 --durations=25 \
-             2>&1 | tee -a "$RES/pytest_gpu.txt" | tail -30 ;;
+    # Most of the step is Triton compiling into an empty cache, so the tests run on
+    # TEST_WORKERS processes (pytest-xdist, carried in .whl) sharing the GPU; the "exclusive"
+    # ones (they compare timings) run afterwards with the GPU to themselves. Each test's time
+    # lands in $RES/test_times.txt as it ends, so a step cut short still says where time went.
+    tests) local modules=$(grep -l "mark.gpu" tests/test_*.py) started=$SECONDS
+           local common=(-q -ra -k "${1:-}" -p no:cacheprovider -o faulthandler_timeout=120 --durations=25)
+           local parallel=()
+           python3 -c "import xdist" 2>/dev/null && parallel=(-n "${TEST_WORKERS:-8}")
+           { WORKBENCH_TEST_LOG=$RES/test_times.txt timeout "$t" python3 -m pytest -m "gpu and not exclusive" \
+               "${parallel[@]}" "${common[@]}" $modules
+             WORKBENCH_TEST_LOG=$RES/test_times.txt timeout "$t" python3 -m pytest -m "gpu and exclusive" "${common[@]}" $modules
+           } 2>&1 | tee -a "$RES/pytest_gpu.txt" | tail -40
+           echo "tests step: $((SECONDS - started)) s" | tee -a "$RES/pytest_gpu.txt" ;;
     suite) local suite=$1; shift
            local dir=${SUITE_OUT:-$RES/$suite}
            timeout "$t" python3 -m workbench bench --suite "$suite" --device cuda --out "$dir" --resume "$@" 2>&1 \

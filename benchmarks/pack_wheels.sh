@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The wheels a GPU machine lacks for the suite and its diagnostics: the peers (Liger-Kernel,
-# PyJuice and the CUTLASS headers PyJuice's CuTe path reads) and py-spy (a sampling profiler for
-# "where does the suite's time go"). The GPU image has torch, triton, numpy, scipy, pandas,
-# numba, networkx, matplotlib and tqdm already (KINDS.md), so every wheel is fetched --no-deps.
+# PyJuice and the CUTLASS headers PyJuice's CuTe path reads), py-spy (a sampling profiler for
+# "where does the suite's time go") and pytest-xdist (the GPU tests on several processes). The
+# GPU image has torch, triton, numpy, scipy, pandas, numba, networkx, matplotlib and tqdm
+# already (KINDS.md), so every wheel is fetched --no-deps.
 # benchmarks/gpu_run.sh installs .whl/*.whl; name .whl in the device call's carry.
 #
 #   bash benchmarks/pack_wheels.sh [DEST=.whl]      # about 11 MB
@@ -11,7 +12,7 @@ set -euo pipefail
 DEST=${1:-.whl}
 PIP=${PIP:-python3 -m pip}
 PYVER=${PYVER:-3.12}
-WHEELS=${WHEELS:-"liger-kernel==0.8.5 pyjuice==2.6.3 nvidia-cutlass==4.2.0.0 py-spy==0.4.3"}
+WHEELS=${WHEELS:-"liger-kernel==0.8.5 pyjuice==2.6.3 nvidia-cutlass==4.2.0.0 py-spy==0.4.3 pytest-xdist==3.8.0 execnet==2.1.1"}
 mkdir -p "$DEST"
 platforms=()
 for p in manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux_2_5_x86_64 manylinux1_x86_64; do

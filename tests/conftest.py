@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -13,6 +15,15 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_runtest_logreport(report):
+    """With ``WORKBENCH_TEST_LOG=FILE``, one line per test phase as it ends (seconds, outcome,
+    id): a GPU test step cut short by its time limit still says where its time went."""
+    path = os.environ.get("WORKBENCH_TEST_LOG")
+    if path and (report.when == "call" or report.duration >= 1.0):
+        with open(path, "a") as log:
+            log.write(f"{report.duration:8.2f} {report.when:8s} {report.outcome:8s} {report.nodeid}\n")
 
 
 @pytest.fixture(params=["cpu"] + (["cuda"] if torch.cuda.is_available() else []))

@@ -183,6 +183,7 @@ def test_measure_many_interleaves_and_keeps_each_configuration_apart():
 
 # --- GPU: the three timings on a real kernel ---------------------------------------------------
 @pytest.mark.gpu
+@pytest.mark.exclusive
 def test_graph_replay_and_profiler_agree_on_a_capturable_kernel():
     from kernels.rms_norm import rms_norm
 
