@@ -247,7 +247,10 @@ def _bits(t):
 def _capture_and_compare(step, inputs):
     """Run ``step(*inputs)`` eagerly, then capture it in a CUDA graph, replay it on the same
     inputs and compare every output bit for bit."""
-    want = [t.clone() for t in step(*inputs)]
+    # Detached: a clone keeps the eager autograd graph, and with it AccumulateGrad nodes made on
+    # the default stream, alive into the capture, where the backward's sync with their stream
+    # breaks it ("operation would make the legacy stream depend on a capturing blocking stream").
+    want = [t.detach().clone() for t in step(*inputs)]
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
