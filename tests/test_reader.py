@@ -182,3 +182,23 @@ def test_the_report_shows_the_baseline_comparison(tmp_path):
 def test_a_command_line_names_no_absolute_path(tmp_path):
     argv = ["--suite", "smoke", "--out", str(tmp_path / "o"), f"--store={tmp_path}/r.sqlite", "--rep-ms", "5"]
     assert reader.scrub_command(argv) == "--suite smoke --out …/o --store=…/r.sqlite --rep-ms 5"
+
+
+def test_the_headline_gives_the_runs_wall_time_and_its_parts():
+    wall_line = R.wall_line
+    wall = {
+        "measuring": 371.9,
+        "from_process_start": 377.5,
+        "targets": {
+            "a": {"setup": 2.0, "compile": 20.5, "timing": 6.0, "wall": 28.5},
+            "b": {"setup": 1.0, "compile": 10.0, "timing": 4.0, "wall": 15.0},
+        },
+    }
+    assert wall_line(wall) == (
+        "Wall time: 372 s measuring every target, 378 s from the process's start "
+        "(setup 3 s, compile 30 s, timing 10 s)."
+    )
+    assert wall_line({"measuring": 10.0, "from_process_start": None, "targets": {}}) == (
+        "Wall time: 10 s measuring every target."
+    )
+    assert wall_line(None) is None and wall_line({}) is None

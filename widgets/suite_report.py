@@ -592,6 +592,9 @@ def headline_lines(run: dict) -> list[str]:
             f"{worst['x_name']}={worst['x']} (vs {worst.get('peer')})."
         )
     lines.append(code_line(run))
+    wall = wall_line(env.get("wall_s"))
+    if wall:
+        lines.append(wall)
     if rows and all(r.get("ratio_lo") is None for r in rows if r.get("ratio") is not None):
         lines.append("These records predate confidence intervals: each ratio is a point, without an interval.")
     if run.get("device_kind") == "cpu":
@@ -602,6 +605,24 @@ def headline_lines(run: dict) -> list[str]:
     if run.get("failures"):
         lines.append(f"FAILED: {len(run['failures'])} correctness failures: " + "; ".join(run["failures"][:5]))
     return lines
+
+
+def wall_line(wall: dict | None) -> str | None:
+    """How long the run took (``environment.json``'s ``wall_s``), split into its parts, or None
+    where the run did not record it (a run in parts, or one from before it was recorded)."""
+    if not wall or not wall.get("measuring"):
+        return None
+    parts: dict[str, float] = {}
+    for split in (wall.get("targets") or {}).values():
+        for part, seconds in split.items():
+            if part != "wall":
+                parts[part] = parts.get(part, 0.0) + seconds
+    total = wall.get("from_process_start")
+    text = f"Wall time: {wall['measuring']:.0f} s measuring every target"
+    text += f", {total:.0f} s from the process's start" if total else ""
+    if parts:
+        text += " (" + ", ".join(f"{part} {seconds:.0f} s" for part, seconds in parts.items()) + ")"
+    return text + "."
 
 
 def code_line(run: dict) -> str:
