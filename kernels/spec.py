@@ -143,7 +143,10 @@ class Variant:
     can time the kernel alone (``run`` still checks the result). ``prebuild()``, where given,
     starts without waiting the one-off work the variant's first call would otherwise do in the
     caller's thread (a peer's compiles, in background processes), so a benchmark can overlap
-    it with measuring something else; calling it again does nothing.
+    it with measuring something else; calling it again does nothing. ``precision(problem)``
+    names the arithmetic the variant uses on a problem where it does not follow the problem's
+    ``precision`` knob (a peer whose matrix products run TF32, a path that is always fp32);
+    see :meth:`KernelSpec.precision_of`.
     """
 
     name: str
@@ -157,6 +160,7 @@ class Variant:
     doc: str = ""
     kernel: Callable[..., Callable[[], Any]] | None = None
     prebuild: Callable[[], None] | None = None
+    precision: Callable[[Mapping[str, Any]], str] | None = None
 
     @property
     def is_peer(self) -> bool:
@@ -245,8 +249,19 @@ class KernelSpec:
         base.update(overrides)
         return {k.name: k.validate(base[k.name]) for k in self.knobs}
 
-    def tolerance(self, dtype: str) -> tuple[float, float]:
-        return tuple(self.tolerances[dtype_name(dtype)])
+    def tolerance(self, dtype: str, precision: str = "ieee") -> tuple[float, float]:
+        """(atol, rtol) for ``dtype`` computed at ``precision``: the ``"<dtype>/<precision>"`` entry
+        where the family has one (``"fp32/tf32"``), else the dtype's."""
+        name = dtype_name(dtype)
+        return tuple(self.tolerances.get(f"{name}/{precision}", self.tolerances[name]))
+
+    def precision_of(self, variant: Variant, problem: Mapping[str, Any]) -> str:
+        """The arithmetic precision ``variant`` computes ``problem`` at: its own rule where it has
+        one, else the problem's ``precision`` knob, else "ieee" (plain fp32 arithmetic). Records
+        carry it; a result is checked at its tolerance, and suites compare like with like."""
+        if variant.precision is not None:
+            return variant.precision(problem)
+        return str(problem.get("precision", "ieee"))
 
 
 # --- registry ----------------------------------------------------------------------------

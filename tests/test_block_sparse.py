@@ -277,6 +277,71 @@ def test_split_forward_and_every_gradient(device, case, name, impl, tiles):
     assert_close(p, wp, scale_by_max=True, what=f"{name} {what} param flows")
 
 
+@pytest.mark.parametrize("precision", gpu.PRECISIONS)
+@pytest.mark.parametrize("batch,K", [(16, 16), (17, 37), (33, 48)])
+def test_dot_tiles_at_each_precision(device, precision, batch, K):
+    """The tl.dot form at each input precision: odd K and batch (masked edges and columns), a
+    node whose children are all -inf, and autograd through it, each within the precision's
+    tolerance of the fp64 reference (TF32 on CUDA; the interpreter computes the dot in fp32)."""
+    x = layer(32, 16, batch, device, K=K, seed=3)
+    em = x["element_mars"].detach().clone()
+    em[x["cids"][0, :].long(), :] = float("-inf")  # block 0: every child -inf
+    em.requires_grad_(True)
+    tiles = {"heuristic": "small", "TILE_M": 16, "TILE_K": 16, "BLOCK_B": 16}
+    resolved = gpu.resolve_forward_tiles(2, 16, K, batch, 4, precision=precision, **tiles)
+    assert resolved.USE_DOT and resolved.PRECISION == precision
+    out = sum_layer(em, x["params"], x["cids"], x["pids"], 16, impl="gpu", precision=precision, **tiles)
+    atol, _ = spec.tolerance("fp32", precision)
+    em64, p64 = ref64(em).requires_grad_(True), ref64(x["params"]).requires_grad_(True)
+    want = sum_layer_reference(em64, p64, x["cids"].cpu(), x["pids"].cpu(), 16)
+    assert torch.isneginf(out[:16]).all()
+    assert_close(out, want, atol=atol, what=f"forward at {precision}")
+    grad = torch.randn_like(out).masked_fill(torch.isinf(out), 0.0)
+    d_em = torch.autograd.grad(out, em, grad)[0]
+    d_em_ref = torch.autograd.grad(want, em64, grad.detach().double().cpu())[0]
+    assert_close(d_em, d_em_ref, atol=atol, scale_by_max=True, what=f"d element_mars at {precision}")
+
+
+def test_precision_is_checked_and_only_the_dot_form_uses_it():
+    x = layer(8, 8, 2, "cpu")
+    with pytest.raises(ValueError, match="precision='fp16' is not allowed; use one of ieee, tf32, tf32x3"):
+        sum_layer(x["element_mars"], x["params"], x["cids"], x["pids"], 8, precision="fp16")
+    # batch 2: broadcast tiles, fp32 whatever the precision says
+    a = sum_layer(x["element_mars"], x["params"], x["cids"], x["pids"], 8, impl="gpu", precision="tf32")
+    b = sum_layer(x["element_mars"], x["params"], x["cids"], x["pids"], 8, impl="gpu")
+    assert torch.equal(a, b)
+
+
+def test_the_spec_knows_each_variants_precision():
+    tf32 = spec.resolve_problem({"batch": 16, "precision": "tf32"})
+    ieee16 = spec.resolve_problem({"batch": 16})
+    small = spec.resolve_problem({"batch": 8, "precision": "tf32"})
+    assert spec.precision_of(spec.variant("gpu"), tf32) == "tf32"  # ours follows the knob
+    assert spec.precision_of(spec.variant("gpu"), ieee16) == "ieee"
+    assert spec.precision_of(spec.variant("torch"), tf32) == "ieee"  # always fp32
+    assert spec.precision_of(spec.variant("npu"), tf32) == "ieee"  # no tl.dot on the NPU
+    # PyJuice: its tl.dot path (TF32) from batch 16, exact small-batch kernels below
+    assert spec.precision_of(spec.variant("pyjuice"), ieee16) == "tf32"
+    assert spec.precision_of(spec.variant("pyjuice"), small) == "ieee"
+    assert spec.tolerance("fp32", "tf32") == (5e-3, 5e-3) and spec.tolerance("fp32", "ieee") == (1e-4, 1e-4)
+    assert spec.tolerance("fp32", "tf32x3") == (1e-4, 1e-4)  # no entry: the dtype's own
+    with pytest.raises(ValueError, match="precision"):
+        spec.resolve_problem({"precision": "bf16"})
+
+
+def test_a_record_is_checked_at_its_precision():
+    from workbench.measure import measure
+
+    problem = {"nodes": 32, "block_size": 16, "batch": 16, "precision": "tf32"}
+    params = {"heuristic": "small", "TILE_M": 16, "TILE_K": 16, "BLOCK_B": 16}
+    rec = measure(
+        "block_sparse", "gpu", device="cpu", dtype="fp32", mode="full", problem=problem, params=params, rep_ms=1
+    )
+    assert rec.ok and rec.precision == "tf32", rec.error
+    ref = measure("block_sparse", "torch", device="cpu", dtype="fp32", mode="forward", problem=problem, rep_ms=1)
+    assert ref.ok and ref.precision == "ieee"
+
+
 def test_split_equals_unsplit_and_splits_beyond_k(device):
     """More splits than TILE_K chunks (empty splits are not launched), one split, and the unsplit
     kernel agree to rounding; every SPLITS value resolves, with a clear error for others."""

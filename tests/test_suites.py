@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import kernels
+from workbench import reader
 from workbench import suites as S
 from workbench.cli import main
 from workbench.report import find_notebooks
@@ -169,7 +170,33 @@ def test_kernel_only_peer_time():
     assert row.status == NOT_MEASURED and "peer failed" in row.reason
 
 
-# --- the HMM chain -----------------------------------------------------------------------------
+def test_a_peer_at_another_precision_is_shown_not_judged():
+    """Like with like: PyJuice's TF32 products against our fp32 are "not comparable", with both
+    precisions and the peer's error named; at matched precision the point is judged."""
+    target = Versus(
+        "bs", "BS", "block_sparse", "forward", (16,), "gpu", peers=("pyjuice",), dtype="fp32", kernel_only=("pyjuice",)
+    )
+    records = [
+        rec("gpu", 16, 20.0, precision="ieee", max_abs_err=2e-6),
+        rec("pyjuice", 16, 40.0, backend="peer", precision="tf32", max_abs_err=1e-3),
+        rec("pyjuice_kernel", 16, 15.0, backend="peer", precision="tf32"),
+    ]
+    row = versus_rows(target, records)[0]
+    assert row.status == NOT_COMPARABLE and row.ratio is None
+    assert "precision: ours ieee, pyjuice_kernel computes tf32" in row.reason
+    assert (row.ours_precision, row.ours_err) == ("ieee", 2e-6)
+    assert (row.peer_precision, row.peer_err) == ("tf32", 1e-3)
+    assert reader.precision_text(row.to_dict()) == "ieee 2e-06 / tf32 0.001"
+    records[0]["precision"] = "tf32"  # ours at the peer's precision: judged
+    row = versus_rows(target, records)[0]
+    assert row.status == MISSED and row.ratio == pytest.approx(0.75) and row.peer == "pyjuice_kernel"
+    assert row.peer_precision == "tf32" and row.peer_err == 1e-3  # the bare kernel's error is its variant's
+    # records from before precisions were kept are fp32 on both sides
+    old = [rec("gpu", 16, 20.0), rec("pyjuice", 16, 40.0, backend="peer"), rec("pyjuice_kernel", 16, 30.0)]
+    assert versus_rows(target, old)[0].status == MET
+
+
+# --- the HMM chain -----------------------------------------------------------------------------# --- the HMM chain -----------------------------------------------------------------------------
 def test_chain_ratio_prefers_graph_replay():
     target = Chain("hmm", "HMM", T=32, L=1024, batches=(1, 16))
 
@@ -257,6 +284,8 @@ def test_h100_suite_is_the_issue():
     bwd = h.target("block_sparse_backward")
     assert bwd.mode == "backward" and bwd.values == bs.values and bwd.kernel_only == ("pyjuice",)
     assert bwd.timing == "kernel" and required(bwd.min_ratio, 1) == 1.0
+    tf32 = h.target("block_sparse_forward_tf32")  # matched precision where PyJuice's products run TF32
+    assert tf32.values == (16, 32, 64) and tf32.problem["precision"] == "tf32" and tf32.kernel_only == ("pyjuice",)
     graphed = h.target("hmm_chain_graphed")
     assert graphed.peers == ("pyjuice_graph",) and graphed.batches == (1, 16)
     assert required(graphed.min_ratio, 1) == 1.25 and (graphed.T, graphed.L) == (32, 1024)

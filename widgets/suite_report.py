@@ -73,7 +73,8 @@ def ratio_table_html(rows: list[dict], missing: dict | None = None) -> str:
     """The ratio table, one row per target and x, coloured by status; a heading row per target
     (its title, and the peers that could not be measured here: ``missing`` target -> {peer: why})."""
     missing = missing or {}
-    head = ["x", "ours", "ours µs", "best peer / config", "peer µs", "ratio [interval]", "%BW", "threshold", "status"]
+    head = ["x", "ours", "ours µs", "best peer / config", "peer µs", "ratio [interval]", "%BW", "threshold"]
+    head += ["precision, max error", "status"]
     head += ["informative", "note"]
     out = [
         '<table class="wb-ratios" style="border-collapse:collapse;font-size:12px;font-family:monospace">',
@@ -113,6 +114,7 @@ def ratio_table_html(rows: list[dict], missing: dict | None = None) -> str:
             (reader.ratio_text(r), "right"),
             (_num(r.get("pct_copy_bw"), "{:.1f}"), "right"),
             (", ".join(thr) or "-", "left"),
+            (reader.precision_text(r), "left"),
             (status, "left"),
             (info, "left"),
             (note, "left"),

@@ -95,6 +95,9 @@ class Record:
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     passed: bool | None = None
+    # The arithmetic the variant used (KernelSpec.precision_of): "ieee" is plain fp32 and the
+    # dtype's own arithmetic; "tf32"/"tf32x3" for TF32 matrix products. Checked at its tolerance.
+    precision: str = "ieee"
     error: str | None = None
     seed: int = 0
     versions: dict = field(default_factory=dict)
@@ -328,6 +331,7 @@ def _prepare(spec, config, shared: _Shared) -> tuple[Record, _Prepared | None]:
             raise ValueError(f"dtype={dt!r} is not supported by {spec.name}; use one of {', '.join(spec.dtypes)}")
         prob = spec.resolve_problem(problem, quick=shared.quick)
         record = _new_record(spec, var.name, var.backend, mode, dt, dev.kind, dev.name, prob, params, seed)
+        record.precision = spec.precision_of(var, prob)
         reason = var.unavailable_reason(dev.kind)
         if reason:
             raise ValueError(reason)
@@ -501,7 +505,7 @@ def _check(spec, dev, dt, prob, inputs, outputs, grads, grad_names, grad_outs, r
     backward_needed = grads is not None
     with torch.set_grad_enabled(backward_needed):
         ref_outputs = as_tuple(spec.reference(ref_inputs, prob))
-    atol, rtol = spec.tolerance(dt)
+    atol, rtol = spec.tolerance(dt, record.precision)
     checks: list[TensorCheck] = []
     names = list(spec.output_names)
     if len(names) != len(outputs) or len(ref_outputs) != len(outputs):

@@ -231,6 +231,7 @@ def ratio_md_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict]:
                 "ratio [interval]": ratio_text(r),
                 "% copy BW": _num(r.get("pct_copy_bw"), "{:.0f}"),
                 "threshold": threshold_text(r),
+                "precision, max error": precision_text(r),
                 "verdict": f"**{r.get('status')}**" if r.get("status") in ("MET", "MISSED") else r.get("status"),
             }
         )
@@ -246,8 +247,21 @@ RATIO_MD_COLUMNS = (
     "ratio [interval]",
     "% copy BW",
     "threshold",
+    "precision, max error",
     "verdict",
 )
+
+
+def precision_text(row: Mapping[str, Any]) -> str:
+    """Both sides' arithmetic and largest error against the reference: "ieee 2e-06 / tf32 0.001"
+    (ours / the peer); "-" for rows judged before precisions were kept."""
+    sides = []
+    for side in ("ours", "peer"):
+        name = row.get(f"{side}_precision")
+        if name:
+            err = row.get(f"{side}_err")
+            sides.append(name + ("" if err is None else f" {err:.2g}"))
+    return " / ".join(sides) or "-"
 
 
 def write_summary(

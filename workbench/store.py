@@ -65,6 +65,7 @@ OUR_COLUMNS = (
     "peak_mb",
     "max_abs_err",
     "max_rel_err",
+    "precision",
     "passed",
     "error",
     "torch",

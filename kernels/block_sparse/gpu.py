@@ -137,6 +137,9 @@ GPU_SMALL_DOT_FROM_BATCH = 16
 NUM_STAGES = (1, 2, 3, 4, 5)
 PRODUCT_BLOCK_M_CAP = 8  # the product layer's BLOCK_M cap of the small heuristic
 COMBINE_BLOCK = 1024  # flat elements per program of the split-K combine kernel
+# The tl.dot form's input precisions (Triton's input_precision on NVIDIA): fp32 FMAs, TF32 tensor
+# cores (about 3 decimal digits, what PyJuice's kernels use for fp32 from batch 16), 3xTF32.
+PRECISIONS = ("ieee", "tf32", "tf32x3")
 SPLIT_VALUES = (1, 2, 4, 8, 16, 32, 64)  # split-K counts accepted (the Explorer's SPLITS knob)
 # Split-K rule (used where tuned.py has no entry for the device): node tiles of 32 nodes at
 # batch <= 2 and 16 beyond (node-contiguous weight loads coalesce), and enough edge splits that
@@ -152,9 +155,11 @@ SMALL_BWD_TILE_M = 64  # element flows at small batch: node tile cap, so node sp
 def _sum_forward_kernel(
     OUT_ptr, WS_MAX_ptr, WS_SUM_ptr, EM_ptr, P_ptr, CIDS_ptr, PIDS_ptr, n_batch, n_edges, block_size, n_rows,
     k_per_split, TILE_M: tl.constexpr, TILE_K: tl.constexpr, BLOCK_B: tl.constexpr, PROGRAM_M: tl.constexpr,
-    USE_DOT: tl.constexpr, SPLIT: tl.constexpr,
+    USE_DOT: tl.constexpr, SPLIT: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
     """out = log sum_k p * exp(em) for PROGRAM_M nodes of one block x BLOCK_B batch columns.
+
+    ``PRECISION``: the ``tl.dot`` form's input precision (the broadcast form is fp32 throughout).
 
     ``SPLIT`` (split-K): program axis 2 takes edges ``[s * k_per_split, (s + 1) * k_per_split)``
     and stores its partial (shift, scaled sum) to the workspace rows ``s * n_rows + row``
@@ -176,7 +181,7 @@ def _sum_forward_kernel(
         node_mask = nodes < block_size
         run_max, acc = node_tile_lse(
             EM_ptr, P_ptr, CIDS_ptr, PIDS_ptr, edge_row, k_lo, k_hi, nodes, node_mask, cols, col_mask, n_batch,
-            TILE_M, TILE_K, BLOCK_B, True, USE_DOT,
+            TILE_M, TILE_K, BLOCK_B, True, USE_DOT, PRECISION,
         )  # fmt: skip
         rows = node_rows(g, block_size, nodes, True)
         mask = node_mask[:, None] & col_mask[None, :]
@@ -305,6 +310,7 @@ class SumForwardTiles:
     num_warps: int
     num_stages: int = 0  # 0: Triton's default software pipelining depth
     SPLITS: int = 1  # split-K: programs sharing one tile's edges (1: no split, no combine kernel)
+    PRECISION: str = "ieee"  # the tl.dot form's input precision (PRECISIONS)
 
     def grid(self, n_blocks: int, block_size: int, batch: int, n_edges: int = 1) -> tuple:
         programs = n_blocks * triton.cdiv(block_size, self.PROGRAM_M)
@@ -354,6 +360,16 @@ def _split_forward(n_blocks: int, block_size: int, n_edges: int, batch: int, num
     return dict(TILE_M=tm_, TILE_K=min(tile_k, _pow2(n_edges)), BLOCK_B=block_b, PROGRAM_M=tm_, SPLITS=splits)
 
 
+def check_precision(value):
+    if value not in PRECISIONS:
+        raise ValueError(
+            f"precision={value!r} is not allowed; use one of {', '.join(PRECISIONS)} (the tl.dot form's input "
+            f"precision: ieee is fp32, tf32 rounds inputs to 10-bit mantissas on tensor cores, tf32x3 sums "
+            f"three TF32 products)"
+        )
+    return value
+
+
 def check_splits(value):
     if value not in SPLIT_VALUES:
         raise ValueError(f"SPLITS={value!r} is not allowed; use one of {', '.join(map(str, SPLIT_VALUES))} (or 'auto')")
@@ -376,14 +392,17 @@ def resolve_forward_tiles(
     num_stages="auto",
     SPLITS="auto",
     device_name=None,
+    precision="ieee",
 ) -> SumForwardTiles:
     """The forward tiling: a heuristic's choice with explicit tiles overriding it.
 
     ``auto`` asks :mod:`.tuned` first (the device's measured best at this batch: split-K with its
     SPLITS and node tile, or the unsplit small tiling with its node tile); without an entry,
     ``large`` when its grid fills the SMs, else ``small``. ``split`` is the split-K rule of
-    :func:`_split_forward`. An explicit ``SPLITS`` splits any tiling's edges (``1``: no split)."""
+    :func:`_split_forward`. An explicit ``SPLITS`` splits any tiling's edges (``1``: no split).
+    ``precision`` is the ``tl.dot`` form's input precision; broadcast tiles compute in fp32 whatever it is."""
     check_heuristic(heuristic)
+    check_precision(precision)
     custom = any(v != "auto" for v in (TILE_M, TILE_K, BLOCK_B, PROGRAM_M, SPLITS))
     tuned_tiles = tuned.lookup(device_name, batch) if heuristic == "auto" else None
     if tuned_tiles is not None:
@@ -444,6 +463,7 @@ def resolve_forward_tiles(
         num_warps,
         num_stages,
         chosen["SPLITS"],
+        precision,
     )
 
 
@@ -604,7 +624,7 @@ def sum_forward(element_mars, params, cids, pids, block_size: int, tiles: SumFor
     tile = dict(TILE_M=tiles.TILE_M, TILE_K=tiles.TILE_K, BLOCK_B=tiles.BLOCK_B, PROGRAM_M=tiles.PROGRAM_M)
     launch(
         _sum_forward_kernel, element_mars, grid, *args, **tile, USE_DOT=tiles.USE_DOT, SPLIT=splits > 1,
-        num_warps=tiles.num_warps, **stages,
+        PRECISION=tiles.PRECISION, num_warps=tiles.num_warps, **stages,
     )  # fmt: skip
     if splits > 1:
         n = n_rows * batch

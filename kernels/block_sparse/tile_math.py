@@ -128,15 +128,17 @@ def lse_finish(run_max, acc):
 
 
 @triton.jit
-def dot_step(run_max, acc, p, em):
+def dot_step(run_max, acc, p, em, PRECISION: tl.constexpr):
     """One chunk of the ``tl.dot`` form (GPU only: the NPU kernels use vector cores and pass
     ``DOT=False``). One shift per column, ``m[b] = max_k (em + log w_k)`` with ``w_k`` the tile's
-    largest weight of edge k; the clamp at 80 keeps zero-weight edges finite (gpu.py's docstring)."""
+    largest weight of edge k; the clamp at 80 keeps zero-weight edges finite (gpu.py's docstring).
+    ``PRECISION`` is the dot's input precision: "ieee" (fp32 FMAs), "tf32" (tensor cores, inputs
+    rounded to 10-bit mantissas) or "tf32x3" (three TF32 products, close to fp32)."""
     log_w = tl.log(tl.max(p, axis=0))  # [TILE_K]
     new_max = tl.maximum(run_max, tl.max(em + log_w[:, None], axis=0)[None, :])
     shift = tl.maximum(new_max, NEG_FLT_MAX)
     acc = acc * tl.exp(run_max - shift)
-    acc += tl.dot(p, tl.exp(tl.minimum(em - shift, 80.0)), input_precision="ieee")
+    acc += tl.dot(p, tl.exp(tl.minimum(em - shift, 80.0)), input_precision=PRECISION)
     return new_max, acc
 
 
@@ -144,6 +146,7 @@ def dot_step(run_max, acc, p, em):
 def node_tile_lse(
     EM_ptr, P_ptr, CIDS_ptr, PIDS_ptr, edge_row, k_lo, k_hi, nodes, node_mask, cols, col_mask, n_batch,
     TILE_M: tl.constexpr, TILE_K: tl.constexpr, BLOCK_B: tl.constexpr, WIDE: tl.constexpr, DOT: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):  # fmt: skip
     """(running max, scaled sum) of one node tile over edges ``[k_lo, k_hi)`` in chunks of
     ``TILE_K`` — the whole edge range, or one split-K slice. The running max is per node and
@@ -159,7 +162,7 @@ def node_tile_lse(
             TILE_K, WIDE,
         )  # fmt: skip
         if DOT:
-            run_max, acc = dot_step(run_max, acc, p, em)
+            run_max, acc = dot_step(run_max, acc, p, em, PRECISION)
         else:
             run_max, acc = lse_step(run_max, acc, tl.log(p), em)
     return run_max, acc

@@ -59,6 +59,11 @@ class RatioRow:
     alt_ratio: float | None = None
     note: str = ""
     timing: str = ""
+    # Both sides' arithmetic (Record.precision) and largest error against the reference.
+    ours_precision: str | None = None
+    ours_err: float | None = None
+    peer_precision: str | None = None
+    peer_err: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -130,10 +135,27 @@ def _short(text: Any, n: int = 160) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+def precision(record: dict) -> str:
+    """The arithmetic a record's variant used; records from before precisions were kept were fp32."""
+    return record.get("precision") or "ieee"
+
+
 def best_of(records: Iterable[Any], timing: str = "kernel") -> dict | None:
     """The fastest record (median of ``timing``) that ran and passed its check (None when none did)."""
     ok = [r for r in map(_d, records) if _ok(r) and timed(r, timing)[0] is not None]
     return min(ok, key=lambda r: timed(r, timing)[0]) if ok else None
+
+
+def _checked_err(record: dict, records: Sequence[dict]) -> float | None:
+    """A record's max error, or for a peer's bare kernel (timed, not checked) that of the
+    variant whose run checked it on our inputs."""
+    if record.get("max_abs_err") is not None:
+        return record["max_abs_err"]
+    name = str(record.get("variant") or "")
+    if name.endswith("_kernel"):
+        owner = [r for r in records if r.get("variant") == name[: -len("_kernel")]]
+        return owner[-1].get("max_abs_err") if owner else None
+    return None
 
 
 def label(record: dict) -> str:
@@ -178,7 +200,12 @@ def judge(
         return row
     row.ours_us = _us(timed(o, timing)[0])
     row.pct_copy_bw = o.get("pct_copy_bw")
+    row.ours_precision, row.ours_err = precision(o), o.get("max_abs_err")
+    # Like with like: a candidate computing at another precision (a peer's TF32 products against
+    # our fp32) is shown in the reason, with its error, but not judged against ours.
     cands = [_d(c) for c in candidates]
+    other = [c for c in cands if precision(c) != row.ours_precision]
+    cands = [c for c in cands if precision(c) == row.ours_precision]
     best = best_of(cands, timing)
     if alt is not None:
         a = _d(alt)
@@ -190,10 +217,16 @@ def judge(
     states: list[tuple[str, str]] = []  # (state, reason) per threshold
     if best is not None:
         row.peer, row.peer_us = label(best), _us(timed(best, timing)[0])
+        row.peer_precision, row.peer_err = precision(best), _checked_err(best, cands)
         if row.ours_us:
             row.ratio, row.ratio_lo, row.ratio_hi = ratio_with_interval(best, o, timing)
     if row.min_ratio is not None:
-        if best is None:
+        if best is None and other:
+            shown = max(other, key=lambda c: c.get("max_abs_err") or 0.0)
+            row.peer_precision, row.peer_err = precision(shown), _checked_err(shown, other)
+            names = ", ".join(f"{label(c)} computes {precision(c)}" for c in other)
+            states.append((NOT_COMPARABLE, f"precision: ours {row.ours_precision}, {names}"))
+        elif best is None:
             if missing and not cands:
                 why = "; ".join(f"{k}: {v}" for k, v in missing.items())
                 states.append((NOT_MEASURED, f"peer missing: {why}"))
@@ -286,6 +319,8 @@ def versus_rows(target: Versus, records: Iterable[Any], missing: Mapping[str, st
             if kernel is None:
                 continue
             cands = [c for c in cands if c.get("variant") != f"{name}_kernel"]
+            if checked is not None:  # the bare kernel ran what the variant's record checked
+                kernel = dict(kernel, precision=precision(checked), max_abs_err=checked.get("max_abs_err"))
             if checked is not None and not _ok(checked):
                 # the bare kernel counts only when the variant's result on our inputs passed
                 kernel = dict(kernel, error=checked.get("error") or "its result on our inputs is wrong")

@@ -106,6 +106,7 @@ def _bare_kernel(spec, var, problem: dict, target: Versus, ctx: RunContext) -> t
         spec.name, f"{var.name}_kernel", "peer", mode, target.dtype, dev, prob, {}, spec.axis, prob[spec.axis]
     )
     rec.min_bytes = int(spec.min_bytes(prob, mode, target.dtype))
+    rec.precision = spec.precision_of(var, prob)
     try:
         with ctx.phases("setup"):
             inputs = spec.make_inputs(prob, DTYPES[target.dtype], dev.torch_device, 0)

@@ -211,6 +211,7 @@ def _targets(
     fused_bw_from: int,
     nodes: int,
     batches: tuple,
+    tf32_batches: tuple,
     hmm: dict,
     defaults: dict,
     block_hidden: tuple,
@@ -269,6 +270,21 @@ def _targets(
             bsp,
             peers=("pyjuice",),
             problem=layer,
+            dtype="fp32",
+            kernel_only=("pyjuice",),
+        ),
+        # Matched precision: from batch 16 PyJuice's products run TF32 (its tl.dot at Triton's
+        # default precision), so there the ieee target above says "not comparable" and ours runs
+        # the same TF32 products here, both checked at TF32's tolerance.
+        Versus(
+            "block_sparse_forward_tf32",
+            f"Block-sparse sum layer forward at TF32 on both sides (PyJuice's precision from batch 16), L={nodes}",
+            "block_sparse",
+            "forward",
+            tf32_batches,
+            bsp,
+            peers=("pyjuice",),
+            problem={**layer, "precision": "tf32"},
             dtype="fp32",
             kernel_only=("pyjuice",),
         ),
@@ -442,6 +458,7 @@ SUITES: dict[str, Suite] = {
             fused_bw_from=2048,
             nodes=1024,
             batches=(1, 2, 4, 8, 16, 32, 64),  # issue 16: batch 1-64
+            tf32_batches=(16, 32, 64),
             hmm={"T": 32, "L": 1024, "batches": (1, 16)},
             defaults={
                 "rms_forward": (1024, 4096, 16384),
@@ -468,6 +485,7 @@ SUITES: dict[str, Suite] = {
             fused_bw_from=300,
             nodes=48,
             batches=(1, 3),
+            tf32_batches=(3,),
             hmm={"T": 4, "L": 16, "V": 8, "batches": (1, 2)},
             defaults={
                 "rms_forward": (300,),
