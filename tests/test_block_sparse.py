@@ -732,6 +732,23 @@ def test_gpu_split_vs_unsplit_vs_reference(batch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("heuristic", ("small", "split", "large"))
+def test_gpu_each_precision_at_the_issue_shape(heuristic):
+    """L = 1024 at batch 17 (dot tiles, a masked column): each precision within its tolerance of
+    the fp64 reference, and TF32 really reaching the tensor cores (its error well above fp32's)."""
+    x = layer(1024, 1024, 17, "cuda", seed=5)
+    args = (x["element_mars"], x["params"], x["cids"], x["pids"], 1024)
+    want = sum_layer_reference(ref64(x["element_mars"]), ref64(x["params"]), x["cids"].cpu(), x["pids"].cpu(), 1024)
+    errors = {}
+    for precision in gpu.PRECISIONS:
+        out = sum_layer(*args, heuristic=heuristic, precision=precision)
+        assert_close(out, want, atol=spec.tolerance("fp32", precision)[0], what=f"{heuristic} at {precision}")
+        errors[precision] = (ref64(out) - want).abs().max().item()
+    assert errors["tf32"] > 10 * max(errors["ieee"], 1e-7), errors
+    assert errors["tf32x3"] < errors["tf32"] / 10, errors
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("heuristic", ("auto", "split"))
 @pytest.mark.parametrize("batch", (1, 16))
 def test_gpu_hmm_graphed_matches_classical_recursion(heuristic, batch):
