@@ -222,8 +222,12 @@ def judge(
             row.ratio, row.ratio_lo, row.ratio_hi = ratio_with_interval(best, o, timing)
     if row.min_ratio is not None:
         if best is None and other:
-            shown = max(other, key=lambda c: c.get("max_abs_err") or 0.0)
+            # The ratio against the fastest of them is shown, as for CPU times, and never judged.
+            shown = best_of(other, timing) or max(other, key=lambda c: c.get("max_abs_err") or 0.0)
+            row.peer, row.peer_us = label(shown), _us(timed(shown, timing)[0])
             row.peer_precision, row.peer_err = precision(shown), _checked_err(shown, other)
+            if row.ours_us and row.peer_us:
+                row.ratio, row.ratio_lo, row.ratio_hi = ratio_with_interval(shown, o, timing)
             names = ", ".join(f"{label(c)} computes {precision(c)}" for c in other)
             states.append((NOT_COMPARABLE, f"precision: ours {row.ours_precision}, {names}"))
         elif best is None:
