@@ -191,6 +191,10 @@ def test_a_peer_at_another_precision_is_shown_not_judged():
     row = versus_rows(target, records)[0]
     assert row.status == MISSED and row.ratio == pytest.approx(0.75) and row.peer == "pyjuice_kernel"
     assert row.peer_precision == "tf32" and row.peer_err == 1e-3  # the bare kernel's error is its variant's
+    records[1].update(passed=False, max_abs_err=0.48)  # wrong even at TF32's tolerance: shown with its error
+    row = versus_rows(target, records)[0]
+    assert row.status == NOT_MEASURED and "peer failed" in row.reason
+    assert (row.peer_precision, row.peer_err) == ("tf32", 0.48)
     # records from before precisions were kept are fp32 on both sides
     old = [rec("gpu", 16, 20.0), rec("pyjuice", 16, 40.0, backend="peer"), rec("pyjuice_kernel", 16, 30.0)]
     assert versus_rows(target, old)[0].status == MET

@@ -235,6 +235,9 @@ def judge(
                 why = "; ".join(f"{k}: {v}" for k, v in missing.items())
                 states.append((NOT_MEASURED, f"peer missing: {why}"))
             elif cands:
+                # Shown with its error at its own precision's tolerance, never dropped silently.
+                worst = max(cands, key=lambda c: _checked_err(c, cands) or 0.0)
+                row.peer_precision, row.peer_err = precision(worst), _checked_err(worst, cands)
                 failed = "; ".join(f"{label(c)}: {_short(c.get('error') or 'wrong result', 80)}" for c in cands)
                 states.append((NOT_MEASURED, f"peer failed: {failed}"))
             else:
