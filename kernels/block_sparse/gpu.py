@@ -122,6 +122,7 @@ from kernels.block_sparse.tile_math import (
     used_splits,
 )
 from kernels.launch import launch as _launch
+from kernels.tiling import cdiv, next_power_of_2
 
 HEURISTICS = ("auto", "large", "small", "split")
 NUM_WARPS = (1, 2, 4, 8, 16, 32)
@@ -274,7 +275,7 @@ def _product_backward_kernel(
 
 # --- tiles ---------------------------------------------------------------------------------
 def _pow2(v: int) -> int:
-    return triton.next_power_of_2(max(1, int(v)))
+    return next_power_of_2(max(1, int(v)))
 
 
 def is_power_of_two(v) -> bool:
@@ -313,11 +314,11 @@ class SumForwardTiles:
     PRECISION: str = "ieee"  # the tl.dot form's input precision (PRECISIONS)
 
     def grid(self, n_blocks: int, block_size: int, batch: int, n_edges: int = 1) -> tuple:
-        programs = n_blocks * triton.cdiv(block_size, self.PROGRAM_M)
+        programs = n_blocks * cdiv(block_size, self.PROGRAM_M)
         splits = used_splits(n_edges, self.SPLITS, self.TILE_K)
         if splits == 1:
-            return (programs, triton.cdiv(batch, self.BLOCK_B))
-        return (programs, triton.cdiv(batch, self.BLOCK_B), splits)
+            return (programs, cdiv(batch, self.BLOCK_B))
+        return (programs, cdiv(batch, self.BLOCK_B), splits)
 
 
 def _large_forward(block_size: int, n_edges: int, batch: int) -> dict:
@@ -349,13 +350,13 @@ def _split_forward(n_blocks: int, block_size: int, n_edges: int, batch: int, num
     tm_ = min(_pow2(block_size), 32 if batch <= 2 else 16)
     dot = batch >= GPU_SMALL_DOT_FROM_BATCH and tm_ >= 16 and n_edges >= 16
     block_b = 16 if dot else min(_pow2(batch), 8)
-    base = n_blocks * triton.cdiv(block_size, tm_) * triton.cdiv(batch, block_b)
+    base = n_blocks * cdiv(block_size, tm_) * cdiv(batch, block_b)
     splits = 1
     while (
         splits < SPLIT_VALUES[-1] and base * splits < SPLIT_PROGRAMS_PER_CORE * num_cores and n_edges >= 2 * splits * 16
     ):
         splits *= 2
-    per_split = _pow2(triton.cdiv(n_edges, splits))
+    per_split = _pow2(cdiv(n_edges, splits))
     tile_k = 32 if dot else max(1, min(per_split, 4096 // (tm_ * block_b), 256))
     return dict(TILE_M=tm_, TILE_K=min(tile_k, _pow2(n_edges)), BLOCK_B=block_b, PROGRAM_M=tm_, SPLITS=splits)
 
@@ -416,7 +417,7 @@ def resolve_forward_tiles(
             num_warps = tuned_tiles.get("num_warps", "auto")
     elif heuristic == "auto":
         large = _large_forward(block_size, n_edges, batch)
-        programs = n_blocks * triton.cdiv(block_size, large["PROGRAM_M"]) * triton.cdiv(batch, large["BLOCK_B"])
+        programs = n_blocks * cdiv(block_size, large["PROGRAM_M"]) * cdiv(batch, large["BLOCK_B"])
         heuristic = "large" if programs >= num_cores else "small"
     if heuristic == "split":
         chosen = _split_forward(n_blocks, block_size, n_edges, batch, num_cores)
@@ -483,7 +484,7 @@ class SumBackwardTiles:
 
     def e_nodes_per_split(self, block_size: int) -> int:
         """Nodes per element-flow split, a multiple of E_TILE_M."""
-        return triton.cdiv(triton.cdiv(block_size, self.E_SPLITS), self.E_TILE_M) * self.E_TILE_M
+        return cdiv(cdiv(block_size, self.E_SPLITS), self.E_TILE_M) * self.E_TILE_M
 
 
 @functools.lru_cache(maxsize=4096)  # pure in its (hashable) arguments; asked on every call
@@ -512,7 +513,7 @@ def resolve_backward_tiles(
     check_heuristic(heuristic)
     bs2, k2, b2 = _pow2(block_size), _pow2(n_edges), _pow2(batch)
     if heuristic == "auto":
-        wide_programs = n_blocks * triton.cdiv(n_edges, 32) * triton.cdiv(batch, 32)
+        wide_programs = n_blocks * cdiv(n_edges, 32) * cdiv(batch, 32)
         heuristic = "large" if wide_programs >= num_cores else "small"
     if heuristic == "large":
         eb, ek = min(b2, 32), min(k2, 32)
@@ -523,7 +524,7 @@ def resolve_backward_tiles(
     em_ = min(bs2, max(1, 4096 // (ek * eb)))
     pk = min(k2, max(pk, 4096 // (pm * pb)), 64)
     e_splits = 1
-    e_programs = n_blocks * triton.cdiv(n_edges, ek) * triton.cdiv(batch, eb)
+    e_programs = n_blocks * cdiv(n_edges, ek) * cdiv(batch, eb)
     if heuristic != "large" and e_programs < 2 * num_cores:
         em_ = min(em_, SMALL_BWD_TILE_M)
         while e_splits * e_programs < 2 * num_cores and e_splits * em_ < block_size:
@@ -578,7 +579,7 @@ def resolve_product_tiles(
     block_b = min(_pow2(batch), 128)
     large_m = min(_pow2(block_size), max(1, 4096 // block_b))
     if heuristic == "auto":
-        programs = n_blocks * triton.cdiv(block_size, large_m) * triton.cdiv(batch, block_b)
+        programs = n_blocks * cdiv(block_size, large_m) * cdiv(batch, block_b)
         heuristic = "large" if programs >= num_cores else "small"
     block_m = large_m if heuristic == "large" else min(large_m, PRODUCT_BLOCK_M_CAP)
     custom = False
@@ -628,7 +629,7 @@ def sum_forward(element_mars, params, cids, pids, block_size: int, tiles: SumFor
     )  # fmt: skip
     if splits > 1:
         n = n_rows * batch
-        grid = (triton.cdiv(n, COMBINE_BLOCK),)
+        grid = (cdiv(n, COMBINE_BLOCK),)
         launch(
             _sum_combine_kernel, element_mars, grid, out, ws_max, ws_sum, n, splits, BLOCK=COMBINE_BLOCK, num_warps=4
         )
@@ -656,8 +657,8 @@ def sum_backward(
     if element_flows is not None and element_flows is not False:
         eflows = torch.zeros_like(element_mars) if element_flows is True else element_flows
         m_per = tiles.e_nodes_per_split(block_size)
-        splits = triton.cdiv(block_size, m_per)
-        grid = (n_blocks * triton.cdiv(n_edges, tiles.E_TILE_K), triton.cdiv(batch, tiles.E_BLOCK_B), splits)
+        splits = cdiv(block_size, m_per)
+        grid = (n_blocks * cdiv(n_edges, tiles.E_TILE_K), cdiv(batch, tiles.E_BLOCK_B), splits)
         tile = dict(TILE_M=tiles.E_TILE_M, TILE_K=tiles.E_TILE_K, BLOCK_B=tiles.E_BLOCK_B)
         atomic = bool(element_atomic) or splits > 1
         launch(
@@ -666,7 +667,7 @@ def sum_backward(
         )  # fmt: skip
     if param_flows is not None and param_flows is not False:
         pflows = torch.zeros_like(params) if param_flows is True else param_flows
-        grid = (n_blocks * triton.cdiv(block_size, tiles.P_TILE_M) * triton.cdiv(n_edges, tiles.P_TILE_K),)
+        grid = (n_blocks * cdiv(block_size, tiles.P_TILE_M) * cdiv(n_edges, tiles.P_TILE_K),)
         tile = dict(TILE_M=tiles.P_TILE_M, TILE_K=tiles.P_TILE_K, BLOCK_B=tiles.P_BLOCK_B)
         launch(
             _sum_param_flows_kernel, element_mars, grid, pflows, *args, **tile, MUL_PARAMS=mul_params,
@@ -680,7 +681,7 @@ def product_forward(node_mars, cids, block_size: int, tiles: ProductTiles, out=N
     batch = node_mars.shape[1]
     if out is None:
         out = torch.empty((n_blocks * block_size, batch), dtype=torch.float32, device=node_mars.device)
-    grid = (n_blocks * triton.cdiv(block_size, tiles.BLOCK_M), triton.cdiv(batch, tiles.BLOCK_B))
+    grid = (n_blocks * cdiv(block_size, tiles.BLOCK_M), cdiv(batch, tiles.BLOCK_B))
     tile = dict(BLOCK_M=tiles.BLOCK_M, BLOCK_B=tiles.BLOCK_B, num_warps=tiles.num_warps)
     launch(_product_forward_kernel, node_mars, grid, out, node_mars, cids, batch, n_edges, block_size, **tile)
     return out
@@ -692,7 +693,7 @@ def product_backward(grad_out, cids, block_size: int, n_rows: int, tiles: Produc
     batch = grad_out.shape[1]
     if grad_in is None:
         grad_in = torch.zeros((n_rows, batch), dtype=torch.float32, device=grad_out.device)
-    grid = (n_blocks * triton.cdiv(block_size, tiles.BLOCK_M), triton.cdiv(batch, tiles.BLOCK_B))
+    grid = (n_blocks * cdiv(block_size, tiles.BLOCK_M), cdiv(batch, tiles.BLOCK_B))
     tile = dict(BLOCK_M=tiles.BLOCK_M, BLOCK_B=tiles.BLOCK_B, num_warps=tiles.num_warps)
     launch(_product_backward_kernel, grad_out, grid, grad_in, grad_out, cids, batch, n_edges, block_size, **tile)
     return grad_in

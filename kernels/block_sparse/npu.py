@@ -55,6 +55,7 @@ from kernels.block_sparse.tile_math import (
     tile_coords,
     used_splits,
 )
+from kernels.tiling import cdiv, next_power_of_2
 
 UB_BYTES = 192 * 1024  # Unified Buffer per core on Ascend 910B
 TILE_ELEMENTS = 4096  # default TILE_M x TILE_K x w(BLOCK_B): half of what fits the Unified Buffer
@@ -264,7 +265,7 @@ def product_ub_bytes(block_m: int, block_b: int) -> int:
 
 
 def _pow2(v: int) -> int:
-    return triton.next_power_of_2(max(1, int(v)))
+    return next_power_of_2(max(1, int(v)))
 
 
 @dataclass(frozen=True)
@@ -342,13 +343,13 @@ def sum_forward(element_mars, params, cids, pids, block_size: int, tiles: NpuTil
     splits = used_splits(n_edges, tiles.SPLITS, tiles.TILE_K)
     _check_int32(max(element_mars.shape[0], splits * n_rows), batch, params.numel())
     out, ws_max, ws_sum, k_per, splits = forward_buffers(element_mars, n_rows, n_edges, tiles.SPLITS, tiles.TILE_K, out)
-    items = n_blocks * triton.cdiv(block_size, tiles.TILE_M) * splits * triton.cdiv(batch, tiles.BLOCK_B)
+    items = n_blocks * cdiv(block_size, tiles.TILE_M) * splits * cdiv(batch, tiles.BLOCK_B)
     args = (out, ws_max, ws_sum, element_mars, params, cids, pids, batch, n_edges, block_size, n_blocks, splits, k_per)
     tile = dict(TILE_M=tiles.TILE_M, TILE_K=tiles.TILE_K, BLOCK_B=tiles.BLOCK_B)
     launch(_sum_forward_npu_kernel, element_mars, (tiles.programs(items),), *args, **tile, SPLIT=splits > 1)
     if splits > 1:
         n = n_rows * batch
-        grid = (tiles.programs(triton.cdiv(n, COMBINE_BLOCK)),)
+        grid = (tiles.programs(cdiv(n, COMBINE_BLOCK)),)
         launch(_sum_combine_npu_kernel, element_mars, grid, out, ws_max, ws_sum, n, splits, BLOCK=COMBINE_BLOCK)
     return out
 
@@ -369,11 +370,11 @@ def sum_backward(
     tile = dict(TILE_M=tiles.TILE_M, TILE_K=tiles.TILE_K, BLOCK_B=tiles.BLOCK_B)
     if element_flows is not None and element_flows is not False:
         eflows = torch.zeros_like(element_mars) if element_flows is True else element_flows
-        items = n_blocks * triton.cdiv(n_edges, tiles.TILE_K) * triton.cdiv(batch, tiles.BLOCK_B)
+        items = n_blocks * cdiv(n_edges, tiles.TILE_K) * cdiv(batch, tiles.BLOCK_B)
         launch(_sum_element_flows_npu_kernel, element_mars, (tiles.programs(items),), eflows, *args, **tile)
     if param_flows is not None and param_flows is not False:
         pflows = torch.zeros_like(params) if param_flows is True else param_flows
-        items = n_blocks * triton.cdiv(block_size, tiles.TILE_M) * triton.cdiv(n_edges, tiles.TILE_K)
+        items = n_blocks * cdiv(block_size, tiles.TILE_M) * cdiv(n_edges, tiles.TILE_K)
         grid = (tiles.programs(items),)
         launch(_sum_param_flows_npu_kernel, element_mars, grid, pflows, *args, **tile, MUL_PARAMS=mul_params)
     return eflows, pflows
@@ -391,7 +392,7 @@ def product_forward(node_mars, cids, block_size: int, tiles: NpuTiles, out=None)
     block_m = _product_block_m(tiles, block_size)
     if out is None:
         out = torch.empty((n_blocks * block_size, batch), dtype=torch.float32, device=node_mars.device)
-    items = n_blocks * triton.cdiv(block_size, block_m) * triton.cdiv(batch, tiles.BLOCK_B)
+    items = n_blocks * cdiv(block_size, block_m) * cdiv(batch, tiles.BLOCK_B)
     args = (out, node_mars, cids, batch, n_edges, block_size, n_blocks)
     grid = (tiles.programs(items),)
     launch(_product_forward_npu_kernel, node_mars, grid, *args, BLOCK_M=block_m, BLOCK_B=tiles.BLOCK_B)
@@ -405,7 +406,7 @@ def product_backward(grad_out, cids, block_size: int, n_rows: int, tiles: NpuTil
     block_m = _product_block_m(tiles, block_size)
     if grad_in is None:
         grad_in = torch.zeros((n_rows, batch), dtype=torch.float32, device=grad_out.device)
-    items = n_blocks * triton.cdiv(block_size, block_m) * triton.cdiv(batch, tiles.BLOCK_B)
+    items = n_blocks * cdiv(block_size, block_m) * cdiv(batch, tiles.BLOCK_B)
     args = (grad_in, grad_out, cids, batch, n_edges, block_size, n_blocks)
     grid = (tiles.programs(items),)
     launch(_product_backward_npu_kernel, grad_out, grid, *args, BLOCK_M=block_m, BLOCK_B=tiles.BLOCK_B)

@@ -23,6 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.tiling import cdiv
+
 NEG_FLT_MAX = tl.constexpr(-3.4028234663852886e38)  # the most negative finite fp32
 
 
@@ -332,12 +334,12 @@ def product_scatter(GRAD_IN_ptr, CIDS_ptr, grad, g, nodes, cols, mask, n_edges, 
 # --- host side: split-K sizes and buffers (shared by gpu.py and npu.py) ----------------------------
 def k_per_split(n_edges: int, splits: int, tile_k: int) -> int:
     """Edges per split-K slice: ``K / SPLITS`` rounded up to a multiple of TILE_K."""
-    return triton.cdiv(triton.cdiv(n_edges, max(1, splits)), tile_k) * tile_k
+    return cdiv(cdiv(n_edges, max(1, splits)), tile_k) * tile_k
 
 
 def used_splits(n_edges: int, splits: int, tile_k: int) -> int:
     """Slices that get edges (fewer than SPLITS when K is short); 1 means no split."""
-    return triton.cdiv(n_edges, k_per_split(n_edges, splits, tile_k)) if splits > 1 else 1
+    return cdiv(n_edges, k_per_split(n_edges, splits, tile_k)) if splits > 1 else 1
 
 
 def forward_buffers(element_mars, n_rows: int, n_edges: int, splits: int, tile_k: int, out=None):
