@@ -342,6 +342,37 @@ def test_a_record_is_checked_at_its_precision():
     assert ref.ok and ref.precision == "ieee"
 
 
+def test_pyjuice_circuit_lookup_follows_the_tensors_not_their_addresses(monkeypatch):
+    """The peer reuses a PyJuice circuit per weights: found again for the same tensors, rebuilt
+    for other weights, and never handed out for a different tensor object or a changed one."""
+    from types import SimpleNamespace
+
+    from kernels.block_sparse import peer
+
+    builds = []
+
+    def build(shape, A, device):
+        builds.append(A)
+        pc = SimpleNamespace(node_mars=torch.empty(4, shape["B"]))
+        return {"A": A, "hmm": SimpleNamespace(pc=pc), "layer": len(builds), "children": None, "rows": (0, 4)}
+
+    monkeypatch.setattr(peer, "_build_circuit", build)
+    monkeypatch.setattr(peer, "_transition_matrix", lambda shape, params, pids: params.clone())
+    monkeypatch.setattr(peer, "_SEEN", {})
+    monkeypatch.setattr(peer, "_CIRCUITS", {})
+    shape = {"nodes": 4, "bs": 4, "B": 2}
+    pids = torch.zeros(1, 4, dtype=torch.long)
+    first = torch.rand(8)
+    assert peer.layer_for(shape, first, pids, "cpu")[1] == 1
+    assert peer.layer_for(shape, first, pids, "cpu")[1] == 1 and len(builds) == 1  # found, not rebuilt
+    other = first + 1.0
+    assert peer.layer_for(shape, other, pids, "cpu")[1] == 2  # other weights: their own circuit
+    same_values = first.clone()
+    assert peer.layer_for(shape, same_values, pids, "cpu")[1] == 1 and len(builds) == 2  # same A: shared
+    first.add_(1.0)  # changed in place: its circuit is looked up again, by value
+    assert peer.layer_for(shape, first, pids, "cpu")[1] == 2 and len(builds) == 2
+
+
 def test_split_equals_unsplit_and_splits_beyond_k(device):
     """More splits than TILE_K chunks (empty splits are not launched), one split, and the unsplit
     kernel agree to rounding; every SPLITS value resolves, with a clear error for others."""

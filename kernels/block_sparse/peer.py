@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import weakref
 
 import torch
 
@@ -102,7 +103,11 @@ class PyJuiceHMM:
 # transition matrix it was built from, so a layer with the same weights (a new tensor with the
 # same values, or another batch size) reuses the circuit instead of compiling a new one.
 _CIRCUITS: dict = {}
-# (shape, params pointer and version, pids pointer) -> entry: the call path's lookup, no compare.
+# (shape, params and pids objects, params' version) -> entry: the call path's lookup, no compare.
+# Keyed by the tensors themselves through weak references, never by their addresses: a freed
+# tensor's address is handed to the next one, and an address-keyed hit gives PyJuice another
+# layer's weights (the likely cause of its result being off by 0.48 at batch 64 on the H100 when
+# a process reached that batch a second time, with new inputs).
 _SEEN: dict = {}
 _MAX_CIRCUITS = 4
 
@@ -133,8 +138,11 @@ def _build_circuit(shape: dict, A: torch.Tensor, device) -> dict:
 def layer_for(shape: dict, params: torch.Tensor, pids: torch.Tensor, device) -> tuple:
     """(PyJuiceHMM with T=2, transition layer, child element ids, node row range) for our layer at
     batch ``shape["B"]``: one circuit per weights, its buffers resized when the batch changes."""
-    seen_key = (shape["nodes"], shape["bs"], str(device), params.data_ptr(), params._version, pids.data_ptr())
-    entry = _SEEN.get(seen_key)
+    seen_key = (shape["nodes"], shape["bs"], str(device), id(params), id(pids))
+    seen = _SEEN.get(seen_key)
+    entry = None
+    if seen is not None and seen[0]() is params and seen[1]() is pids and seen[2] == params._version:
+        entry = seen[3]
     if entry is None:
         A = _transition_matrix(shape, params, pids)
         shelf = _CIRCUITS.setdefault((shape["nodes"], shape["bs"], str(device)), [])
@@ -145,7 +153,7 @@ def layer_for(shape: dict, params: torch.Tensor, pids: torch.Tensor, device) -> 
             del shelf[_MAX_CIRCUITS:]
         if len(_SEEN) > 64:
             _SEEN.clear()
-        _SEEN[seen_key] = entry
+        _SEEN[seen_key] = (weakref.ref(params), weakref.ref(pids), params._version, entry)
     hmm = entry["hmm"]
     if hmm.pc.node_mars.size(1) != shape["B"]:  # another batch: PyJuice re-sizes its buffers
         hmm.forward(torch.zeros((shape["B"], 2), dtype=torch.long, device=device))
