@@ -221,6 +221,9 @@ def test_chain_ratio_prefers_graph_replay():
     assert rows[16].ours == "ours_eager" and rows[16].status == MISSED and rows[16].min_ratio == 2.0
     missing = chain_rows(target, [c("ours_eager", 1, 1.0)], missing={"pyjuice": "not installed"})
     assert missing[0].status == NOT_MEASURED and "peer missing" in missing[0].reason
+    records[-1]["precision"] = "tf32"  # PyJuice's chain at batch 16 runs TF32 products: not ours' fp32
+    row = by_x(chain_rows(target, records))[16]
+    assert row.status == NOT_COMPARABLE and "ours ieee, pyjuice_eager computes tf32" in row.reason
 
 
 # --- defaults against the best tiles -------------------------------------------------------------

@@ -59,6 +59,8 @@ def run_chain(target: Chain, ctx: RunContext, run: SuiteRun) -> None:
         rec = new_record(
             "hmm_chain", variant, backend, mode, "fp32", dev, {**problem, "batch": batch}, params or {}, "batch", batch
         )
+        if backend == "peer":  # PyJuice's sum layers run TF32 products from batch 16 (peer.precision)
+            rec.precision = peer.precision({"batch": batch})
         rec.timing_method = method
         rec.ms_p50 = rec.wall_ms = ms
         rec.checks = [asdict(c) for c in checks]
