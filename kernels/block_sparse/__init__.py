@@ -284,7 +284,6 @@ def sum_layer(element_mars, params, cids, pids, block_size, impl="auto", precisi
     "ieee" fp32, "tf32", "tf32x3"); broadcast tiles, the backward and the NPU kernels compute in
     fp32 whatever it says."""
     element_mars, params, cids, pids = _validate_sum(element_mars, params, cids, pids, block_size)
-    gpu.check_precision(precision)
     impl = _impl(impl, element_mars)
     n_blocks, n_edges = cids.shape
     batch = element_mars.shape[1]
@@ -299,6 +298,7 @@ def sum_layer(element_mars, params, cids, pids, block_size, impl="auto", precisi
         bwd = None  # resolved below only when a backward can follow
     else:
         _check_tile_names(tiles, _NPU_TILES, "sum_layer (impl='npu')")
+        gpu.check_precision(precision)  # the GPU path checks it when it resolves its tiles
         fwd = bwd = _npu_tiles(cids, block_size, batch, element_mars, tiles)
         cids, pids = _as_int32(cids), _as_int32(pids)
     if batch == 0:

@@ -146,16 +146,10 @@ def best_of(records: Iterable[Any], timing: str = "kernel") -> dict | None:
     return min(ok, key=lambda r: timed(r, timing)[0]) if ok else None
 
 
-def _checked_err(record: dict, records: Sequence[dict]) -> float | None:
-    """A record's max error, or for a peer's bare kernel (timed, not checked) that of the
-    variant whose run checked it on our inputs."""
-    if record.get("max_abs_err") is not None:
-        return record["max_abs_err"]
-    name = str(record.get("variant") or "")
-    if name.endswith("_kernel"):
-        owner = [r for r in records if r.get("variant") == name[: -len("_kernel")]]
-        return owner[-1].get("max_abs_err") if owner else None
-    return None
+def _peer_side(row: RatioRow, record: dict) -> None:
+    """The row's peer precision and error, from the record shown for the peer (a bare kernel
+    carries its variant's checked error: :func:`versus_rows`)."""
+    row.peer_precision, row.peer_err = precision(record), record.get("max_abs_err")
 
 
 def label(record: dict) -> str:
@@ -217,7 +211,7 @@ def judge(
     states: list[tuple[str, str]] = []  # (state, reason) per threshold
     if best is not None:
         row.peer, row.peer_us = label(best), _us(timed(best, timing)[0])
-        row.peer_precision, row.peer_err = precision(best), _checked_err(best, cands)
+        _peer_side(row, best)
         if row.ours_us:
             row.ratio, row.ratio_lo, row.ratio_hi = ratio_with_interval(best, o, timing)
     if row.min_ratio is not None:
@@ -225,7 +219,7 @@ def judge(
             # The ratio against the fastest of them is shown, as for CPU times, and never judged.
             shown = best_of(other, timing) or max(other, key=lambda c: c.get("max_abs_err") or 0.0)
             row.peer, row.peer_us = label(shown), _us(timed(shown, timing)[0])
-            row.peer_precision, row.peer_err = precision(shown), _checked_err(shown, other)
+            _peer_side(row, shown)
             if row.ours_us and row.peer_us:
                 row.ratio, row.ratio_lo, row.ratio_hi = ratio_with_interval(shown, o, timing)
             names = ", ".join(f"{label(c)} computes {precision(c)}" for c in other)
@@ -236,8 +230,7 @@ def judge(
                 states.append((NOT_MEASURED, f"peer missing: {why}"))
             elif cands:
                 # Shown with its error at its own precision's tolerance, never dropped silently.
-                worst = max(cands, key=lambda c: _checked_err(c, cands) or 0.0)
-                row.peer_precision, row.peer_err = precision(worst), _checked_err(worst, cands)
+                _peer_side(row, max(cands, key=lambda c: c.get("max_abs_err") or 0.0))
                 failed = "; ".join(f"{label(c)}: {_short(c.get('error') or 'wrong result', 80)}" for c in cands)
                 states.append((NOT_MEASURED, f"peer failed: {failed}"))
             else:
