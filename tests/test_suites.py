@@ -435,3 +435,33 @@ def test_compiled_block_target_is_not_measured_off_cuda():
     assert not run.records and not run.failures
     assert "needs a CUDA device" in run.missing["compiled_block"]["ours_compiled"]
     assert [r.status for r in run.rows] == [S.NOT_MEASURED]
+
+
+def test_repeatability_counts_flips_kernel_agreement_and_ratio_moves(tmp_path):
+    from workbench.suites.judge import RUN_SPREAD
+    from workbench.suites.repeatability import compare, summary_lines
+    from workbench.suites.targets import TIE
+
+    def run(folder, ratio_a, status_b, kernel_us):
+        folder.mkdir()
+        rows = [
+            {"target": "a", "x": 1, "status": MET, "ratio": ratio_a, "timing": "kernel (profiler)"},
+            {"target": "b", "x": 1, "status": status_b, "ratio": 1.0, "timing": "call (device-events)"},
+            {"target": "c", "x": 1, "status": "not measured", "ratio": None},
+        ]
+        records = [{"variant": "ours", "mode": "forward", "x_value": 1, "kernel_ms": kernel_us / 1e3}]
+        targets = [{"name": "a", "records": [0]}]
+        (folder / "suite.json").write_text(json.dumps({"rows": rows, "targets": targets}))
+        (folder / "records.json").write_text(json.dumps(records))
+        return folder
+
+    first = run(tmp_path / "one", 1.20, MET, 20.0)
+    second = run(tmp_path / "two", 1.26, TIE, 20.4)
+    result = compare(first, second)
+    assert (result["verdict_cells"], result["verdict_same"]) == (2, 1)  # "not measured" is not judged
+    assert result["verdict_flips"][0]["target"] == "b"
+    assert (result["kernel_cells"], result["kernel_within"]) == (1, 1)  # 2% apart
+    moves = result["ratio_moves"]
+    assert moves["kernel"]["max"] == pytest.approx(0.05) and moves["call"]["max"] == pytest.approx(0.0)
+    assert moves["kernel"]["allowed"] == RUN_SPREAD["kernel"]
+    assert any("kernel ratios moved by 5.0%" in line for line in summary_lines(result))

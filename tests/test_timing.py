@@ -12,7 +12,7 @@ import torch
 
 from workbench import timing
 from workbench.device import get_device
-from workbench.suites.judge import RatioRow, judge
+from workbench.suites.judge import RUN_SPREAD, RatioRow, judge
 from workbench.suites.targets import MET, MISSED, TIE, Rule
 
 
@@ -140,6 +140,60 @@ def test_judge_calls_a_straddling_ratio_within_noise(ours_us, peer_us, half_us, 
     assert judged.ratio_lo <= judged.ratio <= judged.ratio_hi
     if status == TIE:
         assert "straddles 1" in judged.reason
+
+
+def test_a_verdict_allows_for_the_run_to_run_spread():
+    # 3% apart with +-0.5% intervals: one run's interval clears 1.0, but the same ratio moves by
+    # up to RUN_SPREAD between runs, so only a ratio that clears it by more than that is MET.
+    def row():
+        return RatioRow(
+            target="t", kind="versus", title="t", family="rms_norm", mode="forward", x_name="hidden", x=1, ours="o"
+        )
+
+    spread = RUN_SPREAD["kernel"]
+    close = judge(row(), _record("o", "gpu", 10.0, 0.05), [_record("p", "torch", 10.3, 0.05)], ratio_rules=(Rule(1.0),))
+    assert close.status == TIE and close.ratio_lo == pytest.approx(10.25 / 10.05 / (1 + spread))
+    clear = judge(row(), _record("o", "gpu", 10.0, 0.05), [_record("p", "torch", 11.0, 0.05)], ratio_rules=(Rule(1.0),))
+    assert clear.status == MET and clear.ratio_hi == pytest.approx(11.05 / 9.95 * (1 + spread))
+
+
+class _EventLog:
+    """A stand-in device backend that logs the order of flushes, syncs and event records."""
+
+    def __init__(self):
+        self.log = []
+        backend = self
+
+        class Event:
+            made = 0
+
+            def __init__(self, enable_timing=True):
+                self.name = ("start", "end")[Event.made % 2]  # the sampler makes them in pairs
+                Event.made += 1
+
+            def record(self):
+                backend.log.append(self.name)
+
+            def synchronize(self):
+                backend.log.append("wait end")
+
+            def elapsed_time(self, other):
+                return 1.0
+
+        self.Event = Event
+
+    def synchronize(self):
+        self.log.append("sync")
+
+
+def test_the_call_timing_starts_on_an_idle_device():
+    backend = _EventLog()
+    sampler = timing.EventCallSampler(
+        lambda: backend.log.append("call"), backend, flush=lambda: backend.log.append("flush"), batch=2
+    )
+    assert sampler.sample() == [1.0, 1.0]
+    one = ["flush", "sync", "start", "call", "end", "wait end"]
+    assert backend.log == one + one  # the flush is over before the start event: no host time hidden
 
 
 def test_judge_call_targets_read_call_time():

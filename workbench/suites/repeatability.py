@@ -17,6 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from workbench.suites.targets import MET, MISSED, TIE
 
 JUDGED = (MET, MISSED, TIE)
@@ -51,11 +53,15 @@ def compare(first, second) -> dict[str, Any]:
     rows_b, recs_b, targets_b = _load(second)
     by_cell = {(r["target"], str(r["x"])): r for r in rows_a}
     cells, same, flips = 0, 0, []
+    moves: dict[str, list[float]] = {}
     for rb in rows_b:
         ra = by_cell.get((rb["target"], str(rb["x"])))
         if ra is None or ra["status"] not in JUDGED or rb["status"] not in JUDGED:
             continue
         cells += 1
+        if ra.get("ratio") and rb.get("ratio"):
+            timing = (rb.get("timing") or "kernel").split()[0]
+            moves.setdefault(timing, []).append(abs(rb["ratio"] / ra["ratio"] - 1))
         if ra["status"] == rb["status"]:
             same += 1
         else:
@@ -94,6 +100,22 @@ def compare(first, second) -> dict[str, Any]:
         "kernel_apart": apart,
         "min_us": MIN_US,
         "tolerance": TOLERANCE,
+        "ratio_moves": {timing: _spread(timing, v) for timing, v in sorted(moves.items())},
+    }
+
+
+def _spread(timing: str, moves: list[float]) -> dict:
+    """How far the judged ratios of one timing moved between the runs (|second / first - 1|),
+    beside the run-to-run spread the judge allows for that timing (judge.RUN_SPREAD)."""
+    from workbench.suites.judge import RUN_SPREAD
+
+    x = np.asarray(moves, dtype=float)
+    return {
+        "cells": int(x.size),
+        "median": float(np.median(x)),
+        "p95": float(np.quantile(x, 0.95)),
+        "max": float(x.max()),
+        "allowed": RUN_SPREAD.get(timing),
     }
 
 
@@ -115,6 +137,12 @@ def summary_lines(result: dict) -> list[str]:
         f"kernel medians >= {result['min_us']:g} us within {100 * result['tolerance']:g}%: "
         f"{result['kernel_within']}/{result['kernel_cells']} ({pct(result['kernel_share'])})",
     ]
+    for timing, m in result.get("ratio_moves", {}).items():
+        allowed = "" if m["allowed"] is None else f" (the judge allows {100 * m['allowed']:g}%)"
+        lines.append(
+            f"{timing} ratios moved by {100 * m['median']:.1f}% at the median, {100 * m['p95']:.1f}% at the "
+            f"95th percentile, {100 * m['max']:.1f}% at most, over {m['cells']} cells{allowed}"
+        )
     for f in result["verdict_flips"]:
         lines.append(f"  verdict changed: {f['target']} x={f['x']}: {f['first']} -> {f['second']}")
     for a in result["kernel_apart"]:
