@@ -373,6 +373,33 @@ def test_pyjuice_circuit_lookup_follows_the_tensors_not_their_addresses(monkeypa
     assert peer.layer_for(shape, first, pids, "cpu")[1] == 2 and len(builds) == 2
 
 
+def test_pyjuice_kernel_choice_is_timed_over_more_calls(monkeypatch):
+    """PyJuice's per-layer autotune is asked for more warm-up and timed calls (a steady choice),
+    once however often the peer is set up, and keeps PyJuice's own answer."""
+    import sys
+    from types import ModuleType
+
+    from kernels.block_sparse import peer
+
+    asked = []
+    fake = ModuleType("pyjuice.layer.kernels.c")
+
+    def autotune(candidates, warmup=3, reps=7):
+        asked.append((warmup, reps))
+        return candidates[0][0]
+
+    fake.autotune = autotune
+    layer_pkg = ModuleType("pyjuice.layer.kernels")
+    layer_pkg.c = fake
+    monkeypatch.setitem(sys.modules, "pyjuice.layer.kernels", layer_pkg)
+    monkeypatch.setitem(sys.modules, "pyjuice.layer.kernels.c", fake)
+    peer._steady_autotune()
+    peer._steady_autotune()
+    assert fake.autotune([("cuda", None)]) == "cuda"
+    assert fake.autotune([("triton", None)], warmup=2, reps=9) == "triton"
+    assert asked == [(peer._AUTOTUNE_WARMUP, peer._AUTOTUNE_REPS)] * 2  # wrapped once, never fewer calls
+
+
 def test_split_equals_unsplit_and_splits_beyond_k(device):
     """More splits than TILE_K chunks (empty splits are not launched), one split, and the unsplit
     kernel agree to rounding; every SPLITS value resolves, with a clear error for others."""

@@ -42,7 +42,34 @@ def _require():
         raise ValueError(reason)
     import pyjuice
 
+    _steady_autotune()
     return pyjuice
+
+
+# PyJuice picks each layer's kernel (its CUDA configurations or its Triton kernel) once per layer
+# signature by timing every candidate over 7 calls (pyjuice.layer.kernels.c.autotune). For kernels
+# of 6-20 us that choice flips between processes: on the H100 its bare layer kernel read 12.2 us
+# in one suite run and 18.9 us in the next at batch 2 (and the reverse at 4). More calls per
+# candidate give PyJuice's own rule a steady answer, so a suite compares against the same PyJuice
+# every run; the rule itself is left as it is.
+_AUTOTUNE_WARMUP, _AUTOTUNE_REPS = 10, 51
+
+
+def _steady_autotune() -> None:
+    """Make PyJuice's per-layer kernel choice repeatable (once per process; see above)."""
+    try:
+        from pyjuice.layer.kernels import c as pyjuice_kernels
+    except Exception:  # noqa: BLE001 - another PyJuice layout: its own choice stands
+        return
+    original = getattr(pyjuice_kernels, "autotune", None)
+    if original is None or getattr(original, "_workbench_steady", False):
+        return
+
+    def steady_autotune(candidates, warmup: int = 3, reps: int = 7):
+        return original(candidates, warmup=max(warmup, _AUTOTUNE_WARMUP), reps=max(reps, _AUTOTUNE_REPS))
+
+    steady_autotune._workbench_steady = True
+    pyjuice_kernels.autotune = steady_autotune
 
 
 class PyJuiceHMM:
