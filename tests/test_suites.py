@@ -465,3 +465,22 @@ def test_repeatability_counts_flips_kernel_agreement_and_ratio_moves(tmp_path):
     assert moves["kernel"]["max"] == pytest.approx(0.05) and moves["call"]["max"] == pytest.approx(0.0)
     assert moves["kernel"]["allowed"] == RUN_SPREAD["kernel"]
     assert any("kernel ratios moved by 5.0%" in line for line in summary_lines(result))
+
+
+def test_a_target_with_a_budget_scale_gives_its_cells_that_much_more_time(monkeypatch):
+    """rms_norm_full's records also serve the eager-call targets: its cells get budget_scale
+    times the suite's per-configuration budget, the other targets the budget itself."""
+    from workbench.suites import run as suite_run
+
+    budgets = {}
+    real = suite_run.measure_many
+
+    def spy(spec, configs, **kw):
+        budgets.setdefault(configs[0]["mode"], set()).add(kw["rep_ms"])
+        return real(spec, configs, **kw)
+
+    monkeypatch.setattr(suite_run, "measure_many", spy)
+    smoke = S.get_suite("smoke")
+    assert smoke.target("rms_norm_full").budget_scale == 4 and smoke.target("rms_norm_forward").budget_scale == 1
+    suite_run.run_suite(smoke, device="cpu", rep_ms=1.0, only=["rms_norm_forward", "rms_norm_full"])
+    assert budgets == {"forward": {1.0}, "full": {4.0}}

@@ -72,7 +72,7 @@ def _run_versus(target: Versus, ctx: RunContext, run: SuiteRun) -> None:
             configs,
             device=ctx.device,
             warmup_ms=ctx.warmup_ms,
-            rep_ms=ctx.rep_ms,
+            rep_ms=ctx.rep_ms * target.budget_scale,
             store=ctx.store,
             on_error="record",
             extra=[(rec, fn) for rec, fn in bare if fn is not None],
