@@ -373,31 +373,31 @@ def test_pyjuice_circuit_lookup_follows_the_tensors_not_their_addresses(monkeypa
     assert peer.layer_for(shape, first, pids, "cpu")[1] == 2 and len(builds) == 2
 
 
-def test_pyjuice_kernel_choice_is_timed_over_more_calls(monkeypatch):
-    """PyJuice's per-layer autotune is asked for more warm-up and timed calls (a steady choice),
-    once however often the peer is set up, and keeps PyJuice's own answer."""
+def test_pyjuice_picks_its_layer_kernel_by_kernel_time(monkeypatch):
+    """PyJuice's per-layer autotune is replaced by a pick over the same candidates by device
+    time: the fastest wins, a failing candidate is skipped, none left gives None."""
     import sys
     from types import ModuleType
 
     from kernels.block_sparse import peer
 
-    asked = []
     fake = ModuleType("pyjuice.layer.kernels.c")
-
-    def autotune(candidates, warmup=3, reps=7):
-        asked.append((warmup, reps))
-        return candidates[0][0]
-
-    fake.autotune = autotune
+    fake.autotune = lambda candidates, warmup=3, reps=7: candidates[0][0]
     layer_pkg = ModuleType("pyjuice.layer.kernels")
     layer_pkg.c = fake
     monkeypatch.setitem(sys.modules, "pyjuice.layer.kernels", layer_pkg)
     monkeypatch.setitem(sys.modules, "pyjuice.layer.kernels.c", fake)
-    peer._steady_autotune()
-    peer._steady_autotune()
-    assert fake.autotune([("cuda", None)]) == "cuda"
-    assert fake.autotune([("triton", None)], warmup=2, reps=9) == "triton"
-    assert asked == [(peer._AUTOTUNE_WARMUP, peer._AUTOTUNE_REPS)] * 2  # wrapped once, never fewer calls
+    peer._use_kernel_time_pick()
+    assert fake.autotune is peer.pick_by_kernel_time
+
+    def fails():
+        raise RuntimeError("no such config")
+
+    device_ms = {"cuda_a": 0.019, "cuda_b": 0.012, "triton": 0.015}
+    monkeypatch.setattr(peer, "_kernel_time_ms", lambda run_fn: run_fn())
+    candidates = [(key, (lambda ms=ms: ms)) for key, ms in device_ms.items()] + [("broken", fails)]
+    assert fake.autotune(candidates) == "cuda_b"
+    assert fake.autotune([("broken", fails)]) is None
 
 
 def test_split_equals_unsplit_and_splits_beyond_k(device):
