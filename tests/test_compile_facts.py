@@ -108,7 +108,7 @@ def test_triton_out_of_resources_names_the_limit():
 
     resource, line = limit_of_error(f"OutOfResources: {OutOfResources(262144, 232448, 'shared memory')}")
     assert resource == "shared memory"
-    assert line == "shared memory over the device's limit (256.0 KB needed, 227.0 KB allowed)"
+    assert line == "shared memory over the device limit (256.0 KB needed, 227.0 KB allowed)"
     assert limit_of_error("BLOCK_SIZE=16 is below hidden") is None
     assert limit_of_error(None) is None
 
@@ -270,3 +270,13 @@ def test_gpu_occupancy_equals_the_cuda_occupancy_api(family, variant):
         assert rc == 0, f"cuOccupancyMaxActiveBlocksPerMultiprocessor returned {rc}"
         ours = occupancy(ck.n_regs, md.shared, md.num_warps, None, limits)
         assert ours["blocks_per_sm"] == blocks.value, (launch.name, ck.n_regs, md.shared, md.num_warps)
+
+
+def test_reading_the_facts_is_timed_and_can_be_turned_off(monkeypatch):
+    from workbench.measure import measure
+
+    rec = measure("scalar_ops", "triton", device="cpu", dtype="fp32", quick=True, rep_ms=2)
+    assert 0 <= rec.compile_facts["collect_ms"] < 1000
+    monkeypatch.setenv(compile_facts.ENV_SWITCH, "0")
+    rec = measure("scalar_ops", "triton", device="cpu", dtype="fp32", quick=True, rep_ms=2)
+    assert rec.compile_facts == {"available": False, "reason": "not read (WORKBENCH_COMPILE_FACTS=0)", "kernels": []}

@@ -25,6 +25,7 @@ from typing import Iterable
 from workbench.device_limits import NPU, GpuLimits, gpu_limits
 from workbench.occupancy import occupancy
 
+ENV_SWITCH = "WORKBENCH_COMPILE_FACTS"  # "0": records say the facts were not read
 INTERPRETER_REASON = (
     "Triton interpreter: nothing is compiled, so registers, spills, shared memory and occupancy are not known"
 )

@@ -27,6 +27,7 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import math
+import os
 import platform
 import sys
 import time
@@ -497,7 +498,7 @@ def _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, record, shared: _S
             grads, bwd_first_ms = _sync_call(dev, backward)
         record.compile_ms += bwd_first_ms
         launches += backward_launches
-    record.compile_facts = compile_facts.collect(launches, dev, ub_bytes=_ub_estimate(spec, var, prob, prm, dt))
+    record.compile_facts = _facts(launches, dev, spec, var, prob, prm, dt)
     if shared.check:
         with phases("check"):
             _check(spec, dev, dt, prob, inputs, outputs, grads, grad_names, grad_outs, record)
@@ -517,6 +518,18 @@ def _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, record, shared: _S
         return torch.autograd.grad(outs, grad_tensors, grad_outs)
 
     return step
+
+
+def _facts(launches, dev, spec, var, prob, prm, dt) -> dict:
+    """The compile facts of the first call's launches, with the milliseconds reading them took
+    (``collect_ms``); ``WORKBENCH_COMPILE_FACTS=0`` turns reading them off (to measure what they
+    cost: ``benchmarks/explorer_latency.py --facts off``)."""
+    if os.environ.get(compile_facts.ENV_SWITCH, "1").strip().lower() in ("0", "off", "false", "no"):
+        return {"available": False, "reason": f"not read ({compile_facts.ENV_SWITCH}=0)", "kernels": []}
+    started = time.perf_counter()
+    facts = compile_facts.collect(launches, dev, ub_bytes=_ub_estimate(spec, var, prob, prm, dt))
+    facts["collect_ms"] = (time.perf_counter() - started) * 1e3
+    return facts
 
 
 def _ub_estimate(spec, var, prob, prm, dt) -> int | None:

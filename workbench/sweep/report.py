@@ -182,9 +182,11 @@ def render(records: list[dict], title: str = "Sweep") -> str:
     )
 
 
-def facts_rows(records: list[dict]) -> list[dict]:
+def facts_rows(records: list[dict], name=None) -> list[dict]:
     """One row per configuration, grouped by device and shape, fastest first: its time, bandwidth
-    and compile facts (the compact cell and the warnings)."""
+    and compile facts (the compact cell and the warnings). ``name(record)`` names the
+    configuration (default :func:`config_of`)."""
+    name = name or config_of
     rows = []
     ordered = sorted(records, key=lambda r: (device_of(r), shape_of(r), _ms(r) if _ms(r) is not None else float("inf")))
     for r in ordered:
@@ -193,7 +195,7 @@ def facts_rows(records: list[dict]) -> list[dict]:
             {
                 "device": device_of(r),
                 "shape": shape_of(r),
-                "configuration": config_of(r),
+                "configuration": name(r),
                 "kernel ms": "-" if ms is None else f"{ms:.4g}",
                 "GB/s": "-" if r.get("gbps") is None else f"{r['gbps']:.0f}",
                 "% copy BW": "-" if r.get("pct_copy_bw") is None else f"{r['pct_copy_bw']:.0f}",
