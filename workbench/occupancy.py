@@ -103,20 +103,20 @@ _ERROR_PATTERNS = (
         re.compile(r"out of resource: shared memory, Required: (\d+), Hardware limit: (\d+)"),
         lambda m: (
             "shared memory",
-            f"shared memory over the device's limit ({int(m[1]) / 1024:.1f} KB needed, {int(m[2]) / 1024:.1f} KB allowed)",
+            f"shared memory over the device limit ({int(m[1]) / 1024:.1f} KB needed, {int(m[2]) / 1024:.1f} KB allowed)",
         ),
     ),
     (
         re.compile(r"out of resource: threads, Required: (\d+), Hardware limit: (\d+)"),
-        lambda m: ("warps", f"threads over the device's limit ({m[1]} per program, {m[2]} allowed)"),
+        lambda m: ("warps", f"threads over the device limit ({m[1]} per program, {m[2]} allowed)"),
     ),
     (
         re.compile(r"out of resource: (\w[\w ]*), Required: (\d+), Hardware limit: (\d+)"),
-        lambda m: (m[1], f"{m[1]} over the device's limit ({m[2]} needed, {m[3]} allowed)"),
+        lambda m: (m[1], f"{m[1]} over the device limit ({m[2]} needed, {m[3]} allowed)"),
     ),
     (
         re.compile(r"too many resources requested for launch", re.I),
-        lambda m: ("registers", "registers over the device's limit (too many resources requested for launch)"),
+        lambda m: ("registers", "registers over the device limit (too many resources requested for launch)"),
     ),
     (
         re.compile(r"ub overflow", re.I),
@@ -128,7 +128,7 @@ _ERROR_PATTERNS = (
 def limit_of_error(error: str | None) -> tuple[str, str] | None:
     """(resource, one line) when an error says a configuration exceeded a device limit, else None:
     e.g. Triton's ``out of resource: shared memory, Required: 262144, Hardware limit: 232448``
-    gives ``("shared memory", "shared memory over the device's limit (256.0 KB needed, 227.0 KB
+    gives ``("shared memory", "shared memory over the device limit (256.0 KB needed, 227.0 KB
     allowed)")``."""
     if not error:
         return None
