@@ -280,3 +280,12 @@ def test_reading_the_facts_is_timed_and_can_be_turned_off(monkeypatch):
     monkeypatch.setenv(compile_facts.ENV_SWITCH, "0")
     rec = measure("scalar_ops", "triton", device="cpu", dtype="fp32", quick=True, rep_ms=2)
     assert rec.compile_facts == {"available": False, "reason": "not read (WORKBENCH_COMPILE_FACTS=0)", "kernels": []}
+
+
+def test_launches_traced_by_torch_compile_are_not_facts(monkeypatch):
+    from kernels.launch import Launch
+
+    monkeypatch.setattr(compile_facts, "cuda_limits", lambda index: h100())
+    device = SimpleNamespace(kind="cuda", index=0, num_cores=132)
+    facts = compile_facts.collect([Launch("_rms_norm_forward_kernel", (4, 1, 1), "traced", None)], device)
+    assert facts["kernels"] == [] and facts["reason"] == compile_facts.NO_KERNEL_REASON

@@ -40,6 +40,8 @@ def collect(launches: Iterable, device, *, ub_bytes: int | None = None) -> dict:
     kernels = []
     seen = set()
     for launch in launches:
+        if launch.device_kind == "traced":  # torch.compile tracing our op: nothing ran yet
+            continue
         key = (launch.name, launch.grid, id(launch.compiled))
         if key in seen:
             continue
