@@ -10,11 +10,17 @@ Three times per change are reported:
 - relaunch: from the change to the figures and status showing the new result (debounce included);
 - measure: the record's own compile + first call time, for reference.
 Cold changes visit every value once (each a new kernel configuration); warm changes revisit them.
+
+Compile facts (registers, spills, occupancy; the why panel) are read once per new configuration
+after its first call: the "facts ms" column is what reading them took per cold change, and the
+last line what drawing the why panel costs a warm relaunch. ``--facts off`` sets
+``WORKBENCH_COMPILE_FACTS=0`` to run the same changes without reading them, for comparison.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -60,7 +66,9 @@ def main(argv=None) -> int:
     parser.add_argument("--values", type=int, default=4, help="how many distinct values to visit")
     parser.add_argument("--debounce", type=float, default=0.2, help="Explorer debounce (s)")
     parser.add_argument("--quick", choices=("auto", "yes", "no"), default="auto", help="auto: quick on the CPU")
+    parser.add_argument("--facts", choices=("on", "off"), default="on", help="read compile facts (off: to compare)")
     args = parser.parse_args(argv)
+    os.environ["WORKBENCH_COMPILE_FACTS"] = "1" if args.facts == "on" else "0"
 
     from widgets import Explorer, Session
 
@@ -86,7 +94,8 @@ def main(argv=None) -> int:
             raise SystemExit(f"the Explorer did not show {args.param}={value}")
         if rec.error:
             raise SystemExit(f"{args.param}={value} failed: {rec.error}")
-        return callback, ex.last_latency_s, rec.compile_ms / 1e3 if rec.compile_ms else None, ex.last_cached
+        facts_ms = (rec.compile_facts or {}).get("collect_ms")
+        return callback, ex.last_latency_s, rec.compile_ms / 1e3 if rec.compile_ms else None, ex.last_cached, facts_ms
 
     # the first launch of the variant pays one-off costs (imports, first compile of helpers): apart
     first = change(values[0])
@@ -103,7 +112,11 @@ def main(argv=None) -> int:
     )
     print(f"Explorer built in {built:.2f} s (imports, session, widgets)")
     print()
-    header = f"{'change':28s} {'n':>3s} {'relaunch ms':>11s} {'min':>9s} {'max':>9s} {'callback ms':>11s} {'measure ms':>10s}"
+    print(f"compile facts {args.facts}")
+    header = (
+        f"{'change':28s} {'n':>3s} {'relaunch ms':>11s} {'min':>9s} {'max':>9s} {'callback ms':>11s} "
+        f"{'measure ms':>10s} {'facts ms':>9s}"
+    )
     print(header)
     print("-" * len(header))
     rows = [
@@ -116,7 +129,19 @@ def main(argv=None) -> int:
         cb = statistics.median(s[0] for s in samples) * 1e3
         meas = [s[2] for s in samples if s[2] is not None and not s[3]]
         meas_txt = f"{statistics.median(meas) * 1e3:10.1f}" if meas else f"{'(cache)':>10s}"
-        print(f"{label:28s} {len(samples):3d} {med:>11s} {lo:>9s} {hi:>9s} {cb:11.2f} {meas_txt}")
+        facts = [s[4] for s in samples if s[4] is not None and not s[3]]
+        facts_txt = f"{statistics.median(facts):9.3f}" if facts else f"{'(cache)' if samples[0][3] else '-':>9s}"
+        print(f"{label:28s} {len(samples):3d} {med:>11s} {lo:>9s} {hi:>9s} {cb:11.2f} {meas_txt} {facts_txt}")
+    from widgets.why import why_html
+    from workbench.compile_facts import brief
+
+    t = time.perf_counter()
+    for _ in range(100):
+        why_html(ex.record)
+    panel_ms = (time.perf_counter() - t) / 100 * 1e3
+    print(
+        f"why panel: {panel_ms:.3f} ms to draw per relaunch (warm included); facts of the last: {brief(ex.record.compile_facts)}"
+    )
     ex.close()
     return 0
 

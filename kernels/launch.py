@@ -10,10 +10,12 @@ both go through one process-wide lock.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import sys
 import threading
+from dataclasses import dataclass
 
 import torch
 
@@ -180,6 +182,8 @@ def launch(kernel, like: torch.Tensor, grid, *args, **kwargs):
     tensors run the interpreted twin, never the fast path. Fake or functional tensors (a
     ``triton_op`` traced by torch.compile or opcheck) record the launch with ``wrap_triton``.
     """
+    if _recordings and not getattr(_inside_recorded, "active", False):
+        return _recorded_launch(kernel, like, grid, args, kwargs)
     if type(like) is not torch.Tensor and _is_traced(like):
         return _launch_traced(kernel, grid, args, kwargs)
     kind = like.device.type
@@ -221,3 +225,76 @@ def launcher(kernel, tensor: torch.Tensor) -> _Launcher:
 
 def _is_interpreted(kernel) -> bool:
     return type(kernel).__name__ == "InterpretedFunction"
+
+
+# --- recording what was launched (compile facts) ---------------------------------------------
+@dataclass
+class Launch:
+    """One launch seen by :func:`recording`: the kernel's name, its grid, the device kind, and
+    what the launch returned: on CUDA (and an NPU) the compiled kernel, whose registers, spills
+    and shared memory the measuring tool reads; None in the interpreter, which compiles nothing."""
+
+    name: str
+    grid: tuple
+    device_kind: str
+    compiled: object | None
+
+
+# The launch lists of the recordings open now. Empty (the usual case), the hot path pays one
+# truth test of a module global.
+_recordings: list[list[Launch]] = []
+
+
+@contextlib.contextmanager
+def recording():
+    """Collect every :func:`launch` made inside the block, in order::
+
+        with recording() as launches:
+            rms_norm(x, w)
+        launches[0].name, launches[0].grid, launches[0].compiled
+
+    Process-wide, not per thread: on CUDA autograd runs a backward's launches on its own device
+    thread. So a launch another thread makes meanwhile is recorded too; the measuring tool runs
+    one configuration at a time. Recordings may overlap: each open one sees every launch."""
+    launches: list[Launch] = []
+    with _RECORDING_LOCK:
+        _recordings.append(launches)
+    try:
+        yield launches
+    finally:
+        with _RECORDING_LOCK:
+            _recordings[:] = [r for r in _recordings if r is not launches]
+
+
+_RECORDING_LOCK = threading.Lock()
+
+
+_inside_recorded = threading.local()  # this thread is in _recorded_launch: launch as usual
+
+
+def _recorded_launch(kernel, like, grid, args, kwargs):
+    _inside_recorded.active = True
+    try:
+        result = launch(kernel, like, grid, *args, **kwargs)
+    finally:
+        _inside_recorded.active = False
+    kind = "traced" if type(like) is not torch.Tensor and _is_traced(like) else like.device.type
+    compiled = result if kind in ("cuda", "npu") else None
+    seen = Launch(_kernel_name(kernel), _grid_tuple(grid), kind, compiled)
+    with _RECORDING_LOCK:
+        for launches in _recordings:
+            launches.append(seen)
+    return result
+
+
+def _kernel_name(kernel) -> str:
+    fn = getattr(kernel, "fn", None)
+    return getattr(fn, "__name__", None) or getattr(kernel, "__name__", None) or type(kernel).__name__
+
+
+def _grid_tuple(grid) -> tuple:
+    """The grid as three ints; a callable grid (none of ours) as an empty tuple: not known here."""
+    if callable(grid):
+        return ()
+    dims = tuple(int(g) for g in grid)
+    return dims + (1,) * (3 - len(dims))

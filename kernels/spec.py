@@ -223,6 +223,9 @@ class KernelSpec:
     # True when the work is bound by memory traffic: reports chart its achieved GB/s against the
     # device's measured copy bandwidth.
     memory_bound: bool = False
+    # Optional: the floating-point operations a mode must do, ``flops(problem, mode) -> int``,
+    # for a family that computes (the roofline puts its FLOP/s against the device's peak).
+    flops: Callable[[Mapping[str, Any], str], int] | None = None
 
     def variant(self, name: str) -> Variant:
         for v in self.variants:

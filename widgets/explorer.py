@@ -19,16 +19,23 @@ Shown: a status line (compile time, device time, wall per call, launch overhead,
 copy bandwidth, peak memory, UB estimate where the spec has one), a speed figure (p50 with the
 p20-p80 band along the chosen x axis for the current variant with peers overlaid and the
 copy-bandwidth bound), a memory figure (peak MB per variant beside the bytes the problem must
-move), and a correctness table (every output and gradient). A sweep panel runs 1-D or 2-D sweeps
-on the worker with a progress bar; a 2-D sweep draws a heatmap with failed cells marked and the
-best config outlined; "Apply best" (or clicking a heatmap cell) sets the controls to it.
+move), and a correctness table (every output and gradient). Beside the speed figure, the why
+panel (:mod:`widgets.why`): the configuration's compile facts per kernel (registers, spills,
+shared memory, occupancy and its limit; UB bytes for NPU kernels; "unavailable" in the
+interpreter) with a warning line for spills or an occupancy limit, and, where ncu is installed
+and the device is CUDA, a "Profile this configuration" button that runs Nsight Compute in a
+background thread and adds its counters to the panel. A sweep panel runs 1-D or 2-D sweeps
+on the worker with a progress bar; a 2-D sweep draws a heatmap (each cell's hover carries its
+registers, spills and occupancy) with failed cells marked (naming the device limit they went
+over) and the best config outlined; "Apply best" (or clicking a heatmap cell) sets the
+controls to it.
 
 Why one long module: the Explorer is one object whose controls, relaunch, rendering and sweep
 panel share its widget state and locks; what knows no family (the worker, the control builders)
 is :mod:`widgets.controls`, and sweep planning is :mod:`workbench.sweep.plan`.
 
 Programmatic use (tests, scripts): ``ex.set(BLOCK_SIZE=1024)``, ``ex.wait()``, ``ex.record``,
-``ex.error_text``, ``ex.status_text``, ``ex.last_cached``, ``ex.last_latency_s``,
+``ex.error_text``, ``ex.status_text``, ``ex.why_text``, ``ex.profile(wait=True)``, ``ex.last_cached``, ``ex.last_latency_s``,
 ``ex.run_sweep("BLOCK_SIZE", [...], "BLOCK_SIZE_M", [...])``, ``ex.apply_best()``.
 
 In the page (browser tests): every control has the CSS class ``wb-control-<name>`` (``wb-control-BLOCK_SIZE``,
@@ -38,7 +45,8 @@ In the page (browser tests): every control has the CSS class ``wb-control-<name>
 that ran), the sweep axes ``.wb-sweep-x`` / ``.wb-sweep-y`` and their value boxes
 ``.wb-sweep-x-values`` / ``.wb-sweep-y-values``, the sweep button ``.wb-sweep-run``, its progress
 bar ``.wb-progress`` and label ``.wb-sweep-label``, the best-config button ``.wb-apply-best`` and
-its text ``.wb-best``.
+its text ``.wb-best``, the why panel ``.wb-why-panel`` (warnings ``.wb-why-warning``, the kernels'
+table ``table.wb-why-kernels``), the profile button ``.wb-profile`` and its line ``.wb-profile-status``.
 """
 
 from __future__ import annotations
@@ -55,9 +63,11 @@ import plotly.graph_objects as go
 from kernels.runtime import kinds_present
 from kernels.spec import KernelSpec
 from widgets import figures as F
+from widgets import why
 from widgets.controls import Worker, knob_widget, param_widget, parse_values
 from widgets.core import short_reason
 from widgets.session import Session
+from workbench import ncu
 from workbench.sweep.plan import axis_kind, default_values, with_axis
 
 __all__ = ["Explorer"]
@@ -139,6 +149,17 @@ class Explorer:
         self.speed_fig = self._figure_widget(go.Figure(layout=dict(height=420, template="plotly_white")))
         self.memory_fig = self._figure_widget(go.Figure(layout=dict(height=380, template="plotly_white")))
         self.w_checks = W.HTML(value="")
+        # the why panel: compile facts of the configuration on display, Nsight Compute's counters
+        # on demand (the button shows only where ncu is installed and the device is CUDA)
+        self.w_why = W.HTML(value="", layout=W.Layout(min_width="320px", max_width="560px"))
+        self._ncu = ncu.find_ncu()
+        self.w_profile = W.Button(
+            description="Profile this configuration",
+            icon="tachometer",
+            tooltip="run Nsight Compute on the configuration on display (about 10 s, in the background)",
+        )
+        self.w_profile_status = W.HTML(value="")
+        self.profile_thread: threading.Thread | None = None
         # sweep panel
         self.w_sweep_x = W.Dropdown(description="sweep", style=style)
         self.w_sweep_xv = W.Text(description="values", style=style, layout=W.Layout(width="340px"))
@@ -172,6 +193,7 @@ class Explorer:
         self.w_sweep_run.on_click(lambda _: self._safe(self._start_sweep_from_panel))
         self.w_sweep_stop.on_click(lambda _: self._sweep_cancel.set())
         self.w_apply_best.on_click(lambda _: self._safe(self.apply_best))
+        self.w_profile.on_click(lambda _: self._safe(self.profile))
 
         title = W.HTML(f"<b>{html.escape(self.spec.title)} Explorer</b> — {html.escape(self.spec.doc)}")
         knobs = W.HBox(list(self.knob_widgets.values()), layout=W.Layout(flex_flow="row wrap"))
@@ -189,7 +211,9 @@ class Explorer:
                 self.w_failures,
             ]
         )
-        figs = W.VBox([w for w in (self.speed_fig, self.memory_fig) if isinstance(w, W.Widget)])
+        why_box = W.VBox([self.w_why, W.HBox([self.w_profile, self.w_profile_status])])
+        speed_row = W.HBox([w for w in (self.speed_fig, why_box) if isinstance(w, W.Widget)])
+        figs = W.VBox([speed_row] + ([self.memory_fig] if isinstance(self.memory_fig, W.Widget) else []))
         self.widget = W.VBox(
             [
                 title,
@@ -228,6 +252,9 @@ class Explorer:
             ("wb-apply-best", self.w_apply_best),
             ("wb-heatmap", self.heatmap_box),
             ("wb-failures", self.w_failures),
+            ("wb-why-panel", self.w_why),
+            ("wb-profile", self.w_profile),
+            ("wb-profile-status", self.w_profile_status),
         ):
             if isinstance(w, W.DOMWidget):
                 w.add_class(cls)
@@ -522,6 +549,7 @@ class Explorer:
         cfg = self.config()
         sess = self._session_for(cfg["device"])
         self._render_status()
+        self._render_why()
         peers = self._peer_records(sess, cfg)
         # the caption names the configuration that ran, so the table is never read as another's
         ran = f"{rec.variant} {F.mapping_str(rec.params)}".strip()
@@ -562,6 +590,61 @@ class Explorer:
                 rec, cached=bool(self.last_cached), ub_bytes=self._ub(rec), elapsed_s=self.last_latency_s
             )
             self.w_status.value = _status_html(text, failed=rec.passed is False)
+
+    def _render_why(self) -> None:
+        self.w_why.value = why.why_html(self.record)
+        can_profile = self._ncu is not None and self.w_device.value == "cuda"
+        self.w_profile.layout.display = "" if can_profile else "none"
+        self.w_profile_status.layout.display = "" if can_profile else "none"
+
+    @property
+    def why_text(self) -> str:
+        """Plain text of the why panel."""
+        return html.unescape(_strip_tags(self.w_why.value))
+
+    def profile(self, wait: bool = False) -> None:
+        """Run Nsight Compute on the configuration on display, in a background thread; its
+        counters join the record (``record.counters``) and show in the why panel; an error is one
+        line beside the button. ``wait``: return when it is done (programmatic use)."""
+        rec = self.record
+        if rec is None or rec.error:
+            raise ValueError("no configuration that ran is on display: nothing to profile")
+        if self.profile_thread is not None and self.profile_thread.is_alive():
+            raise ValueError("a profile is running already; wait for it")
+        config = {
+            "family": self.spec.name,
+            "variant": rec.variant,
+            "device": rec.device_kind,
+            "dtype": rec.dtype,
+            "mode": rec.mode,
+            "problem": dict(rec.problem),
+            "params": dict(rec.params),
+            "seed": rec.seed,
+            "quick": self.session.quick,
+        }
+        self.w_profile.disabled = True
+        self.w_profile_status.value = _status_html("profiling with Nsight Compute …", busy=True)
+
+        def job():
+            try:
+                kernels = ncu.profile(config, ncu=self._ncu)
+                rec.counters = ncu.as_record_counters(kernels, self._ncu)
+                self.w_profile_status.value = _status_html(f"profiled: {len(kernels)} kernel(s)")
+                with self._render_lock:
+                    if self.record is rec:
+                        self.w_why.value = why.why_html(rec)
+            except Exception as exc:  # one line beside the button, never out of the thread
+                self.w_profile_status.value = (
+                    '<div class="wb-error" style="color:#b00;font-family:monospace">'
+                    f"{html.escape(short_reason(' '.join(str(exc).split()), 400))}</div>"
+                )
+            finally:
+                self.w_profile.disabled = False
+
+        self.profile_thread = threading.Thread(target=job, name="workbench-profile", daemon=True)
+        self.profile_thread.start()
+        if wait:
+            self.profile_thread.join()
 
     def _ub(self, rec) -> int | None:
         est = getattr(self.spec, "ub_estimate", None)

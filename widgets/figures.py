@@ -19,6 +19,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import plotly.graph_objects as go
 
 from kernels.spec import PEER_BACKENDS  # records carry the backend name, not the Variant
+from widgets import why
 from widgets.core import METRICS, short_reason
 
 PALETTE = (
@@ -396,8 +397,10 @@ def heatmap_figure(
     *,
     title: str | None = None,
 ) -> tuple[go.Figure, dict | None]:
-    """A ``y_values x x_values`` grid of ``metric``; failed cells drawn as grey crosses whose
-    hover text is the reason; the best passing cell outlined. Returns (figure, best record dict).
+    """A ``y_values x x_values`` grid of ``metric``; each cell's hover carries its registers,
+    spills and occupancy (:func:`widgets.why.hover_text`); failed cells drawn as grey crosses
+    whose hover text is the reason, naming the device limit where one was exceeded; the best
+    passing cell outlined. Returns (figure, best record dict).
 
     ``records`` are in row-major order over (y, x) or carry the axis values in problem/params."""
     recs = [as_dict(r) for r in records]
@@ -429,7 +432,7 @@ def heatmap_figure(
             v = r.get(field) if r else None
             bad = r is None or r.get("error") or r.get("passed") is False
             if r is not None and bad:
-                reason = short_reason(r.get("error")) or "correctness check failed"
+                reason = why.failure_text(r)
                 failed_x.append(ix)
                 failed_y.append(iy)
                 failed_text.append(f"{x_axis}={xv}, {y_axis}={yv}<br>failed: {html.escape(reason)}")
@@ -439,7 +442,7 @@ def heatmap_figure(
                 continue
             zr.append(v)
             tr.append("" if v is None else f"{v:.3g}")
-            hr.append("")
+            hr.append(why.hover_text(r) if r is not None else "")
             if v is not None and (best is None or (v > best[field] if higher else v < best[field])):
                 best, best_pos = r, (ix, iy)
         z.append(zr)
@@ -455,7 +458,7 @@ def heatmap_figure(
             customdata=hover,
             colorscale="Viridis" if higher else "Viridis_r",
             colorbar=dict(title=dict(text=label)),
-            hovertemplate=f"{x_axis}=%{{x}} {y_axis}=%{{y}}<br>{label}: %{{z:.4g}}<extra></extra>",
+            hovertemplate=f"{x_axis}=%{{x}} {y_axis}=%{{y}}<br>{label}: %{{z:.4g}}<br>%{{customdata}}<extra></extra>",
             xgap=2,
             ygap=2,
         )

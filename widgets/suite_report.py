@@ -20,7 +20,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from widgets import figures as F
-from workbench import reader
+from workbench import compile_facts, reader
 from workbench.provenance import is_dirty
 
 STATUS_COLOURS = {
@@ -69,11 +69,24 @@ def _num(v: Any, spec: str = "{:.4g}") -> str:
     return "-" if v is None or v == "" else spec.format(v)
 
 
-def ratio_table_html(rows: list[dict], missing: dict | None = None) -> str:
+def ours_facts(run: dict) -> dict[tuple[str, str], str]:
+    """(target, x) -> the compact ``regs/spills/occ`` cell of our record there (compile facts)."""
+    out = {}
+    for target in run.get("targets") or []:
+        for r in target_records(run, target):
+            if r.get("variant") == target.get("ours") and r.get("compile_facts") and not r.get("label"):
+                out[(target["name"], str(r.get("x_value")))] = compile_facts.brief(r["compile_facts"])
+    return out
+
+
+def ratio_table_html(rows: list[dict], missing: dict | None = None, facts: dict | None = None) -> str:
     """The ratio table, one row per target and x, coloured by status; a heading row per target
-    (its title, and the peers that could not be measured here: ``missing`` target -> {peer: why})."""
+    (its title, and the peers that could not be measured here: ``missing`` target -> {peer: why});
+    ``facts``: (target, x) -> our kernels' regs/spills/occupancy cell (:func:`ours_facts`)."""
     missing = missing or {}
-    head = ["x", "ours", "ours µs", "best peer / config", "peer µs", "ratio [interval]", "%BW", "threshold"]
+    facts = facts or {}
+    head = ["x", "ours", "ours µs", "regs/spills/occ", "best peer / config", "peer µs", "ratio [interval]", "%BW"]
+    head += ["threshold"]
     head += ["precision, max error", "status"]
     head += ["informative", "note"]
     out = [
@@ -109,6 +122,7 @@ def ratio_table_html(rows: list[dict], missing: dict | None = None) -> str:
             (f"{r['x_name']}={r['x']}", "right"),
             (r["ours"], "left"),
             (_num(r.get("ours_us"), "{:.1f}"), "right"),
+            (facts.get((r["target"], str(r["x"]))) or "-", "left"),
             (r.get("peer") or "-", "left"),
             (_num(r.get("peer_us"), "{:.1f}"), "right"),
             (reader.ratio_text(r), "right"),
@@ -827,7 +841,7 @@ def show_environment(run: dict) -> None:
 
 
 def show_ratios(run: dict) -> None:
-    F.show_html(ratio_table_html(run["rows"], run.get("missing")))
+    F.show_html(ratio_table_html(run["rows"], run.get("missing"), ours_facts(run)))
 
 
 def show_speed_overview(run: dict) -> None:
@@ -837,6 +851,20 @@ def show_speed_overview(run: dict) -> None:
         F.show_html("<h2>Bandwidth and call overhead</h2>")
     for fig in figs:
         F.show(fig)
+    rooflines = [f for f in rooflines_of(run) if f is not None]
+    if rooflines:
+        F.show_html("<h2>Roofline per family</h2>")
+    for fig in rooflines:
+        F.show(fig)
+
+
+def rooflines_of(run: dict) -> list:
+    """One roofline per family among the run's records (:mod:`workbench.roofline`); None for a
+    family whose records carry no device bandwidth (interpreter runs)."""
+    from workbench.roofline import roofline_figure
+
+    records = run.get("records") or []
+    return [roofline_figure(records, family) for family in sorted({str(r.get("kernel")) for r in records})]
 
 
 def show_baseline(run: dict) -> None:

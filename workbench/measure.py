@@ -27,6 +27,7 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import math
+import os
 import platform
 import sys
 import time
@@ -37,9 +38,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from kernels.launch import recording
 from kernels.spec import DTYPES, KernelSpec, Variant, as_tuple, dtype_name, get
 from kernels.testing import TensorCheck, compare
-from workbench import device_state
+from workbench import compile_facts, device_state
 from workbench.device import Device, get_device
 from workbench.phases import Phases
 from workbench.provenance import code_version
@@ -98,6 +100,12 @@ class Record:
     # The arithmetic the variant used (KernelSpec.precision_of): "ieee" is plain fp32 and the
     # dtype's own arithmetic; "tf32"/"tf32x3" for TF32 matrix products. Checked at its tolerance.
     precision: str = "ieee"
+    # Why a tile is fast or slow (workbench.compile_facts): registers, spills, shared memory,
+    # occupancy and its limit per kernel on CUDA; UB bytes on the NPU; marked unavailable in the
+    # interpreter. Read once after the first call.
+    compile_facts: dict = field(default_factory=dict)
+    # Nsight Compute counters per kernel, where `workbench profile` ran (workbench.ncu).
+    counters: dict = field(default_factory=dict)
     error: str | None = None
     seed: int = 0
     versions: dict = field(default_factory=dict)
@@ -240,6 +248,17 @@ def measure_many(
         if store is not None:
             store.append(rec)
     return records
+
+
+def prepared_call(
+    spec: KernelSpec | str, config: Mapping[str, Any], *, device: str | Device = "auto", quick: bool = False
+) -> tuple[Record, Callable[[], object]]:
+    """One configuration made ready and run once (compiled), unchecked and untimed: its record
+    (compile facts filled) and the call a profiler times. ``config`` as in :func:`measure_many`.
+    A configuration that cannot run raises ValueError."""
+    spec = get(spec) if isinstance(spec, str) else spec
+    record, prep = _prepare(spec, config, _Shared(device, quick, False, "raise", Phases()))
+    return record, prep.step
 
 
 @dataclass
@@ -458,8 +477,9 @@ def _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, record, shared: _S
     def forward():
         return as_tuple(var.run(inputs, prob, **prm))
 
-    # First call: compile (or trace) plus one run, timed on the host.
-    with torch.set_grad_enabled(backward_needed), phases("compile"):
+    # First call: compile (or trace) plus one run, timed on the host; its launches give the
+    # compile facts (the backward's first call adds its own).
+    with torch.set_grad_enabled(backward_needed), phases("compile"), recording() as launches:
         outputs, first_ms = _sync_call(dev, forward)
     record.compile_ms = first_ms
     diff_outputs = [o for o in outputs if isinstance(o, torch.Tensor) and o.requires_grad]
@@ -474,10 +494,11 @@ def _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, record, shared: _S
     if backward_needed:
         if not diff_outputs:
             raise ValueError(f"{spec.name}/{var.name} returned no differentiable output for mode={mode!r}")
-        with phases("compile"):
+        with phases("compile"), recording() as backward_launches:
             grads, bwd_first_ms = _sync_call(dev, backward)
         record.compile_ms += bwd_first_ms
-
+        launches += backward_launches
+    record.compile_facts = _facts(launches, dev, spec, var, prob, prm, dt)
     if shared.check:
         with phases("check"):
             _check(spec, dev, dt, prob, inputs, outputs, grads, grad_names, grad_outs, record)
@@ -497,6 +518,28 @@ def _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, record, shared: _S
         return torch.autograd.grad(outs, grad_tensors, grad_outs)
 
     return step
+
+
+def _facts(launches, dev, spec, var, prob, prm, dt) -> dict:
+    """The compile facts of the first call's launches, with the milliseconds reading them took
+    (``collect_ms``); ``WORKBENCH_COMPILE_FACTS=0`` turns reading them off (to measure what they
+    cost: ``benchmarks/explorer_latency.py --facts off``)."""
+    if os.environ.get(compile_facts.ENV_SWITCH, "1").strip().lower() in ("0", "off", "false", "no"):
+        return {"available": False, "reason": f"not read ({compile_facts.ENV_SWITCH}=0)", "kernels": []}
+    started = time.perf_counter()
+    facts = compile_facts.collect(launches, dev, ub_bytes=_ub_estimate(spec, var, prob, prm, dt))
+    facts["collect_ms"] = (time.perf_counter() - started) * 1e3
+    return facts
+
+
+def _ub_estimate(spec, var, prob, prm, dt) -> int | None:
+    """The family's Unified Buffer model for an NPU variant's tiles (None for other variants)."""
+    if var.backend != "npu" or spec.ub_estimate is None:
+        return None
+    try:
+        return spec.ub_estimate(prob, prm, dt)
+    except ValueError:  # tiles that do not resolve for this problem: the run says why
+        return None
 
 
 def _check(spec, dev, dt, prob, inputs, outputs, grads, grad_names, grad_outs, record):

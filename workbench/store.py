@@ -3,7 +3,8 @@
 Each ``append`` is its own committed transaction, so a crash in the middle of a sweep loses
 nothing measured before it. Reading back gives a pandas DataFrame; exports give CSV with the
 common kernel-benchmark columns first (the ones Liger-Kernel's benchmark CSVs use) followed by
-ours, and JSON with the nested fields kept as objects.
+ours (the compile facts among them, flat and as JSON), and JSON with the nested fields kept as
+objects.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import threading
 from pathlib import Path
 from typing import Iterable
 
+from workbench import compile_facts
 from workbench.measure import Record
 
 DEFAULT_PATH = Path(os.environ.get("WORKBENCH_STORE", "results/workbench.sqlite"))
@@ -66,6 +68,16 @@ OUR_COLUMNS = (
     "max_abs_err",
     "max_rel_err",
     "precision",
+    # compile facts (workbench.compile_facts): flat columns of the kernel that explains most,
+    # the compact regs/spills/occupancy cell of every kernel, and the facts themselves as JSON
+    "regs",
+    "spills",
+    "shared_bytes",
+    "occupancy_pct",
+    "occupancy_limit",
+    "regs_spills_occ",
+    "compile_facts",
+    "counters",
     "passed",
     "error",
     "torch",
@@ -167,11 +179,17 @@ def _csv_row(rec: dict) -> dict:
         "gpu_name": rec.get("device_name"),
         "timestamp": rec.get("timestamp"),
     }
+    facts = rec.get("compile_facts") or {}
+    derived = {**compile_facts.columns(facts), "regs_spills_occ": compile_facts.brief(facts)}
     for col in OUR_COLUMNS:
         if col in ("torch", "triton", "python"):
             row[col] = versions.get(col)
         elif col in ("params", "problem"):
             row[col] = json.dumps(rec.get(col) or {}, sort_keys=True)
+        elif col in ("compile_facts", "counters"):
+            row[col] = json.dumps(rec.get(col) or {}, sort_keys=True) if rec.get(col) else ""
+        elif col in derived:
+            row[col] = derived[col]
         else:
             row[col] = rec.get(col)
     return row

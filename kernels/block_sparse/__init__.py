@@ -472,6 +472,17 @@ def _min_bytes(problem, mode, dtype):
     return {"forward": forward, "backward": backward, "full": forward + backward}[mode]
 
 
+def _flops(problem, mode):
+    """Floating-point operations each mode must do, for the roofline. Sum forward: a multiply and
+    an add per (node, edge, batch column) in the product of parameters and ``exp(children)`` (the
+    exps and logs of the log-sum-exp not counted); its backward two such products (element and
+    parameter flows). Product layer: one add per (node, edge, column) each way."""
+    s = _shape(problem)
+    work = s["nodes"] * s["K"] * s["B"]
+    forward, backward = (work, work) if problem["layer"] == "product" else (2 * work, 4 * work)
+    return {"forward": forward, "backward": backward, "full": forward + backward}[mode]
+
+
 def _tiles(params: dict) -> dict:
     return {k: v for k, v in params.items() if v != "auto"}
 
@@ -597,6 +608,7 @@ spec = KernelSpec(
     output_names=("out",),
     axis="batch",
     min_bytes=_min_bytes,
+    flops=_flops,
     dtypes=("fp32",),
     # TF32 keeps 10 of fp32's 23 mantissa bits: each product is off by up to ~1e-3 relative, and a
     # sum of positive terms keeps that relative error, so log-space outputs move by ~1e-3 (PyJuice's

@@ -4,7 +4,11 @@
 - the best configuration per shape (family, mode, dtype, problem), devices side by side, with
   the configurations whose kernel-time interval overlaps the best's listed as ties;
 - a figure: best time per shape and device;
-- every failed configuration with its reason.
+- every configuration that ran, fastest first per shape, with its compile facts (a compact
+  ``regs/spills/occ`` cell per kernel and the warnings they raise: spills, an occupancy limit,
+  a grid under one wave), so what spills or loses occupancy lines up with the times;
+- a roofline per family (:mod:`workbench.roofline`) where the records carry device bandwidth;
+- every failed configuration with its reason, naming the device limit it went over.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Iterable
 
-from workbench import reader
+from workbench import compile_facts, reader
+from workbench.occupancy import limit_of_error
 from workbench.sweep.tasks import ERROR_CRASH, ERROR_TIMEOUT
 
 
@@ -124,6 +129,9 @@ def render(records: list[dict], title: str = "Sweep") -> str:
                 row.append("-")
                 continue
             text = f"<b>{html.escape(config_of(cell['record']))}</b><br>{cell['ms']:.4g} ms"
+            facts = compile_facts.brief(cell["record"].get("compile_facts"))
+            if facts:
+                text += f"<br><small>regs/spills/occ {html.escape(facts)}</small>"
             if cell["ties"]:
                 text += f"<br><small>within noise: {html.escape('; '.join(cell['ties'][:6]))}</small>"
             row.append(text)
@@ -131,6 +139,16 @@ def render(records: list[dict], title: str = "Sweep") -> str:
     parts.append(_table(["shape"] + [html.escape(d) for d in devices], rows, "best"))
     if best:
         parts.append(_figure_html(best, devices))
+    ran = [r for r in records if not r.get("error") and r.get("passed")]
+    if ran:
+        parts.append("<h2>Every configuration, with its compile facts</h2>")
+        parts.append(
+            "<p>regs/spills/occ: registers per thread / registers spilled / theoretical occupancy per "
+            "kernel, with the limit that binds it when that is not the warps (grid: fewer programs than "
+            "the device holds at once).</p>"
+        )
+        parts.append(reader.table_html(facts_rows(ran)))
+    parts += _roofline_html(records, plotly_in_page=bool(best))
     parts.append("<h2>By device</h2>")
     parts.append(reader.table_html([{"device": d, **summary[d]} for d in devices]))
     failed = [r for r in records if r.get("error") or not r.get("passed")]
@@ -141,6 +159,7 @@ def render(records: list[dict], title: str = "Sweep") -> str:
                 "device": device_of(r),
                 "shape": shape_of(r),
                 "configuration": config_of(r),
+                "limit": (limit_of_error(r.get("error")) or ("-",))[0],
                 "error": (r.get("error") or "wrong result")[:400],
             }
             for r in failed
@@ -161,6 +180,48 @@ def render(records: list[dict], title: str = "Sweep") -> str:
         f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
         f"<style>{style}</style></head><body>{''.join(parts)}</body></html>"
     )
+
+
+def facts_rows(records: list[dict], name=None) -> list[dict]:
+    """One row per configuration, grouped by device and shape, fastest first: its time, bandwidth
+    and compile facts (the compact cell and the warnings). ``name(record)`` names the
+    configuration (default :func:`config_of`)."""
+    name = name or config_of
+    rows = []
+    ordered = sorted(records, key=lambda r: (device_of(r), shape_of(r), _ms(r) if _ms(r) is not None else float("inf")))
+    for r in ordered:
+        ms = _ms(r)
+        rows.append(
+            {
+                "device": device_of(r),
+                "shape": shape_of(r),
+                "configuration": name(r),
+                "kernel ms": "-" if ms is None else f"{ms:.4g}",
+                "GB/s": "-" if r.get("gbps") is None else f"{r['gbps']:.0f}",
+                "% copy BW": "-" if r.get("pct_copy_bw") is None else f"{r['pct_copy_bw']:.0f}",
+                "regs/spills/occ": compile_facts.brief(r.get("compile_facts")) or "-",
+                "why": "; ".join(compile_facts.warnings(r.get("compile_facts"))) or "-",
+            }
+        )
+    return rows
+
+
+def _roofline_html(records: list[dict], plotly_in_page: bool) -> list[str]:
+    from workbench.roofline import roofline_figure
+
+    out = []
+    for family in sorted({str(r.get("kernel")) for r in records}):
+        try:
+            fig = roofline_figure(records, family)
+        except (ImportError, ValueError):
+            fig = None
+        if fig is None:
+            continue
+        if not out:
+            out.append("<h2>Roofline per family</h2>")
+        # plotly.js goes into the page once: with the first figure drawn
+        out.append(fig.to_html(include_plotlyjs=not plotly_in_page and len(out) == 1, full_html=False))
+    return out
 
 
 def headline_lines(records: list[dict]) -> list[str]:
