@@ -66,6 +66,7 @@ OUR_COLUMNS = (
     "max_abs_err",
     "max_rel_err",
     "precision",
+    "tiles_source",
     "passed",
     "error",
     "torch",
