@@ -121,3 +121,18 @@ def test_an_entry_that_does_not_fit_falls_back(tables):
     install(tables, "rms_norm", table("rms_norm", CPU_KEY, [{"size": 2048, "tiles": entry}]))
     t = rms_gpu.tiles_for(torch.randn(4, 2048))
     assert t.BLOCK_SIZE_M != 64 and t.source.startswith("heuristic (tuned tiles") and "do not fit" in t.source
+
+
+def test_every_committed_table_reads_cleanly():
+    """Each table under kernels/<family>/tuned/ is that family's, filed under its own key."""
+    import kernels
+
+    found = 0
+    for family in kernels.families():
+        folder = tuned_tables.table_dir(family)
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+            body = tuned_tables.read_table(path, family)
+            assert path.name == tuned_tables.file_name(body["device_key"])
+            assert body["knob"] == kernels.get(family).tuning.knob
+            found += 1
+    assert found >= 5  # the H100 block-sparse table and the four Ascend910B ones
