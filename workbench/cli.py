@@ -8,6 +8,7 @@
     workbench report DIR --check [--baseline DIR --fail-on-regression PCT]   # the CI gate
     workbench lab
     workbench sweep FAMILY --param NAME=V1,V2 [--problem k=v,...] --executor local|ray [--out DIR]
+    workbench tune FAMILY [--device cuda] [--strategy grid|random|bayes] [--executor local|ray] [--write]
 
 Sub-commands are a registry (name -> module:function), so a new one is one line.
 
@@ -44,6 +45,7 @@ COMMANDS = {
     "lab": "workbench.report:lab_main",
     "npu-check": "workbench.npu_check:main",
     "sweep": "workbench.sweep.cli:sweep_main",
+    "tune": "workbench.tune.cli:tune_main",
 }
 
 

@@ -488,7 +488,7 @@ def resolve_forward_tiles(
     )  # fmt: skip
     found = tuned_tables.choose(FAMILY, device_key, batch, given, TUNED_FORWARD_TILES)
     source = found.source
-    if found.tiles is not None:
+    if found.tiles:  # an empty entry: the tune kept the rule at this size
         tiles = {**given, **found.tiles}
         if tiles["TILE_M"] != "auto":
             tiles["TILE_M"] = min(tiles["TILE_M"], _pow2(block_size))

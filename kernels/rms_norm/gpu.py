@@ -756,7 +756,7 @@ def with_tuned_forward(family: str, dev, n_rows: int, n_cols: int, tiles: dict, 
     why. Called once per shape (the families cache their plans)."""
     base = resolve_tiles(n_rows, n_cols, dev.num_cores, **fixed, **tiles)
     found = tuned_tables.choose(family, tuned_tables.device_key(dev), n_cols, tiles, TUNED_TILES)
-    if found.tiles is None:
+    if not found.tiles:  # no entry, or an empty one: the tune kept the rule at this size
         return dataclasses.replace(base, source=found.source)
     try:
         tuned = resolve_tiles(n_rows, n_cols, dev.num_cores, **fixed, **{**tiles, **found.tiles})

@@ -173,7 +173,7 @@ def tiles_for(x: torch.Tensor, BLOCK_SIZE="auto", num_warps="auto") -> GpuTiles:
     given = {"BLOCK_SIZE": BLOCK_SIZE, "num_warps": num_warps}
     found = tuned_tables.choose("scalar_ops", tuned_tables.device_key(dev), max(numel, 1), given, TUNED_TILES)
     tiles = dataclasses.replace(resolve_tiles(BLOCK_SIZE, num_warps), source=found.source)
-    if found.tiles is not None:
+    if found.tiles:  # an empty entry: the tune kept the rule at this size
         try:
             tiles = dataclasses.replace(resolve_tiles(**found.tiles), source=found.source)
         except (TypeError, ValueError) as exc:

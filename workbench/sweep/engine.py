@@ -15,6 +15,7 @@ run, ``records.csv``, ``records.json`` and ``report.html``.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
@@ -214,6 +215,18 @@ def run_sweep(
     if cancel is not None and cancel.is_set() and prog.remaining:
         result.interrupted = True
     return result
+
+
+@contextlib.contextmanager
+def opened(executor):
+    """``executor`` started for several :func:`run_sweep` calls (rounds of a search), closed after."""
+    executor.start()
+    executor._started = True
+    try:
+        yield executor
+    finally:
+        executor._started = False
+        executor.close()
 
 
 def make_executor(

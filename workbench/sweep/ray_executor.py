@@ -111,6 +111,9 @@ class RayExecutor(Executor):
         where = self.address or "embedded local Ray"
         return f"ray ({where}, {self.slots} slot(s))"
 
+    def capacity(self, device: str) -> int:
+        return self._slots(device)
+
     def _options(self, device: str) -> dict:
         if device == "cpu":
             return {"num_cpus": self.cpus_per_task, "num_gpus": 0}
