@@ -184,3 +184,40 @@ def test_tune_on_ray_with_two_cpu_workers(tables, tmp_path, capsys):
     assert len({r["worker"]["pid"] for r in records}) == 2  # both workers took configurations
     table = tuned_tables.read_table(tables / "fused_add_rms_norm" / tuned_tables.file_name(CPU_KEY))
     assert table["provenance"]["workers"] == 2 and table["buckets"][0]["evaluated"] == 3
+
+
+# --- the suites' defaults targets ----------------------------------------------------------------
+def test_every_family_has_a_lean_defaults_target_and_h200_runs_the_h100_suite():
+    import kernels
+    from workbench.suites import targets as S
+
+    h100, h200 = S.SUITES["h100"], S.SUITES["h200"]
+    assert h200.names() == h100.names() and "H200" in h200.title
+    defaults = [t for t in h100.targets if t.kind == "defaults"]
+    assert {t.family for t in defaults} == set(kernels.families())
+    for t in defaults:
+        assert t.tuned and S.required(t.min_ratio, t.values[0]) == 0.97
+        assert t.variant == kernels.get(t.family).tuning.variant
+
+
+def test_defaults_target_measures_the_table_choice_and_its_neighbours(tables):
+    """With a table for the device, the defaults target times the default, the table's entry and
+    the entry's grid neighbours (no 1-D sweep)."""
+    from workbench.suites.run import run_suite
+
+    entry = {"BLOCK_SIZE_M": 4, "num_warps": 4}
+    body = {"schema": tuned_tables.SCHEMA, "family": "rms_norm", "device_key": CPU_KEY, "knob": "hidden"}
+    (tables / "rms_norm").mkdir(parents=True)
+    buckets = [{"size": 128, "tiles": {}}, {"size": 300, "tiles": entry}]
+    (tables / "rms_norm" / tuned_tables.file_name(CPU_KEY)).write_text(json.dumps({**body, "buckets": buckets}))
+    tuned_tables.reload()
+    run = run_suite("smoke", device="cpu", only=["defaults_rms_norm_forward"])
+    records = run.record_dicts()
+    assert {r["label"] for r in records} == {
+        "default",
+        "BLOCK_SIZE_M=4, num_warps=4",
+        "BLOCK_SIZE_M=1, num_warps=4",
+        "BLOCK_SIZE_M=4, num_warps=2",
+    }  # rms_norm's interpreter grid is BLOCK_SIZE_M (1, 4) x num_warps (2, 4): the in-grid neighbours
+    default = next(r for r in records if r["label"] == "default")
+    assert default["tiles_source"] == f"tuned:{CPU_KEY}@300" and all(r["passed"] for r in records)

@@ -63,6 +63,32 @@ class Space:
             out.append(params)
         return out
 
+    def neighbours(self, tiles: dict, problem: dict, dtype: str, device) -> list[dict]:
+        """``tiles`` with one tile moved one step down or up in the grid (the others kept), for
+        each tile: those the variant can run on ``problem`` (a resolved problem)."""
+        t = self.tuning
+        variant = self.spec.variant(t.variant)
+        out = []
+        for name, value in tiles.items():
+            values = list(self.grid.get(name, ()))
+            if value not in values:
+                continue
+            i = values.index(value)
+            for j in (i - 1, i + 1):
+                if not 0 <= j < len(values):
+                    continue
+                params = {**tiles, name: values[j]}
+                if t.keep is not None and not t.keep(problem[t.knob], params):
+                    continue
+                try:
+                    resolved = variant.resolve_params(params)
+                    if variant.check is not None:
+                        variant.check(problem, resolved, dtype, device)
+                except ValueError:
+                    continue
+                out.append(params)
+        return out
+
     def simplicity(self, params: dict) -> tuple:
         """Sort key of a configuration's simplicity: the Tuning's ``simpler`` tiles, smaller first
         (a tile the configuration leaves to the rule counts as simplest)."""
