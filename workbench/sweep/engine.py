@@ -152,6 +152,8 @@ class SweepResult:
     skipped: list[SweepTask]  # already recorded (resume)
     progress: Progress
     interrupted: bool = False
+    arrived_s: list[float] = field(default_factory=list)  # when each record arrived, seconds from the start
+    write_s: float = 0.0  # the driver's time appending records to the store
 
     @property
     def failed(self) -> list[dict]:
@@ -195,8 +197,11 @@ def run_sweep(
     stream = executor.run(todo, cancel)
     try:
         for task, body in stream:
+            result.arrived_s.append(prog.elapsed_s)
             if store is not None:
+                t0 = time.monotonic()
                 store.append(body)  # the one writer
+                result.write_s += time.monotonic() - t0
             result.records.append(body)
             prog.done += 1
             prog.failed += is_failed(body)
