@@ -119,6 +119,7 @@ def run(args) -> int:
         ex._started = False
         ex.close()
     done = time.perf_counter()
+    split = time_split(result, ex, started - t0, done - started)
     runs_path = out / "run.json"
     runs = json.loads(runs_path.read_text())["runs"] if runs_path.exists() else []
     runs.append(
@@ -132,6 +133,7 @@ def run(args) -> int:
             "failed": len(result.failed),
             "sweep_s": done - started,
             "ray_start_s": started - t0,
+            "split_s": split,
         }
     )
     runs_path.write_text(json.dumps({"runs": runs}, indent=1))
@@ -140,7 +142,38 @@ def run(args) -> int:
         f"{args.gpus} {args.device} slot(s): {len(result.records)} measured ({len(result.failed)} failed), "
         f"{len(result.skipped)} already recorded; sweep {done - started:.1f} s, Ray start {started - t0:.1f} s"
     )
+    print("where the time went (s): " + ", ".join(f"{k} {v:.1f}" for k, v in split.items()))
     return 0
+
+
+def time_split(result, executor, startup_s: float, sweep_s: float) -> dict:
+    """The run's wall time in parts that do not parallelise alike, in seconds:
+
+    - ``startup``: Ray's start (before the first task is sent);
+    - ``first_result``: from the start of the sweep to the first record (a worker process
+      importing torch / triton / the workbench, then its first compile and measurement);
+    - ``compile``: the records' first-call times (Triton compiles) summed, over the slots;
+    - ``measure``: the rest of the busy time over the slots (inputs, checks, timing);
+    - ``write``: the driver appending records to the store (its one writer);
+    - ``tail``: from the last task sent to the last record, beyond one configuration's mean
+      time (slots idle while the last configurations finish).
+    """
+    slots = max(executor.slots, 1)
+    n = len(result.records)
+    first = result.arrived_s[0] if result.arrived_s else 0.0
+    compile_s = sum((r.get("compile_ms") or 0.0) for r in result.records) / 1e3 / slots
+    mean_task = sweep_s * slots / n if n else 0.0
+    drained = executor.drained_s if getattr(executor, "drained_s", None) is not None else sweep_s
+    tail = max(0.0, sweep_s - drained - mean_task)
+    measure = max(0.0, sweep_s - first - compile_s - result.write_s - tail)
+    return {
+        "startup": startup_s,
+        "first_result": first,
+        "compile": compile_s,
+        "measure": measure,
+        "write": result.write_s,
+        "tail": tail,
+    }
 
 
 def _best(records):

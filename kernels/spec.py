@@ -146,7 +146,10 @@ class Variant:
     it with measuring something else; calling it again does nothing. ``precision(problem)``
     names the arithmetic the variant uses on a problem where it does not follow the problem's
     ``precision`` knob (a peer whose matrix products run TF32, a path that is always fp32);
-    see :meth:`KernelSpec.precision_of`.
+    see :meth:`KernelSpec.precision_of`. ``tiles_source(problem, params, device)``, for our
+    kernels whose ``auto`` tiles may come from a tuned table, says where a configuration's tiles
+    come from (:mod:`kernels.tuned_tables`: ``"tuned:<device key>@<bucket>"``, ``"heuristic
+    (...)"`` with the reason, or ``"explicit"``); records carry it as ``tiles_source``.
     """
 
     name: str
@@ -161,6 +164,7 @@ class Variant:
     kernel: Callable[..., Callable[[], Any]] | None = None
     prebuild: Callable[[], None] | None = None
     precision: Callable[[Mapping[str, Any]], str] | None = None
+    tiles_source: Callable[..., str] | None = None
 
     @property
     def is_peer(self) -> bool:
@@ -187,6 +191,34 @@ class Variant:
         if device_kind is not None and device_kind not in self.devices:
             return f"variant {self.name!r} does not run on {device_kind}; it runs on {', '.join(self.devices)}"
         return self.available() if self.available else None
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """What ``workbench tune`` searches for a family, and what its tuned tables hold.
+
+    The tune measures ``variant`` in ``mode`` / ``dtype`` on ``problem`` at each of ``sizes``
+    (values of the problem knob ``knob``: the suites' sizes and the shapes models use) over the
+    grid of ``params`` (tile name -> values; every combination that ``keep(size, params)``
+    accepts and the variant's ``check`` allows), and writes per size the chosen tiles into the
+    family's table (:mod:`kernels.tuned_tables`), which ``impl="auto"`` then reads for the
+    nearest size. ``quick_*``: the same at interpreter sizes (``--device cpu``). ``simpler``:
+    the tile names whose smaller values make a configuration simpler (fewer warps, stages,
+    splits), in the order a tie within noise is broken.
+    """
+
+    variant: str
+    knob: str
+    sizes: tuple
+    params: Mapping[str, tuple]
+    problem: Mapping[str, Any] = field(default_factory=dict)
+    mode: str = "forward"
+    dtype: str = "bf16"
+    quick_sizes: tuple = ()
+    quick_params: Mapping[str, tuple] | None = None
+    quick_problem: Mapping[str, Any] | None = None
+    keep: Callable[[int, Mapping[str, Any]], bool] | None = None
+    simpler: tuple[str, ...] = ("num_warps", "num_stages", "SPLITS")
 
 
 @dataclass(frozen=True)
@@ -226,6 +258,8 @@ class KernelSpec:
     # Optional: the floating-point operations a mode must do, ``flops(problem, mode) -> int``,
     # for a family that computes (the roofline puts its FLOP/s against the device's peak).
     flops: Callable[[Mapping[str, Any], str], int] | None = None
+    # What ``workbench tune`` searches and the tuned tables hold (None: the family is not tuned).
+    tuning: Tuning | None = None
 
     def variant(self, name: str) -> Variant:
         for v in self.variants:

@@ -8,9 +8,12 @@ them on CUDA where present, and ``@pytest.mark.gpu`` tests take the issue's real
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
+from kernels import tuned_tables
 from kernels.block_sparse import (
     _single_writers,
     gpu,
@@ -24,7 +27,6 @@ from kernels.block_sparse import (
     sum_layer_backward,
     sum_layer_backward_reference,
     sum_layer_reference,
-    tuned,
 )
 from kernels.block_sparse.hmm import HMM
 
@@ -439,9 +441,10 @@ def test_single_writer_stores_and_node_splits(device):
     assert _single_writers(untied["cids"], pids, 16)["param_atomic"]
 
 
-def test_split_heuristics_and_tuned_table(monkeypatch):
-    """The split rule fills the machine at L = 1024; 'auto' follows a tuned entry for its device
-    (nearest tuned batch at or below, none above the table) and falls back to its rule elsewhere."""
+def test_split_heuristics_and_tuned_table(monkeypatch, tmp_path):
+    """The split rule fills the machine at L = 1024; 'auto' follows the tuned table of its device
+    (nearest tuned batch on a log2 scale, none outside the table, all of an entry's tiles or none
+    when the call sets one) and falls back to its rule elsewhere."""
     for batch in (1, 2, 4, 8, 16, 32, 64):
         t = gpu.resolve_forward_tiles(1, 1024, 1024, batch, 132, heuristic="split")
         programs, b_tiles, splits = t.grid(1, 1024, batch, 1024)
@@ -449,20 +452,45 @@ def test_split_heuristics_and_tuned_table(monkeypatch):
         assert t.TILE_M == (32 if batch <= 2 else 16) and t.USE_DOT == (batch >= 16)
     bwd = gpu.resolve_backward_tiles(1, 1024, 1024, 1, 132)
     assert bwd.E_SPLITS > 1 and bwd.E_TILE_M <= gpu.SMALL_BWD_TILE_M  # node fan-out at batch 1
-    table = {
-        "Fake GPU": {1: {"SPLITS": 8, "TILE_M": 64}, 4: {"SPLITS": 1, "TILE_M": 8}, 16: {"SPLITS": 4, "TILE_M": 16}}
-    }
-    assert tuned.lookup("Fake GPU", 3, table) == {"SPLITS": 8, "TILE_M": 64}
-    assert tuned.lookup("Fake GPU", 64, table) is None and tuned.lookup("Other", 1, table) is None
-    monkeypatch.setattr(tuned, "TUNED", table)
-    gpu.resolve_forward_tiles.cache_clear()
-    t1 = gpu.resolve_forward_tiles(1, 1024, 1024, 2, 132, device_name="Fake GPU")
-    assert (t1.heuristic, t1.SPLITS, t1.TILE_M, t1.PROGRAM_M) == ("split", 8, 64, 64)
-    t4 = gpu.resolve_forward_tiles(1, 1024, 1024, 4, 132, device_name="Fake GPU")
-    assert (t4.heuristic, t4.SPLITS, t4.TILE_M) == ("small", 1, 8)
-    assert gpu.resolve_forward_tiles(1, 1024, 1024, 4, 132, device_name="Fake GPU", SPLITS=2).SPLITS == 2
-    assert gpu.resolve_forward_tiles(1, 1024, 1024, 4, 132).heuristic == "small"  # no device: the rule
-    gpu.resolve_forward_tiles.cache_clear()
+    key = "cuda:Fake GPU"
+    buckets = [
+        {"size": 1, "tiles": {"SPLITS": 8, "TILE_M": 64}},
+        {"size": 4, "tiles": {"SPLITS": 1, "TILE_M": 8, "heuristic": "small"}},
+        {"size": 16, "tiles": {"SPLITS": 4, "TILE_M": 16, "num_warps": 4}},
+    ]
+    table = {"schema": tuned_tables.SCHEMA, "family": "block_sparse", "device_key": key, "knob": "batch"}
+    (tmp_path / "block_sparse").mkdir()
+    (tmp_path / "block_sparse" / tuned_tables.file_name(key)).write_text(json.dumps({**table, "buckets": buckets}))
+    monkeypatch.setenv("KERNELS_TUNED_DIR", str(tmp_path))
+    tuned_tables.reload()
+    try:
+        t1 = gpu.resolve_forward_tiles(1, 1024, 1024, 1, 132, device_key=key)
+        assert (t1.heuristic, t1.SPLITS, t1.TILE_M, t1.PROGRAM_M) == ("split", 8, 64, 64)
+        assert t1.source == f"tuned:{key}@1"
+        t3 = gpu.resolve_forward_tiles(1, 1024, 1024, 3, 132, device_key=key)  # log2(3) is nearer 4 than 2
+        assert (t3.heuristic, t3.SPLITS, t3.TILE_M, t3.source) == ("small", 1, 8, f"tuned:{key}@4")
+        t10 = gpu.resolve_forward_tiles(1, 1024, 1024, 10, 132, device_key=key)
+        assert (t10.SPLITS, t10.TILE_M, t10.num_warps, t10.source) == (4, 16, 4, f"tuned:{key}@16")
+        explicit = gpu.resolve_forward_tiles(1, 1024, 1024, 4, 132, device_key=key, SPLITS=2)
+        assert explicit.SPLITS == 2 and explicit.TILE_M != 8 and explicit.source == "explicit"
+        beyond = gpu.resolve_forward_tiles(1, 1024, 1024, 64, 132, device_key=key)
+        assert beyond.source.startswith("heuristic (batch=64 outside the table")
+        other = gpu.resolve_forward_tiles(1, 1024, 1024, 4, 132, device_key="cuda:Other GPU")
+        assert other.heuristic == "small" and other.source == "heuristic (no table for cuda:Other GPU)"
+        assert gpu.resolve_forward_tiles(1, 1024, 1024, 4, 132).source == "heuristic"  # no device: the rule
+    finally:
+        monkeypatch.delenv("KERNELS_TUNED_DIR")
+        tuned_tables.reload()
+
+
+def test_h100_table_is_installed_and_read():
+    """The H100 table (converted from the measured tuned.py) is read for that device key."""
+    key = "cuda:NVIDIA H100 80GB HBM3"
+    path = tuned_tables.table_dir("block_sparse") / tuned_tables.file_name(key)
+    table = tuned_tables.read_table(path, "block_sparse")
+    assert table["provenance"]["commit"] and [b["size"] for b in table["buckets"]] == [1, 2, 4, 8, 16, 32, 64]
+    t16 = gpu.resolve_forward_tiles(1, 1024, 1024, 16, 132, device_key=key)
+    assert (t16.SPLITS, t16.TILE_M, t16.num_warps, t16.source) == (8, 16, 4, f"tuned:{key}@16")
 
 
 def test_hmm_split_matches_classical_recursion(device):

@@ -9,6 +9,7 @@
     workbench lab
     workbench sweep FAMILY --param NAME=V1,V2 [--problem k=v,...] --executor local|ray [--out DIR]
     workbench profile FAMILY --variant V --param K=V [--problem k=v,...] --device cuda   # Nsight Compute counters
+    workbench tune FAMILY [--device cuda] [--strategy grid|random|bayes] [--executor local|ray] [--write]
 
 Sub-commands are a registry (name -> module:function), so a new one is one line.
 
@@ -46,6 +47,7 @@ COMMANDS = {
     "npu-check": "workbench.npu_check:main",
     "sweep": "workbench.sweep.cli:sweep_main",
     "profile": "workbench.profiling:profile_main",
+    "tune": "workbench.tune.cli:tune_main",
 }
 
 

@@ -106,6 +106,9 @@ class Record:
     compile_facts: dict = field(default_factory=dict)
     # Nsight Compute counters per kernel, where `workbench profile` ran (workbench.ncu).
     counters: dict = field(default_factory=dict)
+    # Where our kernel's tiles came from (Variant.tiles_source): "tuned:<device key>@<bucket>",
+    # "heuristic (<why no table>)" or "explicit"; "" for variants without tiles.
+    tiles_source: str = ""
     error: str | None = None
     seed: int = 0
     versions: dict = field(default_factory=dict)
@@ -358,6 +361,8 @@ def _prepare(spec, config, shared: _Shared) -> tuple[Record, _Prepared | None]:
         record.params = prm
         if var.check is not None:
             var.check(prob, prm, dt, dev)
+        if var.tiles_source is not None:
+            record.tiles_source = var.tiles_source(prob, prm, dev)
         step = _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, record, shared)
         record.min_bytes = int(spec.min_bytes(prob, mode, dt))
         return record, _Prepared(record, spec, dev, prob, step)

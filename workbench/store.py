@@ -78,6 +78,7 @@ OUR_COLUMNS = (
     "regs_spills_occ",
     "compile_facts",
     "counters",
+    "tiles_source",
     "passed",
     "error",
     "torch",

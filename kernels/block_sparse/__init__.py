@@ -11,8 +11,9 @@ kernels elsewhere (the CPU runs either in the Triton interpreter). Tiles, as key
 
 - ``sum_layer`` (gpu): ``heuristic`` ("auto" | "large" | "small" | "split"), ``TILE_M``, ``TILE_K``,
   ``BLOCK_B``, ``PROGRAM_M``, ``num_warps``, ``num_stages``, ``SPLITS`` (split-K: programs
-  sharing a node tile's edges, merged by a combine kernel; "auto" asks :mod:`.tuned` for the
-  device). These steer the forward kernel; the backward kernels autograd runs follow
+  sharing a node tile's edges, merged by a combine kernel). A call that leaves them all "auto"
+  takes the device's tuned table (``tuned/<device>.json``, :mod:`kernels.tuned_tables`) where
+  it has one. These steer the forward kernel; the backward kernels autograd runs follow
   ``heuristic`` alone (their broadcast tiles have different limits).
 - ``sum_layer_backward`` (gpu): ``heuristic``, ``TILE_M``, ``TILE_K``, ``BLOCK_B``, ``num_warps``,
   ``NODE_SPLITS`` (element flows: programs sharing a block's nodes).
@@ -56,7 +57,8 @@ from kernels.block_sparse.reference import (
     sum_layer_reference,
 )
 from kernels.runtime import device_of
-from kernels.spec import KernelSpec, Knob, Param, Variant
+from kernels.spec import KernelSpec, Knob, Param, Tuning, Variant
+from kernels.tuned_tables import device_key
 
 IMPLS = ("gpu", "npu", "auto")
 _GPU_SUM_TILES = ("heuristic", "TILE_M", "TILE_K", "BLOCK_B", "PROGRAM_M", "num_warps", "num_stages", "SPLITS")
@@ -293,7 +295,7 @@ def sum_layer(element_mars, params, cids, pids, block_size, impl="auto", precisi
         dev = device_of(element_mars)
         cores = dev.num_cores
         fwd = gpu.resolve_forward_tiles(
-            n_blocks, block_size, n_edges, batch, cores, **tiles, device_name=dev.name, precision=precision
+            n_blocks, block_size, n_edges, batch, cores, **tiles, device_key=device_key(dev), precision=precision
         )
         bwd = None  # resolved below only when a backward can follow
     else:
@@ -527,7 +529,18 @@ def _ours(impl: str, fixed: dict | None = None):
                 s["G"], s["bs"], s["K"], s["B"], device.num_cores, **tiles, precision=problem["precision"]
             )
 
-    return run, check
+    def source(problem, params, device):
+        """Where the sum forward's tiles come from on ``device`` (records' ``tiles_source``)."""
+        tiles = split(problem, params)
+        if problem["layer"] == "product" or impl == "npu":  # no tuned tables for these
+            return "explicit" if tiles else "heuristic"
+        s = _shape(problem)
+        return gpu.resolve_forward_tiles(
+            s["G"], s["bs"], s["K"], s["B"], device.num_cores, **tiles, device_key=device_key(device),
+            precision=problem["precision"],
+        ).source  # fmt: skip
+
+    return run, check, source
 
 
 def _fp32(problem) -> str:
@@ -567,11 +580,45 @@ _GPU_EXTRA = (
     Param("num_stages", ("auto",) + gpu.NUM_STAGES, "auto", "software-pipelining depth of the edge loop (sum forward)"),
 )
 
-_gpu_run, _gpu_check = _ours("gpu")
-_large_run, _large_check = _ours("gpu", {"heuristic": "large"})
-_small_run, _small_check = _ours("gpu", {"heuristic": "small"})
-_split_run, _split_check = _ours("gpu", {"heuristic": "split"})
-_npu_run, _npu_check = _ours("npu")
+_gpu_run, _gpu_check, _gpu_source = _ours("gpu")
+_large_run, _large_check, _large_source = _ours("gpu", {"heuristic": "large"})
+_small_run, _small_check, _small_source = _ours("gpu", {"heuristic": "small"})
+_split_run, _split_check, _split_source = _ours("gpu", {"heuristic": "split"})
+_npu_run, _npu_check, _npu_source = _ours("npu")
+
+
+def _keep_tuned(batch: int, params) -> bool:
+    """The tune's grid at one batch: one column tile as wide as the batch below 16 (wider
+    tiles only pad), 16-64 columns from 16 (the tl.dot form); the large tiling is unsplit."""
+    b2 = 1 << max(0, (batch - 1).bit_length())
+    block_b = params.get("BLOCK_B", 1)
+    if batch < 16 and block_b != b2:
+        return False
+    if batch >= 16 and not (16 <= block_b <= b2):
+        return False
+    return not (params.get("heuristic") == "large" and params.get("SPLITS", 1) != 1)
+
+
+TUNING = Tuning(
+    variant="gpu",
+    knob="batch",
+    # Issue 16's batches of the HMM transition layer (L = 1024), the suite's sizes.
+    sizes=(1, 2, 4, 8, 16, 32, 64),
+    problem={"layer": "sum", "nodes": 1024, "block_size": 1024, "K": 1024, "precision": "ieee"},
+    params={
+        "heuristic": ("small", "large"),
+        "TILE_M": (4, 8, 16, 32),
+        "TILE_K": (16, 32, 64, 128),
+        "BLOCK_B": (1, 2, 4, 8, 16, 32, 64),
+        "SPLITS": (1, 2, 4, 8, 16),
+        "num_warps": (2, 4, 8),
+    },
+    dtype="fp32",
+    quick_sizes=(1, 3),
+    quick_params={"heuristic": ("small",), "TILE_M": (4, 8), "BLOCK_B": (1, 4), "SPLITS": (1, 2)},
+    quick_problem={"layer": "sum", "nodes": 48, "block_size": 16, "K": 48, "precision": "ieee"},
+    keep=_keep_tuned,
+)
 
 spec = KernelSpec(
     name="block_sparse",
@@ -615,6 +662,7 @@ spec = KernelSpec(
     # TF32 kernels: max 1.0e-3 abs, 1.9e-3 rel on the H100 at batch 16-64).
     tolerances={"fp32": (1e-4, 1e-4), "fp32/tf32": (5e-3, 5e-3)},
     ub_estimate=npu.ub_estimate,  # NPU tiles -> Unified Buffer bytes (calibrated; > npu.UB_BYTES overflows)
+    tuning=TUNING,
     variants=(
         Variant(
             "gpu",
@@ -623,6 +671,7 @@ spec = KernelSpec(
             params=(Param("heuristic", gpu.HEURISTICS, "auto", "tiling heuristic"),) + _COMMON_PARAMS + _GPU_EXTRA,
             devices=("cuda", "cpu"),
             check=_gpu_check,
+            tiles_source=_gpu_source,
             doc="Triton kernels; heuristic auto = large when its grid fills the SMs, else small",
         ),
         Variant(
@@ -632,6 +681,7 @@ spec = KernelSpec(
             params=_COMMON_PARAMS + _GPU_EXTRA,
             devices=("cuda", "cpu"),
             check=_large_check,
+            tiles_source=_large_source,
             doc="large-batch tiling: one program walks a whole block of nodes",
         ),
         Variant(
@@ -641,6 +691,7 @@ spec = KernelSpec(
             params=_COMMON_PARAMS + _GPU_EXTRA,
             devices=("cuda", "cpu"),
             check=_small_check,
+            tiles_source=_small_source,
             doc="small-batch tiling: TILE_M = 8 node tiles, TILE_K decoupled from batch",
         ),
         Variant(
@@ -650,6 +701,7 @@ spec = KernelSpec(
             params=_COMMON_PARAMS + _GPU_EXTRA,
             devices=("cuda", "cpu"),
             check=_split_check,
+            tiles_source=_split_source,
             doc="split-K small-batch forward: SPLITS programs per node tile of TILE_M, online log-sum-exp, combine",
         ),
         Variant(
@@ -660,6 +712,7 @@ spec = KernelSpec(
             + (Param("GRID", ("auto",) + tuple(2**k for k in range(0, 12)), "auto", "programs"), _SPLITS),
             devices=("npu", "cuda", "cpu"),
             check=_npu_check,
+            tiles_source=_npu_source,
             doc="triton-ascend style: grid = cores, grid-stride over tiles, no tl.where",
             precision=_fp32,  # vector cores only, no tl.dot
         ),

@@ -80,7 +80,7 @@ running the same online log-sum-exp over its slice and storing its partial (shif
 per node and column to a ``2 x [SPLITS, G*bs, B]`` workspace; a flat combine kernel merges the
 partials (``tile_math.combine_partials``). Wider node tiles (16-32 nodes) then read the
 node-contiguous weights in coalesced runs while the splits keep every SM busy. ``auto`` takes
-the device's measured choice from :mod:`.tuned` where there is one.
+the device's measured choice from its tuned table (``tuned/``) where there is one.
 
 Product layer
 -------------
@@ -95,6 +95,7 @@ host functions share one tiling vocabulary; the file reads top to bottom as one 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -103,7 +104,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.block_sparse import tuned
+from kernels import tuned_tables
 from kernels.block_sparse.tile_math import (
     combine_partials,
     element_flow_tile,
@@ -142,7 +143,7 @@ COMBINE_BLOCK = 1024  # flat elements per program of the split-K combine kernel
 # cores (about 3 decimal digits, what PyJuice's kernels use for fp32 from batch 16), 3xTF32.
 PRECISIONS = ("ieee", "tf32", "tf32x3")
 SPLIT_VALUES = (1, 2, 4, 8, 16, 32, 64)  # split-K counts accepted (the Explorer's SPLITS knob)
-# Split-K rule (used where tuned.py has no entry for the device): node tiles of 32 nodes at
+# Split-K rule (used where the device's tuned table has no entry): node tiles of 32 nodes at
 # batch <= 2 and 16 beyond (node-contiguous weight loads coalesce), and enough edge splits that
 # the grid holds SPLIT_PROGRAMS_PER_CORE programs per core, each keeping >= 16 edges.
 SPLIT_PROGRAMS_PER_CORE = 4
@@ -312,6 +313,7 @@ class SumForwardTiles:
     num_stages: int = 0  # 0: Triton's default software pipelining depth
     SPLITS: int = 1  # split-K: programs sharing one tile's edges (1: no split, no combine kernel)
     PRECISION: str = "ieee"  # the tl.dot form's input precision (PRECISIONS)
+    source: str = "heuristic"  # where the tiles came from (records' tiles_source; kernels.tuned_tables)
 
     def grid(self, n_blocks: int, block_size: int, batch: int, n_edges: int = 1) -> tuple:
         programs = n_blocks * cdiv(block_size, self.PROGRAM_M)
@@ -377,8 +379,7 @@ def check_splits(value):
     return value
 
 
-@functools.lru_cache(maxsize=4096)  # pure in its (hashable) arguments; asked on every call
-def resolve_forward_tiles(
+def _forward_tiles(
     n_blocks: int,
     block_size: int,
     n_edges: int,
@@ -392,30 +393,14 @@ def resolve_forward_tiles(
     num_warps="auto",
     num_stages="auto",
     SPLITS="auto",
-    device_name=None,
     precision="ieee",
 ) -> SumForwardTiles:
-    """The forward tiling: a heuristic's choice with explicit tiles overriding it.
-
-    ``auto`` asks :mod:`.tuned` first (the device's measured best at this batch: split-K with its
-    SPLITS and node tile, or the unsplit small tiling with its node tile); without an entry,
-    ``large`` when its grid fills the SMs, else ``small``. ``split`` is the split-K rule of
-    :func:`_split_forward`. An explicit ``SPLITS`` splits any tiling's edges (``1``: no split).
-    ``precision`` is the ``tl.dot`` form's input precision; broadcast tiles compute in fp32 whatever it is."""
+    """A heuristic's forward tiling with explicit tiles overriding it (no table: see
+    :func:`resolve_forward_tiles`)."""
     check_heuristic(heuristic)
     check_precision(precision)
     custom = any(v != "auto" for v in (TILE_M, TILE_K, BLOCK_B, PROGRAM_M, SPLITS))
-    tuned_tiles = tuned.lookup(device_name, batch) if heuristic == "auto" else None
-    if tuned_tiles is not None:
-        # The device's measured winner, applied as the tune script timed it: as explicit tiles.
-        heuristic = "split" if tuned_tiles.get("SPLITS", 1) > 1 else tuned_tiles.get("heuristic", "small")
-        if TILE_M == "auto" and "TILE_M" in tuned_tiles:
-            TILE_M = min(tuned_tiles["TILE_M"], _pow2(block_size))
-        if SPLITS == "auto" and heuristic == "split":
-            SPLITS = tuned_tiles["SPLITS"]
-        if num_warps == "auto":
-            num_warps = tuned_tiles.get("num_warps", "auto")
-    elif heuristic == "auto":
+    if heuristic == "auto":
         large = _large_forward(block_size, n_edges, batch)
         programs = n_blocks * cdiv(block_size, large["PROGRAM_M"]) * cdiv(batch, large["BLOCK_B"])
         heuristic = "large" if programs >= num_cores else "small"
@@ -466,6 +451,62 @@ def resolve_forward_tiles(
         chosen["SPLITS"],
         precision,
     )
+
+
+@functools.lru_cache(maxsize=4096)  # pure in its (hashable) arguments; asked on every call
+def resolve_forward_tiles(
+    n_blocks: int,
+    block_size: int,
+    n_edges: int,
+    batch: int,
+    num_cores: int,
+    heuristic="auto",
+    TILE_M="auto",
+    TILE_K="auto",
+    BLOCK_B="auto",
+    PROGRAM_M="auto",
+    num_warps="auto",
+    num_stages="auto",
+    SPLITS="auto",
+    device_key=None,
+    precision="ieee",
+) -> SumForwardTiles:
+    """The forward tiling: the device's tuned table where it has an entry, else a heuristic's
+    choice, with explicit tiles overriding it.
+
+    ``device_key`` (:func:`kernels.tuned_tables.device_key`): a call that leaves every tile of
+    :data:`TUNED_FORWARD_TILES` "auto" takes the table's entry for the nearest tuned batch
+    (``kernels/block_sparse/tuned/``), all of its tiles together; an entry whose tiles do not
+    fit this layer falls back to the heuristics, and ``source`` says why. Without an entry,
+    ``auto`` is ``large`` when its grid fills the SMs, else ``small``. ``split`` is the split-K
+    rule of :func:`_split_forward`. An explicit ``SPLITS`` splits any tiling's edges (``1``: no
+    split). ``precision`` is the ``tl.dot`` form's input precision; broadcast tiles compute in
+    fp32 whatever it is. ``source`` of the result: what records call ``tiles_source``."""
+    given = dict(
+        heuristic=heuristic, TILE_M=TILE_M, TILE_K=TILE_K, BLOCK_B=BLOCK_B, PROGRAM_M=PROGRAM_M,
+        num_warps=num_warps, num_stages=num_stages, SPLITS=SPLITS,
+    )  # fmt: skip
+    found = tuned_tables.choose(FAMILY, device_key, batch, given, TUNED_FORWARD_TILES)
+    source = found.source
+    if found.tiles:  # an empty entry: the tune kept the rule at this size
+        tiles = {**given, **found.tiles}
+        if tiles["TILE_M"] != "auto":
+            tiles["TILE_M"] = min(tiles["TILE_M"], _pow2(block_size))
+        if "heuristic" not in found.tiles:
+            tiles["heuristic"] = "split" if tiles["SPLITS"] not in ("auto", 1) else "small"
+        try:
+            chosen = _forward_tiles(n_blocks, block_size, n_edges, batch, num_cores, **tiles, precision=precision)
+            return dataclasses.replace(chosen, heuristic=tiles["heuristic"], source=source)
+        except ValueError as exc:
+            source = f"heuristic (tuned tiles {found.tiles} do not fit this layer: {exc})"
+    chosen = _forward_tiles(n_blocks, block_size, n_edges, batch, num_cores, **given, precision=precision)
+    return dataclasses.replace(chosen, source=source)
+
+
+FAMILY = "block_sparse"
+# The forward tiles a tuned table sets (a call that sets one of them gets no table: "explicit").
+TUNED_FORWARD_TILES = ("heuristic", "TILE_M", "TILE_K", "BLOCK_B", "PROGRAM_M", "num_warps", "num_stages", "SPLITS")
+tuned_tables.on_reload(resolve_forward_tiles.cache_clear)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ import torch
 
 from kernels.block_sparse import _single_writers, _validate_product, _validate_sum, gpu, largest_block_size, npu
 from kernels.runtime import device_info
+from kernels.tuned_tables import device_key
 
 
 @dataclass(frozen=True)
@@ -143,9 +144,9 @@ class HMM:
         if batch not in self._plans:
             cores, L, G, bs = self.device.num_cores, self.L, self.G, self.block_size
             if self.impl == "gpu":
-                name = self.device.name
+                key = device_key(self.device)
                 fwd = gpu.resolve_forward_tiles(
-                    G, bs, L, batch, cores, heuristic=self.heuristic, **self.tiles, device_name=name
+                    G, bs, L, batch, cores, heuristic=self.heuristic, **self.tiles, device_key=key
                 )
                 bwd = gpu.resolve_backward_tiles(G, bs, L, batch, cores, heuristic=self.heuristic)
                 root_fwd = gpu.resolve_forward_tiles(1, 1, L, batch, cores, heuristic="small")

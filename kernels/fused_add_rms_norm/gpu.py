@@ -43,6 +43,7 @@ from kernels.rms_norm.gpu import (
     GpuTiles,
     resolve_tiles,
     rms_norm_backward,
+    with_tuned_forward,
 )
 from kernels.rms_norm.tile_math import normalized, weighted
 from kernels.runtime import device_of
@@ -56,6 +57,7 @@ __all__ = [
     "fused_add_rms_norm_forward",
     "resolve_tiles",
     "tiles_for",
+    "tiles_for_rows",
 ]
 
 
@@ -103,11 +105,15 @@ def _fused_add_rms_norm_forward_kernel(
 # --- host side ---------------------------------------------------------------------------
 def tiles_for(x: torch.Tensor, **tiles) -> GpuTiles:
     """Checked tiles for x viewed as rows of its last axis (ValueError names the tile and what is
-    allowed). The fused backward always holds whole rows (its hidden sizes stay within the
-    register tile)."""
+    allowed), the forward's from this family's tuned table where the device has one. The fused
+    backward always holds whole rows (its hidden sizes stay within the register tile)."""
     n_cols = int(x.shape[-1])  # a traced (symbolic) size specialises here
-    rows = int(x.numel()) // max(n_cols, 1)
-    return resolve_tiles(rows, n_cols, device_of(x).num_cores, BWD_CHUNK=MAX_TILE_ELEMENTS, **tiles)
+    return tiles_for_rows(int(x.numel()) // max(n_cols, 1), n_cols, device_of(x), **tiles)
+
+
+def tiles_for_rows(n_rows: int, n_cols: int, dev, **tiles) -> GpuTiles:
+    """:func:`tiles_for` from the shape and device alone (``source``: records' tiles_source)."""
+    return with_tuned_forward("fused_add_rms_norm", dev, n_rows, n_cols, tiles, BWD_CHUNK=MAX_TILE_ELEMENTS)
 
 
 def fused_add_rms_norm_forward(x2d, r2d, weight, eps, offset, casting_mode, tiles: GpuTiles):

@@ -8,7 +8,7 @@ import importlib.util
 from kernels.fused_add_rms_norm import fused_add_rms_norm, gpu, npu
 from kernels.fused_add_rms_norm.reference import fused_add_rms_norm_reference
 from kernels.peers import compiled
-from kernels.rms_norm.spec import GPU_BACKWARD_PARAMS, NORM_KNOBS, norm_inputs, our_variants
+from kernels.rms_norm.spec import GPU_BACKWARD_PARAMS, NORM_KNOBS, norm_inputs, norm_tuning, our_variants
 from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Variant, elem_bytes
 
 
@@ -130,6 +130,7 @@ spec = KernelSpec(
     min_bytes=_min_bytes,
     tolerances=dict(DEFAULT_TOLERANCES),
     ub_estimate=_ub_estimate,
+    tuning=norm_tuning((512, 1024, 2048, 4096, 8192, 16384)),
     variants=our_variants(
         fused_add_rms_norm,
         ("x", "residual"),

@@ -44,6 +44,7 @@ read top to bottom as one explanation, as in Triton's tutorials.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -51,6 +52,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import tuned_tables
 from kernels.launch import launch
 from kernels.rms_norm.tile_math import backward_tile, normalized, weighted
 from kernels.runtime import current_stream_handle, device_of
@@ -431,6 +433,7 @@ class GpuTiles:
     DW_REDUCE: str
     bwd_block_size_m: int
     BWD_WIDE: str  # chunked rows: "columns" (two kernels) or "reread" (one, via L2)
+    source: str = "heuristic"  # where the forward's tiles came from (records' tiles_source)
 
 
 def default_num_warps(tile_elements: int) -> int:
@@ -731,6 +734,32 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: GpuT
 
 
 def tiles_for(x: torch.Tensor, **tiles) -> GpuTiles:
-    """Tiles for x viewed as rows of its last axis."""
+    """Tiles for x viewed as rows of its last axis (the device's tuned forward where it has one)."""
     n_cols = int(x.shape[-1])  # a traced (symbolic) size specialises here
-    return resolve_tiles(int(x.numel()) // max(n_cols, 1), n_cols, device_of(x).num_cores, **tiles)
+    return tiles_for_rows(int(x.numel()) // max(n_cols, 1), n_cols, device_of(x), **tiles)
+
+
+def tiles_for_rows(n_rows: int, n_cols: int, dev, **tiles) -> GpuTiles:
+    """:func:`tiles_for` from the shape and device alone (``source``: records' tiles_source)."""
+    return with_tuned_forward("rms_norm", dev, n_rows, n_cols, tiles)
+
+
+# The forward's tiles a tuned table sets; a call that sets either gets none of the table's.
+TUNED_TILES = ("BLOCK_SIZE_M", "num_warps")
+
+
+def with_tuned_forward(family: str, dev, n_rows: int, n_cols: int, tiles: dict, **fixed) -> GpuTiles:
+    """:func:`resolve_tiles`, with the forward's ``BLOCK_SIZE_M`` and ``num_warps`` taken from
+    ``family``'s tuned table for ``dev`` at the nearest hidden size (:mod:`kernels.tuned_tables`)
+    when the call leaves both "auto"; the backward keeps its own rule (the table times the
+    forward). A table entry that does not fit this row falls back to the rule and ``source`` says
+    why. Called once per shape (the families cache their plans)."""
+    base = resolve_tiles(n_rows, n_cols, dev.num_cores, **fixed, **tiles)
+    found = tuned_tables.choose(family, tuned_tables.device_key(dev), n_cols, tiles, TUNED_TILES)
+    if not found.tiles:  # no entry, or an empty one: the tune kept the rule at this size
+        return dataclasses.replace(base, source=found.source)
+    try:
+        tuned = resolve_tiles(n_rows, n_cols, dev.num_cores, **fixed, **{**tiles, **found.tiles})
+    except (TypeError, ValueError) as exc:
+        return dataclasses.replace(base, source=f"heuristic (tuned tiles {found.tiles} do not fit: {exc})")
+    return dataclasses.replace(base, BLOCK_SIZE_M=tuned.BLOCK_SIZE_M, num_warps=tuned.num_warps, source=found.source)

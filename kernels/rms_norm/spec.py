@@ -11,7 +11,8 @@ import torch
 from kernels.peers import compiled, missing
 from kernels.rms_norm import gpu, npu, rms_norm
 from kernels.rms_norm.reference import CASTING_MODES, rms_norm_reference
-from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Knob, Param, Variant, elem_bytes
+from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Knob, Param, Tuning, Variant, elem_bytes
+from kernels.tiling import next_power_of_2
 
 POW2 = tuple(2**k for k in range(4, 17))  # 16 … 65536
 
@@ -58,6 +59,19 @@ def tile_check(impl, fixed, gpu_module, npu_module):
     return check
 
 
+def tile_source(impl, fixed, gpu_module):
+    """A Variant.tiles_source for a norm family: where the GPU forward's tiles come from on the
+    device (its tuned table, the rule, or the call's explicit tiles); the NPU kernels read no table."""
+
+    def source(problem, params, device):
+        tiles = chosen_tiles(fixed, params)
+        if impl != "gpu":
+            return "explicit" if tiles else "heuristic"
+        return gpu_module.tiles_for_rows(problem["rows"], problem["hidden"], device, **tiles).source
+
+    return source
+
+
 def our_variants(api, tensor_names, gpu_module, npu_module, backward_params, docs) -> tuple[Variant, ...]:
     """The three variants of our kernels in a norm family: ``gpu_row`` (one row per program),
     ``gpu_multirow`` (the API default) and ``npu``. ``api(*tensors, eps=, offset=,
@@ -77,18 +91,47 @@ def our_variants(api, tensor_names, gpu_module, npu_module, backward_params, doc
                 **chosen_tiles(fixed, params),
             )
 
-        return run, tile_check(impl, fixed, gpu_module, npu_module)
+        return run, tile_check(impl, fixed, gpu_module, npu_module), tile_source(impl, fixed, gpu_module)
 
-    row_run, row_check = ours("gpu", {"BLOCK_SIZE_M": 1})
-    multi_run, multi_check = ours("gpu")
-    npu_run, npu_check = ours("npu")
+    row_run, row_check, row_source = ours("gpu", {"BLOCK_SIZE_M": 1})
+    multi_run, multi_check, multi_source = ours("gpu")
+    npu_run, npu_check, npu_source = ours("npu")
     gpu_only = ("cuda", "cpu")
+    row_params, multi_params = GPU_ROW_PARAMS + backward_params, GPU_MULTIROW_PARAMS + backward_params
     return (
-        Variant("gpu_row", "gpu", row_run, GPU_ROW_PARAMS + backward_params, gpu_only, row_check, doc=docs[0]),
+        Variant("gpu_row", "gpu", row_run, row_params, gpu_only, row_check, doc=docs[0], tiles_source=row_source),
         Variant(
-            "gpu_multirow", "gpu", multi_run, GPU_MULTIROW_PARAMS + backward_params, gpu_only, multi_check, doc=docs[1]
+            "gpu_multirow",
+            "gpu",
+            multi_run,
+            multi_params,
+            gpu_only,
+            multi_check,
+            doc=docs[1],
+            tiles_source=multi_source,
         ),
-        Variant("npu", "npu", npu_run, NPU_PARAMS, ("npu", "cuda", "cpu"), npu_check, doc=docs[2]),
+        Variant(
+            "npu", "npu", npu_run, NPU_PARAMS, ("npu", "cuda", "cpu"), npu_check, doc=docs[2], tiles_source=npu_source
+        ),
+    )
+
+
+def norm_tuning(hidden_sizes: tuple) -> Tuning:
+    """What ``workbench tune`` searches for a norm family: the multi-row forward's rows per
+    program and warps (the tiles its table sets, ``gpu.TUNED_TILES``) at 4096 bf16 rows, per
+    hidden size: ``hidden_sizes`` (the suite's) plus the hidden sizes of common models."""
+    models = (2048, 2560, 3072, 4096, 5120, 7168, 8192)  # Llama / Qwen / Mistral / DeepSeek widths
+    return Tuning(
+        variant="gpu_multirow",
+        knob="hidden",
+        sizes=tuple(sorted(set(hidden_sizes) | set(models))),
+        params={"BLOCK_SIZE_M": (1, 2, 4, 8, 16), "num_warps": (1, 2, 4, 8, 16, 32)},
+        problem={"rows": 4096},
+        dtype="bf16",
+        quick_sizes=(64, 300),
+        quick_params={"BLOCK_SIZE_M": (1, 4), "num_warps": (2, 4)},
+        quick_problem={"rows": 16},
+        keep=lambda hidden, params: next_power_of_2(hidden) * params["BLOCK_SIZE_M"] <= gpu.MAX_TILE_ELEMENTS,
     )
 
 
@@ -198,6 +241,7 @@ spec = KernelSpec(
     min_bytes=_min_bytes,
     tolerances=dict(DEFAULT_TOLERANCES),
     ub_estimate=npu.ub_estimate,  # NPU tiles -> Unified Buffer bytes (calibrated; > npu.UB_BYTES overflows)
+    tuning=norm_tuning((1024, 2048, 4096, 8192, 16384, 32768)),
     variants=our_variants(
         rms_norm,
         ("x",),

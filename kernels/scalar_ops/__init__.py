@@ -148,7 +148,7 @@ def _resolve_triton(impl, x, tiles):
     if unknown:
         raise ValueError(f"unknown tile parameter {', '.join(unknown)} for impl={impl!r}; allowed: {', '.join(names)}")
     if impl == "gpu":
-        return impl, gpu.resolve_tiles(**tiles)
+        return impl, gpu.tiles_for(x, **tiles)
     dev = device_info(x.device)  # a dict lookup after the first call
     return impl, npu.resolve_tiles(**tiles, elem_bytes=x.element_size(), on_npu=dev.kind == "npu")
 

@@ -43,6 +43,7 @@ within a few fp32 ulps before the one rounding to x's dtype.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -51,7 +52,9 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import tuned_tables
 from kernels.launch import launch
+from kernels.runtime import device_of
 from kernels.tiling import cdiv
 
 OP_CODES = {"div": 0, "sub": 1, "pow": 2}
@@ -133,6 +136,7 @@ def _scalar_op_kernel(
 class GpuTiles:
     BLOCK_SIZE: int
     num_warps: int
+    source: str = "heuristic"  # where the tiles came from (records' tiles_source; kernels.tuned_tables)
 
 
 def resolve_tiles(BLOCK_SIZE="auto", num_warps="auto") -> GpuTiles:
@@ -149,6 +153,38 @@ def resolve_tiles(BLOCK_SIZE="auto", num_warps="auto") -> GpuTiles:
     elif num_warps not in NUM_WARPS:
         raise ValueError(f"num_warps={num_warps!r} is not allowed; use one of {', '.join(map(str, NUM_WARPS))}")
     return GpuTiles(BLOCK_SIZE, num_warps)
+
+
+# The tiles a tuned table sets; a call that sets either gets none of the table's.
+TUNED_TILES = ("BLOCK_SIZE", "num_warps")
+_TILES_FOR: dict[tuple, GpuTiles] = {}  # (device, numel, tile arguments) -> tiles
+
+
+def tiles_for(x: torch.Tensor, BLOCK_SIZE="auto", num_warps="auto") -> GpuTiles:
+    """:func:`resolve_tiles` for x, the device's tuned table's tiles for the nearest numel where
+    the call leaves both "auto" (:mod:`kernels.tuned_tables`). Cached per (device, numel,
+    arguments): a repeated call pays one dict lookup."""
+    dev = device_of(x)
+    numel = x.numel()
+    key = (dev, numel, type(BLOCK_SIZE), BLOCK_SIZE, type(num_warps), num_warps)
+    hit = _TILES_FOR.get(key)
+    if hit is not None:
+        return hit
+    given = {"BLOCK_SIZE": BLOCK_SIZE, "num_warps": num_warps}
+    found = tuned_tables.choose("scalar_ops", tuned_tables.device_key(dev), max(numel, 1), given, TUNED_TILES)
+    tiles = dataclasses.replace(resolve_tiles(BLOCK_SIZE, num_warps), source=found.source)
+    if found.tiles:  # an empty entry: the tune kept the rule at this size
+        try:
+            tiles = dataclasses.replace(resolve_tiles(**found.tiles), source=found.source)
+        except (TypeError, ValueError) as exc:
+            tiles = dataclasses.replace(tiles, source=f"heuristic (tuned tiles {found.tiles} do not fit: {exc})")
+    if len(_TILES_FOR) >= 4096:  # many sizes: start over rather than grow without bound
+        _TILES_FOR.clear()
+    _TILES_FOR[key] = tiles
+    return tiles
+
+
+tuned_tables.on_reload(_TILES_FOR.clear)
 
 
 def pow_mode(value: float) -> int:

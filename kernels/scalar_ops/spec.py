@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from kernels import tuned_tables
 from kernels.scalar_ops import gpu, npu, random_input, scalar_op
 from kernels.scalar_ops.reference import OPS, scalar_op_reference
-from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Knob, Param, Variant, elem_bytes
+from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Knob, Param, Tuning, Variant, elem_bytes
 
 NUMEL_SWEEP = (1, 16384, 262144, 1 << 20, 1 << 22, 1 << 24, 1 << 26)
 
@@ -44,13 +45,21 @@ def _strategy(strategy, impl=None):
         elif impl == "npu":
             npu.resolve_tiles(**params, elem_bytes=elem_bytes(dtype), on_npu=device.kind == "npu")
 
-    return run, check
+    def source(problem, params, device):
+        """Where the Triton kernel's tiles come from (records' tiles_source)."""
+        tiles = {k: v for k, v in params.items() if v != "auto"}
+        if impl != "gpu":
+            return "explicit" if tiles else "heuristic"
+        numel = 1 if problem["zero_dim"] else problem["numel"]
+        return tuned_tables.choose("scalar_ops", tuned_tables.device_key(device), numel, tiles, gpu.TUNED_TILES).source
+
+    return run, check, source
 
 
 _GRID_VALUES = ("auto",) + tuple(2**k for k in range(0, 12))
 _runs = {name: _strategy(name) for name in ("materialized", "cached", "python")}
-_triton_gpu_run, _triton_gpu_check = _strategy("triton", "gpu")
-_triton_npu_run, _triton_npu_check = _strategy("triton", "npu")
+_triton_gpu_run, _triton_gpu_check, _triton_gpu_source = _strategy("triton", "gpu")
+_triton_npu_run, _triton_npu_check, _triton_npu_source = _strategy("triton", "npu")
 
 spec = KernelSpec(
     name="scalar_ops",
@@ -71,6 +80,17 @@ spec = KernelSpec(
     min_bytes=_min_bytes,
     modes=("forward",),
     tolerances=dict(DEFAULT_TOLERANCES),
+    # The Triton strategy's block and warps per numel: the sweep's sizes (1 element to 64 Mi).
+    tuning=Tuning(
+        variant="triton",
+        knob="numel",
+        sizes=NUMEL_SWEEP,
+        params={"BLOCK_SIZE": tuple(2**k for k in range(8, 15)), "num_warps": (1, 2, 4, 8, 16)},
+        problem={"op": "div"},
+        dtype="bf16",
+        quick_sizes=(4099, 16384),
+        quick_params={"BLOCK_SIZE": (1024, 4096), "num_warps": (4, 8)},
+    ),
     variants=(
         Variant(
             "materialized",
@@ -99,6 +119,7 @@ spec = KernelSpec(
             ),
             devices=("cuda", "cpu"),
             check=_triton_gpu_check,
+            tiles_source=_triton_gpu_source,
             doc="Triton kernel, scalar as an argument, a block per program",
         ),
         Variant(
@@ -111,6 +132,7 @@ spec = KernelSpec(
             ),
             devices=("npu", "cuda", "cpu"),
             check=_triton_npu_check,
+            tiles_source=_triton_npu_source,
             doc="triton-ascend style: grid = cores, grid-stride, scalar as an argument",
         ),
     ),

@@ -130,26 +130,12 @@ def _run_defaults(target: Defaults, ctx: RunContext, run: SuiteRun) -> None:
     spec = get(target.family)
     var = spec.variant(target.variant)
     axis = spec.axis
-    names = [p.name for p in var.params] if target.params is None else list(target.params)
     for x in target.values:
         problem = {**target.problem, axis: x}
-        configs: list[dict] = [{}]
         prob = spec.resolve_problem(problem)
-        for pname in names:
-            p = var.param(pname)
-            taken = 0
-            for value in p.values:
-                if value == p.default:
-                    continue
-                if target.max_values is not None and taken >= target.max_values:
-                    break
-                if var.check is not None:
-                    try:
-                        var.check(prob, var.resolve_params({pname: value}), target.dtype, ctx.device)
-                    except ValueError:
-                        continue  # a value this problem cannot take: skipped, not measured
-                configs.append({pname: value})
-                taken += 1
+        configs = [{}] + (
+            _tuned_alternatives(target, spec, prob, ctx.device) or _sweep_alternatives(target, var, prob, ctx)
+        )
         # The default and every alternative tile at this x are timed together, interleaved.
         recs = measure_many(
             spec,
@@ -163,6 +149,43 @@ def _run_defaults(target: Defaults, ctx: RunContext, run: SuiteRun) -> None:
         )
         for params, rec in zip(configs, recs):
             ctx.emit(rec, label=sweep_label(params))
+
+
+def _tuned_alternatives(target: Defaults, spec, prob: dict, device) -> list[dict]:
+    """The device's tuned-table entry at this size and its neighbours in the tune grid, or []
+    where the target is not ``tuned`` or the device has no entry (then: the 1-D sweep)."""
+    if not target.tuned or spec.tuning is None or spec.tuning.variant != target.variant:
+        return []
+    from kernels import tuned_tables
+    from workbench.tune.space import Space
+
+    found = tuned_tables.lookup(spec.name, tuned_tables.device_key(device), prob[spec.tuning.knob])
+    if not found.tiles:
+        return []
+    space = Space.of(spec, quick=device.kind == "cpu")
+    return [dict(found.tiles)] + space.neighbours(found.tiles, prob, target.dtype, device)
+
+
+def _sweep_alternatives(target: Defaults, var, prob: dict, ctx: RunContext) -> list[dict]:
+    """A 1-D sweep of each tile parameter (``params``, at most ``max_values`` runnable values)."""
+    names = [p.name for p in var.params] if target.params is None else list(target.params)
+    configs = []
+    for pname in names:
+        p = var.param(pname)
+        taken = 0
+        for value in p.values:
+            if value == p.default:
+                continue
+            if target.max_values is not None and taken >= target.max_values:
+                break
+            if var.check is not None:
+                try:
+                    var.check(prob, var.resolve_params({pname: value}), target.dtype, ctx.device)
+                except ValueError:
+                    continue  # a value this problem cannot take: skipped, not measured
+            configs.append({pname: value})
+            taken += 1
+    return configs
 
 
 def start_prebuilds(targets, device_kind: str) -> list[str]:

@@ -67,6 +67,11 @@ def required(rules: Sequence[Rule], x: Any) -> float | None:
     return max(values) if values else None
 
 
+# Issue 26: each family's defaults within 3% (kernel time, outside noise) of the best tuned
+# configuration: best / default >= 0.97.
+DEFAULTS_WITHIN = (Rule(0.97),)
+
+
 @dataclass(frozen=True)
 class Versus:
     """Ours against the best peer along the family's axis (see the module docstring).
@@ -129,10 +134,14 @@ class Chain:
 
 @dataclass(frozen=True)
 class Defaults:
-    """Default tiles of ``variant`` against the best of a 1-D sweep of each tile parameter.
+    """Default tiles of ``variant`` against the best of a few alternatives.
 
-    ``params`` None sweeps every tile parameter of the variant; ``max_values`` caps how many
-    runnable non-default values each parameter visits (None: all declared values)."""
+    ``tuned``: the alternatives are the device's tuned-table entry at each size and its
+    neighbours in the family's tune grid (each tuned tile one step down and up, the others
+    kept): a lean check that the defaults are within the threshold of the best tuned
+    configuration. Where the device has no table, and without ``tuned``, a 1-D sweep of each
+    tile parameter: ``params`` None sweeps every tile parameter of the variant; ``max_values``
+    caps how many runnable non-default values each parameter visits (None: all declared values)."""
 
     name: str
     title: str
@@ -146,6 +155,7 @@ class Defaults:
     dtype: str = "bf16"
     min_ratio: tuple[Rule, ...] = (Rule(0.95),)
     kind: str = "defaults"
+    tuned: bool = False
 
     @property
     def ours(self) -> str:
@@ -416,6 +426,8 @@ def _targets(
             problem={"rows": rows},
             params=("BLOCK_SIZE", "BLOCK_SIZE_M", "num_warps"),  # GRID steers the backward only
             max_values=d.get("max_values"),
+            tuned=True,
+            min_ratio=DEFAULTS_WITHIN,
         ),
         Defaults(
             "defaults_rms_norm_full",
@@ -427,6 +439,8 @@ def _targets(
             problem={"rows": rows},
             params=d.get("full_params"),
             max_values=d.get("max_values"),
+            tuned=True,
+            min_ratio=DEFAULTS_WITHIN,
         ),
         Defaults(
             "defaults_fused_forward",
@@ -438,6 +452,8 @@ def _targets(
             problem={"rows": rows},
             params=("BLOCK_SIZE", "BLOCK_SIZE_M", "num_warps"),
             max_values=d.get("max_values"),
+            tuned=True,
+            min_ratio=DEFAULTS_WITHIN,
         ),
         Defaults(
             "defaults_block_sparse_forward",
@@ -450,14 +466,31 @@ def _targets(
             params=d.get("block_sparse_params"),
             max_values=d.get("max_values"),
             dtype="fp32",
+            tuned=True,
+            min_ratio=DEFAULTS_WITHIN,
+        ),
+        Defaults(
+            "defaults_scalar_ops",
+            "7. Defaults vs best tiles: Triton scalar op (div)",
+            "scalar_ops",
+            "triton",
+            "forward",
+            d["scalar_ops"],
+            problem={"op": "div"},
+            params=("BLOCK_SIZE", "num_warps"),
+            max_values=d.get("max_values"),
+            tuned=True,
+            min_ratio=DEFAULTS_WITHIN,
         ),
     )
 
 
-SUITES: dict[str, Suite] = {
-    "h100": Suite(
-        "h100",
-        "RMSNorm, fused add+RMSNorm and block-sparse layers against their best peers on an H100 "
+def _gpu_suite(name: str, gpu: str) -> Suite:
+    """The issue's targets at the issue's sizes, judged on ``gpu`` (the h100 and h200 suites:
+    the same targets and thresholds; the report names the device that ran them)."""
+    return Suite(
+        name,
+        f"RMSNorm, fused add+RMSNorm and block-sparse layers against their best peers on an {gpu} "
         "(bf16 norms at 4096 rows; block-sparse fp32 at L=1024)",
         _targets(
             rows=4096,
@@ -474,6 +507,7 @@ SUITES: dict[str, Suite] = {
                 "rms_full": (4096,),
                 "fused_forward": (1024, 4096),
                 "block_sparse": (1, 16),
+                "scalar_ops": (1 << 20, 1 << 24),
             },
             block_hidden=(4096, 8192),
             block_tokens=4096,
@@ -482,7 +516,12 @@ SUITES: dict[str, Suite] = {
         # stops (workbench.timing.run_interleaved), leaving the budget to call and host time.
         rep_ms=50,
         doc="the issue's sizes; ratios measured side by side in one run",
-    ),
+    )
+
+
+SUITES: dict[str, Suite] = {
+    "h100": _gpu_suite("h100", "H100"),
+    "h200": _gpu_suite("h200", "H200"),
     "smoke": Suite(
         "smoke",
         "The same targets at tiny sizes (CPU interpreter; checks the path, judges nothing)",
@@ -501,6 +540,7 @@ SUITES: dict[str, Suite] = {
                 "rms_full": (128,),
                 "fused_forward": (300,),
                 "block_sparse": (3,),
+                "scalar_ops": (4099,),
                 "max_values": 1,
                 "full_params": ("BLOCK_SIZE_M",),
                 "block_sparse_params": ("heuristic",),

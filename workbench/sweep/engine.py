@@ -15,6 +15,7 @@ run, ``records.csv``, ``records.json`` and ``report.html``.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
@@ -151,6 +152,8 @@ class SweepResult:
     skipped: list[SweepTask]  # already recorded (resume)
     progress: Progress
     interrupted: bool = False
+    arrived_s: list[float] = field(default_factory=list)  # when each record arrived, seconds from the start
+    write_s: float = 0.0  # the driver's time appending records to the store
 
     @property
     def failed(self) -> list[dict]:
@@ -194,8 +197,11 @@ def run_sweep(
     stream = executor.run(todo, cancel)
     try:
         for task, body in stream:
+            result.arrived_s.append(prog.elapsed_s)
             if store is not None:
+                t0 = time.monotonic()
                 store.append(body)  # the one writer
+                result.write_s += time.monotonic() - t0
             result.records.append(body)
             prog.done += 1
             prog.failed += is_failed(body)
@@ -214,6 +220,18 @@ def run_sweep(
     if cancel is not None and cancel.is_set() and prog.remaining:
         result.interrupted = True
     return result
+
+
+@contextlib.contextmanager
+def opened(executor):
+    """``executor`` started for several :func:`run_sweep` calls (rounds of a search), closed after."""
+    executor.start()
+    executor._started = True
+    try:
+        yield executor
+    finally:
+        executor._started = False
+        executor.close()
 
 
 def make_executor(

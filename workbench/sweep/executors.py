@@ -43,6 +43,10 @@ class Executor:
     def close(self) -> None:
         pass
 
+    def capacity(self, device: str) -> int:
+        """Tasks on ``device`` that can run at once (after :meth:`start`)."""
+        return self.slots
+
     def describe(self) -> str:
         return self.name
 

@@ -72,6 +72,7 @@ class RayExecutor(Executor):
         self._owns = False
         self._remote = None
         self.slots = 1
+        self.drained_s: float | None = None  # seconds into the last run() when its last task was sent
 
     # --- life cycle -----------------------------------------------------------------------
     def start(self) -> None:
@@ -111,6 +112,9 @@ class RayExecutor(Executor):
         where = self.address or "embedded local Ray"
         return f"ray ({where}, {self.slots} slot(s))"
 
+    def capacity(self, device: str) -> int:
+        return self._slots(device)
+
     def _options(self, device: str) -> dict:
         if device == "cpu":
             return {"num_cpus": self.cpus_per_task, "num_gpus": 0}
@@ -145,11 +149,14 @@ class RayExecutor(Executor):
         root = triton_cache_root()
         queue = deque(dataclasses.replace(t, triton_cache_root=root) for t in tasks)
         pending: dict = {}  # generator -> [task, started at (None until the worker says so), worker]
+        begun, self.drained_s = time.monotonic(), None
         try:
             while queue or pending:
                 while queue and len(pending) < self.slots and not (cancel is not None and cancel.is_set()):
                     task = queue.popleft()
                     pending[self._remote.options(**opts).remote(task)] = [task, None, None]
+                    if not queue:
+                        self.drained_s = time.monotonic() - begun
                 if not pending:
                     return
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=self.poll_s)

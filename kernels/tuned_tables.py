@@ -1,0 +1,226 @@
+"""Tuned tile tables: measured per-device defaults that ``impl="auto"`` reads, as plain JSON data.
+
+A family keeps its tables in ``kernels/<family>/tuned/<file>.json``, one file per device, named
+after the device's stable key (:func:`device_key`: ``"cuda:NVIDIA H100 80GB HBM3"``,
+``"npu:Ascend910B"``) made safe for a file name (:func:`file_name`:
+``cuda_NVIDIA_H100_80GB_HBM3.json``). ``KERNELS_TUNED_DIR``, when set, replaces the package
+folders with ``$KERNELS_TUNED_DIR/<family>/`` (a user's own tables, or a test's).
+
+A table (schema :data:`SCHEMA`)::
+
+    {"schema": "kernel-workbench/tuned-table/1", "family": "block_sparse",
+     "device_key": "cuda:NVIDIA H100 80GB HBM3", "knob": "batch", "variant": "gpu",
+     "mode": "forward", "dtype": "fp32", "problem": {"nodes": 1024, ...},   # what was measured
+     "measured": true,                                                    # false: untimed defaults
+     "provenance": {"date": ..., "commit": ..., "torch": ..., "triton": ..., "command": ..., "note": ...},
+     "buckets": [{"size": 16, "tiles": {"SPLITS": 8, "TILE_M": 16, "num_warps": 4},
+                  "kernel_ms": ..., "kernel_lo_ms": ..., "kernel_hi_ms": ..., "default": {...}}, ...]}
+
+:func:`lookup` answers ``(family, device key, size)`` with the bucket nearest to ``size`` on a
+log2 scale (a tie takes the smaller bucket); a size outside the table's smallest..largest bucket
+gets no entry, so shapes the table never measured keep the rule-based heuristics. Answers are
+cached per (family, device key, size): a call pays one dict lookup after the first.
+
+Two ways to read a file, two ways to fail:
+
+- :func:`read_table` (the tool: ``workbench tune``) raises :class:`TableError`, one line naming
+  the file and what is wrong with it (unparsable, another family's, another schema);
+- :func:`lookup` (the library's hot path) never raises for a bad file: it warns once and answers
+  "no entry", with the reason in :attr:`Lookup.source`, which records carry as ``tiles_source``.
+
+Nothing of the measuring tool is imported here: a model reads its tables without the workbench.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+SCHEMA = "kernel-workbench/tuned-table/1"
+EXPLICIT = "explicit"
+_PACKAGE_ROOT = Path(__file__).resolve().parent
+
+
+class TableError(ValueError):
+    """A table file that cannot be used; the message names the file and says what is wrong."""
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """A table's answer for one size: ``tiles`` (None: use the heuristics) and where they came
+    from, as records say it (``tiles_source``)."""
+
+    tiles: dict | None
+    source: str
+    bucket: int | None = None
+
+
+def device_key(device) -> str:
+    """``"<kind>:<name>"`` of a :class:`kernels.runtime.DeviceInfo` (or anything with ``kind``
+    and ``name``): the key a table is filed under. Cached per device object."""
+    key = _KEYS.get(device)
+    if key is None:
+        key = _KEYS[device] = f"{device.kind}:{device.name}"
+    return key
+
+
+_KEYS: dict[Any, str] = {}
+
+
+def file_name(key: str) -> str:
+    """The table's file name for a device key: every run of characters other than letters,
+    digits, ``.``, ``_`` and ``-`` becomes one ``_`` (``cuda:NVIDIA H100 80GB HBM3`` ->
+    ``cuda_NVIDIA_H100_80GB_HBM3.json``)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", key).strip("_") + ".json"
+
+
+def table_dir(family: str) -> Path:
+    """Where ``family``'s tables live: ``$KERNELS_TUNED_DIR/<family>`` when that is set, else the
+    family's package folder ``kernels/<family>/tuned``."""
+    root = os.environ.get("KERNELS_TUNED_DIR")
+    return Path(root) / family if root else _PACKAGE_ROOT / family / "tuned"
+
+
+def table_path(family: str, key: str) -> Path:
+    return table_dir(family) / file_name(key)
+
+
+# --- reading and checking ------------------------------------------------------------------
+def check_table(table: Any, family: str | None = None) -> dict:
+    """``table`` when it is a tuned table (of ``family``, when given); TableError says what is not."""
+    if not isinstance(table, dict):
+        raise TableError(f"it holds a JSON {type(table).__name__}, not a tuned table (an object)")
+    if table.get("schema") != SCHEMA:
+        raise TableError(f"its schema is {table.get('schema')!r}, not {SCHEMA!r}")
+    if family is not None and table.get("family") != family:
+        raise TableError(f"it is a table of family {table.get('family')!r}, not {family!r}")
+    for name in ("device_key", "knob"):
+        if not isinstance(table.get(name), str) or not table[name]:
+            raise TableError(f"its {name!r} is missing or not a string")
+    buckets = table.get("buckets")
+    if not isinstance(buckets, list):
+        raise TableError("its 'buckets' is missing or not a list")
+    sizes = []
+    for i, b in enumerate(buckets):
+        if not isinstance(b, dict) or not isinstance(b.get("tiles"), dict):
+            raise TableError(f"bucket {i} has no 'tiles' object")
+        size = b.get("size")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise TableError(f"bucket {i} has size {size!r}; sizes are positive integers")
+        sizes.append(size)
+    if len(set(sizes)) != len(sizes):
+        raise TableError("two buckets have the same size")
+    return table
+
+
+def read_table(path: str | os.PathLike, family: str | None = None) -> dict:
+    """The table in ``path``, checked (:func:`check_table`); TableError names the file. The file
+    is only read, never changed."""
+    path = Path(path)
+    try:
+        table = json.loads(path.read_text())
+    except OSError as exc:
+        raise TableError(f"tuned table {path}: cannot be read ({exc.strerror or exc})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TableError(f"tuned table {path}: not valid JSON ({exc}); it was left untouched") from None
+    try:
+        return check_table(table, family)
+    except TableError as exc:
+        raise TableError(f"tuned table {path}: {exc}; it was left untouched") from None
+
+
+def nearest_bucket(sizes, size: int) -> int | None:
+    """The bucket nearest to ``size`` on a log2 scale (a tie takes the smaller); None outside
+    [smallest, largest]."""
+    sizes = sorted(sizes)
+    if not sizes or size < sizes[0] or size > sizes[-1]:
+        return None
+    target = math.log2(max(size, 1))
+    return min(sizes, key=lambda s: (abs(math.log2(s) - target), s))
+
+
+# --- the library's lookup ------------------------------------------------------------------
+_TABLES: dict[tuple[str, str], dict | str] = {}  # (family, key) -> table, or why it is unusable
+_LOOKUPS: dict[tuple[str, str, int], Lookup] = {}
+_WARNED: set[str] = set()
+_DEPENDENTS: list[Callable[[], None]] = []
+
+
+def _load(family: str, key: str) -> dict | str:
+    """The family's table for ``key``, or the reason there is none (a string)."""
+    path = table_path(family, key)
+    if not path.is_file():
+        return f"heuristic (no table for {key})"
+    try:
+        table = read_table(path, family)
+    except TableError as exc:
+        reason = f"heuristic (table {path.name} unusable: {exc})"
+        if str(path) not in _WARNED:
+            _WARNED.add(str(path))
+            warnings.warn(f"{exc}; {family} falls back to its heuristic tiles", RuntimeWarning, stacklevel=4)
+        return reason
+    if table["device_key"] != key:
+        return f"heuristic (table {path.name} is for {table['device_key']!r}, not {key!r})"
+    return table
+
+
+def lookup(family: str, key: str, size: int) -> Lookup:
+    """The tuned tiles of ``family`` on device ``key`` for a problem of ``size`` (the table's
+    ``knob``), or no tiles and why (module docstring). Cached per (family, key, size)."""
+    hit = _LOOKUPS.get((family, key, size))
+    if hit is not None:
+        return hit
+    table = _TABLES.get((family, key))
+    if table is None:
+        table = _TABLES[(family, key)] = _load(family, key)
+    if isinstance(table, str):
+        answer = Lookup(None, table)
+    else:
+        by_size = {b["size"]: b for b in table["buckets"]}
+        bucket = nearest_bucket(by_size, size)
+        if bucket is None:
+            answer = Lookup(None, f"heuristic ({table['knob']}={size} outside the table for {key})")
+        else:
+            untimed = "" if table.get("measured", True) else " (untimed)"
+            answer = Lookup(dict(by_size[bucket]["tiles"]), f"tuned:{key}@{bucket}{untimed}", bucket)
+    if len(_LOOKUPS) >= 16384:  # many sizes: start over rather than grow without bound
+        _LOOKUPS.clear()
+    _LOOKUPS[(family, key, size)] = answer
+    return answer
+
+
+def on_reload(clear: Callable[[], None]) -> None:
+    """Register a cache that holds resolved tiles (a family's ``lru_cache``), cleared by :func:`reload`."""
+    _DEPENDENTS.append(clear)
+
+
+def reload() -> None:
+    """Forget every table and answer read so far (and the registered tile caches): the next
+    lookup reads the files again. A table installed while a process runs is seen after this."""
+    _TABLES.clear()
+    _LOOKUPS.clear()
+    _WARNED.clear()
+    for clear in _DEPENDENTS:
+        clear()
+
+
+def choose(family: str, key: str | None, size: int, given, names) -> Lookup:
+    """The table's tiles for a call that passed ``given`` tile arguments: none, with source
+    ``"explicit"``, when the call set any of ``names`` (the tiles the family tunes; a table's
+    tiles were measured together, so they apply together or not at all); none, with source
+    ``"heuristic"``, without a device ``key``; else :func:`lookup`."""
+    if any(given.get(n, "auto") != "auto" for n in names):
+        return _EXPLICIT_LOOKUP
+    if key is None:
+        return _NO_DEVICE_LOOKUP
+    return lookup(family, key, size)
+
+
+_EXPLICIT_LOOKUP = Lookup(None, EXPLICIT)
+_NO_DEVICE_LOOKUP = Lookup(None, "heuristic")

@@ -1,0 +1,223 @@
+"""``workbench tune`` (issue 26) on the CPU interpreter: it writes a table that impl="auto" then
+reads, diffs against the installed table without --write, refuses a bad installed table (one
+line, exit 2, the file untouched); the pick rule; the strategies; Ray with 2 CPU workers.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kernels import tuned_tables
+from kernels.runtime import device_info
+from workbench.cli import main
+from workbench.measure import measure
+from workbench.tune.pick import pick
+from workbench.tune.search import GridSearch, RandomSearch, make_search
+
+CPU_KEY = tuned_tables.device_key(device_info("cpu"))
+# One size and a 4-configuration grid: a tune of a norm on the interpreter takes a few seconds.
+FAST = ["--device", "cpu", "--sizes", "300", "--rep-ms", "2"]
+
+
+@pytest.fixture
+def tables(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELS_TUNED_DIR", str(tmp_path / "tables"))
+    tuned_tables.reload()
+    yield tmp_path / "tables"
+    monkeypatch.delenv("KERNELS_TUNED_DIR")
+    tuned_tables.reload()
+
+
+def _cli(argv, capsys):
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_tune_writes_a_table_that_auto_then_reads(tables, tmp_path, capsys):
+    out = tmp_path / "run"
+    code, text, _ = _cli(["tune", "rms_norm", *FAST, "--out", str(out), "--write"], capsys)
+    assert code == 0, text
+    path = tables / "rms_norm" / tuned_tables.file_name(CPU_KEY)
+    table = tuned_tables.read_table(path, "rms_norm")
+    (bucket,) = table["buckets"]
+    assert bucket["size"] == 300 and bucket["evaluated"] == 4 and bucket["kernel_ms"] > 0
+    assert table["provenance"]["strategy"] == "grid" and table["provenance"]["commit"]
+    assert set(bucket["tiles"]) <= {"BLOCK_SIZE_M", "num_warps"}
+    for name in ("report.html", "summary.md", "records.csv", "records.json"):
+        assert (out / name).is_file()
+    assert "Default against the fastest" in (out / "report.html").read_text()
+    rec = measure("rms_norm", "gpu_multirow", device="cpu", dtype="fp32", problem={"rows": 4, "hidden": 300}, rep_ms=2)
+    assert rec.passed and rec.tiles_source == f"tuned:{CPU_KEY}@300"
+    # Without --write a second tune only diffs, and resumes from its out folder (nothing measured again).
+    code, text, _ = _cli(["tune", "rms_norm", *FAST, "--out", str(out)], capsys)
+    assert code == 0 and "0 of 1 sizes change against the installed table" in text and "not installed" in text
+    assert json.loads(path.read_text()) == table
+
+
+def test_without_write_the_candidate_goes_to_out_only(tables, tmp_path, capsys):
+    out = tmp_path / "run"
+    code, text, _ = _cli(["tune", "scalar_ops", "--device", "cpu", "--sizes", "4099", "--out", str(out)], capsys)
+    assert code == 0 and "no table installed for" in text and "every size is new" in text
+    assert (out / "tuned" / tuned_tables.file_name(CPU_KEY)).is_file()
+    assert not (tables / "scalar_ops").exists()
+    rec = measure("scalar_ops", "triton", device="cpu", dtype="fp32", quick=True, rep_ms=2)
+    assert rec.tiles_source == f"heuristic (no table for {CPU_KEY})"
+
+
+@pytest.mark.parametrize(
+    "body, why",
+    [("{oops", "not valid JSON"), (None, "family 'fused_add_rms_norm', not 'rms_norm'")],
+)
+def test_a_bad_installed_table_stops_the_tune_and_stays(tables, tmp_path, capsys, body, why):
+    folder = tables / "rms_norm"
+    folder.mkdir(parents=True)
+    path = folder / tuned_tables.file_name(CPU_KEY)
+    if body is None:
+        body = json.dumps(
+            {"schema": tuned_tables.SCHEMA, "family": "fused_add_rms_norm", "device_key": CPU_KEY, "knob": "hidden"}
+            | {"buckets": []}
+        )
+    path.write_text(body)
+    code, out, err = _cli(["tune", "rms_norm", *FAST, "--out", str(tmp_path / "o"), "--write"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert str(path) in err and why in err and "left untouched" in err
+    assert path.read_text() == body and not (tmp_path / "o" / "records.sqlite").exists()  # refused before measuring
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--strategy", "annealing"], "grid, random, bayes"),
+        (["--sizes", "0"], "hidden=0 is out of range"),
+        (["--budget-s", "-1"], "must be a positive number"),
+        (["--device", "tpu"], "use cuda, npu or cpu"),
+        (["--trials", "0"], "at least 1"),
+    ],
+)
+def test_cli_misuse_is_one_line_exit_2(extra, message, tmp_path, capsys):
+    code, _, err = _cli(["tune", "rms_norm", "--device", "cpu", "--out", str(tmp_path), *extra], capsys)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_bayes_without_optuna_says_how_to_install(monkeypatch, tmp_path, capsys):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "optuna", None)
+    code, _, err = _cli(["tune", "rms_norm", *FAST, "--strategy", "bayes", "--out", str(tmp_path)], capsys)
+    assert code == 2 and "pip install 'kernel-workbench[tune]'" in err
+
+
+# --- the pick rule -----------------------------------------------------------------------------
+def _rec(ms, lo, hi, **params):
+    return {"kernel_ms": ms, "kernel_lo_ms": lo, "kernel_hi_ms": hi, "passed": True, "error": None, "params": params}
+
+
+def _simple(p):
+    return (p.get("num_warps", 0),)
+
+
+def test_pick_keeps_the_default_within_noise_else_the_simplest_within_noise():
+    default = _rec(1.02, 0.99, 1.05)
+    fast8 = _rec(1.00, 0.98, 1.02, num_warps=8)
+    near2 = _rec(1.01, 0.97, 1.04, num_warps=2)
+    slow1 = _rec(1.30, 1.25, 1.35, num_warps=1)
+    c = pick(16, [default, fast8, near2, slow1], default, _simple)
+    assert c.chosen is default and c.best is fast8 and "default is within noise" in c.why and c.evaluated == 3
+    far_default = _rec(1.50, 1.45, 1.55)
+    c = pick(16, [far_default, fast8, near2, slow1], far_default, _simple)
+    assert c.chosen is near2 and "simplest within noise" in c.why  # 2 warps, overlapping the fastest
+    c = pick(16, [far_default, fast8, slow1], far_default, _simple)
+    assert c.chosen is fast8 and c.why == "the fastest"
+    broken = dict(fast8, passed=False)
+    assert pick(16, [broken], None, _simple).chosen is None
+
+
+# --- the strategies ----------------------------------------------------------------------------
+SPACE = [{"a": a, "b": b} for a in range(6) for b in range(6) if (a + b) % 5]  # a non-rectangular valid set
+
+
+def _objective(c):
+    return 1.0 + (c["a"] - 4) ** 2 + 0.5 * (c["b"] - 1) ** 2
+
+
+def _run(search, budget, batch=4):
+    seen = []
+    while len(seen) < budget:
+        asked = search.ask(min(batch, budget - len(seen)))
+        if not asked:
+            break
+        for c in asked:
+            search.tell(c, _objective(c))
+        seen += asked
+    return seen
+
+
+def test_grid_and_random_visit_every_candidate_once():
+    grid = _run(GridSearch(SPACE), 1000)
+    assert grid == SPACE
+    r1, r2 = _run(RandomSearch(SPACE, seed=3), 1000), _run(RandomSearch(SPACE, seed=3), 1000)
+    assert r1 == r2 and r1 != SPACE and sorted(map(str, r1)) == sorted(map(str, SPACE))
+
+
+def test_bayes_asks_in_batches_only_valid_new_configurations_and_finds_the_minimum():
+    pytest.importorskip("optuna")
+    best = min(_objective(c) for c in SPACE)
+    search = make_search("bayes", SPACE, seed=0)
+    seen = _run(search, 20, batch=4)
+    keys = [tuple(sorted(c.items())) for c in seen]
+    assert len(keys) == len(set(keys)) == 20 and all(c in SPACE for c in seen)
+    assert min(_objective(c) for c in seen) == best  # 20 of 30 evaluations reach the optimum here
+    assert make_search("bayes", SPACE, seed=0).ask(4) == make_search("bayes", SPACE, seed=0).ask(4)  # seeded
+
+
+def test_tune_on_ray_with_two_cpu_workers(tables, tmp_path, capsys):
+    pytest.importorskip("ray", reason="the distributed extra (ray) is not installed")
+    out = tmp_path / "ray"
+    argv = ["tune", "fused_add_rms_norm", *FAST, "--executor", "ray", "--num-cpus", "2", "--out", str(out)]
+    code, text, _ = _cli([*argv, "--strategy", "random", "--trials", "3", "--write"], capsys)
+    assert code == 0, text
+    records = json.loads((out / "records.json").read_text())
+    assert len(records) == 4 and all(r["passed"] for r in records)  # the default and 3 random configurations
+    assert len({r["worker"]["pid"] for r in records}) == 2  # both workers took configurations
+    table = tuned_tables.read_table(tables / "fused_add_rms_norm" / tuned_tables.file_name(CPU_KEY))
+    assert table["provenance"]["workers"] == 2 and table["buckets"][0]["evaluated"] == 3
+
+
+# --- the suites' defaults targets ----------------------------------------------------------------
+def test_every_family_has_a_lean_defaults_target_and_h200_runs_the_h100_suite():
+    import kernels
+    from workbench.suites import targets as S
+
+    h100, h200 = S.SUITES["h100"], S.SUITES["h200"]
+    assert h200.names() == h100.names() and "H200" in h200.title
+    defaults = [t for t in h100.targets if t.kind == "defaults"]
+    assert {t.family for t in defaults} == set(kernels.families())
+    for t in defaults:
+        assert t.tuned and S.required(t.min_ratio, t.values[0]) == 0.97
+        assert t.variant == kernels.get(t.family).tuning.variant
+
+
+def test_defaults_target_measures_the_table_choice_and_its_neighbours(tables):
+    """With a table for the device, the defaults target times the default, the table's entry and
+    the entry's grid neighbours (no 1-D sweep)."""
+    from workbench.suites.run import run_suite
+
+    entry = {"BLOCK_SIZE_M": 4, "num_warps": 4}
+    body = {"schema": tuned_tables.SCHEMA, "family": "rms_norm", "device_key": CPU_KEY, "knob": "hidden"}
+    (tables / "rms_norm").mkdir(parents=True)
+    buckets = [{"size": 128, "tiles": {}}, {"size": 300, "tiles": entry}]
+    (tables / "rms_norm" / tuned_tables.file_name(CPU_KEY)).write_text(json.dumps({**body, "buckets": buckets}))
+    tuned_tables.reload()
+    run = run_suite("smoke", device="cpu", only=["defaults_rms_norm_forward"])
+    records = run.record_dicts()
+    assert {r["label"] for r in records} == {
+        "default",
+        "BLOCK_SIZE_M=4, num_warps=4",
+        "BLOCK_SIZE_M=1, num_warps=4",
+        "BLOCK_SIZE_M=4, num_warps=2",
+    }  # rms_norm's interpreter grid is BLOCK_SIZE_M (1, 4) x num_warps (2, 4): the in-grid neighbours
+    default = next(r for r in records if r["label"] == "default")
+    assert default["tiles_source"] == f"tuned:{CPU_KEY}@300" and all(r["passed"] for r in records)

@@ -1,0 +1,176 @@
+"""``workbench tune``: search a family's tiles per size on a device and write the tuned table.
+
+    workbench tune FAMILY [--device cuda] [--executor local|ray] [--address ADDR] [--sizes 1,16,64]
+        [--strategy grid|random|bayes] [--seed N] [--trials N] [--budget-s N] [--rep-ms N]
+        [--out DIR] [--write]
+
+It measures the family's tune grid (``KernelSpec.tuning``: the variant, its tile values and the
+sizes) with the sweep engine, picks one configuration per size (workbench/tune/pick.py) and
+writes the candidate table to ``OUT/tuned/<device>.json``, the records to
+``OUT/records.sqlite`` / ``.csv`` / ``.json``, and the tune report to ``OUT/report.html`` and
+``OUT/summary.md``. Without ``--write`` it prints the diff against the installed table
+(``kernels/<family>/tuned/<device>.json``); with it, it installs the candidate there.
+``--device cpu`` tunes the interpreter at the family's quick sizes (a check of the path; its
+times are interpreter wall time). Bad input, or an installed table that cannot be read, is one
+line on stderr and exit 2 (the table is left as it was); a configuration with a wrong result is
+exit 1 and nothing is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from workbench.cli import Parser, UsageError, _split, check_output_path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="workbench tune", description=__doc__.split("\n\n")[0])
+    p.add_argument("family")
+    p.add_argument("--device", default="cuda", help="cuda | npu | cpu (the interpreter, quick sizes)")
+    p.add_argument("--executor", default="local", help="local | ray")
+    p.add_argument("--address", default=None, help="join this Ray cluster (default: an embedded local Ray)")
+    p.add_argument("--gpus-per-task", type=float, default=1.0)
+    p.add_argument("--num-cpus", type=int, default=None, help="CPU workers of an embedded Ray (interpreter)")
+    p.add_argument("--timeout-s", type=float, default=None, help="per configuration (ray)")
+    p.add_argument("--sizes", default=None, help="comma list of the tune knob's values (default: the family's)")
+    p.add_argument("--strategy", default="grid", help="grid | random | bayes (Optuna TPE)")
+    p.add_argument("--seed", type=int, default=0, help="the random and bayes strategies' seed")
+    p.add_argument("--trials", type=int, default=None, help="random / bayes: configurations per size")
+    p.add_argument("--budget-s", type=float, default=None, help="stop asking for configurations after N s")
+    p.add_argument("--rep-ms", type=float, default=None, help="timing budget per configuration")
+    p.add_argument("--out", default=None, help="folder (default results/tune/FAMILY-DEVICE)")
+    p.add_argument("--write", action="store_true", help="install the table into kernels/FAMILY/tuned/")
+    return p
+
+
+def _positive(value, option: str):
+    if value is not None and not value > 0:
+        raise UsageError(f"{option} {value:g}: must be a positive number")
+
+
+def _sizes(space, text: str | None) -> tuple:
+    if text is None:
+        return space.sizes
+    knob = space.spec.knob(space.tuning.knob)
+    try:
+        values = tuple(knob.validate(knob.parse(v)) for v in _split(text))
+    except ValueError as exc:
+        raise UsageError(f"--sizes: {exc}") from None
+    if not values:
+        raise UsageError(f"--sizes needs at least one {knob.name} value (a comma list)")
+    return values
+
+
+def _host_device(kind: str, executor: str, address: str | None):
+    """The device configurations are checked against on the driver; a stand-in with the GPU's
+    usual core count where the driver joins a cluster without one."""
+    from workbench.device import get_device
+
+    try:
+        return get_device(kind)
+    except ValueError:
+        if executor == "ray" and address:
+            from types import SimpleNamespace
+
+            return SimpleNamespace(kind=kind, name="?", num_cores=132, index=0)
+        raise
+
+
+def tune_main(argv) -> int:
+    import dataclasses
+
+    import kernels
+    from kernels import tuned_tables
+    from workbench.measure import versions
+    from workbench.provenance import code_version
+    from workbench.reader import scrub_command
+    from workbench.store import Store, write_csv, write_json
+    from workbench.sweep.engine import STORE_NAME, TerminalBar, make_executor
+    from workbench.tune import report, table
+    from workbench.tune.run import TuneOptions, run_tune
+    from workbench.tune.search import STRATEGIES, import_optuna
+    from workbench.tune.space import Space
+
+    args = build_parser().parse_args(argv)
+    if args.family not in kernels.families():
+        raise UsageError(f"unknown kernel family {args.family!r}; families: {', '.join(kernels.families())}")
+    if args.device not in ("cuda", "npu", "cpu"):
+        raise UsageError(f"--device {args.device}: use cuda, npu or cpu")
+    if args.executor not in ("local", "ray"):
+        raise UsageError(f"--executor {args.executor}: use local or ray")
+    if args.strategy not in STRATEGIES:
+        raise UsageError(f"--strategy {args.strategy}: use one of {', '.join(STRATEGIES)}")
+    if args.strategy == "bayes":
+        import_optuna()
+    for value, option in ((args.budget_s, "--budget-s"), (args.rep_ms, "--rep-ms")):
+        _positive(value, option)
+    if args.trials is not None and args.trials < 1:
+        raise UsageError(f"--trials {args.trials}: must be at least 1")
+    space = Space.of(kernels.get(args.family), quick=args.device == "cpu")
+    space = dataclasses.replace(
+        space, tuning=dataclasses.replace(space.tuning, **_size_fields(space, _sizes(space, args.sizes)))
+    )
+    out = Path(args.out or f"results/tune/{args.family}-{args.device}")
+    check_output_path(out, "--out", folder=True)
+    host = _host_device(args.device, args.executor, args.address)
+    key = tuned_tables.device_key(host) if getattr(host, "name", "?") != "?" else None
+    if key is not None:
+        table.read_installed(args.family, key)  # a bad installed table stops here, before measuring
+    executor = make_executor(
+        args.executor, address=args.address, gpus_per_task=args.gpus_per_task, timeout_s=args.timeout_s,
+        num_cpus=args.num_cpus,
+    )  # fmt: skip
+    rep_ms = args.rep_ms if args.rep_ms is not None else (5.0 if args.device == "cpu" else 100.0)
+    options = TuneOptions(args.strategy, args.seed, args.budget_s, args.trials, rep_ms)
+    out.mkdir(parents=True, exist_ok=True)
+    store = Store(out / STORE_NAME)
+    print(
+        f"tune {args.family}: {space.tuning.knob} = {', '.join(map(str, space.sizes))}; strategy {args.strategy}; "
+        f"{executor.describe()} on {args.device} -> {out}",
+        flush=True,
+    )
+    try:
+        result = run_tune(space, options, executor, store, host, args.device, progress=TerminalBar())
+        rows = store.records()
+    finally:
+        store.close()
+    key = result.device_key or key
+    if key is None:
+        raise UsageError(f"no configuration of {args.family} ran on {args.device}; see {out / 'records.csv'}")
+    installed = table.read_installed(args.family, key)
+    provenance = {
+        "commit": code_version(),
+        **{k: versions()[k] for k in ("torch", "triton")},
+        "command": scrub_command(["workbench", "tune", *argv]),
+        "strategy": args.strategy,
+        "seed": args.seed,
+        "budget_s": args.budget_s,
+        "executor": executor.describe(),
+        "workers": result.workers,
+        "rep_ms": rep_ms,
+        "wall_s": round(result.wall_s, 1),
+    }
+    candidate = table.build_table(space, key, result.choices, provenance)
+    written = table.write_table(candidate, out / "tuned" / tuned_tables.file_name(key))
+    diff = table.diff_lines(installed, candidate)
+    write_csv(rows, out / "records.csv")
+    write_json(rows, out / "records.json")
+    paths = report.write_report(result, out, key, options, candidate, diff)
+    for line in report.size_rows(result):
+        print("  " + ", ".join(f"{k}: {v}" for k, v in line.items()))
+    print("\n".join(diff))
+    print(f"wrote {written}, " + ", ".join(str(p) for p in paths))
+    if result.wrong:
+        print(f"{len(result.wrong)} configurations gave wrong results; the table was not installed")
+        return 1
+    if args.write:
+        print(f"installed {table.install(candidate)}")
+    else:
+        print(f"not installed (add --write to install it as {table.installed_path(args.family, key)})")
+    return 0
+
+
+def _size_fields(space, sizes: tuple) -> dict:
+    """The Tuning fields that hold the sizes this run measures."""
+    return {"quick_sizes": sizes} if space.quick else {"sizes": sizes}

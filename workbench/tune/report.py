@@ -1,0 +1,130 @@
+"""The tune report: ``report.html`` (one offline file) and ``summary.md`` in the tune's out folder.
+
+It opens with what was tuned where, then per size the default against the fastest and the
+chosen configuration (kernel times with their intervals, why the choice), the table as written,
+its diff against the installed table, and — when the executor ran several workers — how the
+configurations spread over them: per worker its configurations and busy time (from one arrival
+to the next on that worker), and the parallel efficiency (busy time over workers x wall time).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from workbench import reader
+from workbench.tune.pick import interval, kernel_ms
+from workbench.tune.table import tiles_of
+
+
+def _us(r: dict | None) -> str:
+    if r is None or kernel_ms(r) is None:
+        return "-"
+    lo, hi = interval(r)
+    return f"{kernel_ms(r) * 1e3:.2f} [{lo * 1e3:.2f}, {hi * 1e3:.2f}]"
+
+
+def _tiles(r: dict | None, c, names) -> str:
+    if r is None:
+        return "-"
+    if r is c.default:
+        return "the default"
+    return ", ".join(f"{k}={v}" for k, v in tiles_of(r, names).items())
+
+
+def size_rows(result) -> list[dict]:
+    knob, names = result.space.tuning.knob, result.space.grid
+    rows = []
+    for c in result.choices:
+        ratio = "-"
+        if c.default is not None and c.chosen is not None and kernel_ms(c.default) and kernel_ms(c.chosen):
+            ratio = f"{kernel_ms(c.default) / kernel_ms(c.chosen):.3f}"
+        rows.append(
+            {
+                knob: c.size,
+                "default us [interval]": _us(c.default),
+                "fastest us [interval]": _us(c.best),
+                "fastest tiles": _tiles(c.best, c, names),
+                "chosen tiles": _tiles(c.chosen, c, names),
+                "chosen us": _us(c.chosen),
+                "default / chosen": ratio,
+                "why": c.why,
+                "measured": f"{c.evaluated} of {result.grid_sizes.get(c.size, '?')} + default",
+            }
+        )
+    return rows
+
+
+def worker_rows(result) -> list[dict]:
+    """Per worker: configurations and busy seconds (gaps between its consecutive arrivals)."""
+    last: dict = {}
+    busy: dict = defaultdict(float)
+    count: dict = defaultdict(int)
+    for t, worker in sorted(result.arrivals, key=lambda a: a[0]):
+        where = f"gpu {worker['gpus']}" if worker.get("gpus") else f"pid {worker.get('pid', '?')}"
+        name = f"{worker.get('host', '?')} {where}"
+        busy[name] += t - last.get(name, 0.0)
+        last[name] = t
+        count[name] += 1
+    return [{"worker": n, "configurations": count[n], "busy s": f"{busy[n]:.1f}"} for n in sorted(count)]
+
+
+def headline(result, key: str | None, options) -> list[str]:
+    spec = result.space.spec
+    measured = sum(c.evaluated for c in result.choices)
+    grid = sum(result.grid_sizes.values())
+    lines = [
+        f"Tuned {spec.name} ({result.space.tuning.variant}, {result.space.tuning.mode}, {result.space.tuning.dtype}) "
+        f"on {key or 'no device (nothing ran)'}: strategy {options.strategy} (seed {options.seed}), "
+        f"{measured} configurations measured of a {grid}-configuration grid over {len(result.choices)} sizes, "
+        f"{result.wall_s:.1f} s" + (" (stopped by the budget)" if result.out_of_budget else "") + ".",
+        "Kernel time ranks configurations; a configuration within noise of the fastest that is the "
+        "default, or simpler, is chosen (workbench/tune/pick.py).",
+    ]
+    if result.wall_s > 0 and len(worker_rows(result)) > 1:
+        rows = worker_rows(result)
+        busy = sum(float(r["busy s"]) for r in rows)
+        lines.append(
+            f"{len(rows)} workers; parallel efficiency {busy / (len(rows) * result.wall_s):.0%} "
+            f"(busy time over workers x wall time)."
+        )
+    return lines
+
+
+def write_report(result, out: Path, key: str | None, options, table: dict | None, diff: list[str]) -> list[Path]:
+    title = f"Tune {result.space.spec.name}"
+    lines = headline(result, key, options)
+    rows = size_rows(result)
+    workers = worker_rows(result)
+    parts = [f"<h1>{html.escape(title)}</h1>"] + [f"<p>{html.escape(ln)}</p>" for ln in lines]
+    parts += ["<h2>Default against the fastest, per size</h2>", reader.table_html(rows)]
+    parts += ["<h2>Against the installed table</h2>", f"<pre>{html.escape(chr(10).join(diff))}</pre>"]
+    if len(workers) > 1:
+        parts += ["<h2>Workers</h2>", reader.table_html(workers)]
+    parts += ["<h2>The table</h2>", f"<pre>{html.escape(json.dumps(table, indent=1, default=str))}</pre>"]
+    style = (
+        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
+        "td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top;font-size:13px}th{background:#f3f3f3}"
+    )
+    page = (
+        f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"<style>{style}</style></head><body>{''.join(parts)}</body></html>"
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    report = out / "report.html"
+    report.write_text(reader.scrub_paths(page, [out]))
+    columns = list(rows[0]) if rows else []
+    sections = [("Against the installed table", "```\n" + "\n".join(diff) + "\n```")]
+    if len(workers) > 1:
+        sections.append(("Workers", reader.md_table(workers, list(workers[0]))))
+    summary = reader.write_summary(
+        out,
+        title=title,
+        headline=[f"- {ln}" for ln in lines],
+        table=reader.md_table(rows, columns) if rows else "Nothing was measured.",
+        figures_note="the tune report has tables only",
+        sections=sections,
+    )
+    return [report, summary]

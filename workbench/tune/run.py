@@ -1,0 +1,150 @@
+"""The tune loop: ask a strategy for configurations, measure them on the sweep engine, tell it
+the kernel times, and pick one configuration per size.
+
+Each size first measures its default (every tile "auto": what ``impl="auto"`` does today, the
+installed table included), then the strategy's proposals, in rounds: ``grid`` and ``random``
+send every configuration they will measure in one round (the executor keeps every worker
+busy); ``bayes`` asks about two configurations per worker per round, spread over the sizes, and
+learns from each round before the next. Within a round the larger sizes go first, so the
+slowest configurations do not form the tail. Every record goes through
+:func:`workbench.sweep.engine.run_sweep` into the out folder's store (the driver its one
+writer); a tune run again into the same folder takes what is recorded there instead of
+measuring it again. ``budget_s`` stops asking and cancels what has not started once it is spent.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+
+from workbench.sweep.engine import opened, run_sweep
+from workbench.sweep.tasks import make_task
+from workbench.tune.pick import Choice, kernel_ms, passed, pick
+from workbench.tune.search import make_search
+from workbench.tune.space import Space
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """How one tune searches: the strategy and its seed, limits, and the timing budget per
+    configuration. ``trials``: configurations per size for ``random`` / ``bayes`` (None: 30% of
+    the size's grid, at least 8); ``grid`` measures the whole grid."""
+
+    strategy: str = "grid"
+    seed: int = 0
+    budget_s: float | None = None
+    trials: int | None = None
+    rep_ms: float = 100.0
+
+    def limit(self, grid_size: int) -> int:
+        if self.strategy == "grid":
+            return grid_size
+        wanted = self.trials if self.trials is not None else max(8, math.ceil(0.3 * grid_size))
+        return min(grid_size, wanted)
+
+
+@dataclass
+class TuneResult:
+    space: Space
+    choices: list[Choice]
+    records: dict[str, dict]  # sweep key -> record, every configuration this tune looked at
+    grid_sizes: dict  # size -> configurations in its grid
+    wall_s: float
+    arrivals: list[tuple[float, dict]] = field(default_factory=list)  # (seconds from start, worker)
+    out_of_budget: bool = False
+    workers: int = 1
+
+    @property
+    def device_key(self) -> str | None:
+        """``"<kind>:<name>"`` of the device the records ran on (the key the table is filed under)."""
+        for r in self.records.values():
+            if r.get("device_name") and not r.get("error"):
+                return f"{r['device_kind']}:{r['device_name']}"
+        return None
+
+    @property
+    def wrong(self) -> list[dict]:
+        return [r for r in self.records.values() if not r.get("error") and r.get("passed") is False]
+
+
+def run_tune(space: Space, options: TuneOptions, executor, store, device, device_kind: str, progress=None):
+    """Tune every size of ``space`` on ``executor``; ``device`` checks configurations on the host
+    (its core count), ``device_kind`` is where the tasks run."""
+    spec, t = space.spec, space.tuning
+    started = time.monotonic()
+    deadline = None if options.budget_s is None else started + options.budget_s
+    cancel = threading.Event()
+    known = {r["sweep_key"]: r for r in store.records() if r.get("sweep_key")} if store is not None else {}
+    result = TuneResult(space, [], {}, {}, 0.0)
+
+    def task(size, params):
+        return make_task(
+            spec, t.variant, device=device_kind, dtype=t.dtype, mode=t.mode, problem=space.problem(size),
+            params=params, quick=space.quick, rep_ms=options.rep_ms, warmup_ms=min(25.0, options.rep_ms),
+        )  # fmt: skip
+
+    def arrived(task_, body):
+        known[task_.key] = body
+        result.arrivals.append((time.monotonic() - started, body.get("worker") or {}))
+        if deadline is not None and time.monotonic() > deadline:
+            cancel.set()
+
+    def measure(batch, label):
+        tasks = [tk for _, _, tk in batch]
+        run_sweep(tasks, executor, store, progress=progress, on_record=arrived, cancel=cancel, label=label)
+        for size, params, tk in batch:
+            if tk.key in known:
+                result.records[tk.key] = known[tk.key]
+                if params is not None:
+                    rec = known[tk.key]
+                    searches[size].tell(params, kernel_ms(rec) if passed(rec) else None)
+
+    sizes = sorted(space.sizes, reverse=True)  # larger problems first: no slow tail
+    searches, limits, asked = {}, {}, {}
+    for i, size in enumerate(sizes):
+        candidates = space.candidates(size, device)
+        result.grid_sizes[size] = len(candidates)
+        searches[size] = make_search(options.strategy, candidates, options.seed + i)
+        limits[size], asked[size] = options.limit(len(candidates)), 0
+    with opened(executor):
+        result.workers = executor.capacity(device_kind)
+        measure([(size, None, task(size, {})) for size in sizes], "defaults: ")
+        rounds = 0
+        while not cancel.is_set():
+            active = [s for s in sizes if asked[s] < limits[s] and not searches[s].exhausted]
+            if not active:
+                break
+            per_size = 2 * result.workers if options.strategy == "bayes" else None
+            batch = []
+            for size in active:
+                n = limits[size] - asked[size]
+                if per_size is not None:
+                    n = min(n, max(1, math.ceil(per_size / len(active))))
+                for params in searches[size].ask(n):
+                    batch.append((size, params, task(size, params)))
+                    asked[size] += 1
+            if not batch:
+                break
+            rounds += 1
+            measure(batch, f"{options.strategy} round {rounds}: ")
+    result.out_of_budget = cancel.is_set()
+    result.wall_s = time.monotonic() - started
+    by_size: dict = {s: [] for s in sizes}
+    for size in sizes:
+        by_size[size] = [task(size, {}).key]
+    for key, rec in result.records.items():
+        size = (rec.get("problem") or {}).get(t.knob)
+        if size in by_size and key not in by_size[size]:
+            by_size[size].append(key)
+    result.choices = [
+        pick(
+            size,
+            [result.records[k] for k in by_size[size] if k in result.records],
+            result.records.get(by_size[size][0]),
+            space.simplicity,
+        )
+        for size in sorted(sizes)
+    ]
+    return result

@@ -1,0 +1,138 @@
+"""A tune's result as a tuned table (the data ``kernels.tuned_tables`` reads), its diff against
+the installed table, and installing it.
+
+The table is plain JSON (schema and lookup: :mod:`kernels.tuned_tables`): the device key, the
+knob and problem the sizes were measured on, provenance (date, commit, torch / triton versions,
+the command, strategy and budget), and per size the chosen tiles with their kernel time and
+interval, why they were chosen, the fastest configuration and the default's time.
+
+An installed table that cannot be read (not JSON, another family's, another schema) stops the
+tune with :class:`kernels.tuned_tables.TableError`, one line naming the file; the file is left
+exactly as it was.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from pathlib import Path
+from typing import Sequence
+
+from kernels import tuned_tables
+from workbench.tune.pick import Choice, interval, kernel_ms
+
+
+def tiles_of(record: dict, names) -> dict:
+    """The tuned tiles (``names``: the tune grid's) a record set; "auto" ones left out."""
+    return {k: v for k, v in (record.get("params") or {}).items() if k in names and v != "auto"}
+
+
+def _timing(record: dict | None) -> dict:
+    if record is None:
+        return {}
+    lo, hi = interval(record)
+    return {"kernel_ms": kernel_ms(record), "kernel_lo_ms": lo, "kernel_hi_ms": hi}
+
+
+def entry_tiles(choice: Choice, family: str, key: str, names) -> dict:
+    """What the table stores for a choice: the chosen tiles; for the default, the tiles it ran
+    with — the installed table's entry when the default came from one, else ``{}`` (an empty
+    entry keeps the family's rule and says the tune confirmed it)."""
+    chosen = choice.chosen
+    if chosen is not choice.default:
+        return tiles_of(chosen, names)
+    if str(chosen.get("tiles_source", "")).startswith("tuned:"):
+        return dict(tuned_tables.lookup(family, key, choice.size).tiles or {})
+    return {}
+
+
+def build_table(space, key: str, choices: Sequence[Choice], provenance: dict) -> dict:
+    """The table for ``key`` from one choice per size (sizes where nothing passed are left out)."""
+    t = space.tuning
+    names = space.grid
+    problem = {k: v for k, v in space.problem(0).items() if k != t.knob}
+    buckets = []
+    for c in choices:
+        if c.chosen is None:
+            continue
+        bucket = {"size": c.size, "tiles": entry_tiles(c, space.spec.name, key, names), **_timing(c.chosen)}
+        bucket["why"] = c.why
+        bucket["evaluated"] = c.evaluated
+        bucket["within_noise"] = len(c.within_noise)
+        bucket["best"] = {"tiles": tiles_of(c.best, names), **_timing(c.best)}
+        if c.default is not None:
+            bucket["default"] = {"tiles_source": c.default.get("tiles_source", ""), **_timing(c.default)}
+        buckets.append(bucket)
+    return {
+        "schema": tuned_tables.SCHEMA,
+        "family": space.spec.name,
+        "device_key": key,
+        "knob": t.knob,
+        "variant": t.variant,
+        "mode": t.mode,
+        "dtype": t.dtype,
+        "problem": problem,
+        "measured": True,
+        "provenance": {"date": dt.date.today().isoformat(), **provenance, "sizes": list(space.sizes)},
+        "buckets": buckets,
+    }
+
+
+def installed_path(family: str, key: str) -> Path:
+    return tuned_tables.table_path(family, key)
+
+
+def read_installed(family: str, key: str) -> dict | None:
+    """The installed table for ``key``, None where there is none; TableError for a bad file."""
+    path = installed_path(family, key)
+    return tuned_tables.read_table(path, family) if path.exists() else None
+
+
+def _tiles_text(tiles: dict | None) -> str:
+    if tiles is None:
+        return "-"
+    return ", ".join(f"{k}={v}" for k, v in sorted(tiles.items())) or "(the rule)"
+
+
+def _us(ms) -> str:
+    return "-" if ms is None else f"{ms * 1e3:.1f} us"
+
+
+def diff_lines(old: dict | None, new: dict) -> list[str]:
+    """Per size: the installed tiles and time against the candidate's (changed sizes marked)."""
+    if old is None:
+        return [f"no table installed for {new['device_key']}: every size is new"] + [
+            f"  + {new['knob']}={b['size']}: {_tiles_text(b['tiles'])} ({_us(b.get('kernel_ms'))})"
+            for b in new["buckets"]
+        ]
+    before = {b["size"]: b for b in old["buckets"]}
+    after = {b["size"]: b for b in new["buckets"]}
+    lines = []
+    for size in sorted(set(before) | set(after)):
+        a, b = before.get(size), after.get(size)
+        mark = " " if a is not None and b is not None and a["tiles"] == b["tiles"] else "*"
+        lines.append(
+            f"  {mark} {new['knob']}={size}: {_tiles_text(a and a['tiles'])} ({_us(a and a.get('kernel_ms'))}) -> "
+            f"{_tiles_text(b and b['tiles'])} ({_us(b and b.get('kernel_ms'))})"
+        )
+    changed = sum(1 for ln in lines if ln.startswith("  *"))
+    return [f"{changed} of {len(lines)} sizes change against the installed table"] + lines
+
+
+def write_table(table: dict, path: str | os.PathLike) -> Path:
+    """Write atomically (a temporary file renamed over the target)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(table, indent=1, default=str) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def install(table: dict) -> Path:
+    """Install ``table`` for its device; a bad installed file is a TableError and stays as it is."""
+    read_installed(table["family"], table["device_key"])
+    path = write_table(table, installed_path(table["family"], table["device_key"]))
+    tuned_tables.reload()
+    return path
