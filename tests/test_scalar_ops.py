@@ -488,3 +488,18 @@ def test_is_capturing_sees_a_real_cuda_capture():
     torch.cuda.synchronize()
     torch.testing.assert_close(z, x / 3.0)
     assert math.isfinite(float(z.sum()))
+
+
+def test_tiles_for_a_symbolic_size_specialise_it():
+    """torch.compile's dynamic tracing hands tiles_for a tensor whose numel is a SymInt, which is
+    no cache key (opcheck's aot_dispatch_dynamic failed on the H100 with 'unhashable type')."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+    from kernels.scalar_ops import gpu
+
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    dynamic = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC])
+    x = mode.from_tensor(torch.randn(37), symbolic_context=dynamic)
+    assert isinstance(x.numel(), torch.SymInt)
+    assert gpu.tiles_for(x) == gpu.tiles_for(torch.randn(37))

@@ -165,7 +165,7 @@ def tiles_for(x: torch.Tensor, BLOCK_SIZE="auto", num_warps="auto") -> GpuTiles:
     the call leaves both "auto" (:mod:`kernels.tuned_tables`). Cached per (device, numel,
     arguments): a repeated call pays one dict lookup."""
     dev = device_of(x)
-    numel = x.numel()
+    numel = int(x.numel())  # a traced (symbolic) size specialises here: a SymInt is no key
     key = (dev, numel, type(BLOCK_SIZE), BLOCK_SIZE, type(num_warps), num_warps)
     hit = _TILES_FOR.get(key)
     if hit is not None:
