@@ -7,12 +7,19 @@
 # benchmarks/gpu_run.sh installs .whl/*.whl; name .whl in the device call's carry.
 #
 #   bash benchmarks/pack_wheels.sh [DEST=.whl]      # about 11 MB
+#   WITH_WIDGETS=1 bash benchmarks/pack_wheels.sh   # + plotly, ipywidgets and what they import (about 14 MB more):
+#                                                   # explorer_latency.py and the reports' figures on the GPU machine
 #   bash benchmarks/pack_ray.sh [DEST=.whl]         # Ray too, for sweeps (about 41 MB more)
 set -euo pipefail
 DEST=${1:-.whl}
 PIP=${PIP:-python3 -m pip}
 PYVER=${PYVER:-3.12}
 WHEELS=${WHEELS:-"liger-kernel==0.8.5 pyjuice==2.6.3 nvidia-cutlass==4.2.0.0 py-spy==0.4.3 pytest-xdist==3.8.0 execnet==2.1.1"}
+# ipywidgets imports IPython and traitlets; none of the notebook stack is on the GPU image.
+WIDGET_WHEELS="plotly narwhals ipywidgets comm traitlets widgetsnbextension jupyterlab_widgets anywidget psygnal
+  typing_extensions ipython ipython_pygments_lexers pygments decorator jedi parso matplotlib-inline pexpect
+  ptyprocess prompt_toolkit wcwidth stack_data executing asttokens pure_eval"
+[ "${WITH_WIDGETS:-0}" = 1 ] && WHEELS="$WHEELS $WIDGET_WHEELS"
 mkdir -p "$DEST"
 platforms=()
 for p in manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux_2_5_x86_64 manylinux1_x86_64; do
