@@ -184,14 +184,7 @@ def render(records: list[dict], sweeps, title: str) -> str:
         if failed:
             rows = [{"configuration": sweep_report.config_of(r), "why": why.failure_text(r)} for r in failed]
             parts.append(f"<h3>{len(failed)} configuration(s) that could not run</h3>" + reader.table_html(rows))
-    style = (
-        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
-        "td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top;font-size:13px}th{background:#f3f3f3}"
-    )
-    return (
-        f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-        f"<style>{style}</style></head><body>{''.join(parts)}</body></html>"
-    )
+    return reader.page_html(title, parts)
 
 
 def facts_rows(records: list[dict], sweep: WhySweep) -> list[dict]:

@@ -127,6 +127,21 @@ def table_html(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None 
     return f'<table class="{cls}" style="border-collapse:collapse;font-size:13px"><tr>{head}</tr>{body}</table>'
 
 
+_PAGE_STYLE = (
+    "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
+    "td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top;font-size:13px}th{background:#f3f3f3}"
+)
+
+
+def page_html(title: str, parts: Iterable[str]) -> str:
+    """A standalone offline HTML page: ``title`` and the HTML ``parts`` in order, with the plain
+    table style the sweep, tune and why reports share."""
+    return (
+        f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"<style>{_PAGE_STYLE}</style></head><body>{''.join(parts)}</body></html>"
+    )
+
+
 def _text(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return ", ".join(_text(v) for v in value)

@@ -455,24 +455,10 @@ def _forward_tiles(
 
 @functools.lru_cache(maxsize=4096)  # pure in its (hashable) arguments; asked on every call
 def resolve_forward_tiles(
-    n_blocks: int,
-    block_size: int,
-    n_edges: int,
-    batch: int,
-    num_cores: int,
-    heuristic="auto",
-    TILE_M="auto",
-    TILE_K="auto",
-    BLOCK_B="auto",
-    PROGRAM_M="auto",
-    num_warps="auto",
-    num_stages="auto",
-    SPLITS="auto",
-    device_key=None,
-    precision="ieee",
+    n_blocks: int, block_size: int, n_edges: int, batch: int, num_cores: int, device_key=None, precision="ieee", **given
 ) -> SumForwardTiles:
     """The forward tiling: the device's tuned table where it has an entry, else a heuristic's
-    choice, with explicit tiles overriding it.
+    choice, with explicit tiles (``given``: the keywords of :func:`_forward_tiles`) overriding it.
 
     ``device_key`` (:func:`kernels.tuned_tables.device_key`): a call that leaves every tile of
     :data:`TUNED_FORWARD_TILES` "auto" takes the table's entry for the nearest tuned batch
@@ -482,18 +468,14 @@ def resolve_forward_tiles(
     rule of :func:`_split_forward`. An explicit ``SPLITS`` splits any tiling's edges (``1``: no
     split). ``precision`` is the ``tl.dot`` form's input precision; broadcast tiles compute in
     fp32 whatever it is. ``source`` of the result: what records call ``tiles_source``."""
-    given = dict(
-        heuristic=heuristic, TILE_M=TILE_M, TILE_K=TILE_K, BLOCK_B=BLOCK_B, PROGRAM_M=PROGRAM_M,
-        num_warps=num_warps, num_stages=num_stages, SPLITS=SPLITS,
-    )  # fmt: skip
     found = tuned_tables.choose(FAMILY, device_key, batch, given, TUNED_FORWARD_TILES)
     source = found.source
     if found.tiles:  # an empty entry: the tune kept the rule at this size
         tiles = {**given, **found.tiles}
-        if tiles["TILE_M"] != "auto":
+        if tiles.get("TILE_M", "auto") != "auto":
             tiles["TILE_M"] = min(tiles["TILE_M"], _pow2(block_size))
         if "heuristic" not in found.tiles:
-            tiles["heuristic"] = "split" if tiles["SPLITS"] not in ("auto", 1) else "small"
+            tiles["heuristic"] = "split" if tiles.get("SPLITS", "auto") not in ("auto", 1) else "small"
         try:
             chosen = _forward_tiles(n_blocks, block_size, n_edges, batch, num_cores, **tiles, precision=precision)
             return dataclasses.replace(chosen, heuristic=tiles["heuristic"], source=source)

@@ -56,6 +56,35 @@ def _typed(text: str):
     return {"true": True, "false": False}.get(text.lower(), text)
 
 
+def add_executor_options(p: argparse.ArgumentParser, isolate: bool) -> None:
+    """The options that choose where configurations run (``workbench sweep`` and ``workbench tune``);
+    ``isolate``: offer local runs in a subprocess per configuration."""
+    p.add_argument("--executor", default="local", help="local | ray")
+    p.add_argument("--address", default=None, help="join this Ray cluster (default: an embedded local Ray)")
+    p.add_argument("--gpus-per-task", type=float, default=1.0)
+    p.add_argument("--num-cpus", type=int, default=None, help="CPU workers of an embedded Ray (interpreter runs)")
+    where = "ray, or local --isolate" if isolate else "ray"
+    p.add_argument("--timeout-s", type=float, default=None, help=f"per configuration ({where})")
+    if isolate:
+        p.add_argument("--isolate", action="store_true", help="local: a subprocess per configuration")
+
+
+def executor_of(args):
+    """The executor :func:`add_executor_options`' arguments ask for; UsageError for another name."""
+    from workbench.sweep.engine import make_executor
+
+    if args.executor not in ("local", "ray"):
+        raise UsageError(f"--executor {args.executor}: use local or ray")
+    return make_executor(
+        args.executor,
+        isolate=getattr(args, "isolate", False),
+        address=args.address,
+        gpus_per_task=args.gpus_per_task,
+        timeout_s=args.timeout_s,
+        num_cpus=args.num_cpus,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="workbench sweep", description=__doc__.split("\n\n")[0])
     p.add_argument("family")
@@ -65,12 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help="auto | cuda | cpu (the interpreter) | npu")
     p.add_argument("--dtype", default=None, help="comma list")
     p.add_argument("--mode", default="forward", help="comma list")
-    p.add_argument("--executor", default="local", help="local | ray")
-    p.add_argument("--address", default=None, help="join this Ray cluster (default: an embedded local Ray)")
-    p.add_argument("--gpus-per-task", type=float, default=1.0)
-    p.add_argument("--num-cpus", type=int, default=None, help="CPU workers of an embedded Ray (interpreter sweeps)")
-    p.add_argument("--timeout-s", type=float, default=None, help="per configuration (ray, or local --isolate)")
-    p.add_argument("--isolate", action="store_true", help="local: a subprocess per configuration")
+    add_executor_options(p, isolate=True)
     p.add_argument(
         "--out", default=None, help="folder for records.sqlite and the report (default results/sweeps/FAMILY)"
     )
@@ -148,7 +172,7 @@ def build_plan(spec, args, device_kind: str):
 def sweep_main(argv) -> int:
     import kernels
     from workbench.store import Store
-    from workbench.sweep.engine import STORE_NAME, TerminalBar, make_executor, run_sweep, write_outputs
+    from workbench.sweep.engine import STORE_NAME, TerminalBar, run_sweep, write_outputs
     from workbench.sweep.tasks import make_task
 
     args = build_parser().parse_args(argv)
@@ -157,16 +181,7 @@ def sweep_main(argv) -> int:
     spec = kernels.get(args.family)
     if args.rep_ms is not None and not args.rep_ms > 0:
         raise UsageError(f"--rep-ms {args.rep_ms:g}: the timing budget must be a positive number of milliseconds")
-    if args.executor not in ("local", "ray"):
-        raise UsageError(f"--executor {args.executor}: use local or ray")
-    executor = make_executor(
-        args.executor,
-        isolate=args.isolate,
-        address=args.address,
-        gpus_per_task=args.gpus_per_task,
-        timeout_s=args.timeout_s,
-        num_cpus=args.num_cpus,
-    )
+    executor = executor_of(args)
     device_kind = _device_kind(args.device, args.executor, args.address)
     variants, items = build_plan(spec, args, device_kind)
     rep_ms = args.rep_ms if args.rep_ms is not None else (20.0 if device_kind == "cpu" else 100.0)

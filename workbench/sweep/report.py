@@ -172,14 +172,7 @@ def render(records: list[dict], title: str = "Sweep") -> str:
     }
     parts.append("<h2>Run</h2>")
     parts.append(reader.table_html([{"item": k, "value": v} for k, v in meta.items()]))
-    style = (
-        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
-        "td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top;font-size:13px}th{background:#f3f3f3}"
-    )
-    return (
-        f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-        f"<style>{style}</style></head><body>{''.join(parts)}</body></html>"
-    )
+    return reader.page_html(title, parts)
 
 
 def facts_rows(records: list[dict], name=None) -> list[dict]:

@@ -22,17 +22,14 @@ import argparse
 from pathlib import Path
 
 from workbench.cli import Parser, UsageError, _split, check_output_path
+from workbench.sweep.cli import add_executor_options, executor_of
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="workbench tune", description=__doc__.split("\n\n")[0])
     p.add_argument("family")
     p.add_argument("--device", default="cuda", help="cuda | npu | cpu (the interpreter, quick sizes)")
-    p.add_argument("--executor", default="local", help="local | ray")
-    p.add_argument("--address", default=None, help="join this Ray cluster (default: an embedded local Ray)")
-    p.add_argument("--gpus-per-task", type=float, default=1.0)
-    p.add_argument("--num-cpus", type=int, default=None, help="CPU workers of an embedded Ray (interpreter)")
-    p.add_argument("--timeout-s", type=float, default=None, help="per configuration (ray)")
+    add_executor_options(p, isolate=False)
     p.add_argument("--sizes", default=None, help="comma list of the tune knob's values (default: the family's)")
     p.add_argument("--strategy", default="grid", help="grid | random | bayes (Optuna TPE)")
     p.add_argument("--seed", type=int, default=0, help="the random and bayes strategies' seed")
@@ -86,7 +83,7 @@ def tune_main(argv) -> int:
     from workbench.provenance import code_version
     from workbench.reader import scrub_command
     from workbench.store import Store, write_csv, write_json
-    from workbench.sweep.engine import STORE_NAME, TerminalBar, make_executor
+    from workbench.sweep.engine import STORE_NAME, TerminalBar
     from workbench.tune import report, table
     from workbench.tune.run import TuneOptions, run_tune
     from workbench.tune.search import STRATEGIES, import_optuna
@@ -97,8 +94,6 @@ def tune_main(argv) -> int:
         raise UsageError(f"unknown kernel family {args.family!r}; families: {', '.join(kernels.families())}")
     if args.device not in ("cuda", "npu", "cpu"):
         raise UsageError(f"--device {args.device}: use cuda, npu or cpu")
-    if args.executor not in ("local", "ray"):
-        raise UsageError(f"--executor {args.executor}: use local or ray")
     if args.strategy not in STRATEGIES:
         raise UsageError(f"--strategy {args.strategy}: use one of {', '.join(STRATEGIES)}")
     if args.strategy == "bayes":
@@ -117,10 +112,7 @@ def tune_main(argv) -> int:
     key = tuned_tables.device_key(host) if getattr(host, "name", "?") != "?" else None
     if key is not None:
         table.read_installed(args.family, key)  # a bad installed table stops here, before measuring
-    executor = make_executor(
-        args.executor, address=args.address, gpus_per_task=args.gpus_per_task, timeout_s=args.timeout_s,
-        num_cpus=args.num_cpus,
-    )  # fmt: skip
+    executor = executor_of(args)
     rep_ms = args.rep_ms if args.rep_ms is not None else (5.0 if args.device == "cpu" else 100.0)
     options = TuneOptions(args.strategy, args.seed, args.budget_s, args.trials, rep_ms)
     out.mkdir(parents=True, exist_ok=True)

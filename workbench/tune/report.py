@@ -104,14 +104,7 @@ def write_report(result, out: Path, key: str | None, options, table: dict | None
     if len(workers) > 1:
         parts += ["<h2>Workers</h2>", reader.table_html(workers)]
     parts += ["<h2>The table</h2>", f"<pre>{html.escape(json.dumps(table, indent=1, default=str))}</pre>"]
-    style = (
-        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
-        "td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top;font-size:13px}th{background:#f3f3f3}"
-    )
-    page = (
-        f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-        f"<style>{style}</style></head><body>{''.join(parts)}</body></html>"
-    )
+    page = reader.page_html(title, parts)
     out.mkdir(parents=True, exist_ok=True)
     report = out / "report.html"
     report.write_text(reader.scrub_paths(page, [out]))
