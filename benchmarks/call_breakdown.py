@@ -24,7 +24,8 @@ and the table is taken again: CUPTI stays attached after a session unless Kineto
 ``measure_many`` of the same cell runs in this process (profiler sessions, torch.compile and
 Liger loaded) and the table is taken again, and once more after the process's objects are
 frozen out of the garbage collector's way (``gc.freeze``). Run it with and without
-``TEARDOWN_CUPTI=1`` to see what the teardown buys and what a session costs with it.
+``TEARDOWN_CUPTI=1`` to see what the teardown buys and what a session costs with it
+(``--sessions-only`` stops after the second table: the profiler's after-effect alone).
 """
 
 from __future__ import annotations
@@ -187,12 +188,14 @@ def main(argv=None) -> None:
     ap.add_argument("--rows", type=int, default=4096)
     ap.add_argument("--hidden", type=int, default=1024)
     ap.add_argument("--out", default="/tmp/res")
+    ap.add_argument("--sessions-only", action="store_true", help="stop after the table taken after the sessions")
     args = ap.parse_args(argv)
     dev = get_device("cuda")
     flush = dev.flush_l2
     print(f"{dev.name}, torch {torch.__version__}; rows {args.rows}, hidden {args.hidden}, bf16\n")
     cupti = os.environ.get("TEARDOWN_CUPTI", "(unset)")
-    print(f"== a fresh process (TEARDOWN_CUPTI={cupti})")
+    lazy = os.environ.get("DISABLE_CUPTI_LAZY_REINIT", "(unset)")
+    print(f"== a fresh process (TEARDOWN_CUPTI={cupti}, DISABLE_CUPTI_LAZY_REINIT={lazy})")
     fresh = table(args.rows, args.hidden, flush)
     sampler = ProfilerKernelSampler(calls(args.rows, args.hidden)["ours fwd+bwd"], flush=flush)
     session_ms = []
@@ -202,6 +205,13 @@ def main(argv=None) -> None:
         session_ms.append(round((time.perf_counter() - t0) * 1e3, 1))
     print(f"\n== after 5 kernel-timing profiler sessions of 10 calls each (ms per session: {session_ms})")
     after_profiler = table(args.rows, args.hidden, flush)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    if args.sessions_only:
+        body = {"teardown_cupti": cupti, "disable_lazy_reinit": lazy, "fresh": fresh}
+        body |= {"profiler_session_ms": session_ms, "after_profiler_sessions": after_profiler}
+        name = f"call_breakdown_teardown{cupti}_lazy{lazy}.json".replace("(unset)", "-")
+        Path(args.out, name).write_text(json.dumps(body, indent=1, default=str))
+        return
     variants = ["gpu_multirow", "torch_functional", "torch_compile", "liger"]
     configs = [
         dict(variant=v, dtype="bf16", mode="full", problem={"rows": args.rows, "hidden": args.hidden}) for v in variants
@@ -225,7 +235,6 @@ def main(argv=None) -> None:
     )
     frozen = table(args.rows, args.hidden, flush)
     gc.unfreeze()
-    Path(args.out).mkdir(parents=True, exist_ok=True)
     body = {
         "teardown_cupti": cupti,
         "fresh": fresh,

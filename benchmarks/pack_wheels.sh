@@ -9,6 +9,7 @@
 #   bash benchmarks/pack_wheels.sh [DEST=.whl]      # about 11 MB
 #   WITH_WIDGETS=1 bash benchmarks/pack_wheels.sh   # + plotly, ipywidgets and what they import (about 14 MB more):
 #                                                   # explorer_latency.py and the reports' figures on the GPU machine
+#   WITH_TUNE=1 bash benchmarks/pack_wheels.sh      # + Optuna and what `import optuna` loads (workbench tune --strategy bayes)
 #   bash benchmarks/pack_ray.sh [DEST=.whl]         # Ray too, for sweeps (about 41 MB more)
 set -euo pipefail
 DEST=${1:-.whl}
@@ -20,6 +21,8 @@ WIDGET_WHEELS="plotly narwhals ipywidgets comm traitlets widgetsnbextension jupy
   typing_extensions ipython ipython_pygments_lexers pygments decorator jedi parso matplotlib-inline pexpect
   ptyprocess prompt_toolkit wcwidth stack_data executing asttokens pure_eval"
 [ "${WITH_WIDGETS:-0}" = 1 ] && WHEELS="$WHEELS $WIDGET_WHEELS"
+# Optuna imports its RDB storage (SQLAlchemy, Alembic) only when asked for one; tune keeps studies in memory.
+[ "${WITH_TUNE:-0}" = 1 ] && WHEELS="$WHEELS optuna==5.0.0 colorlog PyYAML"
 mkdir -p "$DEST"
 platforms=()
 for p in manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux_2_5_x86_64 manylinux1_x86_64; do
