@@ -203,6 +203,20 @@ def test_facts_of_a_compiled_kernel(monkeypatch):
     assert compile_facts.columns(facts)["spills"] == 12
 
 
+def test_warnings_count_one_program_and_one_warp_in_the_singular(monkeypatch):
+    from kernels.launch import Launch
+
+    monkeypatch.setattr(compile_facts, "cuda_limits", lambda index: h100())
+    compiled = SimpleNamespace(
+        n_regs=255, n_spills=0, metadata=SimpleNamespace(shared=0, num_warps=1, num_stages=1, num_ctas=1)
+    )
+    device = SimpleNamespace(kind="cuda", index=0, num_cores=132)
+    facts = compile_facts.collect([Launch("_one_kernel", (1, 1, 1), "cuda", compiled)], device)
+    text = " | ".join(compile_facts.warnings(facts))
+    assert "grid of 1 program fills" in text and "x 1 warp per SM" in text
+    assert "1 programs" not in text and "1 warps" not in text
+
+
 def test_csv_carries_the_facts_columns(tmp_path):
     import csv
 

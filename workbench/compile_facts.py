@@ -168,6 +168,11 @@ def columns(facts: dict | None) -> dict:
     }
 
 
+def _count(n, noun: str) -> str:
+    """``1 program``, ``3 programs``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def warnings(facts: dict | None) -> list[str]:
     """What a reader should look at: spills, occupancy below 100% and what limits it, a grid that
     does not fill the device, a tile that cannot launch, a Unified Buffer over its capacity."""
@@ -182,18 +187,20 @@ def warnings(facts: dict | None) -> list[str]:
         pct, resource = occ.get("occupancy_pct"), occ.get("resource_limit")
         if pct is not None and pct < 100 and resource:
             out.append(
-                f"{name}: occupancy {pct:.0f}% ({occ['blocks_per_sm']} programs x {k['num_warps']} warps per SM), "
+                f"{name}: occupancy {pct:.0f}% ({_count(occ['blocks_per_sm'], 'program')} x "
+                f"{_count(k['num_warps'], 'warp')} per SM), "
                 f"limited by {resource}" + (f" ({k['regs']} per thread)" if resource == "registers" else "")
             )
         if occ.get("limit") == "grid":
             slots = occ["blocks_per_sm"] * (facts.get("device") or {}).get("sm_count", 0)
             out.append(
-                f"{name}: grid of {k['programs']} programs fills {occ['waves']:.0%} of the device's {slots} "
+                f"{name}: grid of {_count(k['programs'], 'program')} fills {occ['waves']:.0%} of the device's {slots} "
                 "resident slots (the grid, not the tile, limits occupancy)"
             )
         cores = k.get("cores")
         if cores and k.get("programs") is not None and k["programs"] < cores:
-            out.append(f"{name}: grid of {k['programs']} programs leaves {cores - k['programs']} of {cores} cores idle")
+            idle = cores - k["programs"]
+            out.append(f"{name}: grid of {_count(k['programs'], 'program')} leaves {idle} of {cores} cores idle")
     ub, cap = (facts or {}).get("ub_bytes"), (facts or {}).get("ub_capacity_bytes")
     if ub is not None and cap and ub > cap:
         out.append(f"Unified Buffer {ub / 1024:.1f} KB over the {cap / 1024:.0f} KB per core (ub overflow)")
