@@ -589,14 +589,19 @@ _npu_run, _npu_check, _npu_source = _ours("npu")
 
 def _keep_tuned(batch: int, params) -> bool:
     """The tune's grid at one batch: one column tile as wide as the batch below 16 (wider
-    tiles only pad), 16-64 columns from 16 (the tl.dot form); the large tiling is unsplit."""
+    tiles only pad), 16-64 columns from 16 (the tl.dot form); the large tiling is unsplit; a
+    broadcast tile (a side under 16) within the kernel's element cap."""
     b2 = 1 << max(0, (batch - 1).bit_length())
     block_b = params.get("BLOCK_B", 1)
     if batch < 16 and block_b != b2:
         return False
     if batch >= 16 and not (16 <= block_b <= b2):
         return False
-    return not (params.get("heuristic") == "large" and params.get("SPLITS", 1) != 1)
+    if params.get("heuristic") == "large" and params.get("SPLITS", 1) != 1:
+        return False
+    tile = params.get("TILE_M", 1) * params.get("TILE_K", 1) * block_b
+    broadcast = min(params.get("TILE_M", 1), params.get("TILE_K", 1), block_b) < 16
+    return not (broadcast and tile > gpu.MAX_3D_TILE)  # the check refuses it: nothing to time
 
 
 TUNING = Tuning(
@@ -608,7 +613,7 @@ TUNING = Tuning(
     params={
         "heuristic": ("small", "large"),
         "TILE_M": (4, 8, 16, 32),
-        "TILE_K": (16, 32, 64, 128),
+        "TILE_K": (16, 32, 64, 128, 256, 512, 1024),
         "BLOCK_B": (1, 2, 4, 8, 16, 32, 64),
         "SPLITS": (1, 2, 4, 8, 16),
         "num_warps": (2, 4, 8),
