@@ -340,9 +340,11 @@ def _small_forward(block_size: int, n_edges: int, batch: int) -> dict:
         return dict(TILE_M=16, TILE_K=tile_k, BLOCK_B=16, PROGRAM_M=16)
     block_b = min(_pow2(batch), 8)
     tile_m = min(_pow2(block_size), GPU_SMALL_TILE_M)
-    # TILE_K as wide as a 4096-element tile allows: at batch 1 (4 x 1024 x 1) the whole K=1024 in
-    # one step ran 6.4 us on the H200 against 8.6 at 512 and 10.3 at the former cap of 256.
-    tile_k = min(_pow2(n_edges), max(1, 4096 // (tile_m * block_b)))
+    # TILE_K as wide as the broadcast tile's cap allows (fewer, longer steps over the edges). H100
+    # sweep, L = 1024, kernel time cold: 7.1 / 7.5 / 8.1 / 11.3 us at batch 1 / 2 / 4 / 8
+    # (TILE_K 1024, 1024, 1024, 512) against 10.5 / 12.5 / 11.7 / 19.3 at the former 4096-element
+    # budget capped at 256; the H200 ran batch 1 in 6.4 us against 10.3.
+    tile_k = min(_pow2(n_edges), max(1, MAX_3D_TILE // (tile_m * block_b)))
     return dict(TILE_M=tile_m, TILE_K=tile_k, BLOCK_B=block_b, PROGRAM_M=tile_m)
 
 
