@@ -852,3 +852,17 @@ def test_gpu_hmm_graphed_matches_classical_recursion(heuristic, batch):
     )
     assert_close(flows["prior"], want_flows["prior"], atol=1e-3, scale_by_max=True, what="prior flows")
     assert_close(flows["emit"], want_flows["emit"], atol=1e-3, scale_by_max=True, what="emission flows")
+
+
+def test_small_rule_fills_the_broadcast_cap_with_edges_and_narrows_for_a_given_tile():
+    """Below batch 16 the small tiling takes TILE_K as wide as the broadcast cap allows (the H100
+    sweep's fastest at L=1024), never wider than the edges; a wider TILE_M given by a table or a
+    caller narrows the rule's TILE_K instead of failing the cap; an explicit TILE_K still fails."""
+    widths = {b: gpu._forward_tiles(1, 1024, 1024, b, 132, heuristic="small").TILE_K for b in (1, 2, 3, 4, 8)}
+    assert widths == {1: 1024, 2: 1024, 3: 1024, 4: 1024, 8: 512}
+    assert gpu._forward_tiles(1, 16, 48, 1, 132, heuristic="small").TILE_K == 64  # 48 edges: one masked step
+    for batch in (1, 3, 8):
+        t = gpu._forward_tiles(1, 1024, 1024, batch, 132, heuristic="small", TILE_M=8)
+        assert t.TILE_M * t.TILE_K * t.BLOCK_B <= gpu.MAX_3D_TILE and not t.USE_DOT
+    with pytest.raises(ValueError, match="lower TILE_K or BLOCK_B"):
+        gpu._forward_tiles(1, 1024, 1024, 8, 132, heuristic="small", TILE_M=8, TILE_K=1024)

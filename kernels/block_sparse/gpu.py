@@ -429,6 +429,8 @@ def _forward_tiles(
             f"nodes in sub-tiles of TILE_M)"
         )
     tm, tk, tb = chosen["TILE_M"], chosen["TILE_K"], chosen["BLOCK_B"]
+    if TILE_K == "auto" and min(tm, tk, tb) < 16 and tm * tk * tb > MAX_3D_TILE:
+        tk = max(1, MAX_3D_TILE // (tm * tb))  # the rule's TILE_K, narrowed for a wider given tile
     use_dot = min(tm, tk, tb) >= 16
     if not use_dot and tm * tk * tb > MAX_3D_TILE:
         raise ValueError(
