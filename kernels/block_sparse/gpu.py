@@ -41,7 +41,7 @@ Two tilings (``heuristic``):
   ``G x cdiv(B, BLOCK_B)``: at batch 1 with one block of 1024 nodes that is a single program,
   one SM busy — the small-batch pathology the issue describes.
 - ``small``: node tiles of ``TILE_M = 4`` are separate programs (``PROGRAM_M = TILE_M``) and
-  ``TILE_K`` is decoupled from the batch (as wide as a ~4096-element register tile allows), so
+  ``TILE_K`` is decoupled from the batch (as wide as the 16384-element broadcast tile allows), so
   batch 1 with 1024 nodes runs 256 programs. From batch 16 it takes the ``tl.dot`` form in
   16-node programs (64 at L = 1024) with a two-stage pipelined edge loop.
 - ``auto``: ``large`` when its grid already has at least one program per SM, else ``small``.
