@@ -484,3 +484,16 @@ def test_a_target_with_a_budget_scale_gives_its_cells_that_much_more_time(monkey
     assert smoke.target("rms_norm_full").budget_scale == 4 and smoke.target("rms_norm_forward").budget_scale == 1
     suite_run.run_suite(smoke, device="cpu", rep_ms=1.0, only=["rms_norm_forward", "rms_norm_full"])
     assert budgets == {"forward": {1.0}, "full": {4.0}}
+
+
+def test_the_warm_block_sparse_target_is_kept_apart_from_the_cold_one():
+    """Same cells, L2 left warm: its records are its own (an earlier cold target's records at the
+    same problem are not reused for it), in every suite."""
+    from workbench.suites.run import _taken_key
+    from workbench.suites.targets import SUITES
+
+    for suite in SUITES.values():
+        warm, cold = suite.target("block_sparse_forward_warm"), suite.target("block_sparse_forward")
+        assert warm.l2 == "warm" and cold.l2 == "cold" and set(warm.values) <= set(cold.values)
+        problem = {**cold.problem, "batch": warm.values[0]}
+        assert _taken_key("block_sparse", "gpu", warm, problem) != _taken_key("block_sparse", "gpu", cold, problem)

@@ -318,3 +318,31 @@ def test_without_groups_a_converged_sampler_keeps_its_turns():
     samplers = {"k": Synthetic(lambda: rng.normal(1.0, 0.001)), "c": Synthetic(lambda: rng.uniform(0.5, 1.5))}
     out = timing.run_interleaved(samplers, budget_s=0.05, clock=fake_clock(0.001))
     assert out["k"].n == out["c"].n > timing.MIN_SAMPLES
+
+
+def test_warm_l2_kernel_timing_skips_the_flush_while_call_timing_keeps_it(monkeypatch):
+    """``l2="warm"`` hands the CUDA kernel sampler no flush (the L2 stays as the previous call left
+    it); the call timing starts from a flushed L2 either way; anything else is refused."""
+    from workbench.device import Device
+
+    seen = []
+
+    def kernel_sampler(fn, flush=None):
+        seen.append(flush)
+        return timing.WallSampler(fn, method="stand-in"), ""
+
+    monkeypatch.setattr(timing, "kernel_sampler", kernel_sampler)
+    dev = Device("cuda", 0)  # nothing here touches CUDA: the samplers are only built
+    warm, _ = dev.samplers(lambda: None, l2="warm")
+    cold, _ = dev.samplers(lambda: None)
+    assert seen == [None, dev.flush_l2]
+    assert warm["call"].flush == dev.flush_l2 and cold["call"].flush == dev.flush_l2
+    with pytest.raises(ValueError, match="l2='hot' is not allowed; use one of cold, warm"):
+        dev.samplers(lambda: None, l2="hot")
+
+
+def test_measure_many_refuses_an_unknown_l2_state():
+    from workbench.measure import measure_many
+
+    with pytest.raises(ValueError, match="use one of cold, warm"):
+        measure_many("rms_norm", [dict(variant="gpu_row")], device="cpu", quick=True, l2="lukewarm")

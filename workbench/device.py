@@ -20,6 +20,16 @@ from workbench import device_state, timing
 
 # The three timings of a measurement (workbench.timing explains each).
 TIMINGS = ("kernel", "call", "host")
+# The L2 state a kernel timing starts each call in: flushed (the default, what a lone call meets)
+# or as the previous call left it (a layer whose operands stay resident, an HMM's transitions).
+L2_STATES = ("cold", "warm")
+
+
+def check_l2(l2: str) -> str:
+    if l2 not in L2_STATES:
+        raise ValueError(f"l2={l2!r} is not allowed; use one of {', '.join(L2_STATES)}")
+    return l2
+
 
 __all__ = ["KINDS", "Device", "Timing", "device_of", "get_device", "kinds_present"]
 
@@ -68,14 +78,17 @@ class Device(DeviceInfo):
         """Host wall time of one synchronised call (issue + run + sync), median of many."""
         return wall_timing(fn, rep_ms, method="host-wall", sync=self.synchronize, max_calls=max_calls)
 
-    def samplers(self, fn: Callable[[], object], which: Sequence[str] = TIMINGS) -> tuple[dict, str]:
+    def samplers(self, fn: Callable[[], object], which: Sequence[str] = TIMINGS, l2: str = "cold") -> tuple[dict, str]:
         """The samplers of ``fn``'s kernel, call and host timings here, and a note on any fallback.
 
-        CUDA: graph replay (else the profiler) for kernel, flushed device events for call, the
+        CUDA: the profiler (else graph replay) for kernel, flushed device events for call, the
         issue time for host. NPU: back-to-back device events for kernel (no graph capture
         there), flushed events for call. CPU: every timing is the interpreter's (or torch's)
-        wall time and carries that label; there is no separate host time.
+        wall time and carries that label; there is no separate host time. ``l2="warm"`` leaves
+        the L2 as the previous call left it for the CUDA kernel timing (its method says "L2
+        warm"); the call timing always starts from a flushed L2.
         """
+        check_l2(l2)
         out: dict[str, timing.Sampler] = {}
         note = ""
         if self.kind == "cpu":
@@ -85,7 +98,7 @@ class Device(DeviceInfo):
             return {name: timing.WallSampler(fn, method="interpreter-wall") for name in named}, note
         if "kernel" in which:
             if self.kind == "cuda":
-                out["kernel"], note = timing.kernel_sampler(fn, flush=self.flush_l2)
+                out["kernel"], note = timing.kernel_sampler(fn, flush=self.flush_l2 if l2 == "cold" else None)
             else:
                 out["kernel"] = timing.BackToBackSampler(fn, self.backend, method=f"{self.kind}-events")
         if "call" in which:
@@ -101,16 +114,17 @@ class Device(DeviceInfo):
         which: Sequence[str] = TIMINGS,
         rel_width: float = timing.DEFAULT_REL_WIDTH,
         budget_s: float = 1.0,
+        l2: str = "cold",
     ) -> dict[object, dict[str, timing.Estimate]]:
         """Kernel, call and host timings of several calls at once, their trials interleaved.
 
-        ``budget_s`` is per call and timing; all samplers alternate (A B C A B C ...) until every
+        ``budget_s`` is per call and timing (``l2``: see :meth:`samplers`); all samplers alternate (A B C A B C ...) until every
         median's interval is within ``rel_width`` or the budget is spent. Returns, per key, the
         estimates by timing name, plus ``"note"`` where the kernel timing had to fall back.
         """
         samplers, notes = {}, {}
         for key, fn in fns.items():
-            per_fn, notes[key] = self.samplers(fn, which)
+            per_fn, notes[key] = self.samplers(fn, which, l2)
             for name, sampler in per_fn.items():
                 samplers[(key, name)] = sampler
         try:

@@ -42,7 +42,7 @@ from kernels.launch import recording
 from kernels.spec import DTYPES, KernelSpec, Variant, as_tuple, dtype_name, get
 from kernels.testing import TensorCheck, compare
 from workbench import compile_facts, device_state
-from workbench.device import Device, get_device
+from workbench.device import Device, check_l2, get_device
 from workbench.phases import Phases
 from workbench.provenance import code_version
 from workbench.timing import DEFAULT_REL_WIDTH
@@ -214,6 +214,7 @@ def measure_many(
     rel_width: float = DEFAULT_REL_WIDTH,
     extra: Sequence[tuple[Record, Callable[[], object]]] = (),
     phases: Phases | None = None,
+    l2: str = "cold",
 ) -> list[Record]:
     """Measure several configurations of one family side by side, their timing trials interleaved.
 
@@ -228,7 +229,10 @@ def measure_many(
     ``extra``: (record, call) pairs timed in the same rounds, for calls that are not a variant
     (a peer's bare kernel); their records get the timings and nothing else. ``phases`` adds
     the wall seconds spent on inputs, first calls, checks and timing (:mod:`workbench.phases`).
+    ``l2``: "cold" (the L2 flushed before each kernel-timed call) or "warm" (left as the previous
+    call left it); the records' ``kernel_method`` says which (:meth:`Device.samplers`).
     """
+    check_l2(l2)
     spec = get(spec) if isinstance(spec, str) else spec
     phases = phases if phases is not None else Phases()
     shared = _Shared(device, quick, check, on_error, phases)
@@ -244,7 +248,7 @@ def measure_many(
         prepared += [_Prepared(rec, spec, dev, rec.problem, fn) for rec, fn in extra]
     if prepared:
         with phases("timing"):
-            _time_together(prepared, warmup_ms, rep_ms, rel_width, on_error)
+            _time_together(prepared, warmup_ms, rep_ms, rel_width, on_error, l2)
     for prep in prepared:
         prep.step = None  # drop the inputs and graphs before the next configuration allocates
     for rec in records:
@@ -379,19 +383,20 @@ def _prepare(spec, config, shared: _Shared) -> tuple[Record, _Prepared | None]:
         return record, None
 
 
-def _time_together(prepared: list[_Prepared], warmup_ms, rep_ms, rel_width, on_error) -> None:
+def _time_together(prepared: list[_Prepared], warmup_ms, rep_ms, rel_width, on_error, l2="cold") -> None:
     """Time every prepared configuration, interleaved; one that fails is retried alone."""
     dev = prepared[0].device
     for prep in prepared:
         _warm_up(prep, warmup_ms)
     state_start = dev.state()
     try:
-        results = dev.timings({i: p.step for i, p in enumerate(prepared)}, rel_width=rel_width, budget_s=rep_ms / 1e3)
+        steps = {i: p.step for i, p in enumerate(prepared)}
+        results = dev.timings(steps, rel_width=rel_width, budget_s=rep_ms / 1e3, l2=l2)
     except Exception:  # noqa: BLE001 - isolate the configuration that failed
         if len(prepared) == 1:
             return _timing_failed(prepared[0], on_error)
         for prep in prepared:
-            _time_together([prep], 0, rep_ms, rel_width, on_error)
+            _time_together([prep], 0, rep_ms, rel_width, on_error, l2)
         return
     state = device_state.around(state_start, dev.state())
     for i, prep in enumerate(prepared):

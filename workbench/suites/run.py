@@ -77,6 +77,7 @@ def _run_versus(target: Versus, ctx: RunContext, run: SuiteRun) -> None:
             on_error="record",
             extra=[(rec, fn) for rec, fn in bare if fn is not None],
             phases=ctx.phases,
+            l2=target.l2,
         )
         for key, rec in zip(keys, recs):
             ctx.emit(rec)
@@ -92,7 +93,8 @@ def _has_mode(var, mode: str) -> bool:
 
 
 def _taken_key(family: str, variant: str, target: Versus, problem: dict) -> tuple:
-    return (family, variant, target.mode, target.dtype, tuple(sorted((k, str(v)) for k, v in problem.items())))
+    problem_key = tuple(sorted((k, str(v)) for k, v in problem.items()))
+    return (family, variant, target.mode, target.dtype, target.l2, problem_key)
 
 
 def _bare_kernel(spec, var, problem: dict, target: Versus, ctx: RunContext) -> tuple[Record, Callable | None]:
