@@ -294,7 +294,7 @@ def test_h100_suite_is_the_issue():
     tf32 = h.target("block_sparse_forward_tf32")  # matched precision where PyJuice's products run TF32
     assert tf32.values == (16, 32, 64) and tf32.problem["precision"] == "tf32" and tf32.kernel_only == ("pyjuice",)
     graphed = h.target("hmm_chain_graphed")
-    assert graphed.peers == ("pyjuice_graph",) and graphed.batches == (1, 16)
+    assert graphed.peers == ("pyjuice_graph",) and graphed.batches == (1, 4, 16, 64)  # issue 24's chain sizes
     assert required(graphed.min_ratio, 1) == 1.25 and (graphed.T, graphed.L) == (32, 1024)
     assert all(t.problem.get("rows", 4096) == 4096 for t in h.targets if t.kind != "chain")
 

@@ -521,7 +521,7 @@ def _gpu_suite(name: str, gpu: str) -> Suite:
             batches=(1, 2, 4, 8, 16, 32, 64),  # issue 16: batch 1-64
             warm_batches=(1, 2, 4, 8, 16),  # issue 24's warm table
             tf32_batches=(16, 32, 64),
-            hmm={"T": 32, "L": 1024, "batches": (1, 16)},
+            hmm={"T": 32, "L": 1024, "batches": (1, 4, 16, 64)},  # issue 24: the chain at 1, 4, 16, 64
             defaults={
                 "rms_forward": (1024, 4096, 16384),
                 "rms_full": (4096,),
