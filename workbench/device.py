@@ -118,9 +118,10 @@ class Device(DeviceInfo):
     ) -> dict[object, dict[str, timing.Estimate]]:
         """Kernel, call and host timings of several calls at once, their trials interleaved.
 
-        ``budget_s`` is per call and timing (``l2``: see :meth:`samplers`); all samplers alternate (A B C A B C ...) until every
-        median's interval is within ``rel_width`` or the budget is spent. Returns, per key, the
-        estimates by timing name, plus ``"note"`` where the kernel timing had to fall back.
+        ``budget_s`` is per call and timing; all samplers alternate (A B C A B C ...) until every
+        median's interval is within ``rel_width`` or the budget is spent. ``l2``: see
+        :meth:`samplers`. Returns, per key, the estimates by timing name, plus ``"note"`` where
+        the kernel timing had to fall back.
         """
         samplers, notes = {}, {}
         for key, fn in fns.items():
