@@ -866,3 +866,26 @@ def test_small_rule_fills_the_broadcast_cap_with_edges_and_narrows_for_a_given_t
         assert t.TILE_M * t.TILE_K * t.BLOCK_B <= gpu.MAX_3D_TILE and not t.USE_DOT
     with pytest.raises(ValueError, match="lower TILE_K or BLOCK_B"):
         gpu._forward_tiles(1, 1024, 1024, 8, 132, heuristic="small", TILE_M=8, TILE_K=1024)
+
+
+@pytest.mark.parametrize("batch", (1, 3))
+def test_small_tiling_walks_many_edges_in_one_masked_step(device, batch):
+    """The small tiling's edge tile filling the broadcast cap: 600 edges (not a power of two) in
+    one 1024-wide step, batch 1 and 3, one node's children all -inf; forward and both gradients
+    against the reference."""
+    x = layer(12, 4, batch, device, K=600)
+    tiles = gpu._forward_tiles(3, 4, 600, batch, 132, heuristic="small")
+    assert tiles.TILE_K == 1024 and not tiles.USE_DOT
+    em = x["element_mars"].clone()
+    em[x["cids"][0]] = float("-inf")  # every child of block 0: its nodes end at -inf
+    em.requires_grad_(True)
+    params = x["params"].clone().requires_grad_(True)
+    out = sum_layer(em, params, x["cids"], x["pids"], 4, impl="gpu", heuristic="small")
+    em64, p64 = ref64(em).requires_grad_(True), ref64(params).requires_grad_(True)
+    want = sum_layer_reference(em64, p64, x["cids"].cpu(), x["pids"].cpu(), 4)
+    assert_close(out, want, what="forward")
+    grad = torch.randn_like(out).masked_fill(~torch.isfinite(out), 0.0)
+    got_em, got_p = torch.autograd.grad(out, (em, params), grad)
+    want_em, want_p = torch.autograd.grad(want, (em64, p64), ref64(grad))
+    assert_close(got_em, want_em, atol=1e-3, scale_by_max=True, what="element gradient")
+    assert_close(got_p, want_p, atol=1e-3, scale_by_max=True, what="parameter gradient")
