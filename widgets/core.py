@@ -60,6 +60,16 @@ class ResultCache:
             return key in self._data
 
 
+def as_dict(record) -> dict:
+    """A record (or a record's dict) as a dict."""
+    return record.to_dict() if hasattr(record, "to_dict") else dict(record)
+
+
+def mapping_str(m) -> str:
+    """``k=v, k=v``."""
+    return ", ".join(f"{k}={v}" for k, v in m.items())
+
+
 def short_reason(error: str | None, limit: int = 160) -> str:
     if not error:
         return ""

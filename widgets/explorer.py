@@ -647,6 +647,9 @@ class Explorer:
             self.profile_thread.join()
 
     def _ub(self, rec) -> int | None:
+        facts = rec.compile_facts or {}
+        if "ub_bytes" in facts:  # the measurement already modelled it (workbench.compile_facts)
+            return facts["ub_bytes"]
         est = getattr(self.spec, "ub_estimate", None)
         if est is None or self.spec.variant(rec.variant).backend != "npu":
             return None

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import html
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
 import plotly.graph_objects as go
 
 from kernels.spec import PEER_BACKENDS  # records carry the backend name, not the Variant
 from widgets import why
-from widgets.core import METRICS, short_reason
+from widgets.core import METRICS, as_dict, mapping_str, short_reason
 
 PALETTE = (
     "#1f77b4",
@@ -34,10 +34,6 @@ PALETTE = (
     "#7f7f7f",
     "#bcbd22",
 )
-
-
-def as_dict(record: Any) -> dict:
-    return record.to_dict() if hasattr(record, "to_dict") else dict(record)
 
 
 def color_for(name: str, order: Sequence[str]) -> str:
@@ -685,7 +681,3 @@ def failures_table(records: Iterable[Any], axes: Sequence[str]) -> list[dict]:
             row["reason"] = short_reason(r.get("error")) or "correctness check failed"
             rows.append(row)
     return rows
-
-
-def mapping_str(m: Mapping) -> str:
-    return ", ".join(f"{k}={v}" for k, v in m.items())

@@ -851,7 +851,7 @@ def show_speed_overview(run: dict) -> None:
         F.show_html("<h2>Bandwidth and call overhead</h2>")
     for fig in figs:
         F.show(fig)
-    rooflines = [f for f in rooflines_of(run) if f is not None]
+    rooflines = rooflines_of(run)
     if rooflines:
         F.show_html("<h2>Roofline per family</h2>")
     for fig in rooflines:
@@ -859,12 +859,10 @@ def show_speed_overview(run: dict) -> None:
 
 
 def rooflines_of(run: dict) -> list:
-    """One roofline per family among the run's records (:mod:`workbench.roofline`); None for a
-    family whose records carry no device bandwidth (interpreter runs)."""
-    from workbench.roofline import roofline_figure
+    """One roofline per family among the run's records that has one (:func:`workbench.roofline.figures`)."""
+    from workbench.roofline import figures
 
-    records = run.get("records") or []
-    return [roofline_figure(records, family) for family in sorted({str(r.get("kernel")) for r in records})]
+    return figures(run.get("records") or [])
 
 
 def show_baseline(run: dict) -> None:

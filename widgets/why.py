@@ -10,13 +10,9 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from widgets.core import short_reason
+from widgets.core import as_dict, mapping_str, short_reason
 from workbench import compile_facts as CF
 from workbench.occupancy import limit_of_error
-
-
-def _as_dict(record: Any) -> dict:
-    return record.to_dict() if hasattr(record, "to_dict") else dict(record)
 
 
 def _cell(v: Any, fmt: str = "{}") -> str:
@@ -86,8 +82,8 @@ def why_html(record: Any) -> str:
     where facts are unavailable, and the counters where a profile ran."""
     if record is None:
         return "<div class='wb-why'></div>"
-    r = _as_dict(record)
-    title = f"<b>why</b> — {html.escape(r.get('variant') or '')} {html.escape(_params_str(r.get('params') or {}))}"
+    r = as_dict(record)
+    title = f"<b>why</b> — {html.escape(r.get('variant') or '')} {html.escape(mapping_str(r.get('params') or {}))}"
     parts = [title]
     if r.get("error"):
         limit = limit_of_error(r["error"])
@@ -113,7 +109,7 @@ def why_html(record: Any) -> str:
 
 def hover_text(record: Any) -> str:
     """A heatmap cell's hover lines: registers, spills and occupancy per kernel (``<br>``-joined)."""
-    r = _as_dict(record)
+    r = as_dict(record)
     facts = r.get("compile_facts") or {}
     if not facts:
         return ""
@@ -133,12 +129,8 @@ def hover_text(record: Any) -> str:
 
 def failure_text(record: Any) -> str:
     """Why a failed cell failed, naming the device limit it went over where the error says so."""
-    r = _as_dict(record)
+    r = as_dict(record)
     limit = limit_of_error(r.get("error"))
     if limit:
         return limit[1]
     return short_reason(r.get("error")) or "correctness check failed"
-
-
-def _params_str(params: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in params.items())

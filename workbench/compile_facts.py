@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 from typing import Iterable
 
-from workbench.device_limits import NPU, GpuLimits, gpu_limits
+from workbench.device_limits import NPU, PROPERTY_FIELDS, GpuLimits, gpu_limits
 from workbench.occupancy import occupancy
 
 ENV_SWITCH = "WORKBENCH_COMPILE_FACTS"  # "0": records say the facts were not read
@@ -61,8 +61,6 @@ def collect(launches: Iterable, device, *, ub_bytes: int | None = None) -> dict:
     if ub_bytes is not None:
         npu = NPU["Ascend910B"]
         facts.update(ub_bytes=int(ub_bytes), ub_capacity_bytes=npu.ub_bytes_per_core, ub_device=npu.name)
-    if device.kind == "npu":
-        facts["cores"] = device.num_cores
     return facts
 
 
@@ -103,15 +101,7 @@ def cuda_limits(index: int) -> GpuLimits:
     import torch
 
     props = torch.cuda.get_device_properties(index)
-    fields = (
-        "multi_processor_count",
-        "regs_per_multiprocessor",
-        "max_threads_per_multi_processor",
-        "shared_memory_per_multiprocessor",
-        "shared_memory_per_block_optin",
-        "warp_size",
-    )
-    return gpu_limits(props.major, props.minor, {f: getattr(props, f, None) for f in fields})
+    return gpu_limits(props.major, props.minor, {f: getattr(props, f, None) for f in PROPERTY_FIELDS})
 
 
 # --- reading facts back (tables, the Explorer, reports) ----------------------------------------

@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Mapping
 
+from kernels.rms_norm.npu import UB_BYTES  # the Ascend 910B Unified Buffer per core
+
 
 @dataclass(frozen=True)
 class GpuLimits:
@@ -57,7 +59,7 @@ GPU_ARCH: dict[tuple[int, int], GpuLimits] = {
 }
 
 # torch.cuda.get_device_properties field -> GpuLimits field, where torch reports it.
-_PROPERTY_FIELDS = {
+PROPERTY_FIELDS = {
     "multi_processor_count": "sm_count",
     "regs_per_multiprocessor": "regs_per_sm",
     "max_threads_per_multi_processor": "max_threads_per_sm",
@@ -83,7 +85,7 @@ def gpu_limits(major: int, minor: int, properties: Mapping[str, int]) -> GpuLimi
                 "(add its row to workbench.device_limits.GPU_ARCH)"
             )
         base = replace(GPU_ARCH[max(older)], arch=f"sm_{major}{minor}")
-    found = {ours: int(properties[theirs]) for theirs, ours in _PROPERTY_FIELDS.items() if properties.get(theirs)}
+    found = {ours: int(properties[theirs]) for theirs, ours in PROPERTY_FIELDS.items() if properties.get(theirs)}
     return replace(base, **found)
 
 
@@ -110,10 +112,9 @@ class NpuLimits:
 
     name: str
     ub_bytes_per_core: int
-    vector_cores: int
 
 
-NPU = {"Ascend910B": NpuLimits("Ascend910B", 192 * 1024, 48)}
+NPU = {"Ascend910B": NpuLimits("Ascend910B", UB_BYTES)}
 
 
 @dataclass(frozen=True)

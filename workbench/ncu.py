@@ -145,14 +145,11 @@ def _run(cmd: list[str], timeout_s: float) -> tuple[str, str, int]:
     return out, err, proc.returncode
 
 
-_CHILD_MARK = ERROR_MARK  # the child prints its one-line error after this
-
-
 def _child_failure(text: str) -> str | None:
     """The child's own one-line error (it prints it after a mark), if it failed."""
     for line in text.splitlines():
-        if line.startswith(_CHILD_MARK):
-            return line[len(_CHILD_MARK) :].strip()
+        if line.startswith(ERROR_MARK):
+            return line[len(ERROR_MARK) :].strip()
     return None
 
 

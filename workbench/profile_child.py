@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import sys
 
+from workbench.cli import one_line
+
 WARM_CALLS = 3
 ERROR_MARK = "workbench-profile-child-error:"
 
@@ -24,7 +26,7 @@ def main(argv=None) -> int:
         config = json.loads(argv[0])
         run(config)
     except Exception as exc:  # noqa: BLE001 - the parent shows it as one line
-        text = " ".join(str(exc).split()) or type(exc).__name__
+        text = one_line(exc)
         print(
             f"{ERROR_MARK} {type(exc).__name__}: {text}" if not isinstance(exc, ValueError) else f"{ERROR_MARK} {text}"
         )

@@ -19,6 +19,7 @@ from typing import Iterable
 
 from workbench import compile_facts
 from workbench.device_limits import peak_of
+from workbench.tune.pick import kernel_ms, passed
 
 # facts' reason -> marker colour
 COLOURS = {
@@ -30,10 +31,6 @@ COLOURS = {
     "blocks": "#17becf",
     "n/a": "#7f7f7f",
 }
-
-
-def _kernel_ms(r: dict):
-    return r.get("kernel_ms") if r.get("kernel_ms") is not None else r.get("ms_p50")
 
 
 def reason_of(r: dict) -> str:
@@ -58,12 +55,7 @@ def roofline_figure(records: Iterable[dict], family: str):
     recs = [
         r
         for r in records
-        if r.get("kernel") == family
-        and not r.get("error")
-        and r.get("passed")
-        and r.get("device_kind") not in (None, "cpu")
-        and r.get("min_bytes")
-        and _kernel_ms(r)
+        if r.get("kernel") == family and passed(r) and r.get("device_kind") not in (None, "cpu") and r.get("min_bytes")
     ]
     if not recs or family not in kernels.families():  # a suite's chain targets are no family
         return None
@@ -71,6 +63,20 @@ def roofline_figure(records: Iterable[dict], family: str):
     if spec.flops is not None:
         return _compute_roofline(spec, recs)
     return _bandwidth_figure(spec, recs)
+
+
+def figures(records: list[dict]) -> list:
+    """One roofline per family among ``records`` that has one (:func:`roofline_figure`), by name;
+    none where plotly is missing."""
+    out = []
+    for family in sorted({str(r.get("kernel")) for r in records}):
+        try:
+            fig = roofline_figure(records, family)
+        except (ImportError, ValueError):
+            fig = None
+        if fig is not None:
+            out.append(fig)
+    return out
 
 
 def _ceilings(recs: list[dict]) -> tuple[float | None, object]:
@@ -92,15 +98,14 @@ def _bandwidth_figure(spec, recs: list[dict]):
     by_reason = defaultdict(list)
     for r in recs:
         by_reason[reason_of(r)].append(r)
-    labels = [f"{_label(r)} | {r.get('mode')} {r.get('problem')}" for r in recs]
     for reason, rs in by_reason.items():
         fig.add_scatter(
-            x=[labels[recs.index(r)] for r in rs],
+            x=[f"{_label(r)} | {r.get('mode')} {r.get('problem')}" for r in rs],
             y=[r.get("gbps") for r in rs],
             mode="markers",
             marker=dict(size=10, color=COLOURS.get(reason, "#333")),
             name=f"bound by {reason}" if reason != "n/a" else "facts n/a",
-            hovertext=[_hover(r, f"{r['gbps']:.0f} GB/s, {_kernel_ms(r):.4g} ms") for r in rs],
+            hovertext=[_hover(r, f"{r['gbps']:.0f} GB/s, {kernel_ms(r):.4g} ms") for r in rs],
             hoverinfo="text",
         )
     if copy:
@@ -129,7 +134,7 @@ def _compute_roofline(spec, recs: list[dict]):
     points = []
     for r in recs:
         flops = spec.flops(r.get("problem") or {}, r.get("mode") or "forward")
-        seconds = _kernel_ms(r) * 1e-3
+        seconds = kernel_ms(r) * 1e-3
         points.append((r, flops / r["min_bytes"], flops / seconds / 1e9))
     fig = go.Figure()
     by_reason = defaultdict(list)
@@ -142,9 +147,7 @@ def _compute_roofline(spec, recs: list[dict]):
             mode="markers",
             marker=dict(size=10, color=COLOURS.get(reason, "#333")),
             name=f"bound by {reason}" if reason != "n/a" else "facts n/a",
-            hovertext=[
-                _hover(p[0], f"{p[2]:.0f} GFLOP/s at {p[1]:.2f} FLOP/B, {_kernel_ms(p[0]):.4g} ms") for p in pts
-            ],
+            hovertext=[_hover(p[0], f"{p[2]:.0f} GFLOP/s at {p[1]:.2f} FLOP/B, {kernel_ms(p[0]):.4g} ms") for p in pts],
             hoverinfo="text",
         )
     lo = min(p[1] for p in points) / 4

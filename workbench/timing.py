@@ -420,13 +420,13 @@ class ProfilerKernelSampler:
     def __init__(self, fn: Callable[[], object], calls: int = 10, flush: Callable[[], None] | None = None):
         self.fn, self.calls, self.flush = fn, calls, flush
         self.method = "profiler, L2 flushed" if flush is not None else "profiler, L2 warm"
+        os.environ.setdefault(TEARDOWN_SWITCH, "1")  # Kineto reads it as each session stops
 
     def sample(self) -> list[float]:
         import torch
         from torch.autograd import DeviceType
         from torch.profiler import ProfilerActivity, profile
 
-        os.environ.setdefault(TEARDOWN_SWITCH, "1")  # Kineto reads it as a session stops
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(self.calls):

@@ -599,9 +599,8 @@ def _keep_tuned(batch: int, params) -> bool:
         return False
     if params.get("heuristic") == "large" and params.get("SPLITS", 1) != 1:
         return False
-    tile = params.get("TILE_M", 1) * params.get("TILE_K", 1) * block_b
-    broadcast = min(params.get("TILE_M", 1), params.get("TILE_K", 1), block_b) < 16
-    return not (broadcast and tile > gpu.MAX_3D_TILE)  # the check refuses it: nothing to time
+    # the check refuses it: nothing to time
+    return not gpu.broadcast_over_cap(params.get("TILE_M", 1), params.get("TILE_K", 1), block_b)
 
 
 TUNING = Tuning(

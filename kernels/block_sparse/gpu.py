@@ -344,8 +344,18 @@ def _small_forward(block_size: int, n_edges: int, batch: int) -> dict:
     # sweep, L = 1024, kernel time cold: 7.1 / 7.5 / 8.1 / 11.3 us at batch 1 / 2 / 4 / 8
     # (TILE_K 1024, 1024, 1024, 512) against 10.5 / 12.5 / 11.7 / 19.3 at the former 4096-element
     # budget capped at 256; the H200 ran batch 1 in 6.4 us against 10.3.
-    tile_k = min(_pow2(n_edges), max(1, MAX_3D_TILE // (tile_m * block_b)))
+    tile_k = min(_pow2(n_edges), widest_broadcast_tile_k(tile_m, block_b))
     return dict(TILE_M=tile_m, TILE_K=tile_k, BLOCK_B=block_b, PROGRAM_M=tile_m)
+
+
+def broadcast_over_cap(tile_m: int, tile_k: int, block_b: int) -> bool:
+    """A broadcast tile (a side under 16: no ``tl.dot``) holding more than MAX_3D_TILE elements."""
+    return min(tile_m, tile_k, block_b) < 16 and tile_m * tile_k * block_b > MAX_3D_TILE
+
+
+def widest_broadcast_tile_k(tile_m: int, block_b: int) -> int:
+    """The widest TILE_K a broadcast tile of ``tile_m`` x ``block_b`` holds within MAX_3D_TILE."""
+    return max(1, MAX_3D_TILE // (tile_m * block_b))
 
 
 def _split_forward(n_blocks: int, block_size: int, n_edges: int, batch: int, num_cores: int) -> dict:
@@ -429,10 +439,10 @@ def _forward_tiles(
             f"nodes in sub-tiles of TILE_M)"
         )
     tm, tk, tb = chosen["TILE_M"], chosen["TILE_K"], chosen["BLOCK_B"]
-    if TILE_K == "auto" and min(tm, tk, tb) < 16 and tm * tk * tb > MAX_3D_TILE:
-        tk = max(1, MAX_3D_TILE // (tm * tb))  # the rule's TILE_K, narrowed for a wider given tile
+    if TILE_K == "auto" and broadcast_over_cap(tm, tk, tb):
+        tk = widest_broadcast_tile_k(tm, tb)  # the rule's TILE_K, narrowed for a wider given tile
     use_dot = min(tm, tk, tb) >= 16
-    if not use_dot and tm * tk * tb > MAX_3D_TILE:
+    if broadcast_over_cap(tm, tk, tb):
         raise ValueError(
             f"TILE_M={tm} x TILE_K={tk} x BLOCK_B={tb} = {tm * tk * tb} elements exceeds the {MAX_3D_TILE}-element "
             f"broadcast tile (used when a tile is below 16, so tl.dot cannot); lower TILE_K or BLOCK_B"

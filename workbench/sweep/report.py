@@ -200,21 +200,15 @@ def facts_rows(records: list[dict], name=None) -> list[dict]:
 
 
 def _roofline_html(records: list[dict], plotly_in_page: bool) -> list[str]:
-    from workbench.roofline import roofline_figure
+    from workbench.roofline import figures
 
-    out = []
-    for family in sorted({str(r.get("kernel")) for r in records}):
-        try:
-            fig = roofline_figure(records, family)
-        except (ImportError, ValueError):
-            fig = None
-        if fig is None:
-            continue
-        if not out:
-            out.append("<h2>Roofline per family</h2>")
-        # plotly.js goes into the page once: with the first figure drawn
-        out.append(fig.to_html(include_plotlyjs=not plotly_in_page and len(out) == 1, full_html=False))
-    return out
+    figs = figures(records)
+    if not figs:
+        return []
+    # plotly.js goes into the page once: with the first figure drawn
+    return ["<h2>Roofline per family</h2>"] + [
+        fig.to_html(include_plotlyjs=not plotly_in_page and i == 0, full_html=False) for i, fig in enumerate(figs)
+    ]
 
 
 def headline_lines(records: list[dict]) -> list[str]:
