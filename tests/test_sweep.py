@@ -192,6 +192,30 @@ def test_cli_local_sweep_writes_and_resumes(tmp_path, capsys):
     assert len(Store(out / "records.sqlite")) == 4
 
 
+def test_cli_warm_l2_sweep_is_recorded_apart_and_reaches_the_measurement(monkeypatch, tmp_path, capsys):
+    """``--l2 warm`` travels in the task to ``measure`` and keys its configurations apart from
+    the cold ones, so a warm sweep into the store of a cold one measures them again."""
+    import workbench.measure as measure_module
+
+    seen = []
+    real = measure_module.measure
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("l2"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(measure_module, "measure", spy)
+    out = tmp_path / "sw"
+    argv = ["sweep", "sweep_faults", "--param", "SCALE=1", "--problem", "n=4", "--device", "cpu"]
+    argv += ["--out", str(out), "--rep-ms", "1"]
+    assert _cli(argv, capsys)[0] == 0
+    code, text, _ = _cli(argv + ["--l2", "warm"], capsys)
+    assert code == 0 and "1 measured, 0 already recorded" in text
+    assert seen == ["cold", "warm"]
+    keys = [r["sweep_key"] for r in Store(out / "records.sqlite").records()]
+    assert len(set(keys)) == 2 and sum('"l2"' in k for k in keys) == 1
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [

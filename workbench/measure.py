@@ -180,8 +180,10 @@ def measure(
     on_error: str = "raise",
     rel_width: float = DEFAULT_REL_WIDTH,
     phases: Phases | None = None,
+    l2: str = "cold",
 ) -> Record:
-    """Measure one configuration; see the module docstring for the protocol."""
+    """Measure one configuration; see the module docstring for the protocol (``l2``: as
+    :func:`measure_many`)."""
     config = dict(variant=variant, dtype=dtype, mode=mode, problem=problem, params=params, seed=seed)
     return measure_many(
         spec,
@@ -196,6 +198,7 @@ def measure(
         on_error=on_error,
         rel_width=rel_width,
         phases=phases,
+        l2=l2,
     )[0]
 
 

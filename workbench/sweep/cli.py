@@ -102,6 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="small problem sizes (CPU interpreter)")
     p.add_argument("--rep-ms", type=float, default=None, help="timing budget per configuration")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--l2",
+        default="cold",
+        choices=("cold", "warm"),
+        help="kernel timing with the L2 flushed before each call (cold) or left as the last call left it (warm)",
+    )
     return p
 
 
@@ -199,6 +205,7 @@ def sweep_main(argv) -> int:
             quick=args.quick,
             rep_ms=rep_ms,
             warmup_ms=min(25.0, rep_ms),
+            l2=args.l2,
         )
         if t.key not in seen:
             seen.add(t.key)

@@ -55,13 +55,16 @@ class SweepTask:
     key: str = ""
     triton_cache_root: str | None = None  # set: the worker keeps its own Triton cache below it
     extra: dict = field(default_factory=dict)
+    l2: str = "cold"  # kernel timing with the L2 flushed ("cold") or left warm (measure_many's l2)
 
 
-def task_key(variant: str, device: str, dtype: str, mode: str, problem: dict, params: dict) -> str:
-    """The configuration key as text (the JSON of :func:`workbench.sweep.plan.config_key`)."""
+def task_key(variant: str, device: str, dtype: str, mode: str, problem: dict, params: dict, l2: str = "cold") -> str:
+    """The configuration key as text (the JSON of :func:`workbench.sweep.plan.config_key`; a
+    warm-L2 timing is another measurement of the same configuration, so its key says so)."""
     from workbench.sweep.plan import config_key
 
-    return json.dumps(config_key(variant, device, dtype, mode, problem, params), default=str)
+    key = config_key(variant, device, dtype, mode, problem, params)
+    return json.dumps(key if l2 == "cold" else (*key, ("l2", l2)), default=str)
 
 
 def make_task(
@@ -79,6 +82,7 @@ def make_task(
     warmup_ms: float = 25.0,
     axis: str | None = None,
     x: Any = None,
+    l2: str = "cold",
 ) -> SweepTask:
     """A task with problem and params resolved against the spec (raw where invalid: the worker
     then records why), keyed like the notebook Session's cache."""
@@ -103,7 +107,8 @@ def make_task(
         warmup_ms=warmup_ms,
         axis=axis,
         x=x,
-        key=task_key(var.name, device, dt, mode, prob, prm),
+        key=task_key(var.name, device, dt, mode, prob, prm, l2),
+        l2=l2,
     )
 
 
@@ -159,6 +164,7 @@ def run_task(task: SweepTask, spec=None) -> dict:
         rep_ms=task.rep_ms,
         warmup_ms=task.warmup_ms,
         on_error="record",
+        l2=task.l2,
     )
     return stamp(rec.to_dict(), task, worker_info())
 
