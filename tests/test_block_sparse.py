@@ -538,13 +538,16 @@ def test_product_layer_shared_children(device):
 # --- heuristics ------------------------------------------------------------------------------
 def test_heuristics_at_the_issue_shape():
     """L = 1024 (one block of 1024), 132 SMs: large walks the block in one program at batch 1,
-    small spreads it over 256 node tiles of 4 (the H100 sweep's best below batch 16) and from
-    batch 16 over 64 tl.dot programs; auto picks small there and large once its grid fills the SMs."""
+    small spreads it over 128 node tiles of 8 at batch 1 and 256 of 4 at batch 2-8 (the H100
+    sweeps' best below batch 16) and from batch 16 over 64 tl.dot programs; auto picks small
+    there and large once its grid fills the SMs."""
     large = gpu.resolve_forward_tiles(1, 1024, 1024, 1, 132, heuristic="large")
     small = gpu.resolve_forward_tiles(1, 1024, 1024, 1, 132, heuristic="small")
     assert large.grid(1, 1024, 1) == (1, 1)
-    assert small.TILE_M == 4 and small.grid(1, 1024, 1)[0] == 256 and not small.USE_DOT
+    assert small.TILE_M == 8 and small.grid(1, 1024, 1)[0] == 128 and not small.USE_DOT
     assert small.TILE_K > small.BLOCK_B  # TILE_K decoupled from the batch
+    at4 = gpu.resolve_forward_tiles(1, 1024, 1024, 4, 132, heuristic="small")
+    assert at4.TILE_M == 4 and at4.grid(1, 1024, 4) == (256, 1)
     at16 = gpu.resolve_forward_tiles(1, 1024, 1024, 16, 132)
     assert at16.heuristic == "small" and at16.USE_DOT and at16.grid(1, 1024, 16) == (64, 1)
     assert at16.num_stages == 2 and at16.num_warps == 4
@@ -858,8 +861,9 @@ def test_small_rule_fills_the_broadcast_cap_with_edges_and_narrows_for_a_given_t
     """Below batch 16 the small tiling takes TILE_K as wide as the broadcast cap allows (the H100
     sweep's fastest at L=1024), never wider than the edges; a wider TILE_M given by a table or a
     caller narrows the rule's TILE_K instead of failing the cap; an explicit TILE_K still fails."""
-    widths = {b: gpu._forward_tiles(1, 1024, 1024, b, 132, heuristic="small").TILE_K for b in (1, 2, 3, 4, 8)}
-    assert widths == {1: 1024, 2: 1024, 3: 1024, 4: 1024, 8: 512}
+    tiles = {b: gpu._forward_tiles(1, 1024, 1024, b, 132, heuristic="small") for b in (1, 2, 3, 4, 8)}
+    assert {b: t.TILE_K for b, t in tiles.items()} == {1: 1024, 2: 1024, 3: 1024, 4: 1024, 8: 512}
+    assert {b: t.TILE_M for b, t in tiles.items()} == {1: 8, 2: 4, 3: 4, 4: 4, 8: 4}  # 8 nodes at batch 1
     assert gpu._forward_tiles(1, 16, 48, 1, 132, heuristic="small").TILE_K == 64  # 48 edges: one masked step
     for batch in (1, 3, 8):
         t = gpu._forward_tiles(1, 1024, 1024, batch, 132, heuristic="small", TILE_M=8)

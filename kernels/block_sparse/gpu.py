@@ -40,9 +40,9 @@ Two tilings (``heuristic``):
   (``PROGRAM_M = bs``). The grid is
   ``G x cdiv(B, BLOCK_B)``: at batch 1 with one block of 1024 nodes that is a single program,
   one SM busy — the small-batch pathology the issue describes.
-- ``small``: node tiles of ``TILE_M = 4`` are separate programs (``PROGRAM_M = TILE_M``) and
+- ``small``: node tiles of ``TILE_M = 4`` (8 at batch 1) are separate programs (``PROGRAM_M = TILE_M``) and
   ``TILE_K`` is decoupled from the batch (as wide as the 16384-element broadcast tile allows), so
-  batch 1 with 1024 nodes runs 256 programs. From batch 16 it takes the ``tl.dot`` form in
+  batch 1 with 1024 nodes runs 128 programs. From batch 16 it takes the ``tl.dot`` form in
   16-node programs (64 at L = 1024) with a two-stage pipelined edge loop.
 - ``auto``: ``large`` when its grid already has at least one program per SM, else ``small``.
 
@@ -134,7 +134,10 @@ SMALL_TILE_M = 8  # node tile of the small-batch heuristic (issue: 8 for occupan
 # GPU small-batch tiles from the H100 sweep (benchmarks/tune_tiles.py, L = 1024, batch 1-16): node
 # tiles of 4 (256 programs at L = 1024: more programs hide the gather latency) below batch 16,
 # and from batch 16 the tl.dot form in 16-node programs (39.7 us against 83 us at batch 16).
+# At batch 1 node tiles of 8 (128 programs, each one 8 x 1024 step) won with the L2 warm and cold
+# alike (H100, L = 1024: 4.77 / 6.88 us against 5.50 / 7.02; reports/block-sparse-small-batch).
 GPU_SMALL_TILE_M = 4
+GPU_BATCH1_TILE_M = 8
 GPU_SMALL_DOT_FROM_BATCH = 16
 NUM_STAGES = (1, 2, 3, 4, 5)
 PRODUCT_BLOCK_M_CAP = 8  # the product layer's BLOCK_M cap of the small heuristic
@@ -339,7 +342,7 @@ def _small_forward(block_size: int, n_edges: int, batch: int) -> dict:
         tile_k = min(_pow2(n_edges), 64)
         return dict(TILE_M=16, TILE_K=tile_k, BLOCK_B=16, PROGRAM_M=16)
     block_b = min(_pow2(batch), 8)
-    tile_m = min(_pow2(block_size), GPU_SMALL_TILE_M)
+    tile_m = min(_pow2(block_size), GPU_BATCH1_TILE_M if batch == 1 else GPU_SMALL_TILE_M)
     # TILE_K as wide as the broadcast tile's cap allows (fewer, longer steps over the edges). H100
     # sweep, L = 1024, kernel time cold: 7.1 / 7.5 / 8.1 / 11.3 us at batch 1 / 2 / 4 / 8
     # (TILE_K 1024, 1024, 1024, 512) against 10.5 / 12.5 / 11.7 / 19.3 at the former 4096-element
