@@ -125,6 +125,12 @@ def test_bad_input_is_one_line_before_ncu_runs(capsys, tmp_path):
     assert "CUDA kernels only" in _one_line_error(capsys, ["profile", "rms_norm", "--device", "cpu"])
     assert "runs no kernel of ours" in _one_line_error(capsys, ["profile", "rms_norm", "--variant", "torch_eager"])
     assert "one value" in _one_line_error(capsys, ["profile", "rms_norm", "--param", "BLOCK_SIZE=64,128"])
+    assert "--problem hidden: give one value" in _one_line_error(
+        capsys, ["profile", "rms_norm", "--problem", "hidden=64,128", "--ncu", fake]
+    )
+    assert "--dtype: give one value" in _one_line_error(capsys, ["profile", "rms_norm", "--dtype", "bf16,fp32"])
+    assert "no such knob" in _one_line_error(capsys, ["profile", "rms_norm", "--problem", "width=64"])
+    assert "is not supported" in _one_line_error(capsys, ["profile", "rms_norm", "--dtype", "int8"])
 
 
 def test_counters_from_ncu_output_are_printed_per_kernel(capsys, tmp_path):

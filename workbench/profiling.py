@@ -16,7 +16,7 @@ Bad input, no ncu, the profiler not allowed (ERR_NVGPUCTRPERM), a child that out
 from __future__ import annotations
 
 from workbench.cli import Parser, UsageError, check_budget
-from workbench.sweep.cli import _typed, parse_assignments
+from workbench.sweep.cli import checked_dtypes, checked_param, param_axes, problem_axes
 
 
 def build_parser() -> Parser:
@@ -40,8 +40,6 @@ def build_parser() -> Parser:
 
 def configuration(spec, args) -> dict:
     """The one configuration the options name, every value checked; UsageError on bad input."""
-    from kernels.spec import dtype_name
-
     if args.variant is None:
         ours = [v for v in spec.variants if v.backend == "gpu"]
         if not ours:
@@ -51,32 +49,11 @@ def configuration(spec, args) -> dict:
         var = spec.variant(args.variant)
     if var.backend in ("torch", "peer"):
         raise UsageError(f"--variant {var.name} runs no kernel of ours; profile one of the gpu / npu variants")
-    params = {}
-    for text in args.param:
-        for name, values in parse_assignments(text, "--param").items():
-            if len(values) != 1:
-                raise UsageError(f"--param {name}: give one value (a profile is one configuration)")
-            try:
-                param = var.param(name)
-            except KeyError:
-                known = ", ".join(p.name for p in var.params) or "none"
-                raise UsageError(f"--param {name}: variant {var.name} has no such tile; its tiles: {known}") from None
-            params[name] = param.validate(_typed(values[0]))
-    knob_names = {k.name for k in spec.knobs}
-    problem = {}
-    for text in args.problem:
-        for name, values in parse_assignments(text, "--problem").items():
-            if name not in knob_names:
-                raise UsageError(
-                    f"--problem {name}: {spec.name} has no such knob; knobs: {', '.join(sorted(knob_names))}"
-                )
-            if len(values) != 1:
-                raise UsageError(f"--problem {name}: give one value (a profile is one configuration)")
-            knob = spec.knob(name)
-            problem[name] = knob.validate(knob.parse(values[0]))
-    dtype = dtype_name(args.dtype or ("bf16" if "bf16" in spec.dtypes else spec.dtypes[0]))
-    if dtype not in spec.dtypes:
-        raise UsageError(f"--dtype {dtype} is not supported by {spec.name}; use one of {', '.join(spec.dtypes)}")
+    params = {
+        name: checked_param(var, name, _one(values, "--param", name)) for name, values in param_axes(args.param).items()
+    }
+    problem = {name: _one(values, "--problem", name) for name, values in problem_axes(spec, args.problem).items()}
+    dtype = _one(checked_dtypes(spec, args.dtype), "--dtype", "")
     if args.mode not in (var.modes or spec.modes):
         raise UsageError(
             f"--mode {args.mode} is not a mode of {var.name}; use one of {', '.join(var.modes or spec.modes)}"
@@ -92,6 +69,14 @@ def configuration(spec, args) -> dict:
         "seed": args.seed,
         "quick": args.quick,
     }
+
+
+def _one(values: list, option: str, name: str):
+    """The single value a profile takes for an option; UsageError for several."""
+    if len(values) != 1:
+        label = f"{option} {name}" if name else option
+        raise UsageError(f"{label}: give one value (a profile is one configuration)")
+    return values[0]
 
 
 def profile_main(argv) -> int:

@@ -47,13 +47,64 @@ def parse_assignments(text: str, option: str) -> dict[str, list[str]]:
     return out
 
 
-def _typed(text: str):
+def typed_value(text: str):
+    """A tile value given as text: an int, a float, a bool (true / false) or the text itself."""
     for cast in (int, float):
         try:
             return cast(text)
         except ValueError:
             pass
     return {"true": True, "false": False}.get(text.lower(), text)
+
+
+# --- the configuration options every command that names configurations shares --------------
+# (``workbench sweep`` takes several values per name, ``workbench profile`` one)
+def problem_axes(spec, texts) -> dict[str, list]:
+    """``--problem k=v,…`` options: each named knob's values, parsed and checked by the knob;
+    UsageError names an unknown knob or a bad value."""
+    knob_names = {k.name for k in spec.knobs}
+    axes: dict[str, list] = {}
+    for text in texts:
+        for name, values in parse_assignments(text, "--problem").items():
+            if name not in knob_names:
+                raise UsageError(
+                    f"--problem {name}: {spec.name} has no such knob; knobs: {', '.join(sorted(knob_names))}"
+                )
+            knob = spec.knob(name)
+            axes[name] = [knob.validate(knob.parse(v)) for v in values]
+    return axes
+
+
+def param_axes(texts) -> dict[str, list]:
+    """``--param NAME=V1,V2,…`` options: each tile's values, typed (:func:`typed_value`), not yet
+    checked against a variant (:func:`checked_param` does that)."""
+    axes: dict[str, list] = {}
+    for text in texts:
+        for name, values in parse_assignments(text, "--param").items():
+            axes[name] = [typed_value(v) for v in values]
+    return axes
+
+
+def checked_param(variant, name: str, value):
+    """``value`` checked as the tile ``name`` of ``variant``; UsageError names the variant's tiles."""
+    try:
+        param = variant.param(name)
+    except KeyError:
+        known = ", ".join(p.name for p in variant.params) or "none"
+        raise UsageError(f"--param {name}: variant {variant.name} has no such tile; its tiles: {known}") from None
+    return param.validate(value)
+
+
+def checked_dtypes(spec, text: str | None) -> list[str]:
+    """``--dtype A,B`` as canonical names (default: bf16 where the family has it, else its first);
+    UsageError for one the family does not support."""
+    from kernels.spec import dtype_name
+
+    dtypes = [dtype_name(d) for d in _split(text or ("bf16" if "bf16" in spec.dtypes else spec.dtypes[0]))]
+    for d in dtypes:
+        if d not in spec.dtypes:
+            raise UsageError(f"--dtype {d} is not supported by {spec.name}; use one of {', '.join(spec.dtypes)}")
+    return dtypes
 
 
 def add_executor_options(p: argparse.ArgumentParser, isolate: bool) -> None:
@@ -113,64 +164,42 @@ def build_parser() -> argparse.ArgumentParser:
 
 def build_plan(spec, args, device_kind: str):
     """(variants, [(variant, problem, params)]) from the parsed options; UsageError on bad input."""
-    from kernels.spec import dtype_name
-
-    knob_names = {k.name for k in spec.knobs}
-    problem_axes: dict[str, list] = {}
-    for text in args.problem:
-        for name, values in parse_assignments(text, "--problem").items():
-            if name not in knob_names:
-                raise UsageError(
-                    f"--problem {name}: {spec.name} has no such knob; knobs: {', '.join(sorted(knob_names))}"
-                )
-            knob = spec.knob(name)
-            problem_axes[name] = [knob.validate(knob.parse(v)) for v in values]
-    param_axes: dict[str, list] = {}
-    for text in args.param:
-        for name, values in parse_assignments(text, "--param").items():
-            param_axes[name] = [_typed(v) for v in values]
+    problems = problem_axes(spec, args.problem)
+    params = param_axes(args.param)
     if args.variants:
         variants = [spec.variant(n) for n in _split(args.variants)]
     else:
         having = [
             v
             for v in spec.variants
-            if v.unavailable_reason(device_kind) is None and all(any(p.name == n for p in v.params) for n in param_axes)
+            if v.unavailable_reason(device_kind) is None and all(any(p.name == n for p in v.params) for n in params)
         ]
         variants = [v for v in having if not v.is_peer] or having
         if not variants:
             tiles = sorted({p.name for v in spec.variants for p in v.params})
             raise UsageError(
-                f"--param {', '.join(param_axes)}: no variant of {spec.name} that runs on {device_kind} has such a "
+                f"--param {', '.join(params)}: no variant of {spec.name} that runs on {device_kind} has such a "
                 f"tile; tiles: {', '.join(tiles) or 'none'}"
             )
     for v in variants:
         reason = v.unavailable_reason(device_kind)
         if reason:
             raise UsageError(reason)
-        for name, values in param_axes.items():
-            try:
-                param = v.param(name)
-            except KeyError:
-                known = ", ".join(p.name for p in v.params) or "none"
-                raise UsageError(f"--param {name}: variant {v.name} has no such tile; its tiles: {known}") from None
+        for name, values in params.items():
             for value in values:
-                param.validate(value)
-    dtypes = [dtype_name(d) for d in _split(args.dtype or ("bf16" if "bf16" in spec.dtypes else spec.dtypes[0]))]
-    for d in dtypes:
-        if d not in spec.dtypes:
-            raise UsageError(f"--dtype {d} is not supported by {spec.name}; use one of {', '.join(spec.dtypes)}")
+                checked_param(v, name, value)
+    dtypes = checked_dtypes(spec, args.dtype)
     modes = _split(args.mode)
     for m in modes:
         if m not in spec.modes:
             raise UsageError(f"--mode {m} is not a mode of {spec.name}; use one of {', '.join(spec.modes)}")
-    pnames, knames = list(param_axes), list(problem_axes)
+    pnames, knames = list(params), list(problems)
     items = []
     for dtype, mode in itertools.product(dtypes, modes):
-        for kvals in itertools.product(*[problem_axes[n] for n in knames]):
+        for kvals in itertools.product(*[problems[n] for n in knames]):
             problem = dict(zip(knames, kvals))
             for v in variants:
-                for pvals in itertools.product(*[param_axes[n] for n in pnames]):
+                for pvals in itertools.product(*[params[n] for n in pnames]):
                     items.append((dtype, mode, v, problem, dict(zip(pnames, pvals))))
     return variants, items
 
