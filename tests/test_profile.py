@@ -167,3 +167,36 @@ def test_gpu_profile_records_counters_beside_the_facts(tmp_path):
     assert k["theoretical_occupancy_pct"] == pytest.approx(
         rec["compile_facts"]["kernels"][0]["occupancy"]["occupancy_pct"]
     )
+
+
+def test_a_bounded_child_past_its_timeout_is_killed_with_what_it_started(tmp_path):
+    """``run_bounded`` (ncu's runner): past the timeout the child's whole session goes, a
+    grandchild included, and TimeoutExpired is raised; within it, output and exit code come back."""
+    import os
+    import subprocess
+    import sys
+
+    from workbench.children import run_bounded
+
+    assert run_bounded([sys.executable, "-c", "import sys; print('out'); sys.exit(3)"], 30) == ("out\n", "", 3)
+    pid_file = tmp_path / "grandchild.pid"
+    script = (
+        "import subprocess, sys, time; "
+        f"p = subprocess.Popen(['sleep', '60']); open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(60)"
+    )
+    started = time.perf_counter()
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_bounded([sys.executable, "-c", script], 2)
+    assert time.perf_counter() - started < 20
+    grandchild = int(pid_file.read_text())
+    for _ in range(100):  # SIGKILL is asynchronous; a killed orphan may linger unreaped (a zombie)
+        try:
+            os.kill(grandchild, 0)
+            stat = open(f"/proc/{grandchild}/stat").read()
+        except (ProcessLookupError, FileNotFoundError):
+            break
+        if stat.rpartition(")")[2].split()[0] == "Z":
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"the grandchild {grandchild} outlived its killed session")

@@ -23,11 +23,11 @@ import glob
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
+from workbench.children import run_bounded
 from workbench.profile_child import ERROR_MARK
 
 # Where ncu lives when it is not on PATH (the CUDA toolkit's and the standalone installer's).
@@ -108,7 +108,7 @@ def profile(config: dict, *, ncu: str | None = None, timeout_s: float = 120.0, p
     exe = require_ncu(ncu)
     child = [python or sys.executable, "-m", "workbench.profile_child", json.dumps(config, sort_keys=True)]
     try:
-        out, err, code = _run(command(exe, child), timeout_s)
+        out, err, code = run_bounded(command(exe, child), timeout_s)
     except subprocess.TimeoutExpired:
         raise ProfileError(
             f"ncu did not finish within {timeout_s:g} s (it replays every kernel several times); "
@@ -128,21 +128,6 @@ def profile(config: dict, *, ncu: str | None = None, timeout_s: float = 120.0, p
         last = _last_line(err) or _last_line(out) or f"exit code {code}"
         raise ProfileError(f"ncu profiled no kernel (exit code {code}): {last}")
     return kernels
-
-
-def _run(cmd: list[str], timeout_s: float) -> tuple[str, str, int]:
-    """Run in a session of its own, so a timeout ends ncu and the child it started together."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.communicate()
-        raise
-    return out, err, proc.returncode
 
 
 def _child_failure(text: str) -> str | None:

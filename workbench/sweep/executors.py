@@ -13,7 +13,6 @@ No executor retries a task: a configuration that failed once is recorded as fail
 
 from __future__ import annotations
 
-import os
 import pickle
 import signal
 import subprocess
@@ -24,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from workbench.children import child_env, kill_group
 from workbench.sweep.tasks import ERROR_CRASH, ERROR_TIMEOUT, SweepTask, error_record, run_task, worker_info
 
 
@@ -81,32 +81,6 @@ class LocalExecutor(Executor):
             yield task, body
 
 
-def child_env() -> dict:
-    """The environment of a worker process: this one's, with this interpreter's import path
-    (absolute) in PYTHONPATH, so the worker imports the same workbench and families."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(import_path())
-    return env
-
-
-def import_path() -> list[str]:
-    """This interpreter's sys.path entries outside its installation (the checkout, a test
-    folder), absolute: what a worker needs to import what the driver imports."""
-    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-    out = []
-    for p in sys.path:
-        full = os.path.realpath(os.path.abspath(p or "."))
-        if not os.path.isdir(full) or any(full == q or full.startswith(q + os.sep) for q in prefixes):
-            continue
-        if full not in out:
-            out.append(full)
-    for p in os.environ.get("PYTHONPATH", "").split(os.pathsep):
-        full = os.path.realpath(os.path.abspath(p)) if p else ""
-        if full and full not in out:
-            out.append(full)
-    return out
-
-
 class IsolateExecutor(Executor):
     """One subprocess per configuration (``python -m workbench.sweep.tasks``), ``timeout_s``
     each (None: no limit)."""
@@ -144,7 +118,7 @@ class IsolateExecutor(Executor):
                 time.sleep(0.05)
             _, err = proc.communicate(timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            kill_group(proc)
             proc.communicate()
             return error_record(
                 task,
@@ -153,20 +127,13 @@ class IsolateExecutor(Executor):
                 where,
             )
         except BaseException:  # KeyboardInterrupt: do not leave the child running
-            _kill_group(proc)
+            kill_group(proc)
             raise
         if proc.returncode == 0 and dst.exists():
             import json
 
             return json.loads(dst.read_text())
         return error_record(task, ERROR_CRASH, describe_exit(proc.returncode, err), where)
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
 
 
 def describe_exit(returncode: int | None, stderr: str = "") -> str:

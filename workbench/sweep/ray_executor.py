@@ -26,7 +26,8 @@ import time
 from collections import deque
 from pathlib import Path
 
-from workbench.sweep.executors import Executor, import_path
+from workbench.children import import_path
+from workbench.sweep.executors import Executor
 from workbench.sweep.tasks import ERROR_CRASH, ERROR_TIMEOUT, error_record, run_task
 
 MISSING_RAY = (
