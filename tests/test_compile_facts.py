@@ -174,6 +174,16 @@ def test_npu_variant_records_carry_the_unified_buffer_model():
     assert compile_facts.brief(facts).startswith("UB ")
 
 
+def test_unified_buffer_use_reads_alike_in_the_brief_the_warning_and_the_hover():
+    from widgets.why import hover_text
+
+    facts = {"kernels": [], "ub_bytes": 200 * 1024 + 512, "ub_capacity_bytes": 192 * 1024}
+    assert compile_facts.brief(facts) == "UB 200.5 / 192 KB"
+    assert compile_facts.warnings(facts) == ["UB 200.5 / 192 KB per core: over the Unified Buffer (ub overflow)"]
+    assert hover_text({"compile_facts": facts}) == "UB 200.5 / 192 KB"
+    assert compile_facts.warnings({**facts, "ub_bytes": 100 * 1024}) == []
+
+
 def test_a_torch_variant_launches_nothing_of_ours():
     from workbench.measure import measure
 

@@ -97,8 +97,8 @@ def why_html(record: Any) -> str:
         parts.append(facts_table_html(facts))
     if facts.get("ub_bytes") is not None:
         parts.append(
-            f"<div>Unified Buffer {facts['ub_bytes'] / 1024:.1f} KB of {facts['ub_capacity_bytes'] / 1024:.0f} KB "
-            f"per core on {html.escape(facts.get('ub_device') or 'the NPU')} (the family's calibrated model)</div>"
+            f"<div>{CF.ub_use(facts)} per core on {html.escape(facts.get('ub_device') or 'the NPU')} "
+            f"(the family's calibrated model of the Unified Buffer)</div>"
         )
     if facts.get("reason"):
         parts.append(f"<div class='wb-why-unavailable' style='color:#777'><i>{html.escape(facts['reason'])}</i></div>")
@@ -116,7 +116,7 @@ def hover_text(record: Any) -> str:
     known = [k for k in facts.get("kernels") or [] if k.get("regs") is not None]
     if not known:
         if facts.get("ub_bytes") is not None:
-            return f"UB {facts['ub_bytes'] / 1024:.1f} / {facts['ub_capacity_bytes'] / 1024:.0f} KB"
+            return CF.ub_use(facts)
         return "registers, spills, occupancy: n/a" + (" (interpreter)" if facts.get("source") == "cpu" else "")
     lines = []
     for k in known:

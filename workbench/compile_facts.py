@@ -121,6 +121,12 @@ def kernel_brief(kernel: dict) -> str:
     return text + (f" {limit}" if limit and limit != "warps" else "")
 
 
+def ub_use(facts: dict) -> str:
+    """``UB 12.5 / 192 KB``: the modelled Unified Buffer use of an NPU configuration against the
+    per-core capacity (facts with ``ub_bytes`` and ``ub_capacity_bytes``)."""
+    return f"UB {facts['ub_bytes'] / 1024:.1f} / {facts['ub_capacity_bytes'] / 1024:.0f} KB"
+
+
 def brief(facts: dict | None) -> str:
     """One compact cell, ``regs/spills/occ`` per kernel: ``sum_forward 128/0/25% grid ·
     sum_combine 40/0/75% grid``; ``n/a (interpreter)`` where nothing was compiled."""
@@ -128,9 +134,8 @@ def brief(facts: dict | None) -> str:
         return ""
     kernels = facts.get("kernels") or []
     if not any(k.get("regs") is not None for k in kernels):
-        ub = facts.get("ub_bytes")
-        if ub is not None:
-            return f"UB {ub / 1024:.0f}/{facts['ub_capacity_bytes'] / 1024:.0f} KB"
+        if facts.get("ub_bytes") is not None:
+            return ub_use(facts)
         return "n/a (interpreter)" if facts.get("source") == "cpu" else "n/a"
     by_name = {}
     for k in kernels:
@@ -193,5 +198,5 @@ def warnings(facts: dict | None) -> list[str]:
             out.append(f"{name}: grid of {_count(k['programs'], 'program')} leaves {idle} of {cores} cores idle")
     ub, cap = (facts or {}).get("ub_bytes"), (facts or {}).get("ub_capacity_bytes")
     if ub is not None and cap and ub > cap:
-        out.append(f"Unified Buffer {ub / 1024:.1f} KB over the {cap / 1024:.0f} KB per core (ub overflow)")
+        out.append(f"{ub_use(facts)} per core: over the Unified Buffer (ub overflow)")
     return out
