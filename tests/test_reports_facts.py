@@ -76,6 +76,22 @@ def test_bandwidth_roofline_for_a_family_that_moves_data():
     assert lines == [2900.0, 3352.0]
 
 
+def test_rooflines_keep_each_device_to_its_own_roofs():
+    """Records of two devices: one figure per device, each under its own copy bandwidth and
+    datasheet peak; asking for one figure over both without naming a device is refused."""
+    from workbench.roofline import figures
+
+    rec = measure("rms_norm", "gpu_row", device="cpu", dtype="fp32", quick=True, rep_ms=2).to_dict()
+    h100 = _as_if_on_h100(rec, 0.01)
+    h200 = dict(h100, device_name="NVIDIA H200", copy_bw_gbps=4100.0)
+    figs = figures([h100, h200])
+    assert [[s.y0 for s in f.layout.shapes] for f in figs] == [[2900.0, 3352.0], [4100.0, 4800.0]]
+    assert ["H100" in figs[0].layout.title.text, "H200" in figs[1].layout.title.text] == [True, True]
+    with pytest.raises(ValueError, match="from 2 devices"):
+        roofline_figure([h100, h200], "rms_norm")
+    assert roofline_figure([h100, h200], "rms_norm", "NVIDIA H200").layout.shapes[0].y0 == 4100.0
+
+
 def test_suite_ratio_table_has_the_facts_column():
     from widgets.suite_report import ours_facts, ratio_table_html
 

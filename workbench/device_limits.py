@@ -130,6 +130,7 @@ class Peak:
 PEAKS: dict[str, Peak] = {
     "H100 80GB HBM3": Peak(dram_gbps=3352.0, fp32_tflops=66.9, tf32_tflops=494.7),  # H100 SXM5
     "H100 PCIe": Peak(dram_gbps=2039.0, fp32_tflops=51.2, tf32_tflops=378.0),
+    "H200": Peak(dram_gbps=4800.0, fp32_tflops=66.9, tf32_tflops=494.7),  # H200 SXM: HBM3e, H100 SXM5's compute
     "A100-SXM4-80GB": Peak(dram_gbps=2039.0, fp32_tflops=19.5, tf32_tflops=156.0),
     "A100-SXM4-40GB": Peak(dram_gbps=1555.0, fp32_tflops=19.5, tf32_tflops=156.0),
 }

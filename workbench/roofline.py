@@ -47,16 +47,29 @@ def _label(r: dict) -> str:
     return f"{r.get('variant')} {text}"
 
 
-def roofline_figure(records: Iterable[dict], family: str):
-    """The family's roofline figure over its passing device records, or None when none has a
-    device time and byte count (interpreter runs)."""
-    import kernels
-
-    recs = [
+def _plotted(records: Iterable[dict], family: str) -> list[dict]:
+    """The family's passing device records that have a byte count (interpreter runs have none)."""
+    return [
         r
         for r in records
         if r.get("kernel") == family and passed(r) and r.get("device_kind") not in (None, "cpu") and r.get("min_bytes")
     ]
+
+
+def roofline_figure(records: Iterable[dict], family: str, device_name: str | None = None):
+    """The family's roofline figure over its passing device records on one device, or None when
+    none has a device time and byte count (interpreter runs).
+
+    The roofs are that device's: records from several devices need ``device_name`` (ValueError
+    without it), as one device's copy bandwidth and datasheet peak say nothing of another's."""
+    import kernels
+
+    recs = _plotted(records, family)
+    if device_name is not None:
+        recs = [r for r in recs if r.get("device_name") == device_name]
+    names = sorted({str(r.get("device_name")) for r in recs})
+    if len(names) > 1:
+        raise ValueError(f"{family} records from {len(names)} devices ({', '.join(names)}); name one (device_name)")
     if not recs or family not in kernels.families():  # a suite's chain targets are no family
         return None
     spec = kernels.get(family)
@@ -66,20 +79,22 @@ def roofline_figure(records: Iterable[dict], family: str):
 
 
 def figures(records: list[dict]) -> list:
-    """One roofline per family among ``records`` that has one (:func:`roofline_figure`), by name;
-    none where plotly is missing."""
+    """One roofline per family and device among ``records`` that has one
+    (:func:`roofline_figure`), by name; none where plotly is missing."""
     out = []
     for family in sorted({str(r.get("kernel")) for r in records}):
-        try:
-            fig = roofline_figure(records, family)
-        except (ImportError, ValueError):
-            fig = None
-        if fig is not None:
-            out.append(fig)
+        for device_name in sorted({str(r.get("device_name")) for r in _plotted(records, family)}):
+            try:
+                fig = roofline_figure(records, family, device_name)
+            except ImportError:
+                fig = None
+            if fig is not None:
+                out.append(fig)
     return out
 
 
 def _ceilings(recs: list[dict]) -> tuple[float | None, object]:
+    """The copy bandwidth measured on the records' one device and its datasheet peaks."""
     copy = max((r.get("copy_bw_gbps") or 0 for r in recs), default=0) or None
     return copy, peak_of(recs[0].get("device_name"))
 
@@ -117,7 +132,7 @@ def _bandwidth_figure(spec, recs: list[dict]):
             annotation_text=f"DRAM peak {peak.dram_gbps:.0f} GB/s",
         )
     fig.update_layout(
-        title=f"{spec.title}: achieved bandwidth per configuration against the device",
+        title=f"{spec.title}: achieved bandwidth per configuration against the {recs[0].get('device_name')}",
         yaxis_title="GB/s (fewest bytes / kernel time)",
         xaxis=dict(showticklabels=len(recs) <= 24, tickangle=45),
         template="plotly_white",
@@ -168,7 +183,7 @@ def _compute_roofline(spec, recs: list[dict]):
             y=gflops, line=dict(color="#999", dash="dot"), annotation_text=f"{name} {gflops / 1e3:.1f} TFLOP/s"
         )
     fig.update_layout(
-        title=f"{spec.title}: roofline (FLOPs over the fewest bytes; kernel time)",
+        title=f"{spec.title}: roofline on the {recs[0].get('device_name')} (FLOPs over the fewest bytes; kernel time)",
         xaxis=dict(title="arithmetic intensity (FLOP / byte)", type="log"),
         yaxis=dict(title="GFLOP/s", type="log"),
         template="plotly_white",
