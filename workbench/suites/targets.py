@@ -97,9 +97,7 @@ class Versus:
     # call, host included; the targets about launch cost).
     timing: str = "kernel"
     kind: str = "versus"
-    # This target's cells get budget_scale times the suite's per-configuration budget: an eager
-    # forward+backward call takes ~1 ms, so the suite's 50 ms left its call and host timings with
-    # 40-55 samples and a call ratio interval of +-25% on the H100.
+    # This target's cells get budget_scale times the suite's per-configuration timing budget.
     budget_scale: float = 1.0
     # The L2 a kernel-timed call starts in: "cold" (flushed: a lone call) or "warm" (as the
     # previous call left it: a layer whose operands stay resident from step to step).
@@ -259,7 +257,10 @@ def _targets(
             rn,
             problem={"rows": rows},
             min_ratio=(Rule(1.0), Rule(1.3, norm_big)),
-            budget_scale=4,  # its records are also the eager-call targets' (timing="call")
+            # Its records are also the eager-call targets' (timing="call"): a forward+backward
+            # call takes ~1 ms, and the suite's 50 ms left call and host time with 40-55 samples
+            # and a call ratio interval of +-25% on the H100.
+            budget_scale=4,
         ),
         Versus(
             "fused_forward",
@@ -279,7 +280,7 @@ def _targets(
             fused_hidden,
             fa,
             problem={"rows": rows},
-            budget_scale=4,  # its records are also the eager-call targets' (timing="call")
+            budget_scale=4,  # its records are also the eager-call targets' (see rms_norm_full)
         ),
         Versus(
             "block_sparse_forward",
