@@ -37,9 +37,17 @@ IMPLS = (
     ("small", "gpu", {"heuristic": "small"}),
     # batch split into one-column programs: a tiling the small-batch sweep tries
     ("narrow", "gpu", {"heuristic": "small", "TILE_M": 4, "BLOCK_B": 1}),
+    # broadcast tiles with one shift per column (the tl.dot form's math, broadcast products)
+    ("column", "gpu", {"heuristic": "small", "SHIFT": "column"}),
     ("npu", "npu", {}),
 )
 IMPL_IDS = [name for name, _, _ in IMPLS]
+
+
+def backward_tiles(tiles: dict) -> dict:
+    """The tiles a sum layer's backward or a product layer takes: SHIFT is the sum forward's
+    alone (the flows and products have no log-sum-exp shift)."""
+    return {name: value for name, value in tiles.items() if name != "SHIFT"}
 
 
 def layer(nodes, block_size, batch, device, K=0, tied=False, seed=0):
@@ -124,7 +132,7 @@ def test_sum_flows_match_reference(device, batch, name, impl, tiles):
     F = torch.rand(nodes, batch, generator=torch.Generator().manual_seed(batch)).to(device)
     out = sum_layer_reference(x["element_mars"], x["params"], x["cids"], x["pids"], bs)
     eflows, pflows = sum_layer_backward(
-        F, x["element_mars"], x["params"], out, x["cids"], x["pids"], bs, impl=impl, **tiles
+        F, x["element_mars"], x["params"], out, x["cids"], x["pids"], bs, impl=impl, **backward_tiles(tiles)
     )
     want_e, want_p = sum_layer_backward_reference(
         ref64(F), ref64(x["element_mars"]), ref64(x["params"]), x["cids"].cpu(), x["pids"].cpu(), bs
@@ -173,7 +181,9 @@ def test_all_neg_inf_children(device, name, impl, tiles):
     assert torch.isneginf(out[:bs]).all() and torch.isneginf(out[:, 1]).all()
     assert_close(out, want, what="forward with -inf")
     F = torch.rand(nodes, batch).to(device)
-    eflows, pflows = sum_layer_backward(F, em, x["params"], out, x["cids"], x["pids"], bs, impl=impl, **tiles)
+    eflows, pflows = sum_layer_backward(
+        F, em, x["params"], out, x["cids"], x["pids"], bs, impl=impl, **backward_tiles(tiles)
+    )
     assert not torch.isnan(eflows).any() and not torch.isnan(pflows).any()
     want_e, want_p = sum_layer_backward_reference(
         ref64(F), ref64(em), ref64(x["params"]), x["cids"].cpu(), x["pids"].cpu(), bs
@@ -200,7 +210,7 @@ def test_zero_weights_far_above(device, nodes, bs, batch, name, impl, tiles):
     want = sum_layer_reference(ref64(em), ref64(p), x["cids"].cpu(), x["pids"].cpu(), bs)
     assert_close(out, want, atol=1e-3, what="forward")  # |out| ~ 200: fp32 spacing 1.5e-5
     F = torch.rand(nodes, batch).to(device)
-    eflows, pflows = sum_layer_backward(F, em, p, out, x["cids"], x["pids"], bs, impl=impl, **tiles)
+    eflows, pflows = sum_layer_backward(F, em, p, out, x["cids"], x["pids"], bs, impl=impl, **backward_tiles(tiles))
     want_e, want_p = sum_layer_backward_reference(ref64(F), ref64(em), ref64(p), x["cids"].cpu(), x["pids"].cpu(), bs)
     assert_close(eflows, want_e, atol=1e-3, scale_by_max=True, what="element flows")
     assert_close(pflows, want_p, atol=1e-3, scale_by_max=True, what="param flows")
@@ -218,7 +228,9 @@ def test_tied_parameters(device, batch, name, impl, tiles):
     out = sum_layer(x["element_mars"], x["params"], x["cids"], pids, bs, impl=impl, **tiles)
     want = sum_layer_reference(ref64(x["element_mars"]), ref64(x["params"]), x["cids"].cpu(), pids.cpu(), bs)
     assert_close(out, want, what="tied forward")
-    eflows, pflows = sum_layer_backward(F, x["element_mars"], x["params"], out, x["cids"], pids, bs, impl=impl, **tiles)
+    eflows, pflows = sum_layer_backward(
+        F, x["element_mars"], x["params"], out, x["cids"], pids, bs, impl=impl, **backward_tiles(tiles)
+    )
     want_e, want_p = sum_layer_backward_reference(
         ref64(F), ref64(x["element_mars"]), ref64(x["params"]), x["cids"].cpu(), pids.cpu(), bs
     )
@@ -232,6 +244,7 @@ SPLIT_IMPLS = (
     ("split_rule", "gpu", {"heuristic": "split"}),
     ("split4_tm8", "gpu", {"SPLITS": 4, "TILE_M": 8, "TILE_K": 4}),
     ("split2_dot", "gpu", {"SPLITS": 2, "TILE_M": 16, "TILE_K": 16, "BLOCK_B": 16}),
+    ("split4_column", "gpu", {"SPLITS": 4, "TILE_M": 8, "TILE_K": 4, "SHIFT": "column"}),
     ("npu_split4", "npu", {"SPLITS": 4, "TILE_K": 4, "GRID": 3}),
 )
 # (what, nodes, bs, K, batch, tied): odd K at batch 1; a block whose children are all -inf at
@@ -302,6 +315,23 @@ def test_dot_tiles_at_each_precision(device, precision, batch, K):
     d_em = torch.autograd.grad(out, em, grad)[0]
     d_em_ref = torch.autograd.grad(want, em64, grad.detach().double().cpu())[0]
     assert_close(d_em, d_em_ref, atol=atol, scale_by_max=True, what=f"d element_mars at {precision}")
+
+
+def test_shift_is_checked_and_resolved_per_tile():
+    """SHIFT 'auto' is per node on a broadcast tile and per column on a tl.dot tile; 'column' on a
+    broadcast tile runs the per-column form; 'node' on a tl.dot tile and unknown values say what
+    to change."""
+    small = gpu.resolve_forward_tiles(1, 1024, 1024, 4, 132, heuristic="small")
+    assert (small.SHIFT, small.form) == ("node", "node")
+    column = gpu.resolve_forward_tiles(1, 1024, 1024, 4, 132, heuristic="small", SHIFT="column")
+    assert (column.SHIFT, column.form, column.heuristic) == ("column", "column", "custom")
+    dot = gpu.resolve_forward_tiles(1, 1024, 1024, 16, 132, heuristic="small")
+    assert (dot.SHIFT, dot.form) == ("column", "dot")
+    with pytest.raises(ValueError, match="SHIFT='node' needs a broadcast tile"):
+        gpu.resolve_forward_tiles(1, 1024, 1024, 16, 132, heuristic="small", SHIFT="node")
+    with pytest.raises(ValueError, match="SHIFT='row' is not allowed; use one of node, column"):
+        gpu.resolve_forward_tiles(1, 1024, 1024, 4, 132, SHIFT="row")
+    assert spec.variant("gpu").param("SHIFT").values == ("auto", "node", "column")
 
 
 def test_precision_is_checked_and_only_the_dot_form_uses_it():
@@ -484,13 +514,24 @@ def test_split_heuristics_and_tuned_table(monkeypatch, tmp_path):
 
 
 def test_h100_table_is_installed_and_read():
-    """The H100 table (converted from the measured tuned.py) is read for that device key."""
+    """The H100 table (workbench tune) is read for that device key: every tile an entry sets is
+    the tile resolved at its batch, an empty entry (the tune kept the rule) gives the rule's."""
     key = "cuda:NVIDIA H100 80GB HBM3"
     path = tuned_tables.table_dir("block_sparse") / tuned_tables.file_name(key)
     table = tuned_tables.read_table(path, "block_sparse")
     assert table["provenance"]["commit"] and [b["size"] for b in table["buckets"]] == [1, 2, 4, 8, 16, 32, 64]
-    t16 = gpu.resolve_forward_tiles(1, 1024, 1024, 16, 132, device_key=key)
-    assert (t16.SPLITS, t16.TILE_M, t16.num_warps, t16.source) == (8, 16, 4, f"tuned:{key}@16")
+    assert any(b["tiles"] for b in table["buckets"])
+    for bucket in table["buckets"]:
+        batch = bucket["size"]
+        tiles = gpu.resolve_forward_tiles(1, 1024, 1024, batch, 132, device_key=key)
+        assert tiles.source == f"tuned:{key}@{batch}"
+        for name, value in bucket["tiles"].items():
+            assert getattr(tiles, name) == value, (batch, name)
+        if not bucket["tiles"]:
+            rule = gpu.resolve_forward_tiles(1, 1024, 1024, batch, 132)
+            assert (tiles.TILE_M, tiles.TILE_K, tiles.BLOCK_B, tiles.SPLITS) == (
+                rule.TILE_M, rule.TILE_K, rule.BLOCK_B, rule.SPLITS
+            )  # fmt: skip
 
 
 def test_hmm_split_matches_classical_recursion(device):
@@ -513,7 +554,7 @@ def test_product_layer(device, batch, name, impl, tiles):
     nm = x["node_mars"].clone()
     nm[5, 0] = float("-inf")
     nm = nm.requires_grad_()
-    out = product_layer(nm, x["cids"], bs, impl=impl, **tiles)
+    out = product_layer(nm, x["cids"], bs, impl=impl, **backward_tiles(tiles))  # SHIFT: sum layers only
     nm64 = ref64(nm).requires_grad_()
     want = product_layer_reference(nm64, x["cids"].cpu(), bs)
     assert_close(out, want, what=f"{name} product forward")

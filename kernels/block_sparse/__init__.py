@@ -61,7 +61,7 @@ from kernels.spec import KernelSpec, Knob, Param, Tuning, Variant
 from kernels.tuned_tables import device_key
 
 IMPLS = ("gpu", "npu", "auto")
-_GPU_SUM_TILES = ("heuristic", "TILE_M", "TILE_K", "BLOCK_B", "PROGRAM_M", "num_warps", "num_stages", "SPLITS")
+_GPU_SUM_TILES = ("heuristic", "TILE_M", "TILE_K", "BLOCK_B", "PROGRAM_M", "num_warps", "num_stages", "SPLITS", "SHIFT")
 _GPU_BWD_TILES = ("heuristic", "TILE_M", "TILE_K", "BLOCK_B", "num_warps", "NODE_SPLITS")
 _GPU_PRODUCT_TILES = ("heuristic", "BLOCK_M", "TILE_M", "BLOCK_B", "num_warps")
 _NPU_TILES = ("TILE_M", "TILE_K", "BLOCK_B", "GRID", "SPLITS")
@@ -495,7 +495,7 @@ def _ours(impl: str, fixed: dict | None = None):
     def split(problem, params):
         tiles = {**fixed, **_tiles(params)}
         if problem["layer"] == "product":
-            for name in ("TILE_K", "PROGRAM_M", "num_stages", "SPLITS"):  # sum-layer tiles only
+            for name in ("TILE_K", "PROGRAM_M", "num_stages", "SPLITS", "SHIFT"):  # sum-layer tiles only
                 tiles.pop(name, None)
         return tiles
 
@@ -578,6 +578,12 @@ _GPU_EXTRA = (
     Param("PROGRAM_M", ("auto",) + _POW2, "auto", "nodes one program walks, in TILE_M sub-tiles (sum forward)"),
     Param("num_warps", ("auto",) + gpu.NUM_WARPS, "auto", "warps per program"),
     Param("num_stages", ("auto",) + gpu.NUM_STAGES, "auto", "software-pipelining depth of the edge loop (sum forward)"),
+    Param(
+        "SHIFT",
+        ("auto",) + gpu.SHIFTS,
+        "auto",
+        "a broadcast tile's log-sum-exp shift: per node (exact) or per column (fewer exponentials; sum forward)",
+    ),
 )
 
 _gpu_run, _gpu_check, _gpu_source = _ours("gpu")

@@ -13,10 +13,11 @@ Sum layer forward
 A program owns ``PROGRAM_M`` nodes of one block (walked in sub-tiles of ``TILE_M``) times
 ``BLOCK_B`` batch columns, and streams the K edges in chunks of ``TILE_K``, keeping a running
 max ``m`` and an accumulator ``acc = sum_k p * exp(em - m)``; a chunk that raises the max
-rescales ``acc`` by ``exp(m_old - m_new)``. At the end ``out = log(acc) + m``. Two forms:
+rescales ``acc`` by ``exp(m_old - m_new)``. At the end ``out = log(acc) + m``. Three forms (the
+kernel's ``FORM``):
 
-- Broadcast (any tile, batch 1 included; ``USE_DOT=False``): per node and column, over
-  ``t = log p + em`` — ``m[i, b] = max_k t``, ``acc += sum_k exp(t - m)``. Exact whatever the
+- Broadcast (any tile, batch 1 included; ``FORM="node"``, a broadcast tile's default): per node
+  and column, over ``t = log p + em`` — ``m[i, b] = max_k t``, ``acc += sum_k exp(t - m)``. Exact whatever the
   weights: a zero weight is ``t = -inf`` and never sets the shift, so a child far above its node
   but not connected to it (weight 0) cannot push the real terms into underflow.
 - ``tl.dot`` (``TILE_M, TILE_K, BLOCK_B >= 16``; IEEE fp32): the shift must not depend on the
@@ -27,6 +28,11 @@ rescales ``acc`` by ``exp(m_old - m_new)``. At the end ``out = log(acc) + m``. T
   positive weight below ``e^-80`` on the dominant child. Nodes of one tile with very different
   weight patterns can still lose digits to underflow here (a node whose connected children are
   all ~87 nats below another node's); the broadcast form has no such case.
+- Per-column broadcast (any tile; ``SHIFT="column"``, ``FORM="column"``): the ``tl.dot`` form's
+  shift and bounds with ``acc += sum_k p * exp(min(em - m, 80))`` as broadcast products, so a
+  chunk takes TILE_K x BLOCK_B exponentials and TILE_K logarithms instead of TILE_M x TILE_K x
+  BLOCK_B of each; it shares the ``tl.dot`` form's underflow caveat. An option for small batches,
+  where the exact form's exponentials may be part of the cost; not timed on a GPU yet.
 
 -inf without selects: the shift used is ``max(m, -FLT_MAX)``, finite even when every child so far
 is -inf. Then ``exp(-inf - shift) = 0``, a rescale from ``m_old = -inf`` is ``exp(-inf) = 0``, and a
@@ -146,6 +152,9 @@ COMBINE_BLOCK = 1024  # flat elements per program of the split-K combine kernel
 # cores (about 3 decimal digits, what PyJuice's kernels use for fp32 from batch 16), 3xTF32.
 PRECISIONS = ("ieee", "tf32", "tf32x3")
 SPLIT_VALUES = (1, 2, 4, 8, 16, 32, 64)  # split-K counts accepted (the Explorer's SPLITS knob)
+# A broadcast tile's log-sum-exp shift: per node and column (exact for any weights) or per column
+# (the tl.dot form's math with broadcast products: fewer exponentials, no logarithm per weight).
+SHIFTS = ("node", "column")
 # Split-K rule (used where the device's tuned table has no entry): node tiles of 32 nodes at
 # batch <= 2 and 16 beyond (node-contiguous weight loads coalesce), and enough edge splits that
 # the grid holds SPLIT_PROGRAMS_PER_CORE programs per core, each keeping >= 16 edges.
@@ -160,11 +169,13 @@ SMALL_BWD_TILE_M = 64  # element flows at small batch: node tile cap, so node sp
 def _sum_forward_kernel(
     OUT_ptr, WS_MAX_ptr, WS_SUM_ptr, EM_ptr, P_ptr, CIDS_ptr, PIDS_ptr, n_batch, n_edges, block_size, n_rows,
     k_per_split, TILE_M: tl.constexpr, TILE_K: tl.constexpr, BLOCK_B: tl.constexpr, PROGRAM_M: tl.constexpr,
-    USE_DOT: tl.constexpr, SPLIT: tl.constexpr, PRECISION: tl.constexpr,
+    FORM: tl.constexpr, SPLIT: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
     """out = log sum_k p * exp(em) for PROGRAM_M nodes of one block x BLOCK_B batch columns.
 
-    ``PRECISION``: the ``tl.dot`` form's input precision (the broadcast form is fp32 throughout).
+    ``FORM``: "node" (broadcast, a shift per node and column), "column" (broadcast products, a
+    shift per column) or "dot" (``tl.dot``, a shift per column); ``PRECISION``: the ``tl.dot``
+    form's input precision (the broadcast forms are fp32 throughout).
 
     ``SPLIT`` (split-K): program axis 2 takes edges ``[s * k_per_split, (s + 1) * k_per_split)``
     and stores its partial (shift, scaled sum) to the workspace rows ``s * n_rows + row``
@@ -186,7 +197,7 @@ def _sum_forward_kernel(
         node_mask = nodes < block_size
         run_max, acc = node_tile_lse(
             EM_ptr, P_ptr, CIDS_ptr, PIDS_ptr, edge_row, k_lo, k_hi, nodes, node_mask, cols, col_mask, n_batch,
-            TILE_M, TILE_K, BLOCK_B, True, USE_DOT, PRECISION,
+            TILE_M, TILE_K, BLOCK_B, True, FORM, PRECISION,
         )  # fmt: skip
         rows = node_rows(g, block_size, nodes, True)
         mask = node_mask[:, None] & col_mask[None, :]
@@ -316,7 +327,13 @@ class SumForwardTiles:
     num_stages: int = 0  # 0: Triton's default software pipelining depth
     SPLITS: int = 1  # split-K: programs sharing one tile's edges (1: no split, no combine kernel)
     PRECISION: str = "ieee"  # the tl.dot form's input precision (PRECISIONS)
+    SHIFT: str = "node"  # a broadcast tile's shift (SHIFTS); "column" for tl.dot tiles
     source: str = "heuristic"  # where the tiles came from (records' tiles_source; kernels.tuned_tables)
+
+    @property
+    def form(self) -> str:
+        """The kernel's FORM: "dot" for tl.dot tiles, else the broadcast tile's SHIFT."""
+        return "dot" if self.USE_DOT else self.SHIFT
 
     def grid(self, n_blocks: int, block_size: int, batch: int, n_edges: int = 1) -> tuple:
         programs = n_blocks * cdiv(block_size, self.PROGRAM_M)
@@ -390,6 +407,20 @@ def check_precision(value):
     return value
 
 
+def check_shift(value, use_dot: bool):
+    if value not in SHIFTS:
+        raise ValueError(
+            f"SHIFT={value!r} is not allowed; use one of {', '.join(SHIFTS)} (or 'auto'): a broadcast tile's "
+            f"log-sum-exp shift, per node and column (exact) or per column (fewer exponentials)"
+        )
+    if use_dot and value != "column":
+        raise ValueError(
+            f"SHIFT={value!r} needs a broadcast tile (TILE_M, TILE_K or BLOCK_B below 16); a tile of 16 or more "
+            f"on every side takes the tl.dot form, which shifts per column: leave SHIFT 'auto' or 'column'"
+        )
+    return value
+
+
 def check_splits(value):
     if value not in SPLIT_VALUES:
         raise ValueError(f"SPLITS={value!r} is not allowed; use one of {', '.join(map(str, SPLIT_VALUES))} (or 'auto')")
@@ -411,12 +442,14 @@ def _forward_tiles(
     num_stages="auto",
     SPLITS="auto",
     precision="ieee",
+    SHIFT="auto",
 ) -> SumForwardTiles:
     """A heuristic's forward tiling with explicit tiles overriding it (no table: see
-    :func:`resolve_forward_tiles`)."""
+    :func:`resolve_forward_tiles`). ``SHIFT`` "auto": per node and column on a broadcast tile
+    (exact), per column on a tl.dot tile."""
     check_heuristic(heuristic)
     check_precision(precision)
-    custom = any(v != "auto" for v in (TILE_M, TILE_K, BLOCK_B, PROGRAM_M, SPLITS))
+    custom = any(v != "auto" for v in (TILE_M, TILE_K, BLOCK_B, PROGRAM_M, SPLITS, SHIFT))
     if heuristic == "auto":
         large = _large_forward(block_size, n_edges, batch)
         programs = n_blocks * cdiv(block_size, large["PROGRAM_M"]) * cdiv(batch, large["BLOCK_B"])
@@ -445,6 +478,7 @@ def _forward_tiles(
     if TILE_K == "auto" and broadcast_over_cap(tm, tk, tb):
         tk = widest_broadcast_tile_k(tm, tb)  # the rule's TILE_K, narrowed for a wider given tile
     use_dot = min(tm, tk, tb) >= 16
+    shift = check_shift(("column" if use_dot else "node") if SHIFT == "auto" else SHIFT, use_dot)
     if broadcast_over_cap(tm, tk, tb):
         raise ValueError(
             f"TILE_M={tm} x TILE_K={tk} x BLOCK_B={tb} = {tm * tk * tb} elements exceeds the {MAX_3D_TILE}-element "
@@ -469,6 +503,7 @@ def _forward_tiles(
         num_stages,
         chosen["SPLITS"],
         precision,
+        shift,
     )
 
 
@@ -506,7 +541,9 @@ def resolve_forward_tiles(
 
 FAMILY = "block_sparse"
 # The forward tiles a tuned table sets (a call that sets one of them gets no table: "explicit").
-TUNED_FORWARD_TILES = ("heuristic", "TILE_M", "TILE_K", "BLOCK_B", "PROGRAM_M", "num_warps", "num_stages", "SPLITS")
+TUNED_FORWARD_TILES = (
+    "heuristic", "TILE_M", "TILE_K", "BLOCK_B", "PROGRAM_M", "num_warps", "num_stages", "SPLITS", "SHIFT",
+)  # fmt: skip
 tuned_tables.on_reload(resolve_forward_tiles.cache_clear)
 
 
@@ -666,7 +703,7 @@ def sum_forward(element_mars, params, cids, pids, block_size: int, tiles: SumFor
     stages = {"num_stages": tiles.num_stages} if tiles.num_stages else {}
     tile = dict(TILE_M=tiles.TILE_M, TILE_K=tiles.TILE_K, BLOCK_B=tiles.BLOCK_B, PROGRAM_M=tiles.PROGRAM_M)
     launch(
-        _sum_forward_kernel, element_mars, grid, *args, **tile, USE_DOT=tiles.USE_DOT, SPLIT=splits > 1,
+        _sum_forward_kernel, element_mars, grid, *args, **tile, FORM=tiles.form, SPLIT=splits > 1,
         PRECISION=tiles.PRECISION, num_warps=tiles.num_warps, **stages,
     )  # fmt: skip
     if splits > 1:

@@ -95,7 +95,7 @@ def _sum_forward_npu_kernel(
         k_hi = tl.minimum(k_lo + k_per_split, n_edges)
         run_max, acc = node_tile_lse(
             EM_ptr, P_ptr, CIDS_ptr, PIDS_ptr, g * n_edges, k_lo, k_hi, nodes, node_mask, cols, col_mask, n_batch,
-            TILE_M, TILE_K, BLOCK_B, False, False, "ieee",  # no tl.dot on the NPU: no precision to choose
+            TILE_M, TILE_K, BLOCK_B, False, "node", "ieee",  # no tl.dot on the NPU: no precision to choose
         )  # fmt: skip
         rows = node_rows(g, block_size, nodes, False)
         mask = node_mask[:, None] & col_mask[None, :]

@@ -130,15 +130,38 @@ def lse_finish(run_max, acc):
 
 
 @triton.jit
+def column_shift(run_max, p, em):
+    """The running max and shift of a per-column form: ``m[b] = max_k (em + log w_k)`` with
+    ``w_k`` the tile's largest weight of edge k, so an edge no node of the tile uses (``w_k = 0``)
+    never sets it."""
+    log_w = tl.log(tl.max(p, axis=0))  # [TILE_K]
+    new_max = tl.maximum(run_max, tl.max(em + log_w[:, None], axis=0)[None, :])
+    return new_max, tl.maximum(new_max, NEG_FLT_MAX)
+
+
+@triton.jit
+def column_step(run_max, acc, p, em):
+    """One chunk of the per-column form with broadcast products, any tile size:
+    ``acc[i, b] += sum_k p[i, k] * exp(em[k, b] - m[b])``. Exponentials per chunk: TILE_K x
+    BLOCK_B, against TILE_M x TILE_K x BLOCK_B (and as many logarithms) in :func:`lse_step`.
+    The terms are bounded as in :func:`dot_step` (``p * exp(em - m) <= p / w_k <= 1``, the clamp
+    at 80 keeps zero-weight edges finite), with the same caveat: a node whose children all sit
+    ~87 nats below another node's of the tile underflows to -inf."""
+    new_max, shift = column_shift(run_max, p, em)
+    acc = acc * tl.exp(run_max - shift)
+    scaled = tl.exp(tl.minimum(em - shift, 80.0))  # [TILE_K, BLOCK_B]
+    acc += tl.sum(p[:, :, None] * scaled[None, :, :], axis=1)
+    return new_max, acc
+
+
+@triton.jit
 def dot_step(run_max, acc, p, em, PRECISION: tl.constexpr):
     """One chunk of the ``tl.dot`` form (GPU only: the NPU kernels use vector cores and pass
     ``DOT=False``). One shift per column, ``m[b] = max_k (em + log w_k)`` with ``w_k`` the tile's
     largest weight of edge k; the clamp at 80 keeps zero-weight edges finite (gpu.py's docstring).
     ``PRECISION`` is the dot's input precision: "ieee" (fp32 FMAs), "tf32" (tensor cores, inputs
     rounded to 10-bit mantissas) or "tf32x3" (three TF32 products, close to fp32)."""
-    log_w = tl.log(tl.max(p, axis=0))  # [TILE_K]
-    new_max = tl.maximum(run_max, tl.max(em + log_w[:, None], axis=0)[None, :])
-    shift = tl.maximum(new_max, NEG_FLT_MAX)
+    new_max, shift = column_shift(run_max, p, em)
     acc = acc * tl.exp(run_max - shift)
     acc += tl.dot(p, tl.exp(tl.minimum(em - shift, 80.0)), input_precision=PRECISION)
     return new_max, acc
@@ -147,24 +170,28 @@ def dot_step(run_max, acc, p, em, PRECISION: tl.constexpr):
 @triton.jit
 def node_tile_lse(
     EM_ptr, P_ptr, CIDS_ptr, PIDS_ptr, edge_row, k_lo, k_hi, nodes, node_mask, cols, col_mask, n_batch,
-    TILE_M: tl.constexpr, TILE_K: tl.constexpr, BLOCK_B: tl.constexpr, WIDE: tl.constexpr, DOT: tl.constexpr,
+    TILE_M: tl.constexpr, TILE_K: tl.constexpr, BLOCK_B: tl.constexpr, WIDE: tl.constexpr, FORM: tl.constexpr,
     PRECISION: tl.constexpr,
 ):  # fmt: skip
     """(running max, scaled sum) of one node tile over edges ``[k_lo, k_hi)`` in chunks of
-    ``TILE_K`` — the whole edge range, or one split-K slice. The running max is per node and
-    column ``[TILE_M, BLOCK_B]`` in the broadcast form, per column ``[1, BLOCK_B]`` with ``DOT``."""
-    if DOT:
-        run_max = tl.full([1, BLOCK_B], float("-inf"), tl.float32)
-    else:
+    ``TILE_K`` — the whole edge range, or one split-K slice. ``FORM``: "node" (the broadcast form,
+    :func:`lse_step`; the running max per node and column ``[TILE_M, BLOCK_B]``), "column"
+    (:func:`column_step`) or "dot" (:func:`dot_step`), both with one running max per column
+    ``[1, BLOCK_B]``."""
+    if FORM == "node":
         run_max = tl.full([TILE_M, BLOCK_B], float("-inf"), tl.float32)
+    else:
+        run_max = tl.full([1, BLOCK_B], float("-inf"), tl.float32)
     acc = tl.zeros([TILE_M, BLOCK_B], dtype=tl.float32)
     for k0 in range(k_lo, k_hi, TILE_K):
         em, p = load_chunk(
             EM_ptr, P_ptr, CIDS_ptr, PIDS_ptr, edge_row, k0, k_hi, nodes, node_mask, cols, col_mask, n_batch,
             TILE_K, WIDE,
         )  # fmt: skip
-        if DOT:
+        if FORM == "dot":
             run_max, acc = dot_step(run_max, acc, p, em, PRECISION)
+        elif FORM == "column":
+            run_max, acc = column_step(run_max, acc, p, em)
         else:
             run_max, acc = lse_step(run_max, acc, tl.log(p), em)
     return run_max, acc
