@@ -16,7 +16,7 @@
 # (or SUITE_OUT), so a suite longer than one call runs in parts (--resume is added for you).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
-RES=${RES:-/tmp/res}
+export RES=${RES:-/tmp/res}  # exported: a "run bash -c ..." step may write under $RES
 mkdir -p "$OUT" "$RES"
 if ls .whl/*-site.tar.xz >/dev/null 2>&1; then  # trees repacked to fit a call (benchmarks/pack_ray.sh)
   mkdir -p /tmp/site && for t in .whl/*-site.tar.xz; do tar -C /tmp/site -xJf "$t"; done \
