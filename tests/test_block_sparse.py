@@ -40,6 +40,7 @@ IMPLS = (
     # broadcast tiles with one shift per column (the tl.dot form's math, broadcast products)
     ("column", "gpu", {"heuristic": "small", "SHIFT": "column"}),
     ("npu", "npu", {}),
+    ("npu_column", "npu", {"SHIFT": "column"}),
 )
 IMPL_IDS = [name for name, _, _ in IMPLS]
 
@@ -246,6 +247,7 @@ SPLIT_IMPLS = (
     ("split2_dot", "gpu", {"SPLITS": 2, "TILE_M": 16, "TILE_K": 16, "BLOCK_B": 16}),
     ("split4_column", "gpu", {"SPLITS": 4, "TILE_M": 8, "TILE_K": 4, "SHIFT": "column"}),
     ("npu_split4", "npu", {"SPLITS": 4, "TILE_K": 4, "GRID": 3}),
+    ("npu_split4_column", "npu", {"SPLITS": 4, "TILE_K": 4, "GRID": 3, "SHIFT": "column"}),
 )
 # (what, nodes, bs, K, batch, tied): odd K at batch 1; a block whose children are all -inf at
 # batch 3; tied parameters (blocks share one set, two edges share a run) at batch 3.
@@ -332,6 +334,11 @@ def test_shift_is_checked_and_resolved_per_tile():
     with pytest.raises(ValueError, match="SHIFT='row' is not allowed; use one of node, column"):
         gpu.resolve_forward_tiles(1, 1024, 1024, 4, 132, SHIFT="row")
     assert spec.variant("gpu").param("SHIFT").values == ("auto", "node", "column")
+    assert spec.variant("npu").param("SHIFT").values == ("auto", "node", "column")
+    assert npu.resolve_tiles(1, 64, 64, 3, 48).SHIFT == "node"
+    assert npu.resolve_tiles(1, 64, 64, 3, 48, SHIFT="column").SHIFT == "column"
+    with pytest.raises(ValueError, match="SHIFT='row' is not allowed"):
+        npu.resolve_tiles(1, 64, 64, 3, 48, SHIFT="row")
 
 
 def test_precision_is_checked_and_only_the_dot_form_uses_it():

@@ -56,6 +56,7 @@ from kernels.block_sparse.reference import (
     sum_layer_backward_reference,
     sum_layer_reference,
 )
+from kernels.block_sparse.tile_math import SHIFTS
 from kernels.runtime import device_of
 from kernels.spec import KernelSpec, Knob, Param, Tuning, Variant
 from kernels.tuned_tables import device_key
@@ -64,7 +65,7 @@ IMPLS = ("gpu", "npu", "auto")
 _GPU_SUM_TILES = ("heuristic", "TILE_M", "TILE_K", "BLOCK_B", "PROGRAM_M", "num_warps", "num_stages", "SPLITS", "SHIFT")
 _GPU_BWD_TILES = ("heuristic", "TILE_M", "TILE_K", "BLOCK_B", "num_warps", "NODE_SPLITS")
 _GPU_PRODUCT_TILES = ("heuristic", "BLOCK_M", "TILE_M", "BLOCK_B", "num_warps")
-_NPU_TILES = ("TILE_M", "TILE_K", "BLOCK_B", "GRID", "SPLITS")
+_NPU_TILES = ("TILE_M", "TILE_K", "BLOCK_B", "GRID", "SPLITS", "SHIFT")
 _INDEX_DTYPES = (torch.int32, torch.int64)
 
 
@@ -573,17 +574,18 @@ _SPLITS = Param(
     "auto",
     "split-K: programs sharing a tile's edges, merged by a combine kernel",
 )
+_SHIFT = Param(
+    "SHIFT",
+    ("auto",) + SHIFTS,
+    "auto",
+    "a broadcast tile's log-sum-exp shift: per node (exact) or per column (fewer exponentials; sum forward)",
+)
 _GPU_EXTRA = (
     _SPLITS,
     Param("PROGRAM_M", ("auto",) + _POW2, "auto", "nodes one program walks, in TILE_M sub-tiles (sum forward)"),
     Param("num_warps", ("auto",) + gpu.NUM_WARPS, "auto", "warps per program"),
     Param("num_stages", ("auto",) + gpu.NUM_STAGES, "auto", "software-pipelining depth of the edge loop (sum forward)"),
-    Param(
-        "SHIFT",
-        ("auto",) + gpu.SHIFTS,
-        "auto",
-        "a broadcast tile's log-sum-exp shift: per node (exact) or per column (fewer exponentials; sum forward)",
-    ),
+    _SHIFT,
 )
 
 _gpu_run, _gpu_check, _gpu_source = _ours("gpu")
@@ -719,7 +721,7 @@ spec = KernelSpec(
             "npu",
             _npu_run,
             params=_COMMON_PARAMS
-            + (Param("GRID", ("auto",) + tuple(2**k for k in range(0, 12)), "auto", "programs"), _SPLITS),
+            + (Param("GRID", ("auto",) + tuple(2**k for k in range(0, 12)), "auto", "programs"), _SPLITS, _SHIFT),
             devices=("npu", "cuda", "cpu"),
             check=_npu_check,
             tiles_source=_npu_source,

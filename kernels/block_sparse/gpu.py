@@ -112,6 +112,7 @@ import triton.language as tl
 
 from kernels import tuned_tables
 from kernels.block_sparse.tile_math import (
+    check_shift,
     combine_partials,
     element_flow_tile,
     forward_buffers,
@@ -152,9 +153,6 @@ COMBINE_BLOCK = 1024  # flat elements per program of the split-K combine kernel
 # cores (about 3 decimal digits, what PyJuice's kernels use for fp32 from batch 16), 3xTF32.
 PRECISIONS = ("ieee", "tf32", "tf32x3")
 SPLIT_VALUES = (1, 2, 4, 8, 16, 32, 64)  # split-K counts accepted (the Explorer's SPLITS knob)
-# A broadcast tile's log-sum-exp shift: per node and column (exact for any weights) or per column
-# (the tl.dot form's math with broadcast products: fewer exponentials, no logarithm per weight).
-SHIFTS = ("node", "column")
 # Split-K rule (used where the device's tuned table has no entry): node tiles of 32 nodes at
 # batch <= 2 and 16 beyond (node-contiguous weight loads coalesce), and enough edge splits that
 # the grid holds SPLIT_PROGRAMS_PER_CORE programs per core, each keeping >= 16 edges.
@@ -327,7 +325,7 @@ class SumForwardTiles:
     num_stages: int = 0  # 0: Triton's default software pipelining depth
     SPLITS: int = 1  # split-K: programs sharing one tile's edges (1: no split, no combine kernel)
     PRECISION: str = "ieee"  # the tl.dot form's input precision (PRECISIONS)
-    SHIFT: str = "node"  # a broadcast tile's shift (SHIFTS); "column" for tl.dot tiles
+    SHIFT: str = "node"  # a broadcast tile's shift (tile_math.SHIFTS); "column" for tl.dot tiles
     source: str = "heuristic"  # where the tiles came from (records' tiles_source; kernels.tuned_tables)
 
     @property
@@ -403,20 +401,6 @@ def check_precision(value):
             f"precision={value!r} is not allowed; use one of {', '.join(PRECISIONS)} (the tl.dot form's input "
             f"precision: ieee is fp32, tf32 rounds inputs to 10-bit mantissas on tensor cores, tf32x3 sums "
             f"three TF32 products)"
-        )
-    return value
-
-
-def check_shift(value, use_dot: bool):
-    if value not in SHIFTS:
-        raise ValueError(
-            f"SHIFT={value!r} is not allowed; use one of {', '.join(SHIFTS)} (or 'auto'): a broadcast tile's "
-            f"log-sum-exp shift, per node and column (exact) or per column (fewer exponentials)"
-        )
-    if use_dot and value != "column":
-        raise ValueError(
-            f"SHIFT={value!r} needs a broadcast tile (TILE_M, TILE_K or BLOCK_B below 16); a tile of 16 or more "
-            f"on every side takes the tl.dot form, which shifts per column: leave SHIFT 'auto' or 'column'"
         )
     return value
 

@@ -40,6 +40,7 @@ import triton.language as tl
 
 from kernels.block_sparse.gpu import PRODUCT_BLOCK_M_CAP, SMALL_TILE_M, check_splits, check_tile, launch
 from kernels.block_sparse.tile_math import (
+    check_shift,
     combine_partials,
     element_flow_tile,
     forward_buffers,
@@ -71,8 +72,11 @@ COMBINE_BLOCK = 1024  # flat elements per item of the split-K combine (8 KB of t
 def _sum_forward_npu_kernel(
     OUT_ptr, WS_MAX_ptr, WS_SUM_ptr, EM_ptr, P_ptr, CIDS_ptr, PIDS_ptr, n_batch, n_edges, block_size, n_blocks,
     n_splits, k_per_split, TILE_M: tl.constexpr, TILE_K: tl.constexpr, BLOCK_B: tl.constexpr, SPLIT: tl.constexpr,
+    SHIFT: tl.constexpr,
 ):  # fmt: skip
     """out = log sum_k p * exp(em); grid-stride over (block, node tile[, split], batch tile).
+    ``SHIFT``: the log-sum-exp's shift, per node and column ("node", exact) or per column
+    ("column": tile_math.column_step, fewer exponentials).
 
     ``SPLIT``: each item takes the edges ``[s * k_per_split, (s + 1) * k_per_split)`` and stores
     its partial (shift, scaled sum) to the workspace rows ``s * G*bs + row``."""
@@ -95,7 +99,7 @@ def _sum_forward_npu_kernel(
         k_hi = tl.minimum(k_lo + k_per_split, n_edges)
         run_max, acc = node_tile_lse(
             EM_ptr, P_ptr, CIDS_ptr, PIDS_ptr, g * n_edges, k_lo, k_hi, nodes, node_mask, cols, col_mask, n_batch,
-            TILE_M, TILE_K, BLOCK_B, False, "node", "ieee",  # no tl.dot on the NPU: no precision to choose
+            TILE_M, TILE_K, BLOCK_B, False, SHIFT, "ieee",  # no tl.dot on the NPU: no precision to choose
         )  # fmt: skip
         rows = node_rows(g, block_size, nodes, False)
         mask = node_mask[:, None] & col_mask[None, :]
@@ -275,6 +279,7 @@ class NpuTiles:
     BLOCK_B: int
     GRID: int  # programs for the sum kernels; product kernels use min(GRID, their items)
     SPLITS: int = 1  # split-K forward: items sharing one tile's edges (1: no split)
+    SHIFT: str = "node"  # the forward's log-sum-exp shift (tile_math.SHIFTS)
 
     def programs(self, n_items: int) -> int:
         return max(1, min(self.GRID, n_items))
@@ -292,13 +297,17 @@ def resolve_tiles(
     BLOCK_B="auto",
     GRID="auto",
     SPLITS="auto",
+    SHIFT="auto",
 ) -> NpuTiles:
     """Defaults: TILE_M = 8 nodes; BLOCK_B = 1, 2 or 4 for batches up to 4 and 16 beyond (never 8,
     which the Ascend planner handles badly, see :func:`batch_lane_weight`); TILE_K the largest
     power of two keeping ``TILE_M x TILE_K x w(BLOCK_B) <= 4096`` (half the Unified Buffer, so
     multi-buffering has room): 512 at batch 1, 64 from batch 2 on. ``SPLITS`` (split-K forward)
     defaults to 1: no NPU timing exists to choose it; the split items use the same tile, so the
-    Unified Buffer check below covers them."""
+    Unified Buffer check below covers them. ``SHIFT`` defaults to the exact per-node shift. The
+    Unified Buffer model is the per-node form's: at the default tiles the compiler planned 10-16%
+    more for the per-column forward at batch 1-3 and 7% less at batch 64, all within the buffer
+    (``workbench npu-check --family block_sparse``)."""
     tile_m = min(_pow2(block_size), SMALL_TILE_M) if TILE_M == "auto" else check_tile("TILE_M", TILE_M)
     if BLOCK_B == "auto":
         block_b = _pow2(batch) if batch <= 4 else 16
@@ -322,7 +331,7 @@ def resolve_tiles(
     else:
         raise ValueError(f"GRID={GRID!r} must be a positive integer or 'auto'")
     splits = 1 if SPLITS == "auto" else check_splits(SPLITS)
-    return NpuTiles(tile_m, tile_k, block_b, grid, splits)
+    return NpuTiles(tile_m, tile_k, block_b, grid, splits, "node" if SHIFT == "auto" else check_shift(SHIFT))
 
 
 def _check_int32(element_rows: int, batch: int, n_params: int = 0):
@@ -346,7 +355,15 @@ def sum_forward(element_mars, params, cids, pids, block_size: int, tiles: NpuTil
     items = n_blocks * cdiv(block_size, tiles.TILE_M) * splits * cdiv(batch, tiles.BLOCK_B)
     args = (out, ws_max, ws_sum, element_mars, params, cids, pids, batch, n_edges, block_size, n_blocks, splits, k_per)
     tile = dict(TILE_M=tiles.TILE_M, TILE_K=tiles.TILE_K, BLOCK_B=tiles.BLOCK_B)
-    launch(_sum_forward_npu_kernel, element_mars, (tiles.programs(items),), *args, **tile, SPLIT=splits > 1)
+    launch(
+        _sum_forward_npu_kernel,
+        element_mars,
+        (tiles.programs(items),),
+        *args,
+        **tile,
+        SPLIT=splits > 1,
+        SHIFT=tiles.SHIFT,
+    )
     if splits > 1:
         n = n_rows * batch
         grid = (tiles.programs(cdiv(n, COMBINE_BLOCK)),)
@@ -457,7 +474,7 @@ def _flow_signature(first: str) -> dict:
 
 
 _SUM_KERNELS = (
-    ("sum forward", _sum_forward_npu_kernel, dict(_SUM_SIGNATURE), {"SPLIT": False}),
+    ("sum forward", _sum_forward_npu_kernel, dict(_SUM_SIGNATURE), {"SPLIT": False, "SHIFT": "node"}),
     ("sum element flows", _sum_element_flows_npu_kernel, _flow_signature("EF_ptr"), {}),
     ("sum param flows", _sum_param_flows_npu_kernel, _flow_signature("PF_ptr"), {"MUL_PARAMS": True}),
 )
@@ -496,8 +513,34 @@ def _split_cases(tm: int, tk: int, tb: int, default: bool, note: str = "") -> li
     sig = dict(_SUM_SIGNATURE)
     return [
         NpuCompileCase(
-            "block_sparse", name, _sum_forward_npu_kernel, sig, {**tiles, "SPLIT": True}, default, ub_bytes(tm, tk, tb)
+            "block_sparse",
+            name,
+            _sum_forward_npu_kernel,
+            sig,
+            {**tiles, "SPLIT": True, "SHIFT": "node"},
+            default,
+            ub_bytes(tm, tk, tb),
         )
+    ]
+
+
+def _column_cases(tm: int, tk: int, tb: int, note: str = "") -> list:
+    """The forward, unsplit and split-K, with one shift per column (``SHIFT="column"``) at one
+    tile: not a default, checked by ``workbench npu-check`` without ``--defaults-only``."""
+    from kernels.spec import NpuCompileCase
+
+    tiles = {"TILE_M": tm, "BLOCK_B": tb, "TILE_K": tk}
+    return [
+        NpuCompileCase(
+            "block_sparse",
+            f"{name} SHIFT=column TILE_M={tm} BLOCK_B={tb} TILE_K={tk}{note}",
+            _sum_forward_npu_kernel,
+            dict(_SUM_SIGNATURE),
+            {**tiles, "SPLIT": split, "SHIFT": "column"},
+            False,
+            ub_bytes(tm, tk, tb),
+        )
+        for name, split in (("sum forward", False), ("sum split-K forward", True))
     ]
 
 
@@ -516,8 +559,9 @@ def _combine_case() -> list:
 def npu_compile_cases():
     """The NPU kernels at their default tiles for an HMM layer (L = 1024, one block of 1024) at
     batch 1, 2, 3 and 64 (one case per distinct tile) — the split-K forward and its combine
-    among them — plus non-default tiles the compiler is known to reject (``BLOCK_B = 8``, a
-    too-wide ``TILE_K``) or accept (``TILE_M = 16``), and split-K tiles around the UB limit."""
+    among them, and the per-column forward at each of those tiles — plus non-default tiles the
+    compiler is known to reject (``BLOCK_B = 8``, a too-wide ``TILE_K``) or accept
+    (``TILE_M = 16``), and split-K tiles around the UB limit."""
     from kernels.spec import NpuCompileCase
 
     cases, seen = [], set()
@@ -529,6 +573,7 @@ def npu_compile_cases():
         seen.add(key)
         cases += _sum_cases(t.TILE_M, t.TILE_K, t.BLOCK_B, True, f" (batch {batch})")
         cases += _split_cases(t.TILE_M, t.TILE_K, t.BLOCK_B, True, f" (batch {batch})")
+        cases += _column_cases(t.TILE_M, t.TILE_K, t.BLOCK_B, f" (batch {batch})")
         bm = min(t.TILE_M, PRODUCT_BLOCK_M_CAP)
         for name, kernel, first, second in (
             ("product forward", _product_forward_npu_kernel, "OUT_ptr", "NM_ptr"),

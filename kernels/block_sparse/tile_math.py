@@ -26,6 +26,24 @@ import triton.language as tl
 from kernels.tiling import cdiv
 
 NEG_FLT_MAX = tl.constexpr(-3.4028234663852886e38)  # the most negative finite fp32
+# A broadcast tile's log-sum-exp shift (node_tile_lse's FORM "node" or "column"): per node and
+# column (exact for any weights) or per column (fewer exponentials, no logarithm per weight).
+SHIFTS = ("node", "column")
+
+
+def check_shift(value, use_dot: bool = False) -> str:
+    """A broadcast tile's SHIFT ("auto" is resolved by the caller); ValueError says what to change."""
+    if value not in SHIFTS:
+        raise ValueError(
+            f"SHIFT={value!r} is not allowed; use one of {', '.join(SHIFTS)} (or 'auto'): a broadcast tile's "
+            f"log-sum-exp shift, per node and column (exact) or per column (fewer exponentials)"
+        )
+    if use_dot and value != "column":
+        raise ValueError(
+            f"SHIFT={value!r} needs a broadcast tile (TILE_M, TILE_K or BLOCK_B below 16); a tile of 16 or more "
+            f"on every side takes the tl.dot form, which shifts per column: leave SHIFT 'auto' or 'column'"
+        )
+    return value
 
 
 # --- loads ------------------------------------------------------------------------------------
