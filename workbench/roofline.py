@@ -62,20 +62,13 @@ def roofline_figure(records: Iterable[dict], family: str, device_name: str | Non
 
     The roofs are that device's: records from several devices need ``device_name`` (ValueError
     without it), as one device's copy bandwidth and datasheet peak say nothing of another's."""
-    import kernels
-
     recs = _plotted(records, family)
     if device_name is not None:
         recs = [r for r in recs if r.get("device_name") == device_name]
     names = sorted({str(r.get("device_name")) for r in recs})
     if len(names) > 1:
         raise ValueError(f"{family} records from {len(names)} devices ({', '.join(names)}); name one (device_name)")
-    if not recs or family not in kernels.families():  # a suite's chain targets are no family
-        return None
-    spec = kernels.get(family)
-    if spec.flops is not None:
-        return _compute_roofline(spec, recs)
-    return _bandwidth_figure(spec, recs)
+    return _figure(family, recs)
 
 
 def figures(records: list[dict]) -> list:
@@ -83,14 +76,29 @@ def figures(records: list[dict]) -> list:
     (:func:`roofline_figure`), by name; none where plotly is missing."""
     out = []
     for family in sorted({str(r.get("kernel")) for r in records}):
-        for device_name in sorted({str(r.get("device_name")) for r in _plotted(records, family)}):
+        by_device = defaultdict(list)
+        for r in _plotted(records, family):
+            by_device[r.get("device_name") or ""].append(r)
+        for _, recs in sorted(by_device.items()):
             try:
-                fig = roofline_figure(records, family, device_name)
+                fig = _figure(family, recs)
             except ImportError:
                 fig = None
             if fig is not None:
                 out.append(fig)
     return out
+
+
+def _figure(family: str, recs: list[dict]):
+    """The roofline of one family's plotted records of one device; None without any."""
+    import kernels
+
+    if not recs or family not in kernels.families():  # a suite's chain targets are no family
+        return None
+    spec = kernels.get(family)
+    if spec.flops is not None:
+        return _compute_roofline(spec, recs)
+    return _bandwidth_figure(spec, recs)
 
 
 def _ceilings(recs: list[dict]) -> tuple[float | None, object]:

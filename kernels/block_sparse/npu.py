@@ -503,45 +503,34 @@ def combine_ub_bytes(block: int = COMBINE_BLOCK) -> int:
     return 2 * 5 * 4 * block
 
 
-def _split_cases(tm: int, tk: int, tb: int, default: bool, note: str = "") -> list:
-    """The split-K forward (``SPLIT=True``: the partial store) at one tile; the same Unified Buffer
-    model as the unsplit forward (the edge loop and its tile are the same)."""
+def _forward_case(tm: int, tk: int, tb: int, default: bool, note: str, split: bool, shift: str):
+    """The sum forward at one tile, split-K (``SPLIT=True``: the partial store) or not, with its
+    shift; the Unified Buffer model is the unsplit per-node forward's (the edge loop and its
+    tile are the same)."""
     from kernels.spec import NpuCompileCase
 
-    tiles = {"TILE_M": tm, "BLOCK_B": tb, "TILE_K": tk}
-    name = f"sum split-K forward TILE_M={tm} BLOCK_B={tb} TILE_K={tk}{note}"
-    sig = dict(_SUM_SIGNATURE)
-    return [
-        NpuCompileCase(
-            "block_sparse",
-            name,
-            _sum_forward_npu_kernel,
-            sig,
-            {**tiles, "SPLIT": True, "SHIFT": "node"},
-            default,
-            ub_bytes(tm, tk, tb),
-        )
-    ]
+    name = "sum split-K forward" if split else "sum forward"
+    label = "" if shift == "node" else f" SHIFT={shift}"
+    return NpuCompileCase(
+        "block_sparse",
+        f"{name}{label} TILE_M={tm} BLOCK_B={tb} TILE_K={tk}{note}",
+        _sum_forward_npu_kernel,
+        dict(_SUM_SIGNATURE),
+        {"TILE_M": tm, "BLOCK_B": tb, "TILE_K": tk, "SPLIT": split, "SHIFT": shift},
+        default,
+        ub_bytes(tm, tk, tb),
+    )
+
+
+def _split_cases(tm: int, tk: int, tb: int, default: bool, note: str = "") -> list:
+    """The split-K forward at one tile."""
+    return [_forward_case(tm, tk, tb, default, note, True, "node")]
 
 
 def _column_cases(tm: int, tk: int, tb: int, note: str = "") -> list:
     """The forward, unsplit and split-K, with one shift per column (``SHIFT="column"``) at one
     tile: not a default, checked by ``workbench npu-check`` without ``--defaults-only``."""
-    from kernels.spec import NpuCompileCase
-
-    tiles = {"TILE_M": tm, "BLOCK_B": tb, "TILE_K": tk}
-    return [
-        NpuCompileCase(
-            "block_sparse",
-            f"{name} SHIFT=column TILE_M={tm} BLOCK_B={tb} TILE_K={tk}{note}",
-            _sum_forward_npu_kernel,
-            dict(_SUM_SIGNATURE),
-            {**tiles, "SPLIT": split, "SHIFT": "column"},
-            False,
-            ub_bytes(tm, tk, tb),
-        )
-        for name, split in (("sum forward", False), ("sum split-K forward", True))
-    ]
+    return [_forward_case(tm, tk, tb, False, note, split, "column") for split in (False, True)]
 
 
 def _combine_case() -> list:
