@@ -15,6 +15,9 @@ call. The functions:
 - ``ours partials``: the same with ``DW_REDUCE="partials"`` (no zero-filled buffer, a host sum);
 - ``allocations``: a backward that only allocates what ours allocates (dx, the fp32 dw and
   counter zero-filled, dw) and launches nothing;
+- ``allocations + no-op launch``: the same plus one launch, through the library's launch path,
+  of a kernel with our backward kernel's arguments whose body does nothing: the floor of a
+  Python backward that issues one Triton kernel, the kernel's work left out;
 - ``empty``: a backward that returns its gradient (the floor of a Python backward).
 
 The same functions run again with the engine's device threads off
@@ -37,7 +40,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
+from kernels.launch import launch  # noqa: E402
 from kernels.rms_norm import gpu, rms_norm  # noqa: E402
 
 _STAMPS: dict[str, int] = {}
@@ -86,6 +92,35 @@ def allocations_backward(ctx, dy):
     del zeros
     stamp("bwd issued")
     return dx, dw
+
+
+@triton.jit
+def _no_op_kernel(
+    DX_ptr, DY_ptr, DS_ptr, X_ptr, W_ptr, RSTD_ptr, DW_partial_ptr, DW32_ptr, DW_ptr, COUNTER_ptr, row_stride,
+    n_rows, n_cols, offset, CASTING_MODE: tl.constexpr, HAS_WEIGHT: tl.constexpr, DW_ATOMIC: tl.constexpr,
+    HAS_DS: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_SIZE_M: tl.constexpr,
+):  # fmt: skip
+    """Our backward kernel's signature with nothing inside: the launch alone."""
+    pass
+
+
+def no_op_launch_backward(tiles):
+    def body(ctx, dy):
+        x, w, rstd = ctx.saved_tensors
+        stamp("saved read")
+        n_rows, n_cols = x.shape
+        dx = torch.empty_like(x)
+        dw32 = gpu.dw_accumulator(w, n_cols)
+        dw = torch.empty_like(w)
+        launch(
+            _no_op_kernel, x, (tiles.GRID,), dx, dy, dy, x, w, rstd, rstd, dw32, dw, dw32[n_cols:], x.stride(0),
+            n_rows, n_cols, 0.0, CASTING_MODE=0, HAS_WEIGHT=True, DW_ATOMIC=True, HAS_DS=False,
+            BLOCK_SIZE=tiles.BLOCK_SIZE, BLOCK_SIZE_M=tiles.bwd_block_size_m, num_warps=tiles.bwd_num_warps,
+        )  # fmt: skip
+        stamp("bwd issued")
+        return dx, dw
+
+    return body
 
 
 def empty_backward(ctx, dy):
@@ -173,6 +208,7 @@ def main(argv=None) -> None:
         "ours": make_function(tiles, ours_backward(tiles)).apply,
         "ours partials": make_function(partial_tiles, ours_backward(partial_tiles)).apply,
         "allocations": make_function(tiles, allocations_backward).apply,
+        "alloc + no-op launch": make_function(tiles, no_op_launch_backward(tiles)).apply,
         "empty": make_function(tiles, empty_backward).apply,
         "library rms_norm": lambda a, b: rms_norm(a, b),
         "F.rms_norm": lambda a, b: torch.nn.functional.rms_norm(a, (args.hidden,), b, 1e-6),
@@ -184,12 +220,14 @@ def main(argv=None) -> None:
     for threads in (True, False):
         title = "engine device threads on (default)" if threads else "engine device threads off"
         print(f"\n== {title}: median µs per gap")
-        print(f"{'':18s}" + "".join(f"{label:>20s}" for label in labels))
+        print(f"{'':22s}" + "".join(f"{label:>20s}" for label in labels))
         with torch.autograd.set_multithreading_enabled(threads):
             rows = timelines(probes, x, w, dy, args.calls)
         for name, row in rows.items():
             results[f"{name} / threads {'on' if threads else 'off'}"] = row
-            print(f"{name:18s}" + "".join(f"{'-' if row[k] is None else row[k]:>20}" for k in labels))
+            print(f"{name:22s}" + "".join(f"{'-' if row[k] is None else row[k]:>20}" for k in labels))
+        floor = rows["F.rms_norm"]["whole call"]
+        print("whole call / F.rms_norm's: " + ", ".join(f"{n} {r['whole call'] / floor:.2f}x" for n, r in rows.items()))
     y, rstd = gpu.rms_norm_forward(x.detach(), w.detach(), 1e-6, 0.0, "llama", tiles)
 
     def backward_alone():
