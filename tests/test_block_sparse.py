@@ -320,13 +320,20 @@ def test_dot_tiles_at_each_precision(device, precision, batch, K):
 
 
 def test_shift_is_checked_and_resolved_per_tile():
-    """SHIFT 'auto' is per node on a broadcast tile and per column on a tl.dot tile; 'column' on a
-    broadcast tile runs the per-column form; 'node' on a tl.dot tile and unknown values say what
-    to change."""
-    small = gpu.resolve_forward_tiles(1, 1024, 1024, 4, 132, heuristic="small")
-    assert (small.SHIFT, small.form) == ("node", "node")
-    column = gpu.resolve_forward_tiles(1, 1024, 1024, 4, 132, heuristic="small", SHIFT="column")
+    """SHIFT 'auto' is the small rule's on a broadcast tile (per node at batch 1, per column from
+    batch 2), per node on other broadcast tiles and per column on a tl.dot tile; an explicit
+    shift overrides the rule; 'node' on a tl.dot tile and unknown values say what to change."""
+    batch1 = gpu.resolve_forward_tiles(1, 1024, 1024, 1, 132, heuristic="small")
+    assert (batch1.SHIFT, batch1.form) == ("node", "node")
+    for batch in (2, 3, 8):
+        small = gpu.resolve_forward_tiles(1, 1024, 1024, batch, 132, heuristic="small")
+        assert (small.SHIFT, small.form, small.heuristic) == ("column", "column", "small"), batch
+    exact = gpu.resolve_forward_tiles(1, 1024, 1024, 4, 132, heuristic="small", SHIFT="node")
+    assert (exact.SHIFT, exact.form, exact.heuristic) == ("node", "node", "custom")
+    column = gpu.resolve_forward_tiles(1, 1024, 1024, 1, 132, heuristic="small", SHIFT="column")
     assert (column.SHIFT, column.form, column.heuristic) == ("column", "column", "custom")
+    split = gpu.resolve_forward_tiles(1, 1024, 1024, 4, 132, heuristic="split")
+    assert split.SHIFT == "node" and not split.USE_DOT
     dot = gpu.resolve_forward_tiles(1, 1024, 1024, 16, 132, heuristic="small")
     assert (dot.SHIFT, dot.form) == ("column", "dot")
     with pytest.raises(ValueError, match="SHIFT='node' needs a broadcast tile"):
@@ -824,6 +831,7 @@ def test_gpu_graph_replay_matches_eager():
 
 
 @pytest.mark.gpu
+@pytest.mark.long_gpu
 def test_gpu_pyjuice_peer_agrees():
     from kernels.block_sparse import peer
 

@@ -16,7 +16,7 @@ max ``m`` and an accumulator ``acc = sum_k p * exp(em - m)``; a chunk that raise
 rescales ``acc`` by ``exp(m_old - m_new)``. At the end ``out = log(acc) + m``. Three forms (the
 kernel's ``FORM``):
 
-- Broadcast (any tile, batch 1 included; ``FORM="node"``, a broadcast tile's default): per node
+- Broadcast (any tile; ``FORM="node"``, the small rule's at batch 1 and the split rule's): per node
   and column, over ``t = log p + em`` — ``m[i, b] = max_k t``, ``acc += sum_k exp(t - m)``. Exact whatever the
   weights: a zero weight is ``t = -inf`` and never sets the shift, so a child far above its node
   but not connected to it (weight 0) cannot push the real terms into underflow.
@@ -31,8 +31,9 @@ kernel's ``FORM``):
 - Per-column broadcast (any tile; ``SHIFT="column"``, ``FORM="column"``): the ``tl.dot`` form's
   shift and bounds with ``acc += sum_k p * exp(min(em - m, 80))`` as broadcast products, so a
   chunk takes TILE_K x BLOCK_B exponentials and TILE_K logarithms instead of TILE_M x TILE_K x
-  BLOCK_B of each; it shares the ``tl.dot`` form's underflow caveat. An option for small batches,
-  where the exact form's exponentials may be part of the cost; not timed on a GPU yet.
+  BLOCK_B of each; it shares the ``tl.dot`` form's underflow caveat. The small rule takes it from
+  batch 2 to 8 (:data:`GPU_COLUMN_SHIFT_FROM_BATCH`), where the exact form's exponentials were a
+  measured part of the cost (3-17% warm on the H100); at batch 1 the exact form is as fast.
 
 -inf without selects: the shift used is ``max(m, -FLT_MAX)``, finite even when every child so far
 is -inf. Then ``exp(-inf - shift) = 0``, a rescale from ``m_old = -inf`` is ``exp(-inf) = 0``, and a
@@ -46,7 +47,8 @@ Two tilings (``heuristic``):
   (``PROGRAM_M = bs``). The grid is
   ``G x cdiv(B, BLOCK_B)``: at batch 1 with one block of 1024 nodes that is a single program,
   one SM busy — the small-batch pathology the issue describes.
-- ``small``: node tiles of ``TILE_M = 4`` (8 at batch 1) are separate programs (``PROGRAM_M = TILE_M``) and
+- ``small``: node tiles of ``TILE_M = 4`` (8 at batch 1) are separate programs (``PROGRAM_M = TILE_M``),
+  shifted per column from batch 2, and
   ``TILE_K`` is decoupled from the batch (as wide as the 16384-element broadcast tile allows), so
   batch 1 with 1024 nodes runs 128 programs. From batch 16 it takes the ``tl.dot`` form in
   16-node programs (64 at L = 1024) with a two-stage pipelined edge loop.
@@ -143,8 +145,14 @@ SMALL_TILE_M = 8  # node tile of the small-batch heuristic (issue: 8 for occupan
 # and from batch 16 the tl.dot form in 16-node programs (39.7 us against 83 us at batch 16).
 # At batch 1 node tiles of 8 (128 programs, each one 8 x 1024 step) won with the L2 warm and cold
 # alike (H100, L = 1024: 4.77 / 6.88 us against 5.50 / 7.02; reports/block-sparse-small-batch).
+# From batch 2 the broadcast tile shifts per column (SHIFT="column": TILE_K x BLOCK_B exponentials
+# a chunk instead of TILE_M x TILE_K x BLOCK_B, and no logarithm per weight). H100, L = 1024, the
+# rule's tiles, kernel time warm / cold, us: batch 2: 5.63 / 7.18 against 6.11 / 7.55 per node;
+# 4: 6.34 / 7.90 against 6.62 / 8.14; 8: 7.97 / 10.56 against 9.60 / 11.26. At batch 1 the exact
+# per-node form stays ahead (4.80 / 6.93 against 4.99 / 7.15); reports/block-sparse-small-batch.
 GPU_SMALL_TILE_M = 4
 GPU_BATCH1_TILE_M = 8
+GPU_COLUMN_SHIFT_FROM_BATCH = 2
 GPU_SMALL_DOT_FROM_BATCH = 16
 NUM_STAGES = (1, 2, 3, 4, 5)
 PRODUCT_BLOCK_M_CAP = 8  # the product layer's BLOCK_M cap of the small heuristic
@@ -363,7 +371,8 @@ def _small_forward(block_size: int, n_edges: int, batch: int) -> dict:
     # (TILE_K 1024, 1024, 1024, 512) against 10.5 / 12.5 / 11.7 / 19.3 at the former 4096-element
     # budget capped at 256; the H200 ran batch 1 in 6.4 us against 10.3.
     tile_k = min(_pow2(n_edges), widest_broadcast_tile_k(tile_m, block_b))
-    return dict(TILE_M=tile_m, TILE_K=tile_k, BLOCK_B=block_b, PROGRAM_M=tile_m)
+    shift = "column" if batch >= GPU_COLUMN_SHIFT_FROM_BATCH else "node"
+    return dict(TILE_M=tile_m, TILE_K=tile_k, BLOCK_B=block_b, PROGRAM_M=tile_m, SHIFT=shift)
 
 
 def broadcast_over_cap(tile_m: int, tile_k: int, block_b: int) -> bool:
@@ -429,8 +438,9 @@ def _forward_tiles(
     SHIFT="auto",
 ) -> SumForwardTiles:
     """A heuristic's forward tiling with explicit tiles overriding it (no table: see
-    :func:`resolve_forward_tiles`). ``SHIFT`` "auto": per node and column on a broadcast tile
-    (exact), per column on a tl.dot tile."""
+    :func:`resolve_forward_tiles`). ``SHIFT`` "auto": per column on a tl.dot tile; on a broadcast
+    tile the small rule's (per column from batch 2, :data:`GPU_COLUMN_SHIFT_FROM_BATCH`), else
+    per node and column (exact)."""
     check_heuristic(heuristic)
     check_precision(precision)
     custom = any(v != "auto" for v in (TILE_M, TILE_K, BLOCK_B, PROGRAM_M, SPLITS, SHIFT))
@@ -462,7 +472,9 @@ def _forward_tiles(
     if TILE_K == "auto" and broadcast_over_cap(tm, tk, tb):
         tk = widest_broadcast_tile_k(tm, tb)  # the rule's TILE_K, narrowed for a wider given tile
     use_dot = min(tm, tk, tb) >= 16
-    shift = check_shift(("column" if use_dot else "node") if SHIFT == "auto" else SHIFT, use_dot)
+    if SHIFT == "auto":  # the rule's shift on a broadcast tile, else exact; a tl.dot tile's is per column
+        SHIFT = "column" if use_dot else chosen.get("SHIFT", "node")
+    shift = check_shift(SHIFT, use_dot)
     if broadcast_over_cap(tm, tk, tb):
         raise ValueError(
             f"TILE_M={tm} x TILE_K={tk} x BLOCK_B={tb} = {tm * tk * tb} elements exceeds the {MAX_3D_TILE}-element "
