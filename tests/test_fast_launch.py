@@ -649,6 +649,7 @@ def _offset_view(shape, dtype, offset, seed, positive=False):
 
 
 @pytest.mark.gpu
+@pytest.mark.long_gpu
 def test_rms_norm_forward_is_bit_identical_on_the_fast_path(monkeypatch):
     from kernels.rms_norm.gpu import rms_norm_forward, tiles_for
 
@@ -679,6 +680,7 @@ def test_rms_norm_forward_is_bit_identical_on_the_fast_path(monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.long_gpu
 def test_scalar_op_kernel_is_bit_identical_on_the_fast_path(monkeypatch):
     from kernels.scalar_ops import scalar_op
 
@@ -792,6 +794,7 @@ def _stock_launch(kernel, grid, args, kwargs):
 
 
 @pytest.mark.gpu
+@pytest.mark.long_gpu
 def test_strided_launches_match_jit_function_run_bit_for_bit(monkeypatch):
     """A kernel with a stride argument, launched through kernels.launch with the path on (misses,
     then hits) against Triton's own ``JITFunction.run`` on the same inputs: strides that are 1
@@ -842,6 +845,7 @@ def test_strided_launches_match_jit_function_run_bit_for_bit(monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.long_gpu
 def test_norm_backwards_are_bit_identical_on_the_fast_path(monkeypatch):
     """Every backward form (whole rows, column chunks, re-read chunks; the fused one with a
     residual gradient) with the deterministic dw reduction, unaligned inputs included."""
