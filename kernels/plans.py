@@ -7,9 +7,15 @@ shape, dtype and device and the call's other settings, and returns the remembere
 later calls. A result is remembered only when ``make()`` returned (so the checks passed); a
 call whose arguments cannot make a key (not tensors, an unhashable setting) always runs
 ``make()``, whose checks then say what is wrong.
+
+A plan holds resolved tiles, which may come from a tuned table, so every plans dict is cleared
+with the tables' caches (:func:`kernels.tuned_tables.on_reload`: a table installed while a
+process runs, and :func:`kernels.tuned_tables.disabled`, reach calls already planned).
 """
 
 from __future__ import annotations
+
+from kernels import tuned_tables
 
 MAX_PLANS = 4096  # a sweep over many sizes starts over rather than growing without bound
 
@@ -23,11 +29,17 @@ def cached_plan(plans: dict, make, tensors: tuple, settings: tuple):
     except (AttributeError, TypeError):
         return make()
     if plan is None:
+        if id(plans) not in _CLEARED_ON_RELOAD:  # once per plans dict (they live as long as their module)
+            _CLEARED_ON_RELOAD.add(id(plans))
+            tuned_tables.on_reload(plans.clear)
         plan = make()
         if len(plans) >= MAX_PLANS:
             plans.clear()
         plans[key] = plan
     return plan
+
+
+_CLEARED_ON_RELOAD: set[int] = set()
 
 
 def tile_items(tiles: dict) -> tuple:

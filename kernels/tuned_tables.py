@@ -28,11 +28,18 @@ Two ways to read a file, two ways to fail:
 - :func:`lookup` (the library's hot path) never raises for a bad file: it warns once and answers
   "no entry", with the reason in :attr:`Lookup.source`, which records carry as ``tiles_source``.
 
+Inside ``with disabled():`` every lookup answers "no entry" (source :data:`DISABLED`): calls run
+the families' rules as if no table were installed (``workbench tune`` measures the rule beside an
+installed entry this way). The switch is process-wide, and it clears the answers and the
+registered tile caches (:func:`on_reload`) on the way in and out, so no tiles resolved on one side
+are used on the other.
+
 Nothing of the measuring tool is imported here: a model reads its tables without the workbench.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -44,6 +51,7 @@ from typing import Any, Callable
 
 SCHEMA = "kernel-workbench/tuned-table/1"
 EXPLICIT = "explicit"
+DISABLED = "heuristic (tuned tables disabled)"
 _PACKAGE_ROOT = Path(__file__).resolve().parent
 
 
@@ -150,6 +158,7 @@ _TABLES: dict[tuple[str, str], dict | str] = {}  # (family, key) -> table, or wh
 _LOOKUPS: dict[tuple[str, str, int], Lookup] = {}
 _WARNED: set[str] = set()
 _DEPENDENTS: list[Callable[[], None]] = []
+_DISABLED_DEPTH = 0  # open disabled() blocks
 
 
 def _load(family: str, key: str) -> dict | str:
@@ -172,7 +181,10 @@ def _load(family: str, key: str) -> dict | str:
 
 def lookup(family: str, key: str, size: int) -> Lookup:
     """The tuned tiles of ``family`` on device ``key`` for a problem of ``size`` (the table's
-    ``knob``), or no tiles and why (module docstring). Cached per (family, key, size)."""
+    ``knob``), or no tiles and why (module docstring); none inside :func:`disabled`. Cached per
+    (family, key, size)."""
+    if _DISABLED_DEPTH:
+        return _DISABLED_LOOKUP
     hit = _LOOKUPS.get((family, key, size))
     if hit is not None:
         return hit
@@ -204,10 +216,30 @@ def reload() -> None:
     """Forget every table and answer read so far (and the registered tile caches): the next
     lookup reads the files again. A table installed while a process runs is seen after this."""
     _TABLES.clear()
-    _LOOKUPS.clear()
     _WARNED.clear()
+    _forget_answers()
+
+
+def _forget_answers() -> None:
+    _LOOKUPS.clear()
     for clear in _DEPENDENTS:
         clear()
+
+
+@contextlib.contextmanager
+def disabled():
+    """Within the block, every :func:`lookup` answers "no entry" with source :data:`DISABLED`:
+    the families' rules run as if no table were installed. Process-wide (every thread); blocks
+    nest. The cached answers and the registered tile caches are cleared on entering and on
+    leaving, also when the block raises, so lookups after it answer from the tables again."""
+    global _DISABLED_DEPTH
+    _DISABLED_DEPTH += 1
+    try:
+        _forget_answers()
+        yield
+    finally:
+        _DISABLED_DEPTH -= 1
+        _forget_answers()
 
 
 def choose(family: str, key: str | None, size: int, given, names) -> Lookup:
@@ -224,3 +256,4 @@ def choose(family: str, key: str | None, size: int, given, names) -> Lookup:
 
 _EXPLICIT_LOOKUP = Lookup(None, EXPLICIT)
 _NO_DEVICE_LOOKUP = Lookup(None, "heuristic")
+_DISABLED_LOOKUP = Lookup(None, DISABLED)

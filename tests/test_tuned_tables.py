@@ -136,3 +136,47 @@ def test_every_committed_table_reads_cleanly():
             assert body["knob"] == kernels.get(family).tuning.knob
             found += 1
     assert found >= 5  # the H100 block-sparse table and the four Ascend910B ones
+
+
+def test_disabled_answers_no_entry_inside_and_the_tables_again_after(tables, monkeypatch):
+    """tuned_tables.disabled(): lookups, records and the families' remembered plans take the rule
+    inside the block; after it (also when it raised) the table's entry again."""
+    entry = {"BLOCK_SIZE_M": 1, "num_warps": 1}
+    install(tables, "rms_norm", table("rms_norm", CPU_KEY, [{"size": 300, "tiles": entry}]))
+    tuned = f"tuned:{CPU_KEY}@300"
+    used = []  # the source of each tile resolution (a call with a remembered plan resolves none)
+    tiles_for = rms_gpu.tiles_for
+
+    def spy(x, **tiles):
+        found = tiles_for(x, **tiles)
+        used.append(found.source)
+        return found
+
+    monkeypatch.setattr(rms_gpu, "tiles_for", spy)
+    x, w = torch.randn(4, 300), torch.randn(300)
+    expected = rms_norm(x, w, BLOCK_SIZE_M=4, num_warps=2)
+
+    def check(source):
+        assert tuned_tables.lookup("rms_norm", CPU_KEY, 300).source == source
+        used.clear()
+        torch.testing.assert_close(rms_norm(x, w), expected)
+        assert used == [source]  # the plan remembered on the other side of the switch was forgotten
+        rec = measure(
+            "rms_norm", "gpu_multirow", device="cpu", dtype="fp32", problem={"rows": 4, "hidden": 300}, rep_ms=2
+        )
+        assert rec.passed and rec.tiles_source == source
+
+    check(tuned)
+    assert tuned_tables.lookup("rms_norm", CPU_KEY, 300).tiles == entry
+    with tuned_tables.disabled():
+        check(tuned_tables.DISABLED)
+        assert tuned_tables.lookup("rms_norm", CPU_KEY, 300).tiles is None
+    check(tuned)
+    with pytest.raises(RuntimeError, match="measured code failed"):
+        with tuned_tables.disabled():
+            check(tuned_tables.DISABLED)
+            raise RuntimeError("measured code failed")
+    check(tuned)
+    assert tuned_tables.lookup("rms_norm", CPU_KEY, 300).tiles == entry
+    with tuned_tables.disabled():  # explicit tiles stay explicit
+        assert tuned_tables.choose("rms_norm", CPU_KEY, 300, {"num_warps": 4}, rms_gpu.TUNED_TILES).source == "explicit"
