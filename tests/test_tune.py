@@ -221,3 +221,70 @@ def test_defaults_target_measures_the_table_choice_and_its_neighbours(tables):
     }  # rms_norm's interpreter grid is BLOCK_SIZE_M (1, 4) x num_warps (2, 4): the in-grid neighbours
     default = next(r for r in records if r["label"] == "default")
     assert default["tiles_source"] == f"tuned:{CPU_KEY}@300" and all(r["passed"] for r in records)
+
+
+# --- an installed entry against the family's rule ------------------------------------------------
+def test_pick_prefers_the_rule_then_the_default_then_the_simplest(tables):
+    """The rule (tables off) within noise of the fastest is chosen and written as {} even when the
+    default (the installed entry) is faster; the entry stays only where it beats the rule by more
+    than the noise."""
+    from workbench.tune.table import entry_tiles
+
+    entry = {"BLOCK_SIZE_M": 1, "num_warps": 2}
+    (tables / "rms_norm").mkdir(parents=True)
+    body = {"schema": tuned_tables.SCHEMA, "family": "rms_norm", "device_key": CPU_KEY, "knob": "hidden"}
+    path = tables / "rms_norm" / tuned_tables.file_name(CPU_KEY)
+    path.write_text(json.dumps({**body, "buckets": [{"size": 300, "tiles": entry}]}))
+    tuned_tables.reload()
+    names = ("BLOCK_SIZE_M", "num_warps")
+    default = dict(_rec(1.00, 0.98, 1.02), tiles_source=f"tuned:{CPU_KEY}@300")
+    rule = dict(_rec(1.01, 0.99, 1.03), tiles_source=tuned_tables.DISABLED)
+    fast = _rec(0.995, 0.97, 1.01, BLOCK_SIZE_M=4, num_warps=4)
+    c = pick(300, [default, rule, fast], default, _simple, rule=rule)
+    assert c.chosen is rule and c.rule is rule and c.why == "the rule is within noise of the fastest"
+    assert c.evaluated == 1 and entry_tiles(c, "rms_norm", CPU_KEY, names) == {}
+    fastest_rule = dict(rule, kernel_ms=0.9, kernel_lo_ms=0.88, kernel_hi_ms=0.92)
+    c = pick(300, [default, fastest_rule, fast], default, _simple, rule=fastest_rule)
+    assert c.chosen is fastest_rule and c.why == "the rule is the fastest"
+    slow_rule = dict(rule, kernel_ms=1.2, kernel_lo_ms=1.18, kernel_hi_ms=1.22)  # the entry beats it
+    c = pick(300, [default, slow_rule, fast], default, _simple, rule=slow_rule)
+    assert c.chosen is default and "default is within noise" in c.why
+    assert entry_tiles(c, "rms_norm", CPU_KEY, names) == entry  # the installed entry is kept
+    far = dict(default, kernel_ms=1.5, kernel_lo_ms=1.45, kernel_hi_ms=1.55)
+    c = pick(300, [far, slow_rule, fast], far, _simple, rule=slow_rule)
+    assert c.chosen is fast and entry_tiles(c, "rms_norm", CPU_KEY, names) == {"BLOCK_SIZE_M": 4, "num_warps": 4}
+
+
+def test_a_tune_over_an_installed_entry_measures_the_rule_too(tables, tmp_path, capsys):
+    """The H100 block-sparse story (b53166b): a table that pins tiles must not stand in for the
+    rule. A tune over an installed entry also measures the rule with the tables off (its own
+    sweep key, tiles_source not "tuned:"), reports it and stores it in the bucket; an empty entry
+    is the rule already, so none is measured there."""
+    from workbench.tune.run import _has_entry
+
+    entry = {"BLOCK_SIZE_M": 1, "num_warps": 2}  # 4 programs where the rule runs one on the interpreter
+    (tables / "rms_norm").mkdir(parents=True)
+    body = {"schema": tuned_tables.SCHEMA, "family": "rms_norm", "device_key": CPU_KEY, "knob": "hidden"}
+    path = tables / "rms_norm" / tuned_tables.file_name(CPU_KEY)
+    path.write_text(json.dumps({**body, "buckets": [{"size": 300, "tiles": entry}, {"size": 4096, "tiles": {}}]}))
+    tuned_tables.reload()
+    out = tmp_path / "run"
+    code, text, _ = _cli(["tune", "rms_norm", *FAST, "--out", str(out)], capsys)
+    assert code == 0, text
+    records = json.loads((out / "records.json").read_text())
+    auto = [r for r in records if r["tiles_source"] != "explicit"]  # every tuned tile "auto"
+    (default,) = [r for r in auto if r["tiles_source"].startswith("tuned:")]
+    (rule,) = [r for r in auto if r is not default]
+    assert rule["params"] == default["params"] and "tables" in rule["sweep_key"]
+    assert default["tiles_source"] == f"tuned:{CPU_KEY}@300" and rule["tiles_source"] == tuned_tables.DISABLED
+    assert rule["passed"] and rule["sweep_key"] != default["sweep_key"] and len(records) == 6  # + 4 grid
+    (bucket,) = json.loads((out / "tuned" / tuned_tables.file_name(CPU_KEY)).read_text())["buckets"]
+    assert bucket["rule"]["tiles_source"] == tuned_tables.DISABLED and bucket["rule"]["kernel_ms"] > 0
+    assert bucket["evaluated"] == 4 and (bucket["tiles"] == {}) == bucket["why"].startswith("the rule")
+    assert "rule us [interval]" in (out / "report.html").read_text() and "+ default + rule" in text
+    # The tables stayed on for everything else, and an empty entry measures no rule.
+    assert tuned_tables.lookup("rms_norm", CPU_KEY, 300).tiles == entry
+    assert _has_entry(default, "rms_norm", 300) and not _has_entry(
+        dict(default, tiles_source="tuned:x@4096"), "rms_norm", 4096
+    )
+    assert not _has_entry(rule, "rms_norm", 300)

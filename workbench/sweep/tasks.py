@@ -19,6 +19,7 @@ Run one task in a fresh process (the ``--isolate`` executor)::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import json
@@ -56,15 +57,23 @@ class SweepTask:
     triton_cache_root: str | None = None  # set: the worker keeps its own Triton cache below it
     extra: dict = field(default_factory=dict)
     l2: str = "cold"  # kernel timing with the L2 flushed ("cold") or left warm (measure_many's l2)
+    tables: bool = True  # False: measured with the tuned tables off (kernels.tuned_tables.disabled): the rule
 
 
-def task_key(variant: str, device: str, dtype: str, mode: str, problem: dict, params: dict, l2: str = "cold") -> str:
+def task_key(
+    variant: str, device: str, dtype: str, mode: str, problem: dict, params: dict, l2: str = "cold", tables: bool = True
+) -> str:
     """The configuration key as text (the JSON of :func:`workbench.sweep.plan.config_key`; a
-    warm-L2 timing is another measurement of the same configuration, so its key says so)."""
+    warm-L2 timing, or one with the tuned tables off, is another measurement of the same
+    configuration, so its key says so)."""
     from workbench.sweep.plan import config_key
 
     key = config_key(variant, device, dtype, mode, problem, params)
-    return json.dumps(key if l2 == "cold" else (*key, ("l2", l2)), default=str)
+    if l2 != "cold":
+        key = (*key, ("l2", l2))
+    if not tables:
+        key = (*key, ("tables", "off"))
+    return json.dumps(key, default=str)
 
 
 def make_task(
@@ -83,9 +92,11 @@ def make_task(
     axis: str | None = None,
     x: Any = None,
     l2: str = "cold",
+    tables: bool = True,
 ) -> SweepTask:
     """A task with problem and params resolved against the spec (raw where invalid: the worker
-    then records why), keyed like the notebook Session's cache."""
+    then records why), keyed like the notebook Session's cache. ``tables=False``: measured with
+    the tuned tables off (what the family's rule gives where a table has an entry)."""
     from kernels.spec import FAMILY_MODULES, dtype_name
     from workbench.sweep.plan import resolve_config
 
@@ -107,8 +118,9 @@ def make_task(
         warmup_ms=warmup_ms,
         axis=axis,
         x=x,
-        key=task_key(var.name, device, dt, mode, prob, prm, l2),
+        key=task_key(var.name, device, dt, mode, prob, prm, l2, tables),
         l2=l2,
+        tables=tables,
     )
 
 
@@ -144,28 +156,31 @@ def _register_family(task: SweepTask) -> None:
 def run_task(task: SweepTask, spec=None) -> dict:
     """Measure the task's configuration in this process; the record as a dict (never raises
     for a configuration that cannot run: its record says why). ``spec``: the family's
-    KernelSpec when the caller holds it (in-process; a family that is not registered)."""
+    KernelSpec when the caller holds it (in-process; a family that is not registered). A task
+    with ``tables`` False is measured inside :func:`kernels.tuned_tables.disabled`."""
     _own_triton_cache(task.triton_cache_root)
     _register_family(task)
+    from kernels import tuned_tables
     from kernels.spec import get
     from workbench.measure import measure
 
     spec = spec if spec is not None and spec.name == task.family else get(task.family)
-    rec = measure(
-        spec,
-        task.variant,
-        device=task.device,
-        dtype=task.dtype,
-        mode=task.mode,
-        problem=task.problem,
-        params=task.params,
-        seed=task.seed,
-        quick=task.quick,
-        rep_ms=task.rep_ms,
-        warmup_ms=task.warmup_ms,
-        on_error="record",
-        l2=task.l2,
-    )
+    with contextlib.nullcontext() if task.tables else tuned_tables.disabled():
+        rec = measure(
+            spec,
+            task.variant,
+            device=task.device,
+            dtype=task.dtype,
+            mode=task.mode,
+            problem=task.problem,
+            params=task.params,
+            seed=task.seed,
+            quick=task.quick,
+            rep_ms=task.rep_ms,
+            warmup_ms=task.warmup_ms,
+            on_error="record",
+            l2=task.l2,
+        )
     return stamp(rec.to_dict(), task, worker_info())
 
 

@@ -1,7 +1,8 @@
 """The tune report: ``report.html`` (one offline file) and ``summary.md`` in the tune's out folder.
 
-It opens with what was tuned where, then per size the default against the fastest and the
-chosen configuration (kernel times with their intervals, why the choice), the table as written,
+It opens with what was tuned where, then per size the default (and, where the installed table
+had an entry, the rule: the same call with the tables off) against the fastest and the chosen
+configuration (kernel times with their intervals, why the choice), the table as written,
 its diff against the installed table, and — when the executor ran several workers — how the
 configurations spread over them: per worker its configurations and busy time (from one arrival
 to the next on that worker), and the parallel efficiency (busy time over workers x wall time).
@@ -31,6 +32,8 @@ def _tiles(r: dict | None, c, names) -> str:
         return "-"
     if r is c.default:
         return "the default"
+    if r is c.rule:
+        return "the rule (tables off)"
     return ", ".join(f"{k}={v}" for k, v in tiles_of(r, names).items())
 
 
@@ -45,13 +48,15 @@ def size_rows(result) -> list[dict]:
             {
                 knob: c.size,
                 "default us [interval]": _us(c.default),
+                "rule us [interval]": _us(c.rule),
                 "fastest us [interval]": _us(c.best),
                 "fastest tiles": _tiles(c.best, c, names),
                 "chosen tiles": _tiles(c.chosen, c, names),
                 "chosen us": _us(c.chosen),
                 "default / chosen": ratio,
                 "why": c.why,
-                "measured": f"{c.evaluated} of {result.grid_sizes.get(c.size, '?')} + default",
+                "measured": f"{c.evaluated} of {result.grid_sizes.get(c.size, '?')} + default"
+                + (" + rule" if c.rule is not None else ""),
             }
         )
     return rows
@@ -80,8 +85,10 @@ def headline(result, key: str | None, options) -> list[str]:
         f"on {key or 'no device (nothing ran)'}: strategy {options.strategy} (seed {options.seed}), "
         f"{measured} configurations measured of a {grid}-configuration grid over {len(result.choices)} sizes, "
         f"{result.wall_s:.1f} s" + (" (stopped by the budget)" if result.out_of_budget else "") + ".",
-        "Kernel time ranks configurations; a configuration within noise of the fastest that is the "
-        "default, or simpler, is chosen (workbench/tune/pick.py).",
+        "Kernel time ranks configurations; among those within noise of the fastest, the rule (measured "
+        "with the tables off where the installed table has an entry) is chosen first, then the default, "
+        "then the simplest (workbench/tune/pick.py); a rule of '-': the default is the rule there "
+        "(no entry, or an empty one).",
     ]
     if result.wall_s > 0 and len(worker_rows(result)) > 1:
         rows = worker_rows(result)

@@ -2,11 +2,15 @@
 the kernel times, and pick one configuration per size.
 
 Each size first measures its default (every tile "auto": what ``impl="auto"`` does today, the
-installed table included), then the strategy's proposals, in rounds: ``grid`` and ``random``
-send every configuration they will measure in one round (the executor keeps every worker
-busy); ``bayes`` asks about two configurations per worker per round, spread over the sizes, and
-learns from each round before the next. Within a round the larger sizes go first, so the
-slowest configurations do not form the tail. Every record goes through
+installed table included). Where that default came from an installed table's entry (its
+``tiles_source`` is ``tuned:...``) that is not empty, the size also measures the family's rule:
+the same call with the tuned tables off (a task with ``tables=False``, measured inside
+:func:`kernels.tuned_tables.disabled`), so an entry that a later change of the rule overtook is
+seen and dropped (:mod:`workbench.tune.pick`). Then come the strategy's proposals, in rounds:
+``grid`` and ``random`` send every configuration they will measure in one round (the executor
+keeps every worker busy); ``bayes`` asks about two configurations per worker per round, spread
+over the sizes, and learns from each round before the next. Within a round the larger sizes go
+first, so the slowest configurations do not form the tail. Every record goes through
 :func:`workbench.sweep.engine.run_sweep` into the out folder's store (the driver its one
 writer); a tune run again into the same folder takes what is recorded there instead of
 measuring it again. ``budget_s`` stops asking and cancels what has not started once it is spent.
@@ -19,6 +23,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from kernels import tuned_tables
 from workbench.sweep.engine import opened, run_sweep
 from workbench.sweep.tasks import make_task
 from workbench.tune.pick import Choice, kernel_ms, passed, pick
@@ -79,10 +84,11 @@ def run_tune(space: Space, options: TuneOptions, executor, store, device, device
     known = {r["sweep_key"]: r for r in store.records() if r.get("sweep_key")} if store is not None else {}
     result = TuneResult(space, [], {}, {}, 0.0)
 
-    def task(size, params):
+    def task(size, params, tables=True):
         return make_task(
             spec, t.variant, device=device_kind, dtype=t.dtype, mode=t.mode, problem=space.problem(size),
             params=params, quick=space.quick, rep_ms=options.rep_ms, warmup_ms=min(25.0, options.rep_ms),
+            tables=tables,
         )  # fmt: skip
 
     def arrived(task_, body):
@@ -111,6 +117,13 @@ def run_tune(space: Space, options: TuneOptions, executor, store, device, device
     with opened(executor):
         result.workers = executor.capacity(device_kind)
         measure([(size, None, task(size, {})) for size in sizes], "defaults: ")
+        rules = [
+            (size, None, task(size, {}, tables=False))
+            for size in sizes
+            if _has_entry(known.get(task(size, {}).key), spec.name, size)
+        ]
+        if rules and not cancel.is_set():
+            measure(rules, "rules: ")
         rounds = 0
         while not cancel.is_set():
             active = [s for s in sizes if asked[s] < limits[s] and not searches[s].exhausted]
@@ -133,7 +146,7 @@ def run_tune(space: Space, options: TuneOptions, executor, store, device, device
     result.wall_s = time.monotonic() - started
     by_size: dict = {s: [] for s in sizes}
     for size in sizes:
-        by_size[size] = [task(size, {}).key]
+        by_size[size] = [task(size, {}).key, task(size, {}, tables=False).key]
     for key, rec in result.records.items():
         size = (rec.get("problem") or {}).get(t.knob)
         if size in by_size and key not in by_size[size]:
@@ -144,7 +157,19 @@ def run_tune(space: Space, options: TuneOptions, executor, store, device, device
             [result.records[k] for k in by_size[size] if k in result.records],
             result.records.get(by_size[size][0]),
             space.simplicity,
+            rule=result.records.get(by_size[size][1]),
         )
         for size in sorted(sizes)
     ]
     return result
+
+
+def _has_entry(default: dict | None, family: str, size) -> bool:
+    """Whether ``default`` (a size's default record) ran an installed table's entry other than an
+    empty one (an empty entry is the rule already): then the rule is measured too."""
+    if default is None or not str(default.get("tiles_source", "")).startswith("tuned:"):
+        return False
+    if default.get("device_kind") and default.get("device_name"):
+        key = f"{default['device_kind']}:{default['device_name']}"
+        return tuned_tables.lookup(family, key, size).tiles != {}
+    return True

@@ -4,7 +4,8 @@ the installed table, and installing it.
 The table is plain JSON (schema and lookup: :mod:`kernels.tuned_tables`): the device key, the
 knob and problem the sizes were measured on, provenance (date, commit, torch / triton versions,
 the command, strategy and budget), and per size the chosen tiles with their kernel time and
-interval, why they were chosen, the fastest configuration and the default's time.
+interval, why they were chosen, the fastest configuration, the default's time and, where the
+installed table had an entry, the rule's (the same call with the tables off).
 
 An installed table that cannot be read (not JSON, another family's, another schema) stops the
 tune with :class:`kernels.tuned_tables.TableError`, one line naming the file; the file is left
@@ -36,10 +37,13 @@ def _timing(record: dict | None) -> dict:
 
 
 def entry_tiles(choice: Choice, family: str, key: str, names) -> dict:
-    """What the table stores for a choice: the chosen tiles; for the default, the tiles it ran
-    with — the installed table's entry when the default came from one, else ``{}`` (an empty
-    entry keeps the family's rule and says the tune confirmed it)."""
+    """What the table stores for a choice: ``{}`` for the rule (an empty entry keeps the family's
+    rule and says the tune confirmed it); for the default, the tiles it ran with — the installed
+    table's entry when the default came from one (where the rule was measured, it was not within
+    noise of the fastest), else ``{}`` (the default was the rule); else the chosen tiles."""
     chosen = choice.chosen
+    if choice.rule is not None and chosen is choice.rule:
+        return {}
     if chosen is not choice.default:
         return tiles_of(chosen, names)
     if str(chosen.get("tiles_source", "")).startswith("tuned:"):
@@ -63,6 +67,8 @@ def build_table(space, key: str, choices: Sequence[Choice], provenance: dict) ->
         bucket["best"] = {"tiles": tiles_of(c.best, names), **_timing(c.best)}
         if c.default is not None:
             bucket["default"] = {"tiles_source": c.default.get("tiles_source", ""), **_timing(c.default)}
+        if c.rule is not None:
+            bucket["rule"] = {"tiles_source": c.rule.get("tiles_source", ""), **_timing(c.rule)}
         buckets.append(bucket)
     return {
         "schema": tuned_tables.SCHEMA,
