@@ -7,7 +7,7 @@
 
 The sweep: RMSNorm forward (gpu_multirow: BLOCK_SIZE_M x num_warps x hidden) plus the
 block-sparse sum layer (gpu_large: TILE_M x TILE_K x BLOCK_B x batch), 208 configurations, one
-Ray task each on an embedded Ray limited to ``--gpus`` GPUs. Each run goes to OUT/gpus<N>/
+Ray actor per GPU on an embedded Ray limited to ``--gpus`` GPUs. Each run goes to OUT/gpus<N>/
 (records.sqlite, records.json, run.json with its wall time); a run cut short resumes into the
 same folder and its wall times add up. Each run has its own, empty, Triton cache (a new temporary folder),
 so the second run compiles everything again, like the first.

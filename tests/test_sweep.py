@@ -310,3 +310,61 @@ def test_session_sweep_on_ray_matches_local_and_fills_the_explorer(ray_executor,
         show=False,
     )
     assert s_ray.measured == 4 and len(again) == 4  # cached: nothing ran again
+
+
+# A driver with two declared (fake) GPUs: each configuration asks Ray for one of them while it
+# runs in the interpreter, so Ray's GPU bookkeeping is exercised on a CPU machine.
+_PINNING_DRIVER = r"""
+import json
+import ray
+import kernels
+from workbench.sweep.engine import run_sweep
+from workbench.sweep.ray_executor import RayExecutor
+from workbench.sweep.tasks import make_task
+
+
+class TwoFakeGpus(RayExecutor):
+    def _options(self, device):
+        return {"num_cpus": 1, "num_gpus": 1}
+
+    def _slots(self, device):
+        return 2
+
+
+ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, configure_logging=False)
+spec = kernels.get("rms_norm")
+tasks = [
+    make_task(spec, "gpu_row", device="cpu", dtype="fp32", mode="forward", problem={"rows": rows, "hidden": 64},
+              params={}, quick=True, rep_ms=1, warmup_ms=0)
+    for rows in (1, 40, 3, 64, 2, 33, 5, 50, 7, 21, 4, 60, 9, 45, 6, 30)
+]
+result = run_sweep(tasks, TwoFakeGpus())
+print(json.dumps([[r["worker"]["pid"], r["worker"]["gpus"], r["passed"]] for r in result.records]))
+"""
+
+
+@pytest.mark.slow
+def test_ray_workers_keep_the_gpu_they_started_with(tmp_path):
+    """A worker process is bound to the GPU it first used, so it must never be handed the other
+    GPU: every process runs all its configurations under one GPU id, and both GPUs are used.
+    (Plain Ray tasks sent as slots free up break this: each process got both ids on this
+    machine. The executor's actors hold one GPU each for their life.)"""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), str(root / "tests")]))
+    done = subprocess.run(
+        [sys.executable, "-c", _PINNING_DRIVER], capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(rows) == 16 and all(passed for _, _, passed in rows)
+    ids_by_process: dict = {}
+    for pid, gpus, _ in rows:
+        ids_by_process.setdefault(pid, set()).add(gpus)
+    assert all(len(ids) == 1 for ids in ids_by_process.values()), ids_by_process
+    assert set().union(*ids_by_process.values()) == {"0", "1"}, ids_by_process

@@ -6,7 +6,8 @@ engine (:mod:`workbench.sweep.engine`) is the only one that writes them anywhere
 - :class:`IsolateExecutor` (``--isolate``): one fresh subprocess per configuration, with a
   timeout. A subprocess that dies (a signal, ``os._exit``, a device abort) or runs past the
   timeout becomes an error record; the next configuration gets a new process.
-- :class:`workbench.sweep.ray_executor.RayExecutor`: one Ray task per configuration.
+- :class:`workbench.sweep.ray_executor.RayExecutor`: one Ray actor per device slot, a configuration
+  per call on a free actor.
 
 No executor retries a task: a configuration that failed once is recorded as failed.
 """

@@ -1,20 +1,28 @@
-"""The Ray executor: one Ray task per configuration, each pinned to its own device.
+"""The Ray executor: one Ray actor per device slot, each configuration a call on a free actor.
 
 - No address: an embedded local Ray instance (this machine's GPUs, or ``num_cpus`` CPU workers
   for the interpreter), shut down at the end. With ``address`` (``"auto"``, ``"ray://…"``,
   ``"HOST:PORT"``): join that cluster; its nodes must have the workbench and the families
   installed (the same checkout or package).
-- A task asks for ``gpus_per_task`` GPUs on cuda (Ray sets CUDA_VISIBLE_DEVICES, so the task
-  sees its own GPU as device 0) or one CPU in the interpreter. At most as many tasks are in
-  flight as the cluster has slots. A task tells the driver when it starts (the first item of a
-  streaming task, sent once torch and triton are imported): its timeout counts from there.
-  Every worker keeps its own Triton cache (:func:`tasks._own_triton_cache`).
-- ``max_retries=0``: a configuration is never retried blindly. A task past ``timeout_s`` is
-  cancelled with ``force=True`` (its worker is killed; Ray starts a new one) and recorded as
-  timed out; a worker that dies (``os._exit``, a signal, a device abort, out of memory) is
-  recorded as ``worker died`` with Ray's reason; the sweep goes on.
+- Why actors, not tasks: a worker process is bound to the GPU it first touched (its CUDA
+  context), while Ray leases a reused task worker whichever GPU is free and only resets
+  ``CUDA_VISIBLE_DEVICES`` per task. On the CPU with two declared GPUs, 80 plain tasks sent as
+  slots freed up went to two worker processes that were each handed both GPU ids (44 and 36
+  tasks): on real GPUs, two configurations timed at once on one device. Streaming tasks, as this
+  executor sent them before, kept their ids in three such trials, but Ray promises neither. An
+  actor asks for ``gpus_per_task`` GPUs on cuda (one CPU in the interpreter) once, when it
+  starts, and keeps them for its life; at most as many actors run as the cluster has slots, and
+  each runs one configuration at a time. Actors live from the first run until
+  :meth:`RayExecutor.close` (a tune's rounds reuse them: imports and CUDA start once).
+- A call tells the driver when its configuration starts (the first item of a streaming call,
+  sent once torch and triton are imported): its timeout counts from there. Every worker keeps its
+  own Triton cache (:func:`tasks._own_triton_cache`).
+- No retries: a configuration is never retried blindly. A call past ``timeout_s`` is recorded as
+  timed out and its actor killed (a new one takes its place); an actor that dies (``os._exit``, a
+  signal, a device abort, out of memory) is recorded as ``worker died`` with Ray's reason, and
+  replaced; the sweep goes on.
 - If the Ray instance is already initialised in this process (a notebook, a test fixture) it is
-  used as it is and left running.
+  used as it is and left running; the executor's actors are killed at :meth:`close`.
 """
 
 from __future__ import annotations
@@ -71,7 +79,8 @@ class RayExecutor(Executor):
         self.timeout_s = timeout_s
         self.poll_s = poll_s
         self._owns = False
-        self._remote = None
+        self._actor_class = None
+        self._pools: dict[str, _Pool] = {}  # actors by the resources they hold
         self.slots = 1
         self.drained_s: float | None = None  # seconds into the last run() when its last task was sent
 
@@ -102,9 +111,14 @@ class RayExecutor(Executor):
                         raise
                     ray.shutdown()
             self._owns = True
-        self._remote = ray.remote(max_retries=0, num_returns="streaming")(run_task_streaming)
+        self._actor_class = ray.remote(max_restarts=0, max_task_retries=0)(DeviceWorker)
 
     def close(self) -> None:
+        if self.ray.is_initialized():
+            for pool in self._pools.values():
+                for actor in list(pool.live):
+                    self._retire(pool, actor)
+        self._pools.clear()
         if self._owns and self.ray.is_initialized():
             self.ray.shutdown()
         self._owns = False
@@ -147,15 +161,21 @@ class RayExecutor(Executor):
         device = tasks[0].device
         opts = self._options(device)
         self.slots = self._slots(device)
+        pool = self._pools.setdefault(repr(sorted(opts.items())), _Pool(opts))
         root = triton_cache_root()
         queue = deque(dataclasses.replace(t, triton_cache_root=root) for t in tasks)
-        pending: dict = {}  # generator -> [task, started at (None until the worker says so), worker]
+        # generator -> [task, started at (None until the worker says so), worker, actor]
+        pending: dict = {}
         begun, self.drained_s = time.monotonic(), None
         try:
             while queue or pending:
-                while queue and len(pending) < self.slots and not (cancel is not None and cancel.is_set()):
+                while queue and not (cancel is not None and cancel.is_set()):
+                    actor = self._free_actor(pool)
+                    if actor is None:
+                        break
                     task = queue.popleft()
-                    pending[self._remote.options(**opts).remote(task)] = [task, None, None]
+                    gen = actor.run.options(num_returns="streaming").remote(task)
+                    pending[gen] = [task, None, None, actor]
                     if not queue:
                         self.drained_s = time.monotonic() - begun
                 if not pending:
@@ -168,44 +188,66 @@ class RayExecutor(Executor):
                         entry[1], entry[2] = time.monotonic(), value
                         continue
                     pending.pop(gen)
+                    if kind == "record":
+                        pool.idle.append(entry[3])
+                    else:  # the actor died or its call broke: a fresh one takes its place
+                        self._retire(pool, entry[3])
                     yield entry[0], value
                 if self.timeout_s is not None:
                     now = time.monotonic()
-                    for gen, (task, t0, worker) in list(pending.items()):
+                    for gen, (task, t0, worker, actor) in list(pending.items()):
                         if t0 is not None and now - t0 > self.timeout_s:
                             pending.pop(gen)
-                            ray.cancel(gen, force=True)
+                            self._retire(pool, actor)
                             yield (
                                 task,
                                 error_record(
                                     task,
                                     ERROR_TIMEOUT,
-                                    f"no result after {self.timeout_s:g} s; the task was cancelled and its "
-                                    "worker replaced (not retried)",
+                                    f"no result after {self.timeout_s:g} s; its worker was killed and replaced "
+                                    "(not retried)",
                                     worker,
                                 ),
                             )
                 if cancel is not None and cancel.is_set() and not queue:
                     break
         finally:
-            for gen in pending:  # interrupted: nothing left running for a sweep no one reads
-                try:
-                    ray.cancel(gen, force=True)
-                except Exception:  # noqa: BLE001
-                    pass
+            for _task, _t0, _worker, actor in pending.values():  # interrupted: nothing left running
+                self._retire(pool, actor)
+
+    def _free_actor(self, pool: "_Pool"):
+        """An idle actor of ``pool``, a new one while the pool has fewer than ``slots``, else None."""
+        if pool.idle:
+            return pool.idle.popleft()
+        if len(pool.live) < self.slots:
+            actor = self._actor_class.options(**pool.options).remote()
+            pool.live.append(actor)
+            return actor
+        return None
+
+    def _retire(self, pool: "_Pool", actor) -> None:
+        if actor in pool.live:
+            pool.live.remove(actor)
+        if actor in pool.idle:
+            pool.idle.remove(actor)
+        try:
+            self.ray.kill(actor, no_restart=True)
+        except Exception:  # noqa: BLE001 - already dead
+            pass
 
     def _next(self, gen, task) -> tuple[str, dict]:
-        """("started", worker info) or ("record", record dict) from a task's stream."""
+        """("started", worker info), ("record", record dict) or ("broken", error record) from a
+        call's stream."""
         try:
             ref = next(gen)
         except StopIteration:
-            return "record", error_record(task, ERROR_CRASH, "the task ended without a record (not retried)")
+            return "broken", error_record(task, ERROR_CRASH, "the call ended without a record (not retried)")
         except self.ray.exceptions.RayError as exc:
-            return "record", self._error(task, exc)
+            return "broken", self._error(task, exc)
         try:
             value = self.ray.get(ref)
         except self.ray.exceptions.RayError as exc:
-            return "record", self._error(task, exc)
+            return "broken", self._error(task, exc)
         if isinstance(value, dict) and value.get(_STARTED):
             return "started", value["worker"]
         return "record", value
@@ -227,9 +269,26 @@ class RayExecutor(Executor):
 _STARTED = "__workbench_task_started__"
 
 
+@dataclasses.dataclass
+class _Pool:
+    """The actors holding one kind of resources (``options``): all of them, and the idle ones."""
+
+    options: dict
+    live: list = dataclasses.field(default_factory=list)
+    idle: deque = dataclasses.field(default_factory=deque)
+
+
+class DeviceWorker:
+    """The Ray actor: one process that keeps the device Ray gave it when it started, and
+    measures one configuration per call (:func:`run_task_streaming`)."""
+
+    def run(self, task):
+        yield from run_task_streaming(task)
+
+
 def run_task_streaming(task):
-    """The Ray task: say "started" once the measuring stack is imported (the timeout counts from
-    here), then give the record."""
+    """One configuration: say "started" once the measuring stack is imported (the timeout counts
+    from here), then give the record."""
     from workbench.sweep.tasks import _own_triton_cache, worker_info
 
     _own_triton_cache(task.triton_cache_root)
