@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Ray for a device call (issue 17): the ray 2.60.0 manylinux wheel is 79 MB, over the 64 MiB a
-# call can carry. Unpacked without ray/jars (Java) and ray/rllib, and repacked as .tar.xz, it is
-# about 32 MB; benchmarks/gpu_run.sh unpacks .whl/*-site.tar.xz into its site dir. Ray's
+# call can carry. Unpacked without ray/jars (Java), ray/rllib and the libraries a sweep does not
+# use, its binaries stripped, and repacked as .tar.xz, it is about 25 MB; benchmarks/gpu_run.sh
+# unpacks .whl/*-site.tar.xz into its site dir. Ray's
 # dependencies that the GPU image lacks come along as wheels in the same folder (gpu_run.sh
 # installs .whl/*.whl with --no-deps).
 #
@@ -27,6 +28,10 @@ $PIP download -q "${target[@]}" -d "$TMP/all" "ray==$RAY_VERSION"
 mkdir -p "$TMP/site"
 python3 -m zipfile -e "$TMP"/all/ray-"$RAY_VERSION"-*.whl "$TMP/site"
 rm -rf "$TMP/site/ray/jars" "$TMP/site/ray/rllib"
+# A sweep needs Ray core alone: the libraries on top go, and the binaries lose their symbol
+# tables (unstripped, the tree no longer fit beside the checkout in one call: 34 MB of 64).
+rm -rf "$TMP/site/ray/data" "$TMP/site/ray/serve" "$TMP/site/ray/train" "$TMP/site/ray/tune" "$TMP/site/ray/llm"
+find "$TMP/site/ray" -type f \( -name "*.so" -o -path "*/core/src/ray/*" \) -exec strip --strip-unneeded {} + 2>/dev/null || true
 # zipfile drops the executable bits: the raylet, gcs_server and friends need them back
 find "$TMP/site/ray/core/src" -type f \( -name raylet -o -name gcs_server -o -name plasma_store_server \
   -o -name "*_server" -o -name "default_worker*" \) -exec chmod +x {} +
