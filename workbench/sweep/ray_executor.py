@@ -254,14 +254,12 @@ class RayExecutor(Executor):
 
     def _error(self, task, exc) -> dict:
         ray = self.ray
-        if isinstance(exc, ray.exceptions.TaskCancelledError):
-            return error_record(task, ERROR_TIMEOUT, "cancelled")
         if isinstance(exc, ray.exceptions.RayTaskError):
             # run_task records every error of a configuration; this is the task machinery's own
             cause = getattr(exc, "cause", None) or exc
             text = " ".join(str(cause).split())[:500]
             return error_record(task, "task failed", f"{type(cause).__name__}: {text} (not retried)")
-        # WorkerCrashedError, OutOfMemoryError, NodeDiedError ...
+        # ActorDiedError, OutOfMemoryError, NodeDiedError ... (timeouts kill the actor: no cancel)
         text = " ".join(str(exc).split())[:500]
         return error_record(task, ERROR_CRASH, f"{type(exc).__name__}: {text} (not retried)")
 
@@ -280,19 +278,15 @@ class _Pool:
 
 class DeviceWorker:
     """The Ray actor: one process that keeps the device Ray gave it when it started, and
-    measures one configuration per call (:func:`run_task_streaming`)."""
+    measures one configuration per call."""
 
     def run(self, task):
-        yield from run_task_streaming(task)
+        """Say "started" once the measuring stack is imported (the timeout counts from here),
+        then give the record."""
+        from workbench.sweep.tasks import _own_triton_cache, worker_info
 
+        _own_triton_cache(task.triton_cache_root)
+        import workbench.measure  # noqa: F401
 
-def run_task_streaming(task):
-    """One configuration: say "started" once the measuring stack is imported (the timeout counts
-    from here), then give the record."""
-    from workbench.sweep.tasks import _own_triton_cache, worker_info
-
-    _own_triton_cache(task.triton_cache_root)
-    import workbench.measure  # noqa: F401
-
-    yield {_STARTED: True, "worker": worker_info()}
-    yield run_task(task)
+        yield {_STARTED: True, "worker": worker_info()}
+        yield run_task(task)

@@ -22,6 +22,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from kernels import tuned_tables
 from workbench.sweep.engine import opened, run_sweep
@@ -65,8 +66,8 @@ class TuneResult:
     def device_key(self) -> str | None:
         """``"<kind>:<name>"`` of the device the records ran on (the key the table is filed under)."""
         for r in self.records.values():
-            if r.get("device_name") and not r.get("error"):
-                return f"{r['device_kind']}:{r['device_name']}"
+            if not r.get("error") and (key := record_device_key(r)):
+                return key
         return None
 
     @property
@@ -108,6 +109,8 @@ def run_tune(space: Space, options: TuneOptions, executor, store, device, device
                     searches[size].tell(params, kernel_ms(rec) if passed(rec) else None)
 
     sizes = sorted(space.sizes, reverse=True)  # larger problems first: no slow tail
+    defaults = {size: task(size, {}) for size in sizes}  # every tile "auto"
+    rule_tasks = {size: task(size, {}, tables=False) for size in sizes}  # the same, tables off
     searches, limits, asked = {}, {}, {}
     for i, size in enumerate(sizes):
         candidates = space.candidates(size, device)
@@ -116,11 +119,11 @@ def run_tune(space: Space, options: TuneOptions, executor, store, device, device
         limits[size], asked[size] = options.limit(len(candidates)), 0
     with opened(executor):
         result.workers = executor.capacity(device_kind)
-        measure([(size, None, task(size, {})) for size in sizes], "defaults: ")
+        measure([(size, None, defaults[size]) for size in sizes], "defaults: ")
         rules = [
-            (size, None, task(size, {}, tables=False))
+            (size, None, rule_tasks[size])
             for size in sizes
-            if _has_entry(known.get(task(size, {}).key), spec.name, size)
+            if _has_entry(known.get(defaults[size].key), spec.name, size)
         ]
         if rules and not cancel.is_set():
             measure(rules, "rules: ")
@@ -146,7 +149,7 @@ def run_tune(space: Space, options: TuneOptions, executor, store, device, device
     result.wall_s = time.monotonic() - started
     by_size: dict = {s: [] for s in sizes}
     for size in sizes:
-        by_size[size] = [task(size, {}).key, task(size, {}, tables=False).key]
+        by_size[size] = [defaults[size].key, rule_tasks[size].key]
     for key, rec in result.records.items():
         size = (rec.get("problem") or {}).get(t.knob)
         if size in by_size and key not in by_size[size]:
@@ -169,7 +172,19 @@ def _has_entry(default: dict | None, family: str, size) -> bool:
     empty one (an empty entry is the rule already): then the rule is measured too."""
     if default is None or not str(default.get("tiles_source", "")).startswith("tuned:"):
         return False
-    if default.get("device_kind") and default.get("device_name"):
-        key = f"{default['device_kind']}:{default['device_name']}"
-        return tuned_tables.lookup(family, key, size).tiles != {}
-    return True
+    key = record_device_key(default)
+    return key is None or tuned_tables.lookup(family, key, size).tiles != {}
+
+
+def record_device_key(record: dict) -> str | None:
+    """The tuned-table key (:func:`kernels.tuned_tables.device_key`) of the device a record ran on."""
+    if not (record.get("device_kind") and record.get("device_name")):
+        return None
+    return tuned_tables.device_key(_RecordDevice(record["device_kind"], record["device_name"]))
+
+
+class _RecordDevice(NamedTuple):
+    """A record's device as :func:`kernels.tuned_tables.device_key` reads one (kind and name)."""
+
+    kind: str
+    name: str
