@@ -45,9 +45,9 @@ IMPLS = (
 IMPL_IDS = [name for name, _, _ in IMPLS]
 
 
-def backward_tiles(tiles: dict) -> dict:
-    """The tiles a sum layer's backward or a product layer takes: SHIFT is the sum forward's
-    alone (the flows and products have no log-sum-exp shift)."""
+def product_tiles(tiles: dict) -> dict:
+    """The tiles a product layer takes: SHIFT is the sum layer's alone (its forward and, with
+    SHIFT="column", its factored flows; a product has no log-sum-exp)."""
     return {name: value for name, value in tiles.items() if name != "SHIFT"}
 
 
@@ -133,7 +133,7 @@ def test_sum_flows_match_reference(device, batch, name, impl, tiles):
     F = torch.rand(nodes, batch, generator=torch.Generator().manual_seed(batch)).to(device)
     out = sum_layer_reference(x["element_mars"], x["params"], x["cids"], x["pids"], bs)
     eflows, pflows = sum_layer_backward(
-        F, x["element_mars"], x["params"], out, x["cids"], x["pids"], bs, impl=impl, **backward_tiles(tiles)
+        F, x["element_mars"], x["params"], out, x["cids"], x["pids"], bs, impl=impl, **tiles
     )
     want_e, want_p = sum_layer_backward_reference(
         ref64(F), ref64(x["element_mars"]), ref64(x["params"]), x["cids"].cpu(), x["pids"].cpu(), bs
@@ -182,9 +182,7 @@ def test_all_neg_inf_children(device, name, impl, tiles):
     assert torch.isneginf(out[:bs]).all() and torch.isneginf(out[:, 1]).all()
     assert_close(out, want, what="forward with -inf")
     F = torch.rand(nodes, batch).to(device)
-    eflows, pflows = sum_layer_backward(
-        F, em, x["params"], out, x["cids"], x["pids"], bs, impl=impl, **backward_tiles(tiles)
-    )
+    eflows, pflows = sum_layer_backward(F, em, x["params"], out, x["cids"], x["pids"], bs, impl=impl, **tiles)
     assert not torch.isnan(eflows).any() and not torch.isnan(pflows).any()
     want_e, want_p = sum_layer_backward_reference(
         ref64(F), ref64(em), ref64(x["params"]), x["cids"].cpu(), x["pids"].cpu(), bs
@@ -211,7 +209,7 @@ def test_zero_weights_far_above(device, nodes, bs, batch, name, impl, tiles):
     want = sum_layer_reference(ref64(em), ref64(p), x["cids"].cpu(), x["pids"].cpu(), bs)
     assert_close(out, want, atol=1e-3, what="forward")  # |out| ~ 200: fp32 spacing 1.5e-5
     F = torch.rand(nodes, batch).to(device)
-    eflows, pflows = sum_layer_backward(F, em, p, out, x["cids"], x["pids"], bs, impl=impl, **backward_tiles(tiles))
+    eflows, pflows = sum_layer_backward(F, em, p, out, x["cids"], x["pids"], bs, impl=impl, **tiles)
     want_e, want_p = sum_layer_backward_reference(ref64(F), ref64(em), ref64(p), x["cids"].cpu(), x["pids"].cpu(), bs)
     assert_close(eflows, want_e, atol=1e-3, scale_by_max=True, what="element flows")
     assert_close(pflows, want_p, atol=1e-3, scale_by_max=True, what="param flows")
@@ -229,9 +227,7 @@ def test_tied_parameters(device, batch, name, impl, tiles):
     out = sum_layer(x["element_mars"], x["params"], x["cids"], pids, bs, impl=impl, **tiles)
     want = sum_layer_reference(ref64(x["element_mars"]), ref64(x["params"]), x["cids"].cpu(), pids.cpu(), bs)
     assert_close(out, want, what="tied forward")
-    eflows, pflows = sum_layer_backward(
-        F, x["element_mars"], x["params"], out, x["cids"], pids, bs, impl=impl, **backward_tiles(tiles)
-    )
+    eflows, pflows = sum_layer_backward(F, x["element_mars"], x["params"], out, x["cids"], pids, bs, impl=impl, **tiles)
     want_e, want_p = sum_layer_backward_reference(
         ref64(F), ref64(x["element_mars"]), ref64(x["params"]), x["cids"].cpu(), pids.cpu(), bs
     )
@@ -314,9 +310,65 @@ def test_dot_tiles_at_each_precision(device, precision, batch, K):
     assert torch.isneginf(out[:16]).all()
     assert_close(out, want, atol=atol, what=f"forward at {precision}")
     grad = torch.randn_like(out).masked_fill(torch.isinf(out), 0.0)
-    d_em = torch.autograd.grad(out, em, grad)[0]
-    d_em_ref = torch.autograd.grad(want, em64, grad.detach().double().cpu())[0]
+    bwd = gpu.resolve_backward_tiles(2, 16, K, batch, 4, precision=precision)
+    assert (bwd.element_form, bwd.param_form, bwd.PRECISION) == ("dot", "dot", precision)
+    p = x["params"].detach().clone().requires_grad_(True)
+    out = sum_layer(em, p, x["cids"], x["pids"], 16, impl="gpu", precision=precision, **tiles)
+    d_em, d_p = torch.autograd.grad(out, (em, p), grad)
+    d_em_ref, d_p_ref = torch.autograd.grad(want, (em64, p64), grad.detach().double().cpu())
     assert_close(d_em, d_em_ref, atol=atol, scale_by_max=True, what=f"d element_mars at {precision}")
+    assert_close(d_p, d_p_ref, atol=atol, scale_by_max=True, what=f"d params at {precision}")
+
+
+# The factored flows (SHIFT="column"): tl.dot tiles on the GPU from batch 16, broadcast products on
+# small tiles and on the NPU.
+FACTORED = (
+    ("gpu_dot", "gpu", 17, {"SHIFT": "column"}),
+    ("gpu_dot_splits", "gpu", 16, {"SHIFT": "column", "NODE_SPLITS": 2}),
+    ("gpu_broadcast", "gpu", 3, {"SHIFT": "column"}),
+    ("npu", "npu", 3, {"SHIFT": "column"}),
+)
+
+
+@pytest.mark.parametrize("name,impl,batch,tiles", FACTORED, ids=[f[0] for f in FACTORED])
+def test_factored_flows_signs_dead_nodes_and_far_apart_columns(device, name, impl, batch, tiles):
+    """Flows of either sign, a column and a node with no flow, a block of dead nodes (all
+    children -inf), and batch columns hundreds of nats apart (sequences of very different
+    likelihood, where one shift for the whole batch would underflow): odd K, every flow against
+    the fp64 reference."""
+    nodes, bs, K = 48, 16, 37
+    x = layer(nodes, bs, batch, device, K=K, seed=11)
+    em = x["element_mars"].clone()
+    em += torch.linspace(-300.0, 250.0, batch, device=em.device)[None, :]  # columns far apart
+    em[x["cids"][2].long()] = float("-inf")  # block 2: dead nodes
+    out = sum_layer_reference(em, x["params"], x["cids"], x["pids"], bs)
+    F = torch.randn(nodes, batch, generator=torch.Generator().manual_seed(12)).to(device)
+    F[:, batch // 2] = 0.0
+    F[5] = 0.0
+    e, p = sum_layer_backward(F, em, x["params"], out, x["cids"], x["pids"], bs, impl=impl, **tiles)
+    we, wp = sum_layer_backward_reference(ref64(F), ref64(em), ref64(x["params"]), x["cids"].cpu(), x["pids"].cpu(), bs)
+    assert not torch.isnan(e).any() and not torch.isnan(p).any()
+    assert_close(e, we, scale_by_max=True, what=f"{name} element flows")
+    assert_close(p, wp, scale_by_max=True, what=f"{name} param flows")
+
+
+@pytest.mark.parametrize("precision", gpu.PRECISIONS)
+def test_hmm_at_batch_16_takes_the_factored_flows_at_its_precision(device, precision):
+    """The chain at batch 16 (L = 32: dot tiles forward and backward) against the classical
+    recursion, log-likelihoods and flows, at each precision's tolerance."""
+    hmm = HMM(T=3, L=32, V=5, device=device, impl="gpu", precision=precision)
+    plan = hmm.plan(16)
+    assert plan.trans_fwd.USE_DOT and plan.trans_fwd.PRECISION == precision
+    assert (plan.trans_bwd.element_form, plan.trans_bwd.PRECISION) == ("dot", precision)
+    x = hmm.sample(16, seed=3)
+    ll, flows = hmm.forward_backward(x)
+    want, want_flows = hmm.reference_loglik(x, grads=True)
+    atol, _ = spec.tolerance("fp32", precision)
+    assert_close(ll, want, atol=atol, what=f"ll at {precision}")
+    assert_close(hmm.trans_matrix(flows["trans"]), want_flows["trans"], atol=atol, scale_by_max=True, what="trans")
+    assert_close(flows["prior"], want_flows["prior"], atol=atol, scale_by_max=True, what="prior")
+    with pytest.raises(ValueError, match="precision='bf16' is not allowed"):
+        HMM(T=2, L=16, device=device, precision="bf16")
 
 
 def test_shift_is_checked_and_resolved_per_tile():
@@ -568,7 +620,7 @@ def test_product_layer(device, batch, name, impl, tiles):
     nm = x["node_mars"].clone()
     nm[5, 0] = float("-inf")
     nm = nm.requires_grad_()
-    out = product_layer(nm, x["cids"], bs, impl=impl, **backward_tiles(tiles))  # SHIFT: sum layers only
+    out = product_layer(nm, x["cids"], bs, impl=impl, **product_tiles(tiles))
     nm64 = ref64(nm).requires_grad_()
     want = product_layer_reference(nm64, x["cids"].cpu(), bs)
     assert_close(out, want, what=f"{name} product forward")
@@ -613,7 +665,9 @@ def test_heuristics_at_the_issue_shape():
     assert gpu.resolve_product_tiles(1, 1024, 1, 132, heuristic="large").BLOCK_M == 1024
     bwd = gpu.resolve_backward_tiles(1, 1024, 1024, 16, 132)
     assert 1024 // bwd.P_TILE_M * (1024 // bwd.P_TILE_K) >= 132  # parameter flows fill the SMs at batch 16
-    assert 1024 // bwd.E_TILE_K >= 128  # so do element flows
+    assert (bwd.SHIFT, bwd.element_form, bwd.param_form) == ("column", "dot", "dot")  # the factored flows
+    assert 1024 // bwd.E_TILE_K * bwd.E_SPLITS >= 132  # so do element flows (their nodes split)
+    assert gpu.resolve_backward_tiles(1, 1024, 1024, 8, 132).SHIFT == "node"  # exact below batch 16
     for batch in (1, 2, 3, 8, 16, 17, 64, 256):  # NPU defaults fit the calibrated UB model, never BLOCK_B = 8
         t = npu.resolve_tiles(1, 1024, 1024, batch, 48, on_npu=True)
         assert npu.ub_bytes(t.TILE_M, t.TILE_K, t.BLOCK_B) <= npu.UB_BYTES // 2 and t.BLOCK_B != 8
@@ -884,13 +938,24 @@ def test_gpu_each_precision_at_the_issue_shape(heuristic):
     x = layer(1024, 1024, 17, "cuda", seed=5)
     args = (x["element_mars"], x["params"], x["cids"], x["pids"], 1024)
     want = sum_layer_reference(ref64(x["element_mars"]), ref64(x["params"]), x["cids"].cpu(), x["pids"].cpu(), 1024)
-    errors = {}
+    F = torch.randn(1024, 17, device="cuda", generator=torch.Generator("cuda").manual_seed(3))
+    we, wp = sum_layer_backward_reference(
+        ref64(F), *(ref64(a) if a.is_floating_point() else a.cpu() for a in args[:4]), 1024
+    )
+    errors, flow_errors = {}, {}
     for precision in gpu.PRECISIONS:
+        atol = spec.tolerance("fp32", precision)[0]
         out = sum_layer(*args, heuristic=heuristic, precision=precision)
-        assert_close(out, want, atol=spec.tolerance("fp32", precision)[0], what=f"{heuristic} at {precision}")
+        assert_close(out, want, atol=atol, what=f"{heuristic} at {precision}")
         errors[precision] = (ref64(out) - want).abs().max().item()
+        # the factored flows (tl.dot from batch 16) at the same precision
+        e, p = sum_layer_backward(F, args[0], args[1], out, *args[2:], heuristic=heuristic, precision=precision)
+        assert_close(e, we, atol=atol, scale_by_max=True, what=f"{heuristic} element flows at {precision}")
+        assert_close(p, wp, atol=atol, scale_by_max=True, what=f"{heuristic} param flows at {precision}")
+        flow_errors[precision] = (ref64(e) - we).abs().max().item() / we.abs().max().item()
     assert errors["tf32"] > 10 * max(errors["ieee"], 1e-7), errors
     assert errors["tf32x3"] < errors["tf32"] / 10, errors
+    assert flow_errors["tf32"] > 10 * max(flow_errors["ieee"], 1e-7), flow_errors
 
 
 @pytest.mark.gpu

@@ -63,7 +63,7 @@ from kernels.tuned_tables import device_key
 
 IMPLS = ("gpu", "npu", "auto")
 _GPU_SUM_TILES = ("heuristic", "TILE_M", "TILE_K", "BLOCK_B", "PROGRAM_M", "num_warps", "num_stages", "SPLITS", "SHIFT")
-_GPU_BWD_TILES = ("heuristic", "TILE_M", "TILE_K", "BLOCK_B", "num_warps", "NODE_SPLITS")
+_GPU_BWD_TILES = ("heuristic", "TILE_M", "TILE_K", "BLOCK_B", "num_warps", "NODE_SPLITS", "SHIFT")
 _GPU_PRODUCT_TILES = ("heuristic", "BLOCK_M", "TILE_M", "BLOCK_B", "num_warps")
 _NPU_TILES = ("TILE_M", "TILE_K", "BLOCK_B", "GRID", "SPLITS", "SHIFT")
 _INDEX_DTYPES = (torch.int32, torch.int64)
@@ -283,9 +283,10 @@ class _ProductLayerFunction(torch.autograd.Function):
 def sum_layer(element_mars, params, cids, pids, block_size, impl="auto", precision="ieee", **tiles) -> torch.Tensor:
     """``out [G*block_size, B]``; differentiable in element_mars and params (module docstring).
 
-    ``precision``: the input precision of the GPU forward's ``tl.dot`` tiles (``gpu.PRECISIONS``:
-    "ieee" fp32, "tf32", "tf32x3"); broadcast tiles, the backward and the NPU kernels compute in
-    fp32 whatever it says."""
+    ``precision``: the input precision of the GPU's ``tl.dot`` tiles (``gpu.PRECISIONS``: "ieee"
+    fp32, "tf32", "tf32x3"), the forward's and, from batch 16, the backward's factored flows;
+    broadcast tiles and the NPU kernels compute in fp32 whatever it says. An explicit ``SHIFT``
+    applies to the backward too."""
     element_mars, params, cids, pids = _validate_sum(element_mars, params, cids, pids, block_size)
     impl = _impl(impl, element_mars)
     n_blocks, n_edges = cids.shape
@@ -308,8 +309,10 @@ def sum_layer(element_mars, params, cids, pids, block_size, impl="auto", precisi
         return element_mars.new_empty((n_blocks * block_size, 0))
     if torch.is_grad_enabled() and (element_mars.requires_grad or params.requires_grad):
         if bwd is None:
-            heuristic = tiles.get("heuristic", "auto")
-            bwd = gpu.resolve_backward_tiles(n_blocks, block_size, n_edges, batch, cores, heuristic)
+            heuristic, shift = tiles.get("heuristic", "auto"), tiles.get("SHIFT", "auto")
+            bwd = gpu.resolve_backward_tiles(
+                n_blocks, block_size, n_edges, batch, cores, heuristic, SHIFT=shift, precision=precision
+            )
         # Single-writer facts now, beside the range checks: a backward captured in a CUDA graph
         # must not be the first to ask (it would synchronise).
         writers = _single_writers(cids, pids, block_size)
@@ -319,9 +322,12 @@ def sum_layer(element_mars, params, cids, pids, block_size, impl="auto", precisi
 
 
 def sum_layer_backward(
-    node_flows, element_mars, params, out, cids, pids, block_size, impl="auto", **tiles
+    node_flows, element_mars, params, out, cids, pids, block_size, impl="auto", precision="ieee", **tiles
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """DESIGN's flows: ``(eflows [M, B], pflows [P])`` for linear node flows ``F [G*block_size, B]``."""
+    """DESIGN's flows: ``(eflows [M, B], pflows [P])`` for linear node flows ``F [G*block_size, B]``.
+
+    ``precision``: the GPU's factored tiles' ``tl.dot`` input precision (``gpu.PRECISIONS``);
+    ``SHIFT`` "node" keeps the exact broadcast form at every batch (gpu.resolve_backward_tiles)."""
     element_mars, params, cids, pids = _validate_sum(element_mars, params, cids, pids, block_size)
     device = element_mars.device
     n_blocks, n_edges = cids.shape
@@ -335,10 +341,13 @@ def sum_layer_backward(
     impl = _impl(impl, element_mars)
     if impl == "gpu":
         _check_tile_names(tiles, _GPU_BWD_TILES, "sum_layer_backward (impl='gpu')")
-        t = gpu.resolve_backward_tiles(n_blocks, block_size, n_edges, batch, _num_cores(element_mars), **tiles)
+        t = gpu.resolve_backward_tiles(
+            n_blocks, block_size, n_edges, batch, _num_cores(element_mars), **tiles, precision=precision
+        )
         module = gpu
     else:
         _check_tile_names(tiles, _NPU_TILES, "sum_layer_backward (impl='npu')")
+        gpu.check_precision(precision)
         t = _npu_tiles(cids, block_size, batch, element_mars, tiles)
         cids, pids = _as_int32(cids), _as_int32(pids)
         module = npu

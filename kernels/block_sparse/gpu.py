@@ -73,6 +73,25 @@ the exponential is 0): the same convention as the reference's gradient.
   no flow is dropped when B is not a multiple of ``BLOCK_B``), then ``tl.atomic_add``.
   ``MUL_PARAMS=False`` drops the ``p`` factor, giving ``d loss / d params`` for autograd.
 
+Two forms (``SHIFT``; the rule takes "column" from batch 16). "node" computes ``C`` per element
+as above, ``TILE_M x TILE_K x BLOCK_B`` exponentials a tile: exact for any weights. "column"
+factors it (tile_math): with ``a = log|F| - out`` and one shift ``c[b] >= max_i a[i, b]`` per
+column over a tile's nodes, ``C = p * G * exp(em + c)`` where ``G = sign(F) * exp(a - c)`` is in
+[-1, 1], so
+
+- element flows ``= exp(em + c) * (p^T @ G)``, the shift running over the node sub-tiles as the
+  forward's does over edges, and
+- parameter flows ``= p * (G @ exp(em + c)^T)``, with ``c`` taken per batch chunk,
+
+two matrix products (``tl.dot`` at ``PRECISION`` where every side is >= 16, which is how
+PyJuice's flow kernels run; broadcast products otherwise and on the NPU) and
+``(TILE_M + TILE_K) x BLOCK_B`` exponentials. The bound is the forward's: ``out_i >= log p[i, k]
++ em[k]`` gives ``em[k] + c <= max_i (log|F_i| - log p[i, k])``, so the edge factor is clamped
+(at 64 for the parameter flows, whose columns add up, and at 160 in two halves for the element
+flows) and the clamp can bite only where a tile's dominant node reaches an edge through a weight
+below about ``e^-64`` while another node of the tile carries its flow. An edge no node uses gives
+exactly 0.
+
 Scatter policy: **atomics** where flows can collide — tied parameters (several edges or blocks
 sharing ``pids``), children shared by several blocks, and the element flows' node splits (the
 small-batch fan-out: a block's nodes over ``E_SPLITS`` programs, node tile capped at 64) — so they
@@ -116,12 +135,15 @@ from kernels import tuned_tables
 from kernels.block_sparse.tile_math import (
     check_shift,
     combine_partials,
+    element_flow_column_tile,
     element_flow_tile,
     forward_buffers,
     load_children,
     load_edges,
+    load_weights,
     node_rows,
     node_tile_lse,
+    param_flow_column_tile,
     param_flow_tile,
     param_log_weights,
     product_scatter,
@@ -223,10 +245,14 @@ def _sum_combine_kernel(OUT_ptr, WS_MAX_ptr, WS_SUM_ptr, n_elements, n_splits, B
 def _sum_element_flows_kernel(
     EF_ptr, NF_ptr, EM_ptr, P_ptr, OUT_ptr, CIDS_ptr, PIDS_ptr, n_batch, n_edges, block_size, m_per_split,
     TILE_M: tl.constexpr, TILE_K: tl.constexpr, BLOCK_B: tl.constexpr, ATOMIC: tl.constexpr,
+    FORM: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
     """eflows[cids[g, k], b] += sum_i F * exp(log p + em - out) for TILE_K edges x BLOCK_B columns,
     over the nodes ``[s * m_per_split, (s + 1) * m_per_split)`` of program axis 2 (node splits:
-    the small-batch fan-out; several splits add into one row, so they need ``ATOMIC``)."""
+    the small-batch fan-out; several splits add into one row, so they need ``ATOMIC``).
+
+    ``FORM``: "node" (the exact broadcast form), "column" (factored, one shift per column, broadcast
+    products) or "dot" (factored, ``tl.dot`` at ``PRECISION``)."""
     pid_k = tl.program_id(0)
     pid_b = tl.program_id(1)
     m_lo = tl.program_id(2) * m_per_split
@@ -240,10 +266,16 @@ def _sum_element_flows_kernel(
     cid, pidx = load_edges(CIDS_ptr, PIDS_ptr, g * n_edges, ks, k_mask, True)
     kb_mask = k_mask[:, None] & col_mask[None, :]
     em = load_children(EM_ptr, cid, cols, kb_mask, n_batch)
-    acc = element_flow_tile(
-        NF_ptr, OUT_ptr, P_ptr, g, m_lo, m_hi, pidx, k_mask, em, cols, col_mask, n_batch, block_size,
-        TILE_M, TILE_K, BLOCK_B, True, True,
-    )  # fmt: skip
+    if FORM == "node":
+        acc = element_flow_tile(
+            NF_ptr, OUT_ptr, P_ptr, g, m_lo, m_hi, pidx, k_mask, em, cols, col_mask, n_batch, block_size,
+            TILE_M, TILE_K, BLOCK_B, True, True,
+        )  # fmt: skip
+    else:
+        acc = element_flow_column_tile(
+            NF_ptr, OUT_ptr, P_ptr, g, m_lo, m_hi, pidx, k_mask, em, cols, col_mask, n_batch, block_size,
+            TILE_M, TILE_K, BLOCK_B, True, True, FORM == "dot", PRECISION,
+        )  # fmt: skip
     scatter_add(EF_ptr, cid[:, None] * n_batch + cols[None, :], acc, kb_mask, ATOMIC)
 
 
@@ -251,8 +283,10 @@ def _sum_element_flows_kernel(
 def _sum_param_flows_kernel(
     PF_ptr, NF_ptr, EM_ptr, P_ptr, OUT_ptr, CIDS_ptr, PIDS_ptr, n_batch, n_edges, block_size, TILE_M: tl.constexpr,
     TILE_K: tl.constexpr, BLOCK_B: tl.constexpr, MUL_PARAMS: tl.constexpr, ATOMIC: tl.constexpr,
+    FORM: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
-    """pflows[pids[g, k] + i] += sum_b F * exp((log p) + em - out) for TILE_M nodes x TILE_K edges."""
+    """pflows[pids[g, k] + i] += sum_b F * exp((log p) + em - out) for TILE_M nodes x TILE_K edges;
+    ``FORM`` and ``PRECISION`` as in :func:`_sum_element_flows_kernel`."""
     pid = tl.program_id(0)
     m_tiles = tl.cdiv(block_size, TILE_M)
     k_tiles = tl.cdiv(n_edges, TILE_K)
@@ -264,11 +298,19 @@ def _sum_param_flows_kernel(
     k_mask = ks < n_edges
     cid, pidx = load_edges(CIDS_ptr, PIDS_ptr, g * n_edges, ks, k_mask, True)
     mk_mask = node_mask[:, None] & k_mask[None, :]
-    log_p = param_log_weights(P_ptr, pidx, nodes, mk_mask, MUL_PARAMS, TILE_M, TILE_K)
     rows = node_rows(g, block_size, nodes, True)
-    acc = param_flow_tile(
-        NF_ptr, OUT_ptr, EM_ptr, rows, node_mask, cid, k_mask, log_p, n_batch, TILE_M, TILE_K, BLOCK_B, True
-    )
+    if FORM == "node":
+        log_p = param_log_weights(P_ptr, pidx, nodes, mk_mask, MUL_PARAMS, TILE_M, TILE_K)
+        acc = param_flow_tile(
+            NF_ptr, OUT_ptr, EM_ptr, rows, node_mask, cid, k_mask, log_p, n_batch, TILE_M, TILE_K, BLOCK_B, True
+        )
+    else:
+        acc = param_flow_column_tile(
+            NF_ptr, OUT_ptr, EM_ptr, rows, node_mask, cid, k_mask, n_batch, TILE_M, TILE_K, BLOCK_B, True,
+            FORM == "dot", PRECISION,
+        )  # fmt: skip
+        if MUL_PARAMS:
+            acc = acc * load_weights(P_ptr, pidx, nodes, mk_mask)
     scatter_add(PF_ptr, pidx[None, :] + nodes[:, None], acc, mk_mask, ATOMIC)
 
 
@@ -556,10 +598,27 @@ class SumBackwardTiles:
     P_BLOCK_B: int
     num_warps: int
     E_SPLITS: int = 1  # element flows: node splits of a block (the small-batch fan-out; atomics)
+    SHIFT: str = "node"  # "node": the exact broadcast form; "column": the factored form (tile_math)
+    PRECISION: str = "ieee"  # the factored form's tl.dot input precision (PRECISIONS)
 
     def e_nodes_per_split(self, block_size: int) -> int:
         """Nodes per element-flow split, a multiple of E_TILE_M."""
         return cdiv(cdiv(block_size, self.E_SPLITS), self.E_TILE_M) * self.E_TILE_M
+
+    def form(self, tile_m: int, tile_k: int, block_b: int) -> str:
+        """A flow kernel's FORM at its tile: "node", or with the per-column shift "dot" where every
+        side is >= 16 (tl.dot's minimum), else "column" (broadcast products)."""
+        if self.SHIFT == "node":
+            return "node"
+        return "dot" if min(tile_m, tile_k, block_b) >= 16 else "column"
+
+    @property
+    def element_form(self) -> str:
+        return self.form(self.E_TILE_M, self.E_TILE_K, self.E_BLOCK_B)
+
+    @property
+    def param_form(self) -> str:
+        return self.form(self.P_TILE_M, self.P_TILE_K, self.P_BLOCK_B)
 
 
 @functools.lru_cache(maxsize=4096)  # pure in its (hashable) arguments; asked on every call
@@ -575,10 +634,19 @@ def resolve_backward_tiles(
     BLOCK_B="auto",
     num_warps="auto",
     NODE_SPLITS="auto",
+    SHIFT="auto",
+    precision="ieee",
 ) -> SumBackwardTiles:
     """Backward tiles. Explicit TILE_M / TILE_K / BLOCK_B apply to both flow kernels.
 
-    ``small`` (and ``split``) favours many programs (narrow edge tiles for the element flows, so
+    ``SHIFT`` ("auto" = "column" from batch GPU_SMALL_DOT_FROM_BATCH where the block and K are
+    >= 16, else "node"): "node" is the exact broadcast form; "column" the factored form
+    (tile_math), which takes ``tl.dot`` at ``precision`` where every side of a kernel's tile is
+    >= 16. Its rule (the dot tiles): element flows in 32-edge x up to 64-column programs walking
+    32-node sub-tiles, their nodes split until the grid has a program per core; parameter flows
+    in 64 x 64 (node x edge) programs walking the batch by up to 64 columns.
+
+    The broadcast tiles: ``small`` (and ``split``) favours many programs (narrow edge tiles for the element flows, so
     1024 edges make 128 programs at batch 1), and where that grid still has fewer than two
     programs per core it caps the element flows' node tile at SMALL_BWD_TILE_M and fans each
     block's nodes out over ``NODE_SPLITS`` programs (their partial sums meet with atomics);
@@ -586,24 +654,36 @@ def resolve_backward_tiles(
     supplies the parallelism). Both keep the broadcast tile near 4096.
     """
     check_heuristic(heuristic)
+    check_precision(precision)
     bs2, k2, b2 = _pow2(block_size), _pow2(n_edges), _pow2(batch)
+    dot_fits = min(block_size, n_edges) >= 16
+    if SHIFT == "auto":
+        SHIFT = "column" if batch >= GPU_SMALL_DOT_FROM_BATCH and dot_fits else "node"
+    check_shift(SHIFT)
     if heuristic == "auto":
         wide_programs = n_blocks * cdiv(n_edges, 32) * cdiv(batch, 32)
         heuristic = "large" if wide_programs >= num_cores else "small"
-    if heuristic == "large":
-        eb, ek = min(b2, 32), min(k2, 32)
-        pb, pm, pk = min(b2, 16), min(bs2, 16), min(k2, 16)
-    else:
-        eb, ek = min(b2, 16), min(k2, 8)
-        pb, pm, pk = min(b2, 16), min(bs2, 16), min(k2, 16)
-    em_ = min(bs2, max(1, 4096 // (ek * eb)))
-    pk = min(k2, max(pk, 4096 // (pm * pb)), 64)
     e_splits = 1
-    e_programs = n_blocks * cdiv(n_edges, ek) * cdiv(batch, eb)
-    if heuristic != "large" and e_programs < 2 * num_cores:
-        em_ = min(em_, SMALL_BWD_TILE_M)
-        while e_splits * e_programs < 2 * num_cores and e_splits * em_ < block_size:
+    if SHIFT == "column" and dot_fits and batch >= 16:
+        eb, ek, em_ = min(b2, 64), 32, 32
+        pb, pm, pk = min(b2, 64), min(bs2, 64), min(k2, 64)
+        e_programs = n_blocks * cdiv(n_edges, ek) * cdiv(batch, eb)
+        while e_splits * e_programs < num_cores and e_splits * em_ < block_size:
             e_splits *= 2
+    else:
+        if heuristic == "large":
+            eb, ek = min(b2, 32), min(k2, 32)
+            pb, pm, pk = min(b2, 16), min(bs2, 16), min(k2, 16)
+        else:
+            eb, ek = min(b2, 16), min(k2, 8)
+            pb, pm, pk = min(b2, 16), min(bs2, 16), min(k2, 16)
+        em_ = min(bs2, max(1, 4096 // (ek * eb)))
+        pk = min(k2, max(pk, 4096 // (pm * pb)), 64)
+        e_programs = n_blocks * cdiv(n_edges, ek) * cdiv(batch, eb)
+        if heuristic != "large" and e_programs < 2 * num_cores:
+            em_ = min(em_, SMALL_BWD_TILE_M)
+            while e_splits * e_programs < 2 * num_cores and e_splits * em_ < block_size:
+                e_splits *= 2
     custom = False
     if NODE_SPLITS != "auto":
         e_splits = check_splits(NODE_SPLITS)
@@ -617,16 +697,20 @@ def resolve_backward_tiles(
     if BLOCK_B != "auto":
         eb = pb = check_tile("BLOCK_B", BLOCK_B)
         custom = True
-    for tm, tk, tb in ((em_, ek, eb), (pm, pk, pb)):
-        if tm * tk * tb > MAX_3D_TILE:
-            raise ValueError(
-                f"TILE_M={tm} x TILE_K={tk} x BLOCK_B={tb} = {tm * tk * tb} elements exceeds the backward's "
-                f"{MAX_3D_TILE}-element broadcast tile; lower one of them"
-            )
     if num_warps == "auto":
         num_warps = 4
     check_num_warps(num_warps)
-    return SumBackwardTiles("custom" if custom else heuristic, em_, ek, eb, pm, pk, pb, num_warps, e_splits)
+    tiles = SumBackwardTiles(
+        "custom" if custom else heuristic, em_, ek, eb, pm, pk, pb, num_warps, e_splits, SHIFT, precision
+    )
+    for tm, tk, tb in ((em_, ek, eb), (pm, pk, pb)):
+        if tiles.form(tm, tk, tb) != "dot" and tm * tk * tb > MAX_3D_TILE:
+            raise ValueError(
+                f"TILE_M={tm} x TILE_K={tk} x BLOCK_B={tb} = {tm * tk * tb} elements exceeds the backward's "
+                f"{MAX_3D_TILE}-element broadcast tile; lower one of them (or, with SHIFT='column', make every "
+                "side >= 16 for the tl.dot form)"
+            )
+    return tiles
 
 
 @dataclass(frozen=True)
@@ -738,7 +822,7 @@ def sum_backward(
         atomic = bool(element_atomic) or splits > 1
         launch(
             _sum_element_flows_kernel, element_mars, grid, eflows, *args, m_per, **tile, ATOMIC=atomic,
-            num_warps=tiles.num_warps,
+            FORM=tiles.element_form, PRECISION=tiles.PRECISION, num_warps=tiles.num_warps,
         )  # fmt: skip
     if param_flows is not None and param_flows is not False:
         pflows = torch.zeros_like(params) if param_flows is True else param_flows
@@ -746,7 +830,7 @@ def sum_backward(
         tile = dict(TILE_M=tiles.P_TILE_M, TILE_K=tiles.P_TILE_K, BLOCK_B=tiles.P_BLOCK_B)
         launch(
             _sum_param_flows_kernel, element_mars, grid, pflows, *args, **tile, MUL_PARAMS=mul_params,
-            ATOMIC=bool(param_atomic), num_warps=tiles.num_warps,
+            ATOMIC=bool(param_atomic), FORM=tiles.param_form, PRECISION=tiles.PRECISION, num_warps=tiles.num_warps,
         )  # fmt: skip
     return eflows, pflows
 

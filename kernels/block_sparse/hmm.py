@@ -59,7 +59,9 @@ class HMM:
 
     ``impl``: ``"gpu"`` | ``"npu"`` | ``"auto"``; ``heuristic`` and ``tiles`` steer the
     transition layer's GPU tiles (``TILE_M``, ``TILE_K``, ``BLOCK_B``, ``PROGRAM_M``) or the NPU
-    tiles (``TILE_M``, ``TILE_K``, ``BLOCK_B``, ``GRID``).
+    tiles (``TILE_M``, ``TILE_K``, ``BLOCK_B``, ``GRID``). ``precision``: the transition layer's
+    ``tl.dot`` input precision on the GPU (``gpu.PRECISIONS``), forward and backward (from batch 16
+    the rule's tiles take the dot forms); the NPU computes in fp32.
     """
 
     def __init__(
@@ -72,6 +74,7 @@ class HMM:
         seed: int = 0,
         impl: str = "auto",
         heuristic: str = "auto",
+        precision: str = "ieee",
         **tiles,
     ):
         for name, value, low in (("T", T, 1), ("L", L, 1), ("V", V, 1)):
@@ -92,7 +95,9 @@ class HMM:
         self.impl = ("npu" if self.device.kind == "npu" else "gpu") if impl == "auto" else impl
         self.module = gpu if self.impl == "gpu" else npu
         gpu.check_heuristic(heuristic)
+        gpu.check_precision(precision)
         self.heuristic = heuristic
+        self.precision = precision
         self.tiles = dict(tiles)
         self._plans: dict[int, ChainPlan] = {}
 
@@ -146,9 +151,12 @@ class HMM:
             if self.impl == "gpu":
                 key = device_key(self.device)
                 fwd = gpu.resolve_forward_tiles(
-                    G, bs, L, batch, cores, heuristic=self.heuristic, **self.tiles, device_key=key
+                    G, bs, L, batch, cores, heuristic=self.heuristic, **self.tiles, device_key=key,
+                    precision=self.precision,
+                )  # fmt: skip
+                bwd = gpu.resolve_backward_tiles(
+                    G, bs, L, batch, cores, heuristic=self.heuristic, precision=self.precision
                 )
-                bwd = gpu.resolve_backward_tiles(G, bs, L, batch, cores, heuristic=self.heuristic)
                 root_fwd = gpu.resolve_forward_tiles(1, 1, L, batch, cores, heuristic="small")
                 root_bwd = gpu.resolve_backward_tiles(1, 1, L, batch, cores, heuristic="small")
                 prod = gpu.resolve_product_tiles(G, bs, batch, cores, heuristic=self.heuristic)

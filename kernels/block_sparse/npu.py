@@ -16,7 +16,9 @@ only changes how the work is laid out, following DESIGN.md's "NPU kernels":
   values load as -inf (``exp`` gives 0), weights and flows as 0, node values as +inf (so
   ``exp(em - out) = 0``). The forward's all -inf case uses the clamp ``max(m, -FLT_MAX)`` (see
   gpu.py); its shift is per node over ``log p + em`` (gpu.py's broadcast form), exact for zero
-  weights. The backward's dead nodes (``out = -inf``, gradient defined as 0) are mapped to +inf
+  weights, or with ``SHIFT="column"`` one per column, for the forward and the flows alike (the
+  factored flows of tile_math, their products broadcast; the sign of a flow taken without a
+  select). The backward's dead nodes (``out = -inf``, gradient defined as 0) are mapped to +inf
   by the host before launch (one ``masked_fill`` over ``out``) instead of a select in the kernel.
 - int32 offsets (the host checks that ``rows x batch`` and the parameter count fit), fp32 only,
   no libdevice, no eviction policies, no ``num_warps``.
@@ -42,12 +44,15 @@ from kernels.block_sparse.gpu import PRODUCT_BLOCK_M_CAP, SMALL_TILE_M, check_sp
 from kernels.block_sparse.tile_math import (
     check_shift,
     combine_partials,
+    element_flow_column_tile,
     element_flow_tile,
     forward_buffers,
     load_children,
     load_edges,
+    load_weights,
     node_rows,
     node_tile_lse,
+    param_flow_column_tile,
     param_flow_tile,
     param_log_weights,
     product_scatter,
@@ -133,11 +138,13 @@ def _sum_combine_npu_kernel(OUT_ptr, WS_MAX_ptr, WS_SUM_ptr, n_elements, n_split
 @triton.jit
 def _sum_element_flows_npu_kernel(
     EF_ptr, NF_ptr, EM_ptr, P_ptr, OUT_ptr, CIDS_ptr, PIDS_ptr, n_batch, n_edges, block_size, n_blocks,
-    TILE_M: tl.constexpr, TILE_K: tl.constexpr, BLOCK_B: tl.constexpr,
+    TILE_M: tl.constexpr, TILE_K: tl.constexpr, BLOCK_B: tl.constexpr, SHIFT: tl.constexpr,
 ):  # fmt: skip
     """eflows[cids[g, k], b] += sum_i F * exp(log p + em - out); grid-stride over (block, edge tile, batch tile).
 
-    OUT holds +inf for dead nodes (host-side), so no select is needed here."""
+    ``SHIFT``: "node" (the exact broadcast form) or "column" (the factored form with broadcast
+    products, tile_math.element_flow_column_tile). OUT holds +inf for dead nodes (host-side), so
+    no select is needed here."""
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
     k_tiles = tl.cdiv(n_edges, TILE_K)
@@ -154,10 +161,16 @@ def _sum_element_flows_npu_kernel(
         cid, pidx = load_edges(CIDS_ptr, PIDS_ptr, g * n_edges, ks, k_mask, False)
         kb_mask = k_mask[:, None] & col_mask[None, :]
         em = load_children(EM_ptr, cid, cols, kb_mask, n_batch)
-        acc = element_flow_tile(
-            NF_ptr, OUT_ptr, P_ptr, g, 0, block_size, pidx, k_mask, em, cols, col_mask, n_batch, block_size,
-            TILE_M, TILE_K, BLOCK_B, False, False,
-        )  # fmt: skip
+        if SHIFT == "node":
+            acc = element_flow_tile(
+                NF_ptr, OUT_ptr, P_ptr, g, 0, block_size, pidx, k_mask, em, cols, col_mask, n_batch, block_size,
+                TILE_M, TILE_K, BLOCK_B, False, False,
+            )  # fmt: skip
+        else:  # no tl.dot on the NPU's vector cores: broadcast products, no precision to choose
+            acc = element_flow_column_tile(
+                NF_ptr, OUT_ptr, P_ptr, g, 0, block_size, pidx, k_mask, em, cols, col_mask, n_batch, block_size,
+                TILE_M, TILE_K, BLOCK_B, False, False, False, "ieee",
+            )  # fmt: skip
         tl.atomic_add(EF_ptr + cid[:, None] * n_batch + cols[None, :], acc, mask=kb_mask)
 
 
@@ -165,8 +178,10 @@ def _sum_element_flows_npu_kernel(
 def _sum_param_flows_npu_kernel(
     PF_ptr, NF_ptr, EM_ptr, P_ptr, OUT_ptr, CIDS_ptr, PIDS_ptr, n_batch, n_edges, block_size, n_blocks,
     TILE_M: tl.constexpr, TILE_K: tl.constexpr, BLOCK_B: tl.constexpr, MUL_PARAMS: tl.constexpr,
+    SHIFT: tl.constexpr,
 ):  # fmt: skip
-    """pflows[pids[g, k] + i] += sum_b F * exp((log p) + em - out); grid-stride over (block, node tile, edge tile)."""
+    """pflows[pids[g, k] + i] += sum_b F * exp((log p) + em - out); grid-stride over (block, node tile, edge tile).
+    ``SHIFT`` as in :func:`_sum_element_flows_npu_kernel`."""
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
     m_tiles = tl.cdiv(block_size, TILE_M)
@@ -182,11 +197,19 @@ def _sum_param_flows_npu_kernel(
         k_mask = ks < n_edges
         cid, pidx = load_edges(CIDS_ptr, PIDS_ptr, g * n_edges, ks, k_mask, False)
         mk_mask = node_mask[:, None] & k_mask[None, :]
-        log_p = param_log_weights(P_ptr, pidx, nodes, mk_mask, MUL_PARAMS, TILE_M, TILE_K)
         rows = node_rows(g, block_size, nodes, False)
-        acc = param_flow_tile(
-            NF_ptr, OUT_ptr, EM_ptr, rows, node_mask, cid, k_mask, log_p, n_batch, TILE_M, TILE_K, BLOCK_B, False
-        )
+        if SHIFT == "node":
+            log_p = param_log_weights(P_ptr, pidx, nodes, mk_mask, MUL_PARAMS, TILE_M, TILE_K)
+            acc = param_flow_tile(
+                NF_ptr, OUT_ptr, EM_ptr, rows, node_mask, cid, k_mask, log_p, n_batch, TILE_M, TILE_K, BLOCK_B, False
+            )
+        else:
+            acc = param_flow_column_tile(
+                NF_ptr, OUT_ptr, EM_ptr, rows, node_mask, cid, k_mask, n_batch, TILE_M, TILE_K, BLOCK_B, False,
+                False, "ieee",
+            )  # fmt: skip
+            if MUL_PARAMS:
+                acc = acc * load_weights(P_ptr, pidx, nodes, mk_mask)
         tl.atomic_add(PF_ptr + pidx[None, :] + nodes[:, None], acc, mask=mk_mask)
 
 
@@ -279,7 +302,7 @@ class NpuTiles:
     BLOCK_B: int
     GRID: int  # programs for the sum kernels; product kernels use min(GRID, their items)
     SPLITS: int = 1  # split-K forward: items sharing one tile's edges (1: no split)
-    SHIFT: str = "node"  # the forward's log-sum-exp shift (tile_math.SHIFTS)
+    SHIFT: str = "node"  # the log-sum-exp shift (tile_math.SHIFTS) of the forward and of the flows
 
     def programs(self, n_items: int) -> int:
         return max(1, min(self.GRID, n_items))
@@ -388,12 +411,16 @@ def sum_backward(
     if element_flows is not None and element_flows is not False:
         eflows = torch.zeros_like(element_mars) if element_flows is True else element_flows
         items = n_blocks * cdiv(n_edges, tiles.TILE_K) * cdiv(batch, tiles.BLOCK_B)
-        launch(_sum_element_flows_npu_kernel, element_mars, (tiles.programs(items),), eflows, *args, **tile)
+        grid = (tiles.programs(items),)
+        launch(_sum_element_flows_npu_kernel, element_mars, grid, eflows, *args, **tile, SHIFT=tiles.SHIFT)
     if param_flows is not None and param_flows is not False:
         pflows = torch.zeros_like(params) if param_flows is True else param_flows
         items = n_blocks * cdiv(block_size, tiles.TILE_M) * cdiv(n_edges, tiles.TILE_K)
         grid = (tiles.programs(items),)
-        launch(_sum_param_flows_npu_kernel, element_mars, grid, pflows, *args, **tile, MUL_PARAMS=mul_params)
+        launch(
+            _sum_param_flows_npu_kernel, element_mars, grid, pflows, *args, **tile, MUL_PARAMS=mul_params,
+            SHIFT=tiles.SHIFT,
+        )  # fmt: skip
     return eflows, pflows
 
 
@@ -475,8 +502,8 @@ def _flow_signature(first: str) -> dict:
 
 _SUM_KERNELS = (
     ("sum forward", _sum_forward_npu_kernel, dict(_SUM_SIGNATURE), {"SPLIT": False, "SHIFT": "node"}),
-    ("sum element flows", _sum_element_flows_npu_kernel, _flow_signature("EF_ptr"), {}),
-    ("sum param flows", _sum_param_flows_npu_kernel, _flow_signature("PF_ptr"), {"MUL_PARAMS": True}),
+    ("sum element flows", _sum_element_flows_npu_kernel, _flow_signature("EF_ptr"), {"SHIFT": "node"}),
+    ("sum param flows", _sum_param_flows_npu_kernel, _flow_signature("PF_ptr"), {"MUL_PARAMS": True, "SHIFT": "node"}),
 )
 
 
@@ -528,9 +555,27 @@ def _split_cases(tm: int, tk: int, tb: int, default: bool, note: str = "") -> li
 
 
 def _column_cases(tm: int, tk: int, tb: int, note: str = "") -> list:
-    """The forward, unsplit and split-K, with one shift per column (``SHIFT="column"``) at one
-    tile: not a default, checked by ``workbench npu-check`` without ``--defaults-only``."""
-    return [_forward_case(tm, tk, tb, False, note, split, "column") for split in (False, True)]
+    """The forward, unsplit and split-K, and both factored flow kernels, with one shift per
+    column (``SHIFT="column"``) at one tile: not a default, checked by ``workbench npu-check``
+    without ``--defaults-only``. The flows' Unified Buffer model is the per-node one: the same
+    ``TILE_M x TILE_K x BLOCK_B`` broadcast product, fewer exponentials."""
+    from kernels.spec import NpuCompileCase
+
+    cases = [_forward_case(tm, tk, tb, False, note, split, "column") for split in (False, True)]
+    tiles = {"TILE_M": tm, "BLOCK_B": tb, "TILE_K": tk}
+    for name, kernel, signature, extra in _SUM_KERNELS[1:]:
+        cases.append(
+            NpuCompileCase(
+                "block_sparse",
+                f"{name} SHIFT=column TILE_M={tm} BLOCK_B={tb} TILE_K={tk}{note}",
+                kernel,
+                dict(signature),
+                {**tiles, **extra, "SHIFT": "column"},
+                False,
+                ub_bytes(tm, tk, tb),
+            )
+        )
+    return cases
 
 
 def _combine_case() -> list:

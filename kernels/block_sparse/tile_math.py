@@ -9,7 +9,8 @@ them; the interpreter runs them as they are), so the math exists once. What stay
 - offsets: int64 on the GPU, int32 on the NPU (the ``WIDE`` flag of the helpers below);
 - dead nodes in the backward (``out = -inf``): a ``tl.where`` in the GPU kernel
   (``DEAD_SELECT``), a host-side ``masked_fill`` to +inf before an NPU launch (no selects there);
-- the ``tl.dot`` forward form, GPU only (the NPU kernels use vector cores only).
+- the ``tl.dot`` forms (the forward's and the factored flows'), GPU only (the NPU kernels use
+  vector cores only, and take the same factored math with broadcast products).
 
 The math (gpu.py's docstring explains it): the online log-sum-exp keeps, per node and batch
 column, a running max ``m`` and a scaled sum ``acc = sum_k p * exp(em - shift)`` with
@@ -328,6 +329,100 @@ def param_flow_tile(
         )
         em = load_children(EM_ptr, cid, cols, k_mask[:, None] & col_mask[None, :], n_batch)
         acc += tl.sum(edge_flows(flows, log_p, em, out), axis=2)
+    return acc
+
+
+# --- backward, one shift per column (the factored form) ----------------------------------------------
+# With ``a[i, b] = log|F[i, b]| - out[i, b]`` and a shift ``c[b] >= max_i a[i, b]`` over the tile's
+# nodes, ``C = F * p * exp(em - out) = p * G * exp(em + c)`` where ``G = sign(F) * exp(a - c)``
+# lies in [-1, 1]. The node and edge factors separate, so the flows become products of
+# ``[TILE_M, BLOCK_B]`` and ``[TILE_K, BLOCK_B]`` tiles (``tl.dot`` on a GPU, broadcast products
+# on the NPU) with ``(TILE_M + TILE_K) x BLOCK_B`` exponentials instead of
+# ``TILE_M x TILE_K x BLOCK_B``. The shift follows the forward's per-column form; its bound is
+# the same: ``em[k] + c <= max_i (log|F_i| - log p[i, k])`` since ``out_i >= log p[i, k] + em[k]``,
+# so the factors stay finite unless the column's dominant node reaches edge k through a weight
+# below about ``e^-80`` (gpu.py's docstring).
+@triton.jit
+def flow_signs(flows):
+    """``sign(F)`` without a select (no ``tl.where`` on the NPU): ``F / max(|F|, FLT_MIN)`` is
+    +-1, 0 at ``F = 0`` (a denormal flow keeps its ratio, which only shrinks a negligible term)."""
+    return flows / tl.maximum(tl.abs(flows), 1.1754943508222875e-38)
+
+
+@triton.jit
+def scaled_flows(flows, out, run_max):
+    """``(G [TILE_M, BLOCK_B], new running max [1, BLOCK_B], shift [1, BLOCK_B])`` for one node
+    tile: ``a = log|F| - out`` (-inf for zero flows, padding and dead nodes, whose ``out`` is
+    +inf), the running max of ``a`` over nodes per column, the finite shift
+    ``max(running max, -FLT_MAX)`` and ``G = sign(F) * exp(a - shift)``."""
+    a = tl.log(tl.abs(flows)) - out
+    new_max = tl.maximum(run_max, tl.max(a, axis=0)[None, :])
+    shift = tl.maximum(new_max, NEG_FLT_MAX)
+    return flow_signs(flows) * tl.exp(a - shift), new_max, shift
+
+
+@triton.jit
+def element_flow_column_tile(
+    NF_ptr, OUT_ptr, P_ptr, g, m_lo, m_hi, pidx, k_mask, em, cols, col_mask, n_batch, block_size,
+    TILE_M: tl.constexpr, TILE_K: tl.constexpr, BLOCK_B: tl.constexpr, WIDE: tl.constexpr,
+    DEAD_SELECT: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    """``sum_i C [TILE_K, BLOCK_B]`` over nodes ``[m_lo, m_hi)`` in the factored form:
+    ``acc[k, b] = sum_i p[i, k] * G[i, b]`` online over node sub-tiles (a rising shift rescales
+    ``acc`` by ``exp(c_old - c_new)``), then ``acc * exp(em + c)``, taken as ``(acc * h) * h``
+    with ``h = exp(min((em + c) / 2, 80))`` so the factor cannot overflow where the product is
+    finite, and an edge no node uses (``acc = 0``) gives 0, never ``0 * inf``. ``DOT``: ``tl.dot(p^T, G)`` at ``PRECISION`` (GPU, every side >= 16), else broadcast
+    products (fp32)."""
+    run_max = tl.full([1, BLOCK_B], float("-inf"), tl.float32)
+    acc = tl.zeros([TILE_K, BLOCK_B], dtype=tl.float32)
+    for m0 in range(m_lo, m_hi, TILE_M):
+        nodes = m0 + tl.arange(0, TILE_M)
+        node_mask = nodes < m_hi
+        rows = node_rows(g, block_size, nodes, WIDE)
+        flows, out = load_node_state(
+            NF_ptr, OUT_ptr, rows, cols, node_mask[:, None] & col_mask[None, :], n_batch, DEAD_SELECT
+        )
+        p = load_weights(P_ptr, pidx, nodes, node_mask[:, None] & k_mask[None, :])  # [TILE_M, TILE_K]
+        g_tile, new_max, shift = scaled_flows(flows, out, run_max)
+        acc = acc * tl.exp(run_max - shift)
+        if DOT:
+            acc += tl.dot(tl.trans(p), g_tile, input_precision=PRECISION)
+        else:
+            acc += tl.sum(p[:, :, None] * g_tile[:, None, :], axis=0)
+        run_max = new_max
+    half = tl.exp(tl.minimum((em + tl.maximum(run_max, NEG_FLT_MAX)) * 0.5, 80.0))
+    return (acc * half) * half
+
+
+@triton.jit
+def param_flow_column_tile(
+    NF_ptr, OUT_ptr, EM_ptr, rows, node_mask, cid, k_mask, n_batch, TILE_M: tl.constexpr,
+    TILE_K: tl.constexpr, BLOCK_B: tl.constexpr, DEAD_SELECT: tl.constexpr, DOT: tl.constexpr,
+    PRECISION: tl.constexpr,
+):  # fmt: skip
+    """``sum_b F * exp(em - out) [TILE_M, TILE_K]`` in the factored form, over the whole batch
+    in chunks of BLOCK_B: per chunk the shift ``c[b]`` comes from this tile's nodes, and
+    ``acc += G @ E^T`` with ``E = exp(min(em + c, 80))`` (no running max: each column is seen
+    once; the clamp bites only where the dominant node reaches edge k through a weight below about
+    ``e^-64``). The caller multiplies by ``p`` for the parameter flows. ``DOT`` as in
+    :func:`element_flow_column_tile`."""
+    acc = tl.zeros([TILE_M, TILE_K], dtype=tl.float32)
+    no_max = tl.full([1, BLOCK_B], float("-inf"), tl.float32)
+    for b0 in range(0, n_batch, BLOCK_B):
+        cols = b0 + tl.arange(0, BLOCK_B)
+        col_mask = cols < n_batch
+        flows, out = load_node_state(
+            NF_ptr, OUT_ptr, rows, cols, node_mask[:, None] & col_mask[None, :], n_batch, DEAD_SELECT
+        )
+        em = load_children(EM_ptr, cid, cols, k_mask[:, None] & col_mask[None, :], n_batch)
+        g_tile, _, shift = scaled_flows(flows, out, no_max)
+        # clamp at 64, not the forward's 80: every column adds up to e^64 here, so a zero-weight edge
+        # far above its nodes stays finite (and times p = 0 gives 0) up to ~5e10 columns
+        e_tile = tl.exp(tl.minimum(em + shift, 64.0))  # [TILE_K, BLOCK_B]
+        if DOT:
+            acc += tl.dot(g_tile, tl.trans(e_tile), input_precision=PRECISION)
+        else:
+            acc += tl.sum(g_tile[:, None, :] * e_tile[None, :, :], axis=2)
     return acc
 
 
