@@ -296,6 +296,11 @@ def test_h100_suite_is_the_issue():
     graphed = h.target("hmm_chain_graphed")
     assert graphed.peers == ("pyjuice_graph",) and graphed.batches == (1, 4, 16, 64)  # issue 24's chain sizes
     assert required(graphed.min_ratio, 1) == 1.25 and (graphed.T, graphed.L) == (32, 1024)
+    # issue 24, matched precision: the backward and the chain at TF32 where PyJuice's products are
+    bwd32 = h.target("block_sparse_backward_tf32")
+    assert bwd32.mode == "backward" and bwd32.values == (16, 32, 64) and bwd32.problem["precision"] == "tf32"
+    chain32 = h.target("hmm_chain_graphed_tf32")
+    assert chain32.precision == "tf32" and chain32.batches == (16, 64) and required(chain32.min_ratio, 16) == 1.25
     assert all(t.problem.get("rows", 4096) == 4096 for t in h.targets if t.kind != "chain")
 
 
@@ -426,6 +431,20 @@ def test_a_second_chain_target_reuses_the_first_chains_records():
     assert all(run.records[i] is run.records[j] for i, j in zip(first, second))
     eager = [r for r in run.rows if r.target == "hmm_chain_eager"]
     assert [r.x for r in eager] == [1, 2] and all(r.ours == "ours_eager" for r in eager)
+
+
+def test_a_chain_at_another_precision_is_measured_apart_and_says_its_precision():
+    """The TF32 chain target runs its own HMM (records say tf32 and pass at TF32's tolerance),
+    not the ieee target's records."""
+    from workbench.suites.run import run_suite
+
+    run = run_suite("smoke", device="cpu", only=["hmm_chain", "hmm_chain_graphed_tf32"])
+    ieee, tf32 = (run.target_records[name] for name in ("hmm_chain", "hmm_chain_graphed_tf32"))
+    assert tf32 and not set(ieee) & set(tf32)
+    ours = [run.records[i] for i in tf32 if run.records[i].backend == "gpu"]
+    assert ours and {r.precision for r in ours} == {"tf32"} and all(r.passed for r in ours)
+    assert {r.problem["precision"] for r in ours} == {"tf32"} and {r.x_value for r in ours} == {2}
+    assert {run.records[i].precision for i in ieee if run.records[i].backend == "gpu"} == {"ieee"}
 
 
 def test_compiled_block_target_is_not_measured_off_cuda():

@@ -124,6 +124,7 @@ class Chain:
     peers: tuple[str, ...] = ("pyjuice_eager",)
     alt_peer: str = "pyjuice_graph"
     kind: str = "chain"
+    precision: str = "ieee"  # our transition layers' tl.dot input precision (HMM's precision)
 
     @property
     def values(self) -> tuple:
@@ -338,6 +339,20 @@ def _targets(
             dtype="fp32",
             kernel_only=("pyjuice",),
         ),
+        # Matched precision for the backward: from batch 16 PyJuice's flow kernels run TF32 products,
+        # and ours (the factored flows' tl.dot) runs them too here.
+        Versus(
+            "block_sparse_backward_tf32",
+            f"Block-sparse sum layer backward at TF32 on both sides (PyJuice's precision from batch 16), L={nodes}",
+            "block_sparse",
+            "backward",
+            tf32_batches,
+            bsp,
+            peers=("pyjuice",),
+            problem={**layer, "precision": "tf32"},
+            dtype="fp32",
+            kernel_only=("pyjuice",),
+        ),
         # What a user's eager loop pays (issue 15): the same cells, judged on the call time.
         Versus(
             "rms_norm_forward_call",
@@ -421,6 +436,17 @@ def _targets(
             min_ratio=(Rule(1.25),),
             peers=("pyjuice_graph",),
             alt_peer="pyjuice_eager",
+        ),
+        # Matched precision: where PyJuice's chain runs TF32 products (batch >= 16), ours does too.
+        Chain(
+            "hmm_chain_graphed_tf32",
+            f"HMM chain T={hmm['T']}, L={hmm['L']} forward+backward at TF32 on both sides, graph-replayed: "
+            "ours >= 1.25x PyJuice",
+            **{**hmm, "batches": tuple(b for b in hmm["batches"] if b >= 16) or hmm["batches"][-1:]},
+            min_ratio=(Rule(1.25),),
+            peers=("pyjuice_graph",),
+            alt_peer="pyjuice_eager",
+            precision="tf32",
         ),
         Chain(
             "hmm_chain_eager",
