@@ -1,9 +1,9 @@
 # ruff: noqa: B023, E731  (the lambdas are timed inside the loop that defines them)
 """Tile sweeps that set the GPU defaults from data (run on the GPU machine).
 
-    python3 benchmarks/tune_tiles.py --out /tmp/res [--only block_sparse,rms_backward,rms_forward]
+    python3 benchmarks/tune_tiles.py --out /tmp/res [--only block_sparse,block_sparse_backward,rms_backward,rms_forward]
 
-Times the plain host functions (``sum_forward``, ``rms_norm_forward``, ``rms_norm_backward``),
+Times the plain host functions (``sum_forward``, ``sum_backward``, ``rms_norm_forward``, ``rms_norm_backward``),
 not the autograd path, so the numbers are kernel time and not host time: each point is the
 smaller of two ``do_bench`` medians (L2 flushed), which keeps a host hiccup in one of them
 from deciding a default. Prints the best configurations per size and writes tune.json.
@@ -12,6 +12,7 @@ from deciding a default. Prints the best configurations per size and writes tune
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import sys
@@ -83,6 +84,69 @@ def block_sparse(deadline):
         RESULTS[f"block_sparse_b{batch}"] = rows
 
 
+def block_sparse_backward(deadline):
+    """The sum layer's flows at batch 16-64: the exact broadcast form ("node") and the rule's
+    factored tiles at ieee and TF32 (both kernels together), then each kernel's tiles swept alone
+    at TF32 (element flows with param_flows off, and the other way round), from the rule's tiles."""
+    batches = (16, 32, 64)
+    for i, batch in enumerate(batches):
+        batch_deadline = time.time() + (deadline - time.time()) / (len(batches) - i)
+        problem = bs_spec.resolve_problem({"nodes": 1024, "batch": batch, "layer": "sum"})
+        s = _shape(problem)
+        lay = make_layer(problem, device="cuda")
+        em, p, cids, pids = (lay[k] for k in ("element_mars", "params", "cids", "pids"))
+        fwd = bs_gpu.resolve_forward_tiles(s["G"], s["bs"], s["K"], batch, 132)
+        out = bs_gpu.sum_forward(em, p, cids, pids, s["bs"], fwd)
+        flows = torch.rand_like(out)
+        shape = (s["G"], s["bs"], s["K"], batch, 132)
+
+        def both(t):
+            return us(lambda: bs_gpu.sum_backward(flows, em, p, out, cids, pids, s["bs"], t))
+
+        rows = []
+        for label, kw in (("node", {"SHIFT": "node"}), ("rule ieee", {}), ("rule tf32", {"precision": "tf32"})):
+            t = bs_gpu.resolve_backward_tiles(*shape, **kw)
+            rows.append({"config": label, "us": both(t), "default": label == "rule ieee", "tiles": str(t)})
+        show_best(f"block_sparse backward batch {batch} (both kernels)", rows, n=3)
+        rule = bs_gpu.resolve_backward_tiles(*shape, precision="tf32")
+        b2 = 1 << (batch - 1).bit_length()
+        sides = {
+            "element": (
+                dict(element_flows=True, param_flows=False),
+                [
+                    dict(E_TILE_M=tm, E_TILE_K=tk, E_BLOCK_B=bb, E_SPLITS=sp, num_warps=nw)
+                    for tm, tk, bb, sp, nw in itertools.product(
+                        (32, 64), (32, 64), sorted({min(b2, 32), min(b2, 64)}), (2, 4, 8, 16), (4, 8)
+                    )
+                ],
+            ),
+            "param": (
+                dict(element_flows=False, param_flows=True),
+                [
+                    dict(P_TILE_M=tm, P_TILE_K=tk, P_BLOCK_B=bb, num_warps=nw)
+                    for tm, tk, bb, nw in itertools.product(
+                        (32, 64), (32, 64, 128), sorted({16, min(b2, 32), min(b2, 64)}), (4, 8)
+                    )
+                ],
+            ),
+        }
+        for side, (which, configs) in sides.items():
+            side_rows = []
+            for cfg in [{}] + configs:
+                if time.time() > batch_deadline:
+                    break
+                t = dataclasses.replace(rule, **cfg)
+                try:
+                    side_us = us(lambda: bs_gpu.sum_backward(flows, em, p, out, cids, pids, s["bs"], t, **which))
+                except Exception as exc:  # a config that does not compile (e.g. shared memory)
+                    side_rows.append({"config": cfg, "us": None, "error": str(exc)[:120]})
+                    continue
+                side_rows.append({"config": cfg or "rule", "us": side_us, "default": not cfg, "tiles": str(t)})
+            show_best(f"block_sparse backward batch {batch}, {side} flows alone, tf32", side_rows)
+            rows += [dict(r, side=side) for r in side_rows]
+        RESULTS[f"block_sparse_backward_b{batch}"] = rows
+
+
 def rms_backward(deadline):
     for hidden in (8192, 16384, 32768):
         x = torch.randn(4096, hidden, device="cuda", dtype=torch.bfloat16)
@@ -143,10 +207,17 @@ def main(argv=None):
     ap.add_argument("--out", default="/tmp/res")
     ap.add_argument("--only", default="block_sparse,rms_backward,rms_forward")
     ap.add_argument(
-        "--budget-s", default="block_sparse=240,rms_backward=100,rms_forward=100", help="seconds per section"
+        "--budget-s",
+        default="block_sparse=240,block_sparse_backward=200,rms_backward=100,rms_forward=100",
+        help="seconds per section",
     )
     args = ap.parse_args(argv)
-    steps = {"block_sparse": block_sparse, "rms_backward": rms_backward, "rms_forward": rms_forward}
+    steps = {
+        "block_sparse": block_sparse,
+        "block_sparse_backward": block_sparse_backward,
+        "rms_backward": rms_backward,
+        "rms_forward": rms_forward,
+    }
     budgets = {k: float(v) for k, v in (item.split("=") for item in args.budget_s.split(","))}
     for name in args.only.split(","):
         t0 = time.time()
