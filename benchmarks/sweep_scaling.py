@@ -12,6 +12,12 @@ Ray actor per GPU on an embedded Ray limited to ``--gpus`` GPUs. Each run goes t
 same folder and its wall times add up. Each run has its own, empty, Triton cache (a new temporary folder),
 so the second run compiles everything again, like the first.
 
+Compile-ahead (on by default; ``--compile-workers 0`` turns it off): CPU-side Ray actors compile
+queued configurations' kernels for the GPU into the run's Triton cache while the GPUs measure
+(:mod:`workbench.sweep.compile_ahead`), so a measuring actor's first call loads them. The work is
+still done in every run, from an empty cache; run.json's ``compile_ahead`` says how much of it,
+and each record's ``compile_facts.compiled_ahead`` whether its first call found its kernels.
+
 ``--compare`` prints, per run: configurations, failed, wall time, configurations/s, and the
 speedup over the 1-GPU run; whether both runs recorded the same configurations; and per shape
 whether the best configuration agrees (the same one, or the two bests' kernel-time intervals
@@ -107,9 +113,11 @@ def run(args) -> int:
     store = Store(out / STORE_NAME)
     t0 = time.perf_counter()
     if args.device == "cpu":
-        ex = RayExecutor(num_cpus=args.gpus, num_gpus=0, timeout_s=args.timeout_s)
+        ex = RayExecutor(num_cpus=args.gpus, num_gpus=0, timeout_s=args.timeout_s, compile_workers=args.compile_workers)
     else:
-        ex = RayExecutor(num_gpus=args.gpus, gpus_per_task=1, timeout_s=args.timeout_s)
+        ex = RayExecutor(
+            num_gpus=args.gpus, gpus_per_task=1, timeout_s=args.timeout_s, compile_workers=args.compile_workers
+        )
     ex.start()
     ex._started = True
     started = time.perf_counter()
@@ -120,6 +128,7 @@ def run(args) -> int:
         ex.close()
     done = time.perf_counter()
     split = time_split(result, ex, started - t0, done - started)
+    ahead = compile_ahead_summary(result, ex)
     runs_path = out / "run.json"
     runs = json.loads(runs_path.read_text())["runs"] if runs_path.exists() else []
     runs.append(
@@ -134,6 +143,7 @@ def run(args) -> int:
             "sweep_s": done - started,
             "ray_start_s": started - t0,
             "split_s": split,
+            "compile_ahead": ahead,
         }
     )
     runs_path.write_text(json.dumps({"runs": runs}, indent=1))
@@ -143,7 +153,31 @@ def run(args) -> int:
         f"{len(result.skipped)} already recorded; sweep {done - started:.1f} s, Ray start {started - t0:.1f} s"
     )
     print("where the time went (s): " + ", ".join(f"{k} {v:.1f}" for k, v in split.items()))
+    if ahead:
+        print(
+            f"compile-ahead: {ahead['workers']} worker(s), {ahead['compiled']} compiled, {ahead['failed']} not, "
+            f"{ahead['busy_s']:.1f} s of CPU beside the GPUs; first calls from the cache: "
+            f"{ahead['first_call_cached']}/{len(result.records)}"
+        )
     return 0
+
+
+def compile_ahead_summary(result, executor) -> dict:
+    """The executor's compile-ahead summary (workers, compiled, failed, busy_s: its compile
+    seconds, overlapped with measuring, so no part of the wall time), plus how many records'
+    first call found every kernel compiled ahead (``first_call_cached``) and that first call's
+    seconds summed over them (``cached_first_call_s``). Empty without compile-ahead."""
+    summary = dict(getattr(executor, "compile_ahead", None) or {})
+    if not summary:
+        return {}
+    cached = [
+        r
+        for r in result.records
+        if ((r.get("compile_facts") or {}).get("compiled_ahead") or {}).get("first_call_cached")
+    ]
+    summary["first_call_cached"] = len(cached)
+    summary["cached_first_call_s"] = sum((r.get("compile_ms") or 0.0) for r in cached) / 1e3
+    return summary
 
 
 def time_split(result, executor, startup_s: float, sweep_s: float) -> dict:
@@ -152,7 +186,8 @@ def time_split(result, executor, startup_s: float, sweep_s: float) -> dict:
     - ``startup``: Ray's start (before the first task is sent);
     - ``first_result``: from the start of the sweep to the first record (a worker process
       importing torch / triton / the workbench, then its first compile and measurement);
-    - ``compile``: the records' first-call times (Triton compiles) summed, over the slots;
+    - ``compile``: the records' first-call times (Triton compiles, or cache loads where the
+      kernels were compiled ahead) summed, over the slots;
     - ``measure``: the rest of the busy time over the slots (inputs, checks, timing);
     - ``write``: the driver appending records to the store (its one writer);
     - ``tail``: from the last task sent to the last record, beyond one configuration's mean
@@ -215,11 +250,22 @@ def compare(args) -> int:
         recs = r["records"]
         failed = sum(1 for x in recs if x.get("error") or not x.get("passed"))
         speed = base["wall_s"] / r["wall_s"] if r["wall_s"] else None
-        row = dict(gpus=n, configs=len(recs), failed=failed, sweep_s=r["wall_s"], speedup=speed, parts=len(r["runs"]))
+        cached = sum(
+            1 for x in recs if ((x.get("compile_facts") or {}).get("compiled_ahead") or {}).get("first_call_cached")
+        )
+        row = dict(
+            gpus=n,
+            configs=len(recs),
+            failed=failed,
+            sweep_s=r["wall_s"],
+            speedup=speed,
+            parts=len(r["runs"]),
+            first_calls_compiled_ahead=cached,
+        )
         table.append(row)
         print(
             f"{n:>4} {len(recs):>8} {failed:>7} {r['wall_s']:>9.1f} {len(recs) / r['wall_s']:>7.2f} "
-            f"{speed:>7.2f}x  ({len(r['runs'])})"
+            f"{speed:>7.2f}x  ({len(r['runs'])}; {cached} first calls compiled ahead)"
         )
     result = {"table": table}
     if len(runs) >= 2:
@@ -272,6 +318,12 @@ def main(argv=None) -> int:
     p.add_argument("--rep-ms", type=float, default=40.0)
     p.add_argument("--timeout-s", type=float, default=120.0)
     p.add_argument("--limit", type=int, default=None, help="at most this many configurations (evenly spread)")
+    p.add_argument(
+        "--compile-workers",
+        type=int,
+        default=None,
+        help="compile-ahead actors (default: half the CPUs the GPUs leave, 1-8, on cuda; 0: off)",
+    )
     p.add_argument("--out", default="results/sweep_scaling")
     p.add_argument("--compare", default=None, help="print the table of the runs under this folder")
     args = p.parse_args(argv)

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels import fast_launch
+from kernels import fast_launch, tuned_tables
+from kernels.runtime import DeviceInfo, standing_in
 
 _TRITON_LOCK = threading.RLock()
 
@@ -181,9 +182,12 @@ def launch(kernel, like: torch.Tensor, grid, *args, **kwargs):
     about a microsecond on a slow host, and a small kernel's call is mostly host time). CPU
     tensors run the interpreted twin, never the fast path. Fake or functional tensors (a
     ``triton_op`` traced by torch.compile or opcheck) record the launch with ``wrap_triton``.
+    Inside :func:`compile_only`, every launch compiles and nothing runs.
     """
     if _recordings and not getattr(_inside_recorded, "active", False):
         return _recorded_launch(kernel, like, grid, args, kwargs)
+    if _compiling:
+        return _compile_instead(kernel, grid, args, kwargs)
     if type(like) is not torch.Tensor and _is_traced(like):
         return _launch_traced(kernel, grid, args, kwargs)
     kind = like.device.type
@@ -298,3 +302,108 @@ def _grid_tuple(grid) -> tuple:
         return ()
     dims = tuple(int(g) for g in grid)
     return dims + (1,) * (3 - len(dims))
+
+
+# --- compiling without running (compile-ahead) ---------------------------------------------
+@dataclass
+class Compiled:
+    """One kernel :func:`compile_only` compiled: its name, Triton's cache hash (the name of its
+    folder in the Triton cache; None where the compile returned no kernel) and the keyword
+    arguments it was launched with (constexprs and options such as ``num_warps``)."""
+
+    name: str
+    hash: str | None
+    constants: dict
+
+
+# The open compile_only() blocks, innermost last: (Triton target or None, their Compiled lists).
+_compiling: list[tuple[object, list[Compiled]]] = []
+
+
+@contextlib.contextmanager
+def compile_only(target=None, device: DeviceInfo | None = None):
+    """Inside the block, :func:`launch` compiles each kernel it is given and runs nothing::
+
+        with compile_only(GPUTarget("cuda", 90, 32), described_device("cuda", name=..., num_cores=132)) as done:
+            rms_norm(x_meta, w_meta, BLOCK_SIZE_M=2)      # tensors on the meta device
+        done[0].name, done[0].hash
+
+    ``target``: the Triton ``GPUTarget`` to compile for, with no device needed at all (the compile
+    is Triton's own, through ``JITFunction.run(..., warmup=True)``, and lands in the Triton disk
+    cache as a real launch's would); None: the current device's target (a GPU must be visible).
+    ``device``: what :func:`kernels.runtime.device_of` answers for meta and CPU tensors inside
+    the block, so host functions resolve tiles for the device that will run the kernels
+    (:func:`kernels.runtime.standing_in`). Meta tensors make the host functions do no device
+    work; Triton specialises pointers on ``data_ptr() % 16``, and a meta tensor's ``data_ptr``
+    is its byte offset from 0, so aligned meta tensors key the cache as aligned device tensors do.
+    A host function that needs values (``.item()``, a range check) fails on meta tensors: call it
+    with CPU tensors instead, which compile here too rather than run in the interpreter.
+
+    Process-wide (every thread's launches compile): meant for a process that only compiles. On
+    leaving, the families' remembered plans are dropped (:func:`kernels.tuned_tables.reload`),
+    so tiles planned for ``device`` never answer a later CPU call."""
+    compiled: list[Compiled] = []
+    entry = (target, compiled)
+    _compiling.append(entry)
+    try:
+        with standing_in(device) if device is not None else contextlib.nullcontext():
+            yield compiled
+    finally:
+        _compiling.remove(entry)
+        if device is not None:
+            tuned_tables.reload()
+
+
+def _compile_instead(kernel, grid, args, kwargs):
+    """:func:`launch` inside :func:`compile_only`: compile for the block's target, run nothing."""
+    target, compiled = _compiling[-1]
+    if _is_interpreted(kernel):
+        raise ValueError(f"{_kernel_name(kernel)} is an interpreted kernel: there is nothing to compile")
+    with _TRITON_LOCK, _target_driver(target):
+        result = _warmup(kernel, grid, args, kwargs)
+    constants = {k: v for k, v in kwargs.items() if isinstance(v, (bool, int, float, str))}
+    compiled.append(Compiled(_kernel_name(kernel), getattr(result, "hash", None), constants))
+    return result
+
+
+def _warmup(kernel, grid, args, kwargs):
+    """Triton's compile of one launch, without the launch (its kernel, from the disk cache when
+    it is there)."""
+    return kernel.run(*args, grid=grid, warmup=True, **kwargs)
+
+
+@contextlib.contextmanager
+def _target_driver(target):
+    """Triton's active driver answering ``target`` (None: left as it is). ``JITFunction.run``
+    asks the driver for the current device, stream and target only; with ``warmup`` nothing
+    launches, so no device is touched (Triton 3.6 to 3.9)."""
+    if target is None:
+        yield
+        return
+    from triton.runtime import driver
+
+    previous = getattr(driver, "_active", None)  # reading driver.active would start a real driver
+    driver.set_active(_TargetOnlyDriver(target))
+    try:
+        yield
+    finally:
+        driver.set_active(previous)
+
+
+class _TargetOnlyDriver:
+    """The part of a Triton driver that compiling needs: a target, and a device key of its own
+    (``JITFunction`` keeps its compiled kernels per device key: these never mix with a real
+    device's)."""
+
+    def __init__(self, target):
+        self.target = target
+        self.device = ("compile-only", target.backend, target.arch, target.warp_size)
+
+    def get_current_target(self):
+        return self.target
+
+    def get_current_device(self):
+        return self.device
+
+    def get_current_stream(self, device=None):
+        return 0

@@ -11,6 +11,7 @@ to the measuring tool (``workbench.device.Device`` extends this class with them)
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import os
@@ -194,3 +195,31 @@ def current_stream_handle(index: int) -> int:
 def device_of(tensor: torch.Tensor) -> DeviceInfo:
     """The device a tensor lives on (a dict lookup after the first call)."""
     return _INFOS.get(tensor.device)
+
+
+def described_device(kind: str, index: int = 0, **facts) -> DeviceInfo:
+    """A :class:`DeviceInfo` whose facts (``name``, ``num_cores``, ``l2_bytes``, ``driver``) are
+    given rather than asked of a runtime: a device this process cannot see (a compile-ahead
+    process plans tiles for a GPU it never touches). Facts not given are asked as usual."""
+    info = DeviceInfo(kind, index)
+    info.__dict__.update(facts)  # what the cached properties would have cached
+    return info
+
+
+@contextlib.contextmanager
+def standing_in(info: DeviceInfo, devices=("meta", "cpu")):
+    """Inside the block, :func:`device_of` answers ``info`` for tensors on ``devices``: host
+    functions called with stand-in tensors (meta, or CPU tensors holding real indices) plan
+    tiles for ``info``'s device. Process-wide; the previous answers come back on leaving."""
+    names = [torch.device(d) for d in devices]
+    saved = {name: _INFOS._by_name.get(name) for name in names}
+    for name in names:
+        _INFOS._by_name[name] = info
+    try:
+        yield info
+    finally:
+        for name, before in saved.items():
+            if before is None:
+                _INFOS._by_name.pop(name, None)
+            else:
+                _INFOS._by_name[name] = before

@@ -93,6 +93,36 @@ def test_ray_gives_the_same_records_as_local(ray_executor, tmp_path):
     assert {r["worker"]["pid"] for r in remote.records} - {r["worker"]["pid"] for r in local.records}
 
 
+def test_ray_with_compile_workers_records_every_configuration_once(ray_executor, tmp_path):
+    """Compile-ahead beside 2 CPU workers: a compile worker compiles queued configurations for an
+    H100 target (Triton's own compiler, no GPU) while the interpreter measures. Every
+    configuration is recorded once with the outcome it has without compile-ahead; a record
+    measured after its compile-ahead notes it, and the interpreter's first call claims no cache."""
+    h100 = {
+        "kind": "cuda",
+        "backend": "cuda",
+        "arch": 90,
+        "warp_size": 32,
+        "name": "NVIDIA H100 80GB HBM3",
+        "num_cores": 132,
+    }
+    tasks = _norm_tasks()[:8]
+    local = run_sweep(tasks, LocalExecutor(), Store(tmp_path / "local.sqlite"))
+    ray_executor.compile_workers, ray_executor.compile_target = 1, h100
+    try:
+        result = run_sweep(tasks, ray_executor, Store(tmp_path / "ahead.sqlite"))
+    finally:
+        ray_executor.compile_workers, ray_executor.compile_target = None, None
+    assert sorted(r["sweep_key"] for r in result.records) == sorted(t.key for t in tasks)
+    assert _outcome(result.records) == _outcome(local.records)
+    assert ray_executor.compile_ahead["workers"] == 1
+    for record in result.records:
+        note = record["compile_facts"].get("compiled_ahead")
+        if note is not None:
+            assert note["first_call_cached"] is None  # the interpreter loads nothing from a cache
+            assert note["ok"] == bool(note["kernels"]) or "error" in note
+
+
 def test_worker_death_is_a_failed_record_and_the_rest_complete(ray_executor, fault_family, tmp_path):
     cases = [(8, {}), (16, {}), (8, {"FAULT": "exit"}), (32, {}), (8, {"FAULT": "signal"})]
     cases += [(8, {"FAULT": "raise"}), (8, {"SCALE": 2}), (64, {})]

@@ -89,6 +89,7 @@ def _kernel_facts(launch, device) -> dict:
         num_stages=int(metadata.num_stages),
         num_ctas=int(getattr(metadata, "num_ctas", 1)),
     )
+    out["hash"] = getattr(compiled, "hash", None)  # its Triton cache folder: what a compile-ahead wrote
     out["occupancy"] = occupancy(
         out["regs"], out["shared_bytes"], out["num_warps"], programs, cuda_limits(device.index)
     )

@@ -15,8 +15,19 @@
   each runs one configuration at a time. Actors live from the first run until
   :meth:`RayExecutor.close` (a tune's rounds reuse them: imports and CUDA start once).
 - A call tells the driver when its configuration starts (the first item of a streaming call,
-  sent once torch and triton are imported): its timeout counts from there. Every worker keeps its
-  own Triton cache (:func:`tasks._own_triton_cache`).
+  sent once torch and triton are imported): its timeout counts from there. The workers of a host
+  share one Triton cache folder (:func:`tasks._own_triton_cache`).
+- Compile-ahead (``compile_workers``): CPU-side actors (no GPU asked for, none touched, run at a
+  lower priority) compile queued configurations for the measuring device
+  (:mod:`workbench.sweep.compile_ahead`) into the same Triton cache, while the GPUs measure. A
+  measuring actor that frees up takes the first queued configuration whose compile-ahead has
+  finished (ok or not), else the first that no compile worker holds (and compiles it itself),
+  else waits for the compile in flight, which started earlier than it could. Which device to
+  compile for comes from the first measuring actor (or ``compile_target``). Best effort: a
+  configuration that could not be compiled ahead is compiled by its measuring actor as before;
+  its record notes what the compile-ahead did (``compile_facts["compiled_ahead"]``). The compile
+  workers write into their own host's cache: with a cluster of several hosts they serve only
+  theirs, so ``compile_workers`` defaults to 0 there.
 - No retries: a configuration is never retried blindly. A call past ``timeout_s`` is recorded as
   timed out and its actor killed (a new one takes its place); an actor that dies (``os._exit``, a
   signal, a device abort, out of memory) is recorded as ``worker died`` with Ray's reason, and
@@ -36,7 +47,7 @@ from pathlib import Path
 
 from workbench.children import import_path
 from workbench.sweep.executors import Executor
-from workbench.sweep.tasks import ERROR_CRASH, ERROR_TIMEOUT, error_record, run_task
+from workbench.sweep.tasks import ERROR_CRASH, ERROR_TIMEOUT, _own_triton_cache, error_record, run_task, worker_info
 
 MISSING_RAY = (
     "--executor ray needs Ray, which is not installed: pip install 'kernel-workbench[distributed]' (or 'ray==2.60.0')"
@@ -70,7 +81,13 @@ class RayExecutor(Executor):
         num_gpus: int | None = None,
         timeout_s: float | None = None,
         poll_s: float = 0.2,
+        compile_workers: int | None = None,
+        compile_target: dict | None = None,
     ):
+        """``compile_workers``: compile-ahead actors (0: none; None: :func:`default_compile_workers`
+        on cuda with an embedded Ray, none otherwise). ``compile_target``: the device facts to
+        compile for (:func:`workbench.sweep.compile_ahead.device_facts`); None: the first
+        measuring actor's."""
         self.ray = import_ray()
         self.address = address
         self.gpus_per_task = gpus_per_task
@@ -83,6 +100,11 @@ class RayExecutor(Executor):
         self._pools: dict[str, _Pool] = {}  # actors by the resources they hold
         self.slots = 1
         self.drained_s: float | None = None  # seconds into the last run() when its last task was sent
+        self.compile_workers = compile_workers
+        self.compile_target = compile_target
+        self._compile_class = None
+        self._compilers: list = []  # compile-ahead actors, kept from run to run like the measuring ones
+        self.compile_ahead: dict = {}  # the last run's compile-ahead: workers, compiled, failed, busy_s
 
     # --- life cycle -----------------------------------------------------------------------
     def start(self) -> None:
@@ -112,12 +134,16 @@ class RayExecutor(Executor):
                     ray.shutdown()
             self._owns = True
         self._actor_class = ray.remote(max_restarts=0, max_task_retries=0)(DeviceWorker)
+        self._compile_class = ray.remote(max_restarts=0, max_task_retries=0)(CompileWorker)
 
     def close(self) -> None:
         if self.ray.is_initialized():
             for pool in self._pools.values():
                 for actor in list(pool.live):
                     self._retire(pool, actor)
+            for actor in self._compilers:
+                self._kill(actor)
+        self._compilers = []
         self._pools.clear()
         if self._owns and self.ray.is_initialized():
             self.ray.shutdown()
@@ -152,6 +178,13 @@ class RayExecutor(Executor):
             n = int(min(have // self.gpus_per_task, res.get("CPU", 0) // max(self.cpus_per_task, 1e-9)))
         return max(n, 1)
 
+    def _compile_worker_count(self, device: str) -> int:
+        if self.compile_workers is not None:
+            return max(0, int(self.compile_workers))
+        if device != "cuda" or self.address:
+            return 0
+        return default_compile_workers(int(self.ray.cluster_resources().get("CPU", 1)), self.slots)
+
     # --- running --------------------------------------------------------------------------
     def run(self, tasks, cancel: threading.Event | None = None):
         ray = self.ray
@@ -164,35 +197,45 @@ class RayExecutor(Executor):
         pool = self._pools.setdefault(repr(sorted(opts.items())), _Pool(opts))
         root = triton_cache_root()
         queue = deque(dataclasses.replace(t, triton_cache_root=root) for t in tasks)
+        ahead = self._compile_ahead(device, root)
         # generator -> [task, started at (None until the worker says so), worker, actor]
         pending: dict = {}
         begun, self.drained_s = time.monotonic(), None
         try:
             while queue or pending:
-                while queue and not (cancel is not None and cancel.is_set()):
-                    actor = self._free_actor(pool)
-                    if actor is None:
+                cancelled = cancel is not None and cancel.is_set()
+                if ahead is not None and not cancelled:
+                    ahead.feed(queue)
+                while queue and not cancelled and self._can_take(pool):
+                    task = ahead.pick(queue) if ahead is not None else queue.popleft()
+                    if task is None:  # every queued one is being compiled ahead: wait for one
                         break
-                    task = queue.popleft()
+                    actor = self._free_actor(pool)
                     gen = actor.run.options(num_returns="streaming").remote(task)
                     pending[gen] = [task, None, None, actor]
                     if not queue:
                         self.drained_s = time.monotonic() - begun
-                if not pending:
+                compiling = ahead.refs() if ahead is not None and queue and not cancelled else []
+                if not pending and not compiling:
                     return
-                ready, _ = ray.wait(list(pending), num_returns=1, timeout=self.poll_s)
+                ready, _ = ray.wait(list(pending) + compiling, num_returns=1, timeout=self.poll_s)
                 for gen in ready:
+                    if gen not in pending:
+                        ahead.collect(gen)
+                        continue
                     entry = pending[gen]
                     kind, value = self._next(gen, entry[0])
                     if kind == "started":
                         entry[1], entry[2] = time.monotonic(), value
+                        if ahead is not None and ahead.facts is None and value.get("device"):
+                            ahead.facts = self.compile_target = value["device"]
                         continue
                     pending.pop(gen)
                     if kind == "record":
                         pool.idle.append(entry[3])
                     else:  # the actor died or its call broke: a fresh one takes its place
                         self._retire(pool, entry[3])
-                    yield entry[0], value
+                    yield _as_queued(entry[0]), value
                 if self.timeout_s is not None:
                     now = time.monotonic()
                     for gen, (task, t0, worker, actor) in list(pending.items()):
@@ -200,7 +243,7 @@ class RayExecutor(Executor):
                             pending.pop(gen)
                             self._retire(pool, actor)
                             yield (
-                                task,
+                                _as_queued(task),
                                 error_record(
                                     task,
                                     ERROR_TIMEOUT,
@@ -211,9 +254,41 @@ class RayExecutor(Executor):
                             )
                 if cancel is not None and cancel.is_set() and not queue:
                     break
+                if ahead is not None:
+                    ahead.expire()
         finally:
             for _task, _t0, _worker, actor in pending.values():  # interrupted: nothing left running
                 self._retire(pool, actor)
+            if ahead is not None:
+                self._compilers = ahead.finish()
+                self.compile_ahead = ahead.summary()
+
+    def _compile_ahead(self, device: str, root: str) -> "_CompileAhead | None":
+        """This run's compile-ahead (None when it has no compile workers, or nothing to compile
+        for: the CPU without a ``compile_target``)."""
+        count = self._compile_worker_count(device)
+        self.compile_ahead = {}
+        if count == 0 or (device != "cuda" and self.compile_target is None):
+            return None
+        while len(self._compilers) < count:
+            self._compilers.append(self._compile_class.options(num_cpus=0, num_gpus=0).remote(root))
+        for actor in self._compilers[count:]:
+            self._kill(actor)
+        self._compilers = self._compilers[:count]
+        limit = self.timeout_s if self.timeout_s is not None else COMPILE_TIMEOUT_S
+        return _CompileAhead(self.ray, self._compilers, self.compile_target, limit, self._new_compiler(root))
+
+    def _new_compiler(self, root: str):
+        return lambda: self._compile_class.options(num_cpus=0, num_gpus=0).remote(root)
+
+    def _kill(self, actor) -> None:
+        try:
+            self.ray.kill(actor, no_restart=True)
+        except Exception:  # noqa: BLE001 - already dead
+            pass
+
+    def _can_take(self, pool: "_Pool") -> bool:
+        return bool(pool.idle) or len(pool.live) < self.slots
 
     def _free_actor(self, pool: "_Pool"):
         """An idle actor of ``pool``, a new one while the pool has fewer than ``slots``, else None."""
@@ -249,7 +324,7 @@ class RayExecutor(Executor):
         except self.ray.exceptions.RayError as exc:
             return "broken", self._error(task, exc)
         if isinstance(value, dict) and value.get(_STARTED):
-            return "started", value["worker"]
+            return "started", {**value["worker"], "device": value.get("device")}
         return "record", value
 
     def _error(self, task, exc) -> dict:
@@ -280,13 +355,158 @@ class DeviceWorker:
     """The Ray actor: one process that keeps the device Ray gave it when it started, and
     measures one configuration per call."""
 
+    _device: dict | None = None
+
     def run(self, task):
         """Say "started" once the measuring stack is imported (the timeout counts from here),
-        then give the record."""
-        from workbench.sweep.tasks import _own_triton_cache, worker_info
-
+        with the facts of its device a compile-ahead compiles for, then give the record."""
         _own_triton_cache(task.triton_cache_root)
         import workbench.measure  # noqa: F401
 
-        yield {_STARTED: True, "worker": worker_info()}
+        if self._device is None:
+            from workbench.sweep.compile_ahead import device_facts
+
+            try:
+                self._device = device_facts(task.device) or {}
+            except Exception:  # noqa: BLE001 - no compile-ahead then; the measurement says what is wrong
+                self._device = {}
+        yield {_STARTED: True, "worker": worker_info(), "device": self._device or None}
         yield run_task(task)
+
+
+COMPILE_NICENESS = 10  # compile-ahead yields the CPUs to the measuring actors' host work
+COMPILE_TIMEOUT_S = 300.0  # a compile-ahead past this (or the executor's timeout) is given up
+
+
+def default_compile_workers(cpus: int, slots: int) -> int:
+    """Compile workers for a host of ``cpus`` CPUs measuring on ``slots`` GPUs: half the CPUs
+    the measuring actors leave, 1 to 8 (a Triton compile is one CPU for about a second; 8 keep
+    well ahead of 8 GPUs measuring, and leave the host's other CPUs to the measuring actors)."""
+    return max(1, min(8, (cpus - slots) // 2))
+
+
+class CompileWorker:
+    """The Ray actor of a compile-ahead: a CPU-side process that asks for no GPU and touches
+    none, and compiles one configuration per call into its host's Triton cache."""
+
+    def __init__(self, cache_root: str | None):
+        try:
+            os.nice(COMPILE_NICENESS)
+        except OSError:
+            pass
+        _own_triton_cache(cache_root)
+
+    def compile(self, task, facts: dict) -> dict:
+        from workbench.sweep.compile_ahead import compile_task
+
+        return compile_task(task, facts)
+
+
+def _as_queued(task):
+    """The task as it was queued (without the compile-ahead result the executor added)."""
+    if "compiled_ahead" not in task.extra:
+        return task
+    return dataclasses.replace(task, extra={k: v for k, v in task.extra.items() if k != "compiled_ahead"})
+
+
+class _CompileAhead:
+    """One run's compile-ahead: its compile workers, the calls in flight, the results by task key.
+
+    ``feed`` gives idle compile workers the first queued tasks none has had; ``pick`` chooses the
+    task a free measuring actor takes (see the module docstring); ``collect`` files a finished
+    call; ``expire`` gives up calls past ``limit_s`` (their worker is replaced)."""
+
+    def __init__(self, ray, workers: list, facts: dict | None, limit_s: float, new_worker):
+        self.ray = ray
+        self.workers = list(workers)
+        self.idle = deque(self.workers)
+        self.facts = facts
+        self.limit_s = limit_s
+        self.new_worker = new_worker
+        self.calls: dict = {}  # ref -> (task key, worker, sent at)
+        self.in_flight: dict = {}  # task key -> ref
+        self.results: dict = {}  # task key -> compile_task's result
+        self.taken = 0  # tasks measured with a compile-ahead result
+
+    def feed(self, queue) -> None:
+        if self.facts is None or not self.idle:
+            return
+        for task in queue:
+            if not self.idle:
+                break
+            if task.key in self.results or task.key in self.in_flight:
+                continue
+            worker = self.idle.popleft()
+            ref = worker.compile.remote(task, self.facts)
+            self.calls[ref] = (task.key, worker, time.monotonic())
+            self.in_flight[task.key] = ref
+
+    def refs(self) -> list:
+        return list(self.calls)
+
+    def pick(self, queue):
+        first_free = None
+        for i, task in enumerate(queue):
+            result = self.results.get(task.key)
+            if result is not None:
+                del queue[i]
+                self.taken += 1
+                return dataclasses.replace(task, extra={**task.extra, "compiled_ahead": result})
+            if first_free is None and task.key not in self.in_flight:
+                first_free = i
+        if first_free is None:
+            return None
+        task = queue[first_free]
+        del queue[first_free]
+        return task
+
+    def collect(self, ref) -> None:
+        key, worker, _sent = self.calls.pop(ref)
+        self.in_flight.pop(key, None)
+        try:
+            self.results[key] = self.ray.get(ref)
+            self.idle.append(worker)
+        except self.ray.exceptions.RayError as exc:  # the compile worker died: a new one replaces it
+            self.results[key] = _failed(f"compile worker lost: {type(exc).__name__}")
+            self._replace(worker)
+
+    def expire(self) -> None:
+        now = time.monotonic()
+        for ref, (key, worker, sent) in list(self.calls.items()):
+            if now - sent > self.limit_s:
+                self.calls.pop(ref)
+                self.in_flight.pop(key, None)
+                self.results[key] = _failed(f"no result after {self.limit_s:g} s; its compile worker was replaced")
+                self._replace(worker)
+
+    def _replace(self, worker) -> None:
+        try:
+            self.ray.kill(worker, no_restart=True)
+        except Exception:  # noqa: BLE001 - already dead
+            pass
+        fresh = self.new_worker()
+        self.workers = [fresh if w is worker else w for w in self.workers]
+        self.idle.append(fresh)
+
+    def finish(self) -> list:
+        """The workers to keep for the next run; those still compiling are killed (their
+        configurations were measured, or the run was cut short)."""
+        for _key, worker, _sent in list(self.calls.values()):
+            self._replace(worker)
+        self.calls.clear()
+        self.in_flight.clear()
+        return self.workers
+
+    def summary(self) -> dict:
+        done = list(self.results.values())
+        return {
+            "workers": len(self.workers),
+            "compiled": sum(1 for r in done if r.get("ok")),
+            "failed": sum(1 for r in done if not r.get("ok")),
+            "measured_after": self.taken,
+            "busy_s": sum(float(r.get("ms") or 0.0) for r in done) / 1e3,
+        }
+
+
+def _failed(why: str) -> dict:
+    return {"ok": False, "inputs": None, "kernels": [], "ms": 0.0, "error": why, "worker": {}}

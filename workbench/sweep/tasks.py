@@ -54,8 +54,8 @@ class SweepTask:
     axis: str | None = None  # the swept axis and value (x_value of the record)
     x: Any = None
     key: str = ""
-    triton_cache_root: str | None = None  # set: the worker keeps its own Triton cache below it
-    extra: dict = field(default_factory=dict)
+    triton_cache_root: str | None = None  # set: the worker keeps its host's Triton cache below it
+    extra: dict = field(default_factory=dict)  # "compiled_ahead": a compile-ahead's result (the Ray executor)
     l2: str = "cold"  # kernel timing with the L2 flushed ("cold") or left warm (measure_many's l2)
     tables: bool = True  # False: measured with the tuned tables off (kernels.tuned_tables.disabled): the rule
 
@@ -134,19 +134,21 @@ def worker_info() -> dict:
 
 
 def _own_triton_cache(root: str | None) -> None:
-    """Point this worker's Triton cache at its own folder (by GPU where it has one, else by
-    process), unless the user chose one. Triton reads the variable when it compiles."""
+    """Point this worker's Triton cache at its host's folder below ``root``, unless the user chose
+    one. One folder per host, shared by the measuring workers and the compile-ahead processes
+    there: what a compile-ahead writes is what a measuring worker's first call finds (Triton
+    writes each file under a temporary name and renames it, so concurrent writers are safe).
+    Triton reads the variable when it compiles."""
     if not root or os.environ.get("WORKBENCH_TRITON_CACHE_SET"):
         return
-    gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "").replace(",", "-")
-    slot = f"gpu{gpus}" if gpus else f"pid{os.getpid()}"
-    path = Path(root) / f"{socket.gethostname()}-{slot}"
+    path = Path(root) / socket.gethostname()
     path.mkdir(parents=True, exist_ok=True)
     os.environ["TRITON_CACHE_DIR"] = str(path)
     os.environ["WORKBENCH_TRITON_CACHE_SET"] = "1"
 
 
-def _register_family(task: SweepTask) -> None:
+def register_family(task: SweepTask) -> None:
+    """Make the task's family known to this process (a family registered only in the driver)."""
     from kernels.spec import FAMILY_MODULES
 
     if task.family not in FAMILY_MODULES and task.family_module:
@@ -157,9 +159,11 @@ def run_task(task: SweepTask, spec=None) -> dict:
     """Measure the task's configuration in this process; the record as a dict (never raises
     for a configuration that cannot run: its record says why). ``spec``: the family's
     KernelSpec when the caller holds it (in-process; a family that is not registered). A task
-    with ``tables`` False is measured inside :func:`kernels.tuned_tables.disabled`."""
+    with ``tables`` False is measured inside :func:`kernels.tuned_tables.disabled`. A task whose
+    ``extra["compiled_ahead"]`` holds a compile-ahead's result gets it noted on its record
+    (:func:`workbench.sweep.compile_ahead.note_on_record`)."""
     _own_triton_cache(task.triton_cache_root)
-    _register_family(task)
+    register_family(task)
     from kernels import tuned_tables
     from kernels.spec import get
     from workbench.measure import measure
@@ -181,7 +185,13 @@ def run_task(task: SweepTask, spec=None) -> dict:
             on_error="record",
             l2=task.l2,
         )
-    return stamp(rec.to_dict(), task, worker_info())
+    body = rec.to_dict()
+    ahead = task.extra.get("compiled_ahead")
+    if ahead is not None:
+        from workbench.sweep.compile_ahead import note_on_record
+
+        body = note_on_record(body, ahead)
+    return stamp(body, task, worker_info())
 
 
 def stamp(body: dict, task: SweepTask, worker: dict | None) -> dict:

@@ -1,0 +1,189 @@
+"""Compile-ahead (issue 26): kernels compiled in a CPU-side process before a GPU measures them.
+
+The compile-only launch path runs every family's host functions on stand-in tensors (meta, or
+CPU tensors where a host function needs values) with Triton's compile replaced by a recorder
+(no CUDA here): which kernels, with which constexprs, a measuring worker's first call would
+compile. One real compile for an H100 target (Triton's bundled ptxas, no GPU) checks the path
+into the Triton cache. A compile-ahead that fails never changes a record's measurement.
+"""
+
+from __future__ import annotations
+
+import shutil
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+import kernels
+from kernels import launch as launch_module
+from workbench.sweep.compile_ahead import compile_task, note_on_record
+from workbench.sweep.tasks import make_task, run_task
+
+H100 = {
+    "kind": "cuda",
+    "backend": "cuda",
+    "arch": 90,
+    "warp_size": 32,
+    "name": "NVIDIA H100 80GB HBM3",
+    "num_cores": 132,
+    "l2_bytes": 50 << 20,
+}
+
+
+@pytest.fixture
+def recorded_compiles(monkeypatch):
+    """Triton's compile replaced by a recorder: [(kernel name, launch keyword arguments)]."""
+    seen = []
+
+    def record(kernel, grid, args, kwargs):
+        name = launch_module._kernel_name(kernel)
+        seen.append((name, dict(kwargs)))
+        return types.SimpleNamespace(hash=f"hash-{name}-{len(seen)}")
+
+    monkeypatch.setattr(launch_module, "_warmup", record)
+    return seen
+
+
+def _task(family, variant, mode="forward", problem=None, params=None, device="cpu"):
+    spec = kernels.get(family)
+    return make_task(
+        spec, variant, device=device, dtype="fp32", mode=mode, problem=problem, params=params, quick=True, rep_ms=1
+    )
+
+
+def test_every_family_compiles_ahead_on_stand_ins(recorded_compiles):
+    """Each of our variants, forward and backward: compiled on meta tensors where the host
+    functions need no values (the norms, scalar ops), on CPU tensors where they do (block-sparse
+    range checks); the kernels are the ones its call launches."""
+    want_inputs = {"rms_norm": "meta", "fused_add_rms_norm": "meta", "scalar_ops": "meta", "block_sparse": "cpu"}
+    for family in ("rms_norm", "fused_add_rms_norm", "scalar_ops", "block_sparse"):
+        spec = kernels.get(family)
+        for var in spec.variants:
+            if var.is_peer:
+                continue
+            for mode in ("forward", "backward"):
+                if mode not in (var.modes or spec.modes):
+                    continue
+                result = compile_task(_task(family, var.name, mode), H100)
+                assert result["ok"], (family, var.name, mode, result["error"])
+                assert result["inputs"] == want_inputs[family], (family, var.name)
+                names = [k["name"] for k in result["kernels"]]
+                assert names and all(k["hash"] for k in result["kernels"]), (family, var.name, mode)
+                assert ("backward" in " ".join(names) or "flows" in " ".join(names)) == (mode == "backward"), names
+
+
+def test_constexprs_are_the_tiles_resolved_for_the_target_device(recorded_compiles):
+    """The host function resolves tiles for the described GPU, not for the CPU the compile runs
+    on: the constexprs are those a launch on that GPU uses."""
+    task = _task(
+        "rms_norm", "gpu_multirow", problem={"rows": 64, "hidden": 1000}, params={"BLOCK_SIZE_M": 2, "num_warps": 8}
+    )
+    result = compile_task(task, H100)
+    assert result["ok"] and result["inputs"] == "meta"
+    name, kwargs = recorded_compiles[-1]
+    assert name == "_rms_norm_forward_kernel"
+    assert kwargs["BLOCK_SIZE"] == 1024 and kwargs["BLOCK_SIZE_M"] == 2 and kwargs["num_warps"] == 8
+
+
+def test_compile_only_leaves_no_trace_for_later_cpu_calls(recorded_compiles):
+    """Inside compile_only nothing runs; after it, CPU calls run in the interpreter again and
+    device_of answers the CPU."""
+    from triton.backends.compiler import GPUTarget
+
+    from kernels.launch import compile_only
+    from kernels.rms_norm import rms_norm
+    from kernels.runtime import described_device, device_of
+
+    gpu = described_device("cuda", name=H100["name"], num_cores=H100["num_cores"])
+    x = torch.randn(4, 64)
+    with compile_only(GPUTarget("cuda", 90, 32), gpu) as compiled:
+        assert device_of(x) is gpu
+        rms_norm(x, None, impl="gpu")
+    assert [c.name for c in compiled] == ["_rms_norm_forward_kernel"]
+    assert device_of(x).kind == "cpu"
+    y = rms_norm(x, None, impl="gpu")
+    torch.testing.assert_close(y, x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+    assert len(recorded_compiles) == 1
+
+
+def test_a_configuration_that_cannot_compile_ahead_says_why(recorded_compiles):
+    bad = _task("rms_norm", "gpu_row", problem={"rows": 4, "hidden": 300}, params={"BLOCK_SIZE": 64})
+    result = compile_task(bad, H100)
+    assert not result["ok"] and result["error"] and result["kernels"] == []
+
+
+def test_failing_compile_ahead_never_changes_a_record():
+    """A task carrying a failed compile-ahead is measured as always: same error and pass; the
+    record only notes the compile-ahead, with no claim about the first call."""
+    task = _task("rms_norm", "gpu_row", problem={"rows": 4, "hidden": 64})
+    failed = {"ok": False, "inputs": None, "kernels": [], "ms": 3.0, "error": "RuntimeError: boom", "worker": {}}
+    import dataclasses
+
+    plain = run_task(task)
+    noted = run_task(dataclasses.replace(task, extra={"compiled_ahead": failed}))
+    assert (noted["error"], noted["passed"], noted["sweep_key"]) == (
+        plain["error"],
+        plain["passed"],
+        plain["sweep_key"],
+    )
+    assert noted["checks"] == plain["checks"]
+    note = noted["compile_facts"]["compiled_ahead"]
+    assert note["ok"] is False and note["error"] == "RuntimeError: boom" and note["first_call_cached"] is None
+    assert "compiled_ahead" not in plain["compile_facts"]
+
+
+def test_note_says_whether_the_first_call_found_every_kernel():
+    body = {"compile_facts": {"kernels": [{"name": "a", "hash": "h1"}, {"name": "b", "hash": "h2"}]}}
+    ahead = {"ok": True, "inputs": "meta", "kernels": [{"name": "a", "hash": "h1"}, {"name": "b", "hash": "h2"}]}
+    assert note_on_record(body, ahead)["compile_facts"]["compiled_ahead"]["first_call_cached"] is True
+    partly = dict(ahead, kernels=[{"name": "a", "hash": "h1"}])
+    assert note_on_record(body, partly)["compile_facts"]["compiled_ahead"]["first_call_cached"] is False
+    assert "compiled_ahead" not in body["compile_facts"]  # the record given is left as it was
+
+
+@pytest.mark.skipif(
+    not (Path(__import__("triton").__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists()
+    and shutil.which("ptxas") is None,
+    reason="no ptxas (Triton's NVIDIA backend) to compile with",
+)
+def test_real_compile_for_an_h100_target_needs_no_gpu(tmp_path, monkeypatch):
+    """Triton compiles for an explicit target with no device: the kernel lands in the Triton
+    cache, and a second compile-ahead of the same configuration is Triton's cache hit (the same
+    hash, as a measuring worker's first call would find it)."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    task = _task("rms_norm", "gpu_multirow", problem={"rows": 8, "hidden": 64}, params={"BLOCK_SIZE_M": 2})
+    first = compile_task(task, H100)
+    assert first["ok"], first["error"]
+    (kernel,) = first["kernels"]
+    assert (tmp_path / _cache_folder(kernel["hash"])).is_dir()
+    again = compile_task(task, H100)
+    assert again["kernels"] == first["kernels"]
+
+
+def _cache_folder(hash_hex: str) -> str:
+    """Triton's cache folder name for a kernel hash (base32 of its bytes, as its cache manager)."""
+    import base64
+
+    return base64.b32encode(bytes.fromhex(hash_hex)).decode().rstrip("=")
+
+
+def test_a_free_worker_takes_a_compiled_task_first_then_one_no_compiler_holds():
+    """The Ray executor's choice for a free measuring actor: the first queued task whose
+    compile-ahead finished (carrying its result), else the first no compile worker holds (it
+    compiles that one itself), else none: it waits for a compile already under way."""
+    from collections import deque
+
+    from workbench.sweep.ray_executor import _CompileAhead
+
+    tasks = [_task("rms_norm", "gpu_row", problem={"rows": rows, "hidden": 64}) for rows in (1, 2, 3)]
+    ahead = _CompileAhead(ray=None, workers=[], facts=H100, limit_s=60, new_worker=None)
+    queue = deque(tasks)
+    ahead.in_flight = {tasks[0].key: "ref0", tasks[1].key: "ref1"}
+    ahead.results = {tasks[1].key: {"ok": True, "kernels": []}}
+    first = ahead.pick(queue)
+    assert first.key == tasks[1].key and first.extra["compiled_ahead"] == {"ok": True, "kernels": []}
+    second = ahead.pick(queue)
+    assert second.key == tasks[2].key and "compiled_ahead" not in second.extra
+    assert ahead.pick(queue) is None and list(queue) == [tasks[0]]

@@ -1,0 +1,161 @@
+"""Compile-ahead: a sweep task's kernels compiled in a CPU-side process before a GPU measures it.
+
+A measuring worker's first call of a configuration compiles its Triton kernels while its GPU
+waits. A compile-ahead process makes the same call under :func:`kernels.launch.compile_only`
+instead: the kernels are compiled for the measuring device's Triton target and written to the
+Triton disk cache that worker reads, and nothing runs; the worker's first call then loads them.
+
+- :func:`device_facts`: what a compile-ahead must know of the measuring device (Triton target,
+  name, SMs, L2), read once by a measuring worker.
+- :func:`compile_task`: one task compiled for those facts; a plain dict (never raises). The
+  inputs are the family's own, on the meta device (the host functions do no work at all); a host
+  function that needs values fails there, and the call is made again on CPU tensors holding the
+  same values (still nothing runs: inside ``compile_only`` CPU launches compile too).
+- :func:`note_on_record`: the record's ``compile_facts["compiled_ahead"]``: what was compiled
+  ahead, and whether every kernel of the first call was (``first_call_cached``), so the record's
+  ``compile_ms`` reads as the cache load it was. A compile-ahead that failed changes nothing
+  else: the worker compiles as it always did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+from workbench.sweep.tasks import SweepTask, register_family, worker_info
+
+NOTE = "compiled_ahead"
+
+
+def device_facts(device: str) -> dict | None:
+    """The facts of this process's current ``device`` a compile-ahead compiles for, as plain
+    data; None where nothing is compiled (the CPU interpreter) or no GPU is visible."""
+    if device != "cuda":
+        return None
+    import torch
+    from triton.runtime import driver
+
+    from kernels.runtime import device_info
+
+    if not torch.cuda.is_available():
+        return None
+    target = driver.active.get_current_target()  # exactly what this process's launches compile for
+    info = device_info("cuda")
+    return {
+        "kind": "cuda",
+        "backend": target.backend,
+        "arch": target.arch,
+        "warp_size": target.warp_size,
+        "name": info.name,
+        "num_cores": info.num_cores,
+        "l2_bytes": info.l2_bytes,
+    }
+
+
+def compile_task(task: SweepTask, facts: dict) -> dict:
+    """Compile ``task``'s kernels for the device ``facts`` describe, running nothing.
+
+    ``{"ok", "inputs": "meta" | "cpu" | None, "kernels": [{"name", "hash"}], "ms", "error",
+    "worker"}``; a configuration that cannot be compiled ahead gives ``ok`` False and why."""
+    started = time.perf_counter()
+    result = {"ok": False, "inputs": None, "kernels": [], "ms": 0.0, "error": None, "worker": worker_info()}
+    try:
+        result.update(_compile(task, facts))
+        result["ok"] = True
+    except Exception as exc:  # noqa: BLE001 - best effort: the measuring worker compiles it itself
+        result["error"] = " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
+    result["ms"] = (time.perf_counter() - started) * 1e3
+    return result
+
+
+def _compile(task: SweepTask, facts: dict) -> dict:
+    import torch
+    from triton.backends.compiler import GPUTarget
+
+    from kernels import tuned_tables
+    from kernels.runtime import described_device
+    from kernels.spec import DTYPES, dtype_name, get
+
+    register_family(task)
+    spec = get(task.family)
+    var = spec.variant(task.variant)
+    if var.is_peer:
+        raise ValueError(f"{var.name} is not one of our kernels: nothing to compile ahead")
+    target = GPUTarget(facts["backend"], facts["arch"], facts["warp_size"])
+    device = described_device(
+        facts["kind"], 0, name=facts["name"], num_cores=facts["num_cores"], l2_bytes=facts.get("l2_bytes")
+    )
+    dtype = dtype_name(task.dtype)
+    problem = spec.resolve_problem(task.problem, quick=task.quick)
+    params = var.resolve_params(task.params)
+    with contextlib.nullcontext() if task.tables else tuned_tables.disabled():
+        if var.check is not None:
+            var.check(problem, params, dtype, device)
+        inputs = spec.make_inputs(problem, DTYPES[dtype], torch.device("cpu"), task.seed)
+        failed = []
+        for where in ("meta", "cpu"):
+            stand_ins = {name: _stand_in(value, where) for name, value in inputs.items()}
+            try:
+                kernels = compile_call(var, problem, params, task.mode, stand_ins, target, device)
+                return {"inputs": where, "kernels": kernels}
+            except Exception as exc:  # noqa: BLE001 - meta tensors cannot answer every host function
+                failed.append(f"on {where}: {type(exc).__name__}: {exc}")
+        raise RuntimeError("; ".join(failed))
+
+
+def compile_call(var, problem: dict, params: dict, mode: str, inputs: dict, target, device) -> list[dict]:
+    """The variant's call (and its backward where ``mode`` has one) on ``inputs`` under
+    :func:`kernels.launch.compile_only`; ``[{"name", "hash"}]`` of the kernels it compiled."""
+    import torch
+
+    from kernels.launch import compile_only
+    from kernels.spec import as_tuple
+
+    backward = mode in ("backward", "full")
+    with torch.set_grad_enabled(backward), compile_only(target, device) as compiled:
+        outputs = as_tuple(var.run(inputs, problem, **params))
+        if backward:
+            outs = [o for o in outputs if isinstance(o, torch.Tensor) and o.requires_grad]
+            wrt = [v for v in inputs.values() if isinstance(v, torch.Tensor) and v.requires_grad]
+            if outs and wrt:
+                torch.autograd.grad(outs, wrt, [torch.ones_like(o) for o in outs], allow_unused=True)
+    return [{"name": c.name, "hash": c.hash} for c in compiled]
+
+
+def _stand_in(value, where: str):
+    """A tensor's copy on ``where`` (meta: shape, dtype and strides only), its grad flag kept."""
+    import torch
+
+    if not isinstance(value, torch.Tensor):
+        return value
+    copy = value.detach().to("meta") if where == "meta" else value.detach().clone()
+    return copy.requires_grad_(value.requires_grad)
+
+
+def note_on_record(body: dict, ahead: dict) -> dict:
+    """The record dict with ``compile_facts["compiled_ahead"]``: ``ok``, the inputs it compiled
+    on, its milliseconds, the kernels, where it ran, ``error`` when it failed, and
+    ``first_call_cached``: True when every kernel the first call launched had been compiled ahead
+    (so ``compile_ms`` is a cache load plus one run), False when one had not, None when the
+    record names no kernel hashes (the interpreter, or compile facts not read)."""
+    body = dict(body)
+    facts = dict(body.get("compile_facts") or {})
+    first_call = [k.get("hash") for k in facts.get("kernels") or []]
+    ahead_hashes = {k.get("hash") for k in ahead.get("kernels") or [] if k.get("hash")}
+    cached = None
+    if first_call and all(first_call):
+        cached = bool(ahead.get("ok")) and all(h in ahead_hashes for h in first_call)
+    worker = ahead.get("worker") or {}
+    note = {
+        "ok": bool(ahead.get("ok")),
+        "inputs": ahead.get("inputs"),
+        "ms": round(float(ahead.get("ms") or 0.0), 1),
+        "kernels": [k.get("name") for k in ahead.get("kernels") or []],
+        "worker": f"{worker.get('host', '?')}:{worker.get('pid', '?')}",
+        "first_call_cached": cached,
+    }
+    if ahead.get("error"):
+        note["error"] = ahead["error"]
+    facts[NOTE] = note
+    body["compile_facts"] = facts
+    return body
