@@ -47,7 +47,9 @@ step() {
     tests) local modules=$(grep -l "mark.gpu" tests/test_*.py) started=$SECONDS
            local common=(-q -ra -k "${1:-}" -p no:cacheprovider -o faulthandler_timeout=120 --durations=25)
            local parallel=()
-           python3 -c "import xdist" 2>/dev/null && parallel=(-n "${TEST_WORKERS:-8}")
+           # --maxschedchunk 1: each worker starts with two consecutive tests, and the long ones sit
+           # at every other place (tests/conftest.py), so each starts at once on its own worker.
+           python3 -c "import xdist" 2>/dev/null && parallel=(-n "${TEST_WORKERS:-8}" --maxschedchunk 1)
            { WORKBENCH_TEST_LOG=$RES/test_times.txt timeout "$t" python3 -m pytest -m "gpu and not exclusive" \
                "${parallel[@]}" "${common[@]}" $modules
              WORKBENCH_TEST_LOG=$RES/test_times.txt timeout "$t" python3 -m pytest -m "gpu and exclusive" "${common[@]}" $modules

@@ -63,3 +63,18 @@ def test_every_family_folder_has_its_parts():
         missing = [f for f in ("__init__.py", "reference.py", "gpu.py", "npu.py") if not (folder / f).exists()]
         assert not missing, f"kernels/{family} lacks {missing}"
         assert kernels.get(family).name == family
+
+
+def test_long_gpu_tests_start_each_on_a_worker_of_their_own():
+    """gpu_run.sh's xdist (load scheduling, --maxschedchunk 1) hands each worker two consecutive
+    tests first: the long GPU tests sit at every other place, the rest after them, none lost."""
+    from types import SimpleNamespace
+
+    from conftest import interleave_long_tests
+
+    items = [SimpleNamespace(name=f"t{i}", keywords={"long_gpu"} if i in (3, 7, 8) else set()) for i in range(10)]
+    order = [item.name for item in interleave_long_tests(items)]
+    assert order[0:6:2] == ["t3", "t7", "t8"]
+    assert sorted(order) == sorted(item.name for item in items) and len(order) == len(items)
+    assert order[1:6:2] == ["t0", "t1", "t2"] and order[6:] == ["t4", "t5", "t6", "t9"]
+    assert "--maxschedchunk 1" in (ROOT / "benchmarks" / "gpu_run.sh").read_text()

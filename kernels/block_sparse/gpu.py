@@ -188,6 +188,14 @@ SPLIT_VALUES = (1, 2, 4, 8, 16, 32, 64)  # split-K counts accepted (the Explorer
 # the grid holds SPLIT_PROGRAMS_PER_CORE programs per core, each keeping >= 16 edges.
 SPLIT_PROGRAMS_PER_CORE = 4
 SMALL_BWD_TILE_M = 64  # element flows at small batch: node tile cap, so node splits fan out
+# The factored flows' tl.dot tiles from batch 16 (TILE_M, TILE_K, BLOCK_B cap), from the H100 sweep
+# (benchmarks/tune_tiles.py --only block_sparse_backward, L = 1024, TF32, each kernel alone, atomics,
+# us): parameter flows 20.0 / 21.6 / 24.9 at batch 16 / 32 / 64 with 32 x 64 x 16 (the first rule's
+# 64 x 64 x 64: 38.7 / 40.0 / 70.3); element flows 13.4 / 15.8 / 18.6 with 32 x 64 x 32 and 8 node
+# splits at batch 64 (the first rule's 32 x 32 x 64: 13.4 / 16.2 / 22.6).
+DOT_BWD_E_TILES = (32, 64, 32)
+DOT_BWD_P_TILES = (32, 64, 16)
+DOT_BWD_NUM_WARPS = 8
 
 
 # --- kernels -------------------------------------------------------------------------------
@@ -642,9 +650,10 @@ def resolve_backward_tiles(
     ``SHIFT`` ("auto" = "column" from batch GPU_SMALL_DOT_FROM_BATCH where the block and K are
     >= 16, else "node"): "node" is the exact broadcast form; "column" the factored form
     (tile_math), which takes ``tl.dot`` at ``precision`` where every side of a kernel's tile is
-    >= 16. Its rule (the dot tiles): element flows in 32-edge x up to 64-column programs walking
-    32-node sub-tiles, their nodes split until the grid has a program per core; parameter flows
-    in 64 x 64 (node x edge) programs walking the batch by up to 64 columns.
+    >= 16. Its rule (the dot tiles, from the H100 sweep below): element flows in 64-edge x up to
+    32-column programs walking 32-node sub-tiles, their nodes split until the grid has a program
+    per core; parameter flows in 32 x 64 (node x edge) programs walking the batch by 16 columns;
+    8 warps.
 
     The broadcast tiles: ``small`` (and ``split``) favours many programs (narrow edge tiles for the element flows, so
     1024 edges make 128 programs at batch 1), and where that grid still has fewer than two
@@ -664,9 +673,10 @@ def resolve_backward_tiles(
         wide_programs = n_blocks * cdiv(n_edges, 32) * cdiv(batch, 32)
         heuristic = "large" if wide_programs >= num_cores else "small"
     e_splits = 1
-    if SHIFT == "column" and dot_fits and batch >= 16:
-        eb, ek, em_ = min(b2, 64), 32, 32
-        pb, pm, pk = min(b2, 64), min(bs2, 64), min(k2, 64)
+    dot_rule = SHIFT == "column" and dot_fits and batch >= 16
+    if dot_rule:
+        eb, ek, em_ = min(b2, DOT_BWD_E_TILES[2]), DOT_BWD_E_TILES[1], DOT_BWD_E_TILES[0]
+        pm, pk, pb = DOT_BWD_P_TILES
         e_programs = n_blocks * cdiv(n_edges, ek) * cdiv(batch, eb)
         while e_splits * e_programs < num_cores and e_splits * em_ < block_size:
             e_splits *= 2
@@ -698,7 +708,7 @@ def resolve_backward_tiles(
         eb = pb = check_tile("BLOCK_B", BLOCK_B)
         custom = True
     if num_warps == "auto":
-        num_warps = 4
+        num_warps = DOT_BWD_NUM_WARPS if dot_rule else 4
     check_num_warps(num_warps)
     tiles = SumBackwardTiles(
         "custom" if custom else heuristic, em_, ek, eb, pm, pk, pb, num_warps, e_splits, SHIFT, precision
