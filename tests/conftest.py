@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 import torch
@@ -37,11 +38,18 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_runtest_logreport(report):
     """With ``WORKBENCH_TEST_LOG=FILE``, one line per test phase as it ends (seconds, outcome,
-    id): a GPU test step cut short by its time limit still says where its time went."""
+    id, when it ended and on which xdist worker): a GPU test step cut short by its time limit
+    still says where its time went, and the end times show each worker's timeline."""
     path = os.environ.get("WORKBENCH_TEST_LOG")
+    if getattr(report, "node", None) is not None:
+        return  # the xdist controller relaying a worker's report: the worker wrote the line already
     if path and (report.when == "call" or report.duration >= 1.0):
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "-")
         with open(path, "a") as log:
-            log.write(f"{report.duration:8.2f} {report.when:8s} {report.outcome:8s} {report.nodeid}\n")
+            log.write(
+                f"{report.duration:8.2f} {report.when:8s} {report.outcome:8s} {report.nodeid} "
+                f"ended={time.time():.1f} worker={worker}\n"
+            )
 
 
 @pytest.fixture(params=["cpu"] + (["cuda"] if torch.cuda.is_available() else []))

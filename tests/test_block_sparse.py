@@ -320,6 +320,27 @@ def test_dot_tiles_at_each_precision(device, precision, batch, K):
     assert_close(d_p, d_p_ref, atol=atol, scale_by_max=True, what=f"d params at {precision}")
 
 
+def test_tf32_operands_are_rounded_to_nearest_so_errors_do_not_drift():
+    """At "tf32" the dot operands are rounded to the nearest TF32 value (the tensor cores would
+    truncate: every product biased low, and an HMM's log-likelihood drifting over its layers).
+    In the interpreter the dot itself is fp32, so the error is the rounding's alone: within TF32's
+    tolerance, well above ieee's, and of either sign (a truncating conversion gives a mean signed
+    error close to minus its mean absolute error)."""
+    x = layer(64, 64, 32, "cpu", K=64, seed=21)
+    tiles = {"heuristic": "small", "TILE_M": 16, "TILE_K": 16, "BLOCK_B": 16}
+    want = sum_layer_reference(ref64(x["element_mars"]), ref64(x["params"]), x["cids"], x["pids"], 64)
+    errs = {}
+    for precision in ("ieee", "tf32"):
+        out = sum_layer(
+            x["element_mars"], x["params"], x["cids"], x["pids"], 64, impl="gpu", precision=precision, **tiles
+        )
+        errs[precision] = ref64(out) - want
+    tf32 = errs["tf32"]
+    assert tf32.abs().max() < spec.tolerance("fp32", "tf32")[0]
+    assert tf32.abs().mean() > 10 * errs["ieee"].abs().mean()
+    assert abs(float(tf32.mean())) < 0.25 * float(tf32.abs().mean())
+
+
 # The factored flows (SHIFT="column"): tl.dot tiles on the GPU from batch 16, broadcast products on
 # small tiles and on the NPU.
 FACTORED = (
