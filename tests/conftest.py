@@ -26,6 +26,7 @@ def interleave_long_tests(items: list) -> list:
     return out + rest[len(long) :]
 
 
+@pytest.hookimpl(trylast=True)  # after -m has deselected: the long tests' neighbours must be kept tests
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         items[:] = interleave_long_tests(items)

@@ -78,3 +78,8 @@ def test_long_gpu_tests_start_each_on_a_worker_of_their_own():
     assert sorted(order) == sorted(item.name for item in items) and len(order) == len(items)
     assert order[1:6:2] == ["t0", "t1", "t2"] and order[6:] == ["t4", "t5", "t6", "t9"]
     assert "--maxschedchunk 1" in (ROOT / "benchmarks" / "gpu_run.sh").read_text()
+    # It must order what -m kept: run before the deselection, CPU tests stood between the long
+    # ones and left them side by side (H100: the PyJuice test and a 30 s one on one worker).
+    import conftest
+
+    assert conftest.pytest_collection_modifyitems.pytest_impl.get("trylast") is True
