@@ -650,17 +650,17 @@ def resolve_backward_tiles(
     ``SHIFT`` ("auto" = "column" from batch GPU_SMALL_DOT_FROM_BATCH where the block and K are
     >= 16, else "node"): "node" is the exact broadcast form; "column" the factored form
     (tile_math), which takes ``tl.dot`` at ``precision`` where every side of a kernel's tile is
-    >= 16. Its rule (the dot tiles, from the H100 sweep below): element flows in 64-edge x up to
-    32-column programs walking 32-node sub-tiles, their nodes split until the grid has a program
-    per core; parameter flows in 32 x 64 (node x edge) programs walking the batch by 16 columns;
-    8 warps.
+    >= 16. Its rule (the dot tiles, DOT_BWD_*, from the H100 sweep noted there): element flows in
+    64-edge x up to 32-column programs walking 32-node sub-tiles, their nodes split until the grid
+    has a program per core; parameter flows in 32 x 64 (node x edge) programs walking the batch by
+    16 columns; 8 warps.
 
-    The broadcast tiles: ``small`` (and ``split``) favours many programs (narrow edge tiles for the element flows, so
-    1024 edges make 128 programs at batch 1), and where that grid still has fewer than two
-    programs per core it caps the element flows' node tile at SMALL_BWD_TILE_M and fans each
-    block's nodes out over ``NODE_SPLITS`` programs (their partial sums meet with atomics);
-    ``large`` uses wider edge and batch tiles (fewer, fatter programs, fine when the batch
-    supplies the parallelism). Both keep the broadcast tile near 4096.
+    The broadcast tiles: ``small`` (and ``split``) favours many programs (narrow edge tiles for
+    the element flows, so 1024 edges make 128 programs at batch 1), and where that grid still has
+    fewer than two programs per core it caps the element flows' node tile at SMALL_BWD_TILE_M and
+    fans each block's nodes out over ``NODE_SPLITS`` programs (their partial sums meet with
+    atomics); ``large`` uses wider edge and batch tiles (fewer, fatter programs, fine when the
+    batch supplies the parallelism). Both keep the broadcast tile near 4096.
     """
     check_heuristic(heuristic)
     check_precision(precision)
@@ -673,10 +673,10 @@ def resolve_backward_tiles(
         wide_programs = n_blocks * cdiv(n_edges, 32) * cdiv(batch, 32)
         heuristic = "large" if wide_programs >= num_cores else "small"
     e_splits = 1
-    dot_rule = SHIFT == "column" and dot_fits and batch >= 16
-    if dot_rule:
-        eb, ek, em_ = min(b2, DOT_BWD_E_TILES[2]), DOT_BWD_E_TILES[1], DOT_BWD_E_TILES[0]
-        pm, pk, pb = DOT_BWD_P_TILES
+    dot_rule = SHIFT == "column" and dot_fits and batch >= GPU_SMALL_DOT_FROM_BATCH
+    if dot_rule:  # every side stays >= 16: block, K and batch are
+        em_, ek, eb = (min(v, cap) for v, cap in zip((bs2, k2, b2), DOT_BWD_E_TILES))
+        pm, pk, pb = (min(v, cap) for v, cap in zip((bs2, k2, b2), DOT_BWD_P_TILES))
         e_programs = n_blocks * cdiv(n_edges, ek) * cdiv(batch, eb)
         while e_splits * e_programs < num_cores and e_splits * em_ < block_size:
             e_splits *= 2

@@ -355,7 +355,7 @@ def param_flow_tile(
 # ``TILE_M x TILE_K x BLOCK_B``. The shift follows the forward's per-column form; its bound is
 # the same: ``em[k] + c <= max_i (log|F_i| - log p[i, k])`` since ``out_i >= log p[i, k] + em[k]``,
 # so the factors stay finite unless the column's dominant node reaches edge k through a weight
-# below about ``e^-80`` (gpu.py's docstring).
+# below about ``e^-64`` (gpu.py's docstring).
 @triton.jit
 def flow_signs(flows):
     """``sign(F)`` without a select (no ``tl.where`` on the NPU): ``F / max(|F|, FLT_MIN)`` is
@@ -385,8 +385,8 @@ def element_flow_column_tile(
     ``acc[k, b] = sum_i p[i, k] * G[i, b]`` online over node sub-tiles (a rising shift rescales
     ``acc`` by ``exp(c_old - c_new)``), then ``acc * exp(em + c)``, taken as ``(acc * h) * h``
     with ``h = exp(min((em + c) / 2, 80))`` so the factor cannot overflow where the product is
-    finite, and an edge no node uses (``acc = 0``) gives 0, never ``0 * inf``. ``DOT``: ``tl.dot(p^T, G)`` at ``PRECISION`` (GPU, every side >= 16), else broadcast
-    products (fp32)."""
+    finite, and an edge no node uses (``acc = 0``) gives 0, never ``0 * inf``. ``DOT``:
+    ``tl.dot(p^T, G)`` at ``PRECISION`` (GPU, every side >= 16), else broadcast products (fp32)."""
     run_max = tl.full([1, BLOCK_B], float("-inf"), tl.float32)
     acc = tl.zeros([TILE_K, BLOCK_B], dtype=tl.float32)
     for m0 in range(m_lo, m_hi, TILE_M):
@@ -417,7 +417,7 @@ def param_flow_column_tile(
 ):  # fmt: skip
     """``sum_b F * exp(em - out) [TILE_M, TILE_K]`` in the factored form, over the whole batch
     in chunks of BLOCK_B: per chunk the shift ``c[b]`` comes from this tile's nodes, and
-    ``acc += G @ E^T`` with ``E = exp(min(em + c, 80))`` (no running max: each column is seen
+    ``acc += G @ E^T`` with ``E = exp(min(em + c, 64))`` (no running max: each column is seen
     once; the clamp bites only where the dominant node reaches edge k through a weight below about
     ``e^-64``). The caller multiplies by ``p`` for the parameter flows. ``DOT`` as in
     :func:`element_flow_column_tile`."""

@@ -54,15 +54,14 @@ def run_chain(target: Chain, ctx: RunContext, run: SuiteRun) -> None:
         hmm = HMM(T=target.T, L=target.L, V=target.V, device=dev, precision=target.precision)
     problem = {"T": target.T, "L": target.L, "V": target.V, "block_size": hmm.block_size, "precision": hmm.precision}
     pj, reason = None, peer.available()
-    if reason is None and all(b in peer_taken for b in target.batches):
-        reason = "reused"  # every batch's PyJuice records exist: no second build
-    elif reason is None:
+    reuse_peers = all(b in peer_taken for b in target.batches)  # no second build of PyJuice's HMM
+    if reason is None and not reuse_peers:
         try:
             with phase("compile"):
                 pj = peer.PyJuiceHMM.like(hmm)
         except Exception as exc:  # noqa: BLE001 - reported as the peer failing to build
             reason = f"PyJuice's HMM could not be built: {type(exc).__name__}: {exc}"
-    if pj is None and reason != "reused":
+    if pj is None and not reuse_peers:
         missing["pyjuice"] = reason
     graphs = dev.kind == "cuda"
 
@@ -118,7 +117,7 @@ def run_chain(target: Chain, ctx: RunContext, run: SuiteRun) -> None:
                     record("ours_graph", "gpu", mode, batch, row["graph_wall_ms"], "host-wall", graph_checks[:n])
         except Exception as exc:  # noqa: BLE001 - one batch failing must not stop the suite
             record("ours_eager", "gpu", target.mode, batch, None, "", error=f"{type(exc).__name__}: {exc}"[:2000])
-        if batch in peer_taken and pj is None:
+        if reuse_peers:
             for rec in list(peer_taken[batch]):
                 ctx.emit(rec)
                 ctx.taken[taken_key][1].append(rec)

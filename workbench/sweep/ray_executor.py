@@ -16,7 +16,7 @@
   :meth:`RayExecutor.close` (a tune's rounds reuse them: imports and CUDA start once).
 - A call tells the driver when its configuration starts (the first item of a streaming call,
   sent once torch and triton are imported): its timeout counts from there. The workers of a host
-  share one Triton cache folder (:func:`tasks._own_triton_cache`).
+  share one Triton cache folder (:func:`tasks.use_host_triton_cache`).
 - Compile-ahead (``compile_workers``): CPU-side actors (no GPU asked for, none touched, run at a
   lower priority) compile queued configurations for the measuring device
   (:mod:`workbench.sweep.compile_ahead`) into the same Triton cache, while the GPUs measure. A
@@ -47,7 +47,7 @@ from pathlib import Path
 
 from workbench.children import import_path
 from workbench.sweep.executors import Executor
-from workbench.sweep.tasks import ERROR_CRASH, ERROR_TIMEOUT, _own_triton_cache, error_record, run_task, worker_info
+from workbench.sweep.tasks import ERROR_CRASH, ERROR_TIMEOUT, error_record, run_task, use_host_triton_cache, worker_info
 
 MISSING_RAY = (
     "--executor ray needs Ray, which is not installed: pip install 'kernel-workbench[distributed]' (or 'ray==2.60.0')"
@@ -360,7 +360,7 @@ class DeviceWorker:
     def run(self, task):
         """Say "started" once the measuring stack is imported (the timeout counts from here),
         with the facts of its device a compile-ahead compiles for, then give the record."""
-        _own_triton_cache(task.triton_cache_root)
+        use_host_triton_cache(task.triton_cache_root)
         import workbench.measure  # noqa: F401
 
         if self._device is None:
@@ -394,7 +394,7 @@ class CompileWorker:
             os.nice(COMPILE_NICENESS)
         except OSError:
             pass
-        _own_triton_cache(cache_root)
+        use_host_triton_cache(cache_root)
 
     def compile(self, task, facts: dict) -> dict:
         from workbench.sweep.compile_ahead import compile_task

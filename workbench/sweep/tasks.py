@@ -133,7 +133,7 @@ def worker_info() -> dict:
     }
 
 
-def _own_triton_cache(root: str | None) -> None:
+def use_host_triton_cache(root: str | None) -> None:
     """Point this worker's Triton cache at its host's folder below ``root``, unless the user chose
     one. One folder per host, shared by the measuring workers and the compile-ahead processes
     there: what a compile-ahead writes is what a measuring worker's first call finds (Triton
@@ -162,7 +162,7 @@ def run_task(task: SweepTask, spec=None) -> dict:
     with ``tables`` False is measured inside :func:`kernels.tuned_tables.disabled`. A task whose
     ``extra["compiled_ahead"]`` holds a compile-ahead's result gets it noted on its record
     (:func:`workbench.sweep.compile_ahead.note_on_record`)."""
-    _own_triton_cache(task.triton_cache_root)
+    use_host_triton_cache(task.triton_cache_root)
     register_family(task)
     from kernels import tuned_tables
     from kernels.spec import get
