@@ -47,14 +47,19 @@ def show_best(label, rows, key="us", n=5):
         print(f"   {r[key]:8.1f} us  {r['config']}")
 
 
+def issue_layer(batch: int):
+    """The issue's sum layer (L = 1024, one block, K = 1024) at ``batch`` on the GPU: its shape
+    and ``(element_mars, params, cids, pids)``."""
+    problem = bs_spec.resolve_problem({"nodes": 1024, "batch": batch, "layer": "sum"})
+    lay = make_layer(problem, device="cuda")
+    return _shape(problem), tuple(lay[k] for k in ("element_mars", "params", "cids", "pids"))
+
+
 def block_sparse(deadline):
     batches = (1, 2, 4, 8, 16)
     for i, batch in enumerate(batches):
         batch_deadline = time.time() + (deadline - time.time()) / (len(batches) - i)
-        problem = bs_spec.resolve_problem({"nodes": 1024, "batch": batch, "layer": "sum"})
-        s = _shape(problem)
-        lay = make_layer(problem, device="cuda")
-        em, p, cids, pids = (lay[k] for k in ("element_mars", "params", "cids", "pids"))
+        s, (em, p, cids, pids) = issue_layer(batch)
         out = torch.empty((s["G"] * s["bs"], batch), device="cuda")
         rows = []
         small = [
@@ -91,10 +96,7 @@ def block_sparse_backward(deadline):
     batches = (16, 32, 64)
     for i, batch in enumerate(batches):
         batch_deadline = time.time() + (deadline - time.time()) / (len(batches) - i)
-        problem = bs_spec.resolve_problem({"nodes": 1024, "batch": batch, "layer": "sum"})
-        s = _shape(problem)
-        lay = make_layer(problem, device="cuda")
-        em, p, cids, pids = (lay[k] for k in ("element_mars", "params", "cids", "pids"))
+        s, (em, p, cids, pids) = issue_layer(batch)
         fwd = bs_gpu.resolve_forward_tiles(s["G"], s["bs"], s["K"], batch, 132)
         out = bs_gpu.sum_forward(em, p, cids, pids, s["bs"], fwd)
         flows = torch.rand_like(out)

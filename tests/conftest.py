@@ -8,6 +8,18 @@ import time
 import pytest
 import torch
 
+# The device facts a compile-ahead compiles for (workbench.sweep.compile_ahead.device_facts) of an
+# H100, for tests that compile with Triton's own compiler and no GPU.
+H100_FACTS = {
+    "kind": "cuda",
+    "backend": "cuda",
+    "arch": 90,
+    "warp_size": 32,
+    "name": "NVIDIA H100 80GB HBM3",
+    "num_cores": 132,
+    "l2_bytes": 50 << 20,
+}
+
 
 def interleave_long_tests(items: list) -> list:
     """The ``long_gpu`` tests at positions 0, 2, 4, ... with the others between and after them.

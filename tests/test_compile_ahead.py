@@ -15,21 +15,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import H100_FACTS
 
 import kernels
 from kernels import launch as launch_module
 from workbench.sweep.compile_ahead import compile_task, note_on_record
 from workbench.sweep.tasks import make_task, run_task
 
-H100 = {
-    "kind": "cuda",
-    "backend": "cuda",
-    "arch": 90,
-    "warp_size": 32,
-    "name": "NVIDIA H100 80GB HBM3",
-    "num_cores": 132,
-    "l2_bytes": 50 << 20,
-}
+H100 = H100_FACTS
 
 
 @pytest.fixture

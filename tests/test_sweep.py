@@ -98,17 +98,11 @@ def test_ray_with_compile_workers_records_every_configuration_once(ray_executor,
     H100 target (Triton's own compiler, no GPU) while the interpreter measures. Every
     configuration is recorded once with the outcome it has without compile-ahead; a record
     measured after its compile-ahead notes it, and the interpreter's first call claims no cache."""
-    h100 = {
-        "kind": "cuda",
-        "backend": "cuda",
-        "arch": 90,
-        "warp_size": 32,
-        "name": "NVIDIA H100 80GB HBM3",
-        "num_cores": 132,
-    }
+    from conftest import H100_FACTS
+
     tasks = _norm_tasks()[:8]
     local = run_sweep(tasks, LocalExecutor(), Store(tmp_path / "local.sqlite"))
-    ray_executor.compile_workers, ray_executor.compile_target = 1, h100
+    ray_executor.compile_workers, ray_executor.compile_target = 1, H100_FACTS
     try:
         result = run_sweep(tasks, ray_executor, Store(tmp_path / "ahead.sqlite"))
     finally:

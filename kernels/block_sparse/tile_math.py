@@ -271,6 +271,23 @@ def edge_flows(flows, log_p, em, out):
 
 
 @triton.jit
+def node_tile_operands(
+    NF_ptr, OUT_ptr, P_ptr, g, m0, m_hi, pidx, k_mask, cols, col_mask, n_batch, block_size,
+    TILE_M: tl.constexpr, WIDE: tl.constexpr, DEAD_SELECT: tl.constexpr,
+):  # fmt: skip
+    """The element flows' operands for nodes ``m0 + [0, TILE_M)`` below ``m_hi``: node flows and
+    values ``[TILE_M, BLOCK_B]`` (:func:`load_node_state`) and weights ``p [TILE_M, TILE_K]``."""
+    nodes = m0 + tl.arange(0, TILE_M)
+    node_mask = nodes < m_hi
+    rows = node_rows(g, block_size, nodes, WIDE)
+    flows, out = load_node_state(
+        NF_ptr, OUT_ptr, rows, cols, node_mask[:, None] & col_mask[None, :], n_batch, DEAD_SELECT
+    )
+    p = load_weights(P_ptr, pidx, nodes, node_mask[:, None] & k_mask[None, :])
+    return flows, out, p
+
+
+@triton.jit
 def element_flow_tile(
     NF_ptr,
     OUT_ptr,
@@ -294,13 +311,10 @@ def element_flow_tile(
     """``sum_i C [TILE_K, BLOCK_B]`` over the block's nodes ``[m_lo, m_hi)`` in sub-tiles of TILE_M."""
     acc = tl.zeros([TILE_K, BLOCK_B], dtype=tl.float32)
     for m0 in range(m_lo, m_hi, TILE_M):
-        nodes = m0 + tl.arange(0, TILE_M)
-        node_mask = nodes < m_hi
-        rows = node_rows(g, block_size, nodes, WIDE)
-        flows, out = load_node_state(
-            NF_ptr, OUT_ptr, rows, cols, node_mask[:, None] & col_mask[None, :], n_batch, DEAD_SELECT
-        )
-        p = load_weights(P_ptr, pidx, nodes, node_mask[:, None] & k_mask[None, :])
+        flows, out, p = node_tile_operands(
+            NF_ptr, OUT_ptr, P_ptr, g, m0, m_hi, pidx, k_mask, cols, col_mask, n_batch, block_size,
+            TILE_M, WIDE, DEAD_SELECT,
+        )  # fmt: skip
         acc += tl.sum(edge_flows(flows, tl.log(p), em, out), axis=0)
     return acc
 
@@ -390,13 +404,10 @@ def element_flow_column_tile(
     run_max = tl.full([1, BLOCK_B], float("-inf"), tl.float32)
     acc = tl.zeros([TILE_K, BLOCK_B], dtype=tl.float32)
     for m0 in range(m_lo, m_hi, TILE_M):
-        nodes = m0 + tl.arange(0, TILE_M)
-        node_mask = nodes < m_hi
-        rows = node_rows(g, block_size, nodes, WIDE)
-        flows, out = load_node_state(
-            NF_ptr, OUT_ptr, rows, cols, node_mask[:, None] & col_mask[None, :], n_batch, DEAD_SELECT
-        )
-        p = load_weights(P_ptr, pidx, nodes, node_mask[:, None] & k_mask[None, :])  # [TILE_M, TILE_K]
+        flows, out, p = node_tile_operands(
+            NF_ptr, OUT_ptr, P_ptr, g, m0, m_hi, pidx, k_mask, cols, col_mask, n_batch, block_size,
+            TILE_M, WIDE, DEAD_SELECT,
+        )  # fmt: skip
         g_tile, new_max, shift = scaled_flows(flows, out, run_max)
         acc = acc * tl.exp(run_max - shift)
         if DOT:
