@@ -7,35 +7,7 @@ import time
 
 import pytest
 import torch
-
-# The device facts a compile-ahead compiles for (workbench.sweep.compile_ahead.device_facts) of an
-# H100, for tests that compile with Triton's own compiler and no GPU.
-H100_FACTS = {
-    "kind": "cuda",
-    "backend": "cuda",
-    "arch": 90,
-    "warp_size": 32,
-    "name": "NVIDIA H100 80GB HBM3",
-    "num_cores": 132,
-    "l2_bytes": 50 << 20,
-}
-
-
-def interleave_long_tests(items: list) -> list:
-    """The ``long_gpu`` tests at positions 0, 2, 4, ... with the others between and after them.
-
-    pytest-xdist's load scheduling with ``--maxschedchunk 1`` (gpu_run.sh) first hands each worker
-    two consecutive tests: so every long test starts at once on a worker of its own, and the
-    GPU step's wall time is the longest test, not two long tests back to back (the default chunk
-    of four gave one worker the PyJuice test and the next-longest: 211 s on the H100)."""
-    long = [item for item in items if "long_gpu" in item.keywords]
-    rest = [item for item in items if "long_gpu" not in item.keywords]
-    out = []
-    for i, item in enumerate(long):
-        out.append(item)
-        if i < len(rest):
-            out.append(rest[i])
-    return out + rest[len(long) :]
+from testkit import interleave_long_tests
 
 
 @pytest.hookimpl(trylast=True)  # after -m has deselected: the long tests' neighbours must be kept tests

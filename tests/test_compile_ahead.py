@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import H100_FACTS
+from testkit import H100_FACTS
 
 import kernels
 from kernels import launch as launch_module

@@ -65,12 +65,12 @@ def test_every_family_folder_has_its_parts():
         assert kernels.get(family).name == family
 
 
-def test_long_gpu_tests_start_each_on_a_worker_of_their_own():
+def test_long_gpu_tests_start_each_on_a_worker_of_their_own(request):
     """gpu_run.sh's xdist (load scheduling, --maxschedchunk 1) hands each worker two consecutive
     tests first: the long GPU tests sit at every other place, the rest after them, none lost."""
     from types import SimpleNamespace
 
-    from conftest import interleave_long_tests
+    from testkit import interleave_long_tests
 
     items = [SimpleNamespace(name=f"t{i}", keywords={"long_gpu"} if i in (3, 7, 8) else set()) for i in range(10)]
     order = [item.name for item in interleave_long_tests(items)]
@@ -80,6 +80,9 @@ def test_long_gpu_tests_start_each_on_a_worker_of_their_own():
     assert "--maxschedchunk 1" in (ROOT / "benchmarks" / "gpu_run.sh").read_text()
     # It must order what -m kept: run before the deselection, CPU tests stood between the long
     # ones and left them side by side (H100: the PyJuice test and a 30 s one on one worker).
-    import conftest
-
+    conftest = next(
+        plugin
+        for plugin in request.config.pluginmanager.get_plugins()
+        if getattr(plugin, "__file__", None) == str(ROOT / "tests" / "conftest.py")
+    )
     assert conftest.pytest_collection_modifyitems.pytest_impl.get("trylast") is True

@@ -98,7 +98,7 @@ def test_ray_with_compile_workers_records_every_configuration_once(ray_executor,
     H100 target (Triton's own compiler, no GPU) while the interpreter measures. Every
     configuration is recorded once with the outcome it has without compile-ahead; a record
     measured after its compile-ahead notes it, and the interpreter's first call claims no cache."""
-    from conftest import H100_FACTS
+    from testkit import H100_FACTS
 
     tasks = _norm_tasks()[:8]
     local = run_sweep(tasks, LocalExecutor(), Store(tmp_path / "local.sqlite"))
