@@ -332,6 +332,22 @@ def param_log_weights(
 
 
 @triton.jit
+def batch_chunk_operands(
+    NF_ptr, OUT_ptr, EM_ptr, rows, node_mask, cid, k_mask, b0, n_batch, BLOCK_B: tl.constexpr,
+    DEAD_SELECT: tl.constexpr,
+):  # fmt: skip
+    """The parameter flows' operands for batch columns ``b0 + [0, BLOCK_B)``: node flows and
+    values ``[TILE_M, BLOCK_B]`` (:func:`load_node_state`) and children ``em [TILE_K, BLOCK_B]``."""
+    cols = b0 + tl.arange(0, BLOCK_B)
+    col_mask = cols < n_batch
+    flows, out = load_node_state(
+        NF_ptr, OUT_ptr, rows, cols, node_mask[:, None] & col_mask[None, :], n_batch, DEAD_SELECT
+    )
+    em = load_children(EM_ptr, cid, cols, k_mask[:, None] & col_mask[None, :], n_batch)
+    return flows, out, em
+
+
+@triton.jit
 def param_flow_tile(
     NF_ptr,
     OUT_ptr,
@@ -350,12 +366,9 @@ def param_flow_tile(
     """``sum_b C [TILE_M, TILE_K]`` over the whole batch in chunks of BLOCK_B (every column, masked)."""
     acc = tl.zeros([TILE_M, TILE_K], dtype=tl.float32)
     for b0 in range(0, n_batch, BLOCK_B):
-        cols = b0 + tl.arange(0, BLOCK_B)
-        col_mask = cols < n_batch
-        flows, out = load_node_state(
-            NF_ptr, OUT_ptr, rows, cols, node_mask[:, None] & col_mask[None, :], n_batch, DEAD_SELECT
+        flows, out, em = batch_chunk_operands(
+            NF_ptr, OUT_ptr, EM_ptr, rows, node_mask, cid, k_mask, b0, n_batch, BLOCK_B, DEAD_SELECT
         )
-        em = load_children(EM_ptr, cid, cols, k_mask[:, None] & col_mask[None, :], n_batch)
         acc += tl.sum(edge_flows(flows, log_p, em, out), axis=2)
     return acc
 
@@ -435,12 +448,9 @@ def param_flow_column_tile(
     acc = tl.zeros([TILE_M, TILE_K], dtype=tl.float32)
     no_max = tl.full([1, BLOCK_B], float("-inf"), tl.float32)
     for b0 in range(0, n_batch, BLOCK_B):
-        cols = b0 + tl.arange(0, BLOCK_B)
-        col_mask = cols < n_batch
-        flows, out = load_node_state(
-            NF_ptr, OUT_ptr, rows, cols, node_mask[:, None] & col_mask[None, :], n_batch, DEAD_SELECT
+        flows, out, em = batch_chunk_operands(
+            NF_ptr, OUT_ptr, EM_ptr, rows, node_mask, cid, k_mask, b0, n_batch, BLOCK_B, DEAD_SELECT
         )
-        em = load_children(EM_ptr, cid, cols, k_mask[:, None] & col_mask[None, :], n_batch)
         g_tile, _, shift = scaled_flows(flows, out, no_max)
         # clamp at 64, not the forward's 80: every column adds up to e^64 here, so a zero-weight edge
         # far above its nodes stays finite (and times p = 0 gives 0) up to ~5e10 columns
