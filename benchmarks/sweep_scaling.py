@@ -98,7 +98,7 @@ def tasks_for(items, device: str, rep_ms: float, quick: bool):
 
 def run(args) -> int:
     from workbench.store import Store, write_json
-    from workbench.sweep.engine import STORE_NAME, TerminalBar, run_sweep
+    from workbench.sweep.engine import STORE_NAME, TerminalBar, opened, run_sweep
     from workbench.sweep.ray_executor import RayExecutor
 
     out = Path(args.out) / f"gpus{args.gpus}"
@@ -112,20 +112,11 @@ def run(args) -> int:
     tasks = tasks_for(items, args.device, args.rep_ms, args.quick)
     store = Store(out / STORE_NAME)
     t0 = time.perf_counter()
-    if args.device == "cpu":
-        ex = RayExecutor(num_cpus=args.gpus, num_gpus=0, timeout_s=args.timeout_s, compile_workers=args.compile_workers)
-    else:
-        ex = RayExecutor(
-            num_gpus=args.gpus, gpus_per_task=1, timeout_s=args.timeout_s, compile_workers=args.compile_workers
-        )
-    ex.start()
-    ex._started = True
-    started = time.perf_counter()
-    try:
+    slots = dict(num_cpus=args.gpus, num_gpus=0) if args.device == "cpu" else dict(num_gpus=args.gpus, gpus_per_task=1)
+    ex = RayExecutor(**slots, timeout_s=args.timeout_s, compile_workers=args.compile_workers)
+    with opened(ex):  # Ray's start is timed apart from the sweep
+        started = time.perf_counter()
         result = run_sweep(tasks, ex, store, progress=TerminalBar(every_s=30))
-    finally:
-        ex._started = False
-        ex.close()
     done = time.perf_counter()
     split = time_split(result, ex, started - t0, done - started)
     ahead = compile_ahead_summary(result, ex)
@@ -167,14 +158,12 @@ def compile_ahead_summary(result, executor) -> dict:
     seconds, overlapped with measuring, so no part of the wall time), plus how many records'
     first call found every kernel compiled ahead (``first_call_cached``) and that first call's
     seconds summed over them (``cached_first_call_s``). Empty without compile-ahead."""
-    summary = dict(getattr(executor, "compile_ahead", None) or {})
+    from workbench.sweep.compile_ahead import first_call_cached
+
+    summary = dict(executor.compile_ahead)
     if not summary:
         return {}
-    cached = [
-        r
-        for r in result.records
-        if ((r.get("compile_facts") or {}).get("compiled_ahead") or {}).get("first_call_cached")
-    ]
+    cached = [r for r in result.records if first_call_cached(r)]
     summary["first_call_cached"] = len(cached)
     summary["cached_first_call_s"] = sum((r.get("compile_ms") or 0.0) for r in cached) / 1e3
     return summary
@@ -212,25 +201,26 @@ def time_split(result, executor, startup_s: float, sweep_s: float) -> dict:
 
 
 def _best(records):
-    from workbench.sweep.report import _ms, config_of, shape_of
+    from workbench.sweep.report import config_of, record_ms, shape_of
 
     by_shape = {}
     for r in records:
-        if r.get("error") or not r.get("passed") or _ms(r) is None:
+        if r.get("error") or not r.get("passed") or record_ms(r) is None:
             continue
         by_shape.setdefault(shape_of(r), {})[config_of(r)] = r
-    return {s: (min(c.items(), key=lambda kv: _ms(kv[1]))[0], c) for s, c in by_shape.items()}
+    return {s: (min(c.items(), key=lambda kv: record_ms(kv[1]))[0], c) for s, c in by_shape.items()}
 
 
 def _overlap(a: dict, b: dict) -> bool:
-    from workbench.sweep.report import _ms
+    from workbench.sweep.report import record_ms
 
-    lo_a, hi_a = a.get("kernel_lo_ms") or _ms(a), a.get("kernel_hi_ms") or _ms(a)
-    lo_b, hi_b = b.get("kernel_lo_ms") or _ms(b), b.get("kernel_hi_ms") or _ms(b)
+    lo_a, hi_a = a.get("kernel_lo_ms") or record_ms(a), a.get("kernel_hi_ms") or record_ms(a)
+    lo_b, hi_b = b.get("kernel_lo_ms") or record_ms(b), b.get("kernel_hi_ms") or record_ms(b)
     return lo_a <= hi_b and lo_b <= hi_a
 
 
 def compare(args) -> int:
+    from workbench.sweep.compile_ahead import first_call_cached
     from workbench.sweep.report import write_report
 
     root = Path(args.compare)
@@ -250,9 +240,7 @@ def compare(args) -> int:
         recs = r["records"]
         failed = sum(1 for x in recs if x.get("error") or not x.get("passed"))
         speed = base["wall_s"] / r["wall_s"] if r["wall_s"] else None
-        cached = sum(
-            1 for x in recs if ((x.get("compile_facts") or {}).get("compiled_ahead") or {}).get("first_call_cached")
-        )
+        cached = sum(1 for x in recs if first_call_cached(x))
         row = dict(
             gpus=n,
             configs=len(recs),

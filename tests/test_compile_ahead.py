@@ -173,7 +173,7 @@ def test_a_free_worker_takes_a_compiled_task_first_then_one_no_compiler_holds():
     tasks = [_task("rms_norm", "gpu_row", problem={"rows": rows, "hidden": 64}) for rows in (1, 2, 3)]
     ahead = _CompileAhead(ray=None, workers=[], facts=H100, limit_s=60, new_worker=None)
     queue = deque(tasks)
-    ahead.in_flight = {tasks[0].key: "ref0", tasks[1].key: "ref1"}
+    ahead.calls = {"ref0": (tasks[0].key, None, 0.0), "ref1": (tasks[1].key, None, 0.0)}  # being compiled
     ahead.results = {tasks[1].key: {"ok": True, "kernels": []}}
     first = ahead.pick(queue)
     assert first.key == tasks[1].key and first.extra["compiled_ahead"] == {"ok": True, "kernels": []}

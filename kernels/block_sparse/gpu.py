@@ -135,17 +135,13 @@ from kernels import tuned_tables
 from kernels.block_sparse.tile_math import (
     check_shift,
     combine_partials,
-    element_flow_column_tile,
-    element_flow_tile,
+    element_flows_of,
     forward_buffers,
     load_children,
     load_edges,
-    load_weights,
     node_rows,
     node_tile_lse,
-    param_flow_column_tile,
-    param_flow_tile,
-    param_log_weights,
+    param_flows_of,
     product_scatter,
     product_tile,
     scatter_add,
@@ -274,16 +270,10 @@ def _sum_element_flows_kernel(
     cid, pidx = load_edges(CIDS_ptr, PIDS_ptr, g * n_edges, ks, k_mask, True)
     kb_mask = k_mask[:, None] & col_mask[None, :]
     em = load_children(EM_ptr, cid, cols, kb_mask, n_batch)
-    if FORM == "node":
-        acc = element_flow_tile(
-            NF_ptr, OUT_ptr, P_ptr, g, m_lo, m_hi, pidx, k_mask, em, cols, col_mask, n_batch, block_size,
-            TILE_M, TILE_K, BLOCK_B, True, True,
-        )  # fmt: skip
-    else:
-        acc = element_flow_column_tile(
-            NF_ptr, OUT_ptr, P_ptr, g, m_lo, m_hi, pidx, k_mask, em, cols, col_mask, n_batch, block_size,
-            TILE_M, TILE_K, BLOCK_B, True, True, FORM == "dot", PRECISION,
-        )  # fmt: skip
+    acc = element_flows_of(
+        NF_ptr, OUT_ptr, P_ptr, g, m_lo, m_hi, pidx, k_mask, em, cols, col_mask, n_batch, block_size,
+        TILE_M, TILE_K, BLOCK_B, True, True, FORM, PRECISION,
+    )  # fmt: skip
     scatter_add(EF_ptr, cid[:, None] * n_batch + cols[None, :], acc, kb_mask, ATOMIC)
 
 
@@ -307,18 +297,10 @@ def _sum_param_flows_kernel(
     cid, pidx = load_edges(CIDS_ptr, PIDS_ptr, g * n_edges, ks, k_mask, True)
     mk_mask = node_mask[:, None] & k_mask[None, :]
     rows = node_rows(g, block_size, nodes, True)
-    if FORM == "node":
-        log_p = param_log_weights(P_ptr, pidx, nodes, mk_mask, MUL_PARAMS, TILE_M, TILE_K)
-        acc = param_flow_tile(
-            NF_ptr, OUT_ptr, EM_ptr, rows, node_mask, cid, k_mask, log_p, n_batch, TILE_M, TILE_K, BLOCK_B, True
-        )
-    else:
-        acc = param_flow_column_tile(
-            NF_ptr, OUT_ptr, EM_ptr, rows, node_mask, cid, k_mask, n_batch, TILE_M, TILE_K, BLOCK_B, True,
-            FORM == "dot", PRECISION,
-        )  # fmt: skip
-        if MUL_PARAMS:
-            acc = acc * load_weights(P_ptr, pidx, nodes, mk_mask)
+    acc = param_flows_of(
+        NF_ptr, OUT_ptr, EM_ptr, P_ptr, rows, nodes, node_mask, cid, pidx, k_mask, mk_mask, n_batch, MUL_PARAMS,
+        TILE_M, TILE_K, BLOCK_B, True, FORM, PRECISION,
+    )  # fmt: skip
     scatter_add(PF_ptr, pidx[None, :] + nodes[:, None], acc, mk_mask, ATOMIC)
 
 

@@ -44,17 +44,13 @@ from kernels.block_sparse.gpu import PRODUCT_BLOCK_M_CAP, SMALL_TILE_M, check_sp
 from kernels.block_sparse.tile_math import (
     check_shift,
     combine_partials,
-    element_flow_column_tile,
-    element_flow_tile,
+    element_flows_of,
     forward_buffers,
     load_children,
     load_edges,
-    load_weights,
     node_rows,
     node_tile_lse,
-    param_flow_column_tile,
-    param_flow_tile,
-    param_log_weights,
+    param_flows_of,
     product_scatter,
     product_tile,
     store_result,
@@ -161,16 +157,11 @@ def _sum_element_flows_npu_kernel(
         cid, pidx = load_edges(CIDS_ptr, PIDS_ptr, g * n_edges, ks, k_mask, False)
         kb_mask = k_mask[:, None] & col_mask[None, :]
         em = load_children(EM_ptr, cid, cols, kb_mask, n_batch)
-        if SHIFT == "node":
-            acc = element_flow_tile(
-                NF_ptr, OUT_ptr, P_ptr, g, 0, block_size, pidx, k_mask, em, cols, col_mask, n_batch, block_size,
-                TILE_M, TILE_K, BLOCK_B, False, False,
-            )  # fmt: skip
-        else:  # no tl.dot on the NPU's vector cores: broadcast products, no precision to choose
-            acc = element_flow_column_tile(
-                NF_ptr, OUT_ptr, P_ptr, g, 0, block_size, pidx, k_mask, em, cols, col_mask, n_batch, block_size,
-                TILE_M, TILE_K, BLOCK_B, False, False, False, "ieee",
-            )  # fmt: skip
+        # SHIFT names the form ("node" or "column"): no tl.dot on the vector cores, no precision
+        acc = element_flows_of(
+            NF_ptr, OUT_ptr, P_ptr, g, 0, block_size, pidx, k_mask, em, cols, col_mask, n_batch, block_size,
+            TILE_M, TILE_K, BLOCK_B, False, False, SHIFT, "ieee",
+        )  # fmt: skip
         tl.atomic_add(EF_ptr + cid[:, None] * n_batch + cols[None, :], acc, mask=kb_mask)
 
 
@@ -198,18 +189,10 @@ def _sum_param_flows_npu_kernel(
         cid, pidx = load_edges(CIDS_ptr, PIDS_ptr, g * n_edges, ks, k_mask, False)
         mk_mask = node_mask[:, None] & k_mask[None, :]
         rows = node_rows(g, block_size, nodes, False)
-        if SHIFT == "node":
-            log_p = param_log_weights(P_ptr, pidx, nodes, mk_mask, MUL_PARAMS, TILE_M, TILE_K)
-            acc = param_flow_tile(
-                NF_ptr, OUT_ptr, EM_ptr, rows, node_mask, cid, k_mask, log_p, n_batch, TILE_M, TILE_K, BLOCK_B, False
-            )
-        else:
-            acc = param_flow_column_tile(
-                NF_ptr, OUT_ptr, EM_ptr, rows, node_mask, cid, k_mask, n_batch, TILE_M, TILE_K, BLOCK_B, False,
-                False, "ieee",
-            )  # fmt: skip
-            if MUL_PARAMS:
-                acc = acc * load_weights(P_ptr, pidx, nodes, mk_mask)
+        acc = param_flows_of(
+            NF_ptr, OUT_ptr, EM_ptr, P_ptr, rows, nodes, node_mask, cid, pidx, k_mask, mk_mask, n_batch,
+            MUL_PARAMS, TILE_M, TILE_K, BLOCK_B, False, SHIFT, "ieee",
+        )  # fmt: skip
         tl.atomic_add(PF_ptr + pidx[None, :] + nodes[:, None], acc, mask=mk_mask)
 
 

@@ -463,6 +463,52 @@ def param_flow_column_tile(
     return acc
 
 
+# --- backward: either form, as the kernels ask for it -----------------------------------------------
+@triton.jit
+def element_flows_of(
+    NF_ptr, OUT_ptr, P_ptr, g, m_lo, m_hi, pidx, k_mask, em, cols, col_mask, n_batch, block_size,
+    TILE_M: tl.constexpr, TILE_K: tl.constexpr, BLOCK_B: tl.constexpr, WIDE: tl.constexpr,
+    DEAD_SELECT: tl.constexpr, FORM: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    """The element flows ``[TILE_K, BLOCK_B]`` in ``FORM``: "node" (:func:`element_flow_tile`),
+    "column" or "dot" (:func:`element_flow_column_tile`, broadcast products or ``tl.dot``)."""
+    if FORM == "node":
+        acc = element_flow_tile(
+            NF_ptr, OUT_ptr, P_ptr, g, m_lo, m_hi, pidx, k_mask, em, cols, col_mask, n_batch, block_size,
+            TILE_M, TILE_K, BLOCK_B, WIDE, DEAD_SELECT,
+        )  # fmt: skip
+    else:
+        acc = element_flow_column_tile(
+            NF_ptr, OUT_ptr, P_ptr, g, m_lo, m_hi, pidx, k_mask, em, cols, col_mask, n_batch, block_size,
+            TILE_M, TILE_K, BLOCK_B, WIDE, DEAD_SELECT, FORM == "dot", PRECISION,
+        )  # fmt: skip
+    return acc
+
+
+@triton.jit
+def param_flows_of(
+    NF_ptr, OUT_ptr, EM_ptr, P_ptr, rows, nodes, node_mask, cid, pidx, k_mask, mk_mask, n_batch,
+    MUL_PARAMS: tl.constexpr, TILE_M: tl.constexpr, TILE_K: tl.constexpr, BLOCK_B: tl.constexpr,
+    DEAD_SELECT: tl.constexpr, FORM: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    """The parameter flows ``[TILE_M, TILE_K]`` in ``FORM`` (as :func:`element_flows_of`), times
+    ``p`` with ``MUL_PARAMS`` (without: ``d loss / d params``)."""
+    if FORM == "node":
+        log_p = param_log_weights(P_ptr, pidx, nodes, mk_mask, MUL_PARAMS, TILE_M, TILE_K)
+        acc = param_flow_tile(
+            NF_ptr, OUT_ptr, EM_ptr, rows, node_mask, cid, k_mask, log_p, n_batch, TILE_M, TILE_K, BLOCK_B,
+            DEAD_SELECT,
+        )  # fmt: skip
+    else:
+        acc = param_flow_column_tile(
+            NF_ptr, OUT_ptr, EM_ptr, rows, node_mask, cid, k_mask, n_batch, TILE_M, TILE_K, BLOCK_B, DEAD_SELECT,
+            FORM == "dot", PRECISION,
+        )  # fmt: skip
+        if MUL_PARAMS:
+            acc = acc * load_weights(P_ptr, pidx, nodes, mk_mask)
+    return acc
+
+
 @triton.jit
 def scatter_add(ptr, offs, values, mask, ATOMIC: tl.constexpr):
     """``ptr[offs] += values``: atomics where several programs (or edges) may hit one address,

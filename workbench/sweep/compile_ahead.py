@@ -12,8 +12,8 @@ Triton disk cache that worker reads, and nothing runs; the worker's first call t
   function that needs values fails there, and the call is made again on CPU tensors holding the
   same values (still nothing runs: inside ``compile_only`` CPU launches compile too).
 - :func:`note_on_record`: the record's ``compile_facts["compiled_ahead"]``: what was compiled
-  ahead, and whether every kernel of the first call was (``first_call_cached``), so the record's
-  ``compile_ms`` reads as the cache load it was. A compile-ahead that failed changes nothing
+  ahead, and whether every kernel of the first call was (``first_call_cached``, read back by
+  :func:`first_call_cached`), so the record's ``compile_ms`` reads as the cache load it was. A compile-ahead that failed changes nothing
   else: the worker compiles as it always did.
 """
 
@@ -130,6 +130,11 @@ def _stand_in(value, where: str):
         return value
     copy = value.detach().to("meta") if where == "meta" else value.detach().clone()
     return copy.requires_grad_(value.requires_grad)
+
+
+def first_call_cached(record: dict) -> bool:
+    """True when the record's first call found every kernel compiled ahead (its note says so)."""
+    return bool(((record.get("compile_facts") or {}).get(NOTE) or {}).get("first_call_cached"))
 
 
 def note_on_record(body: dict, ahead: dict) -> dict:

@@ -142,7 +142,7 @@ class RayExecutor(Executor):
                 for actor in list(pool.live):
                     self._retire(pool, actor)
             for actor in self._compilers:
-                self._kill(actor)
+                kill_actor(self.ray, actor)
         self._compilers = []
         self._pools.clear()
         if self._owns and self.ray.is_initialized():
@@ -270,22 +270,17 @@ class RayExecutor(Executor):
         self.compile_ahead = {}
         if count == 0 or (device != "cuda" and self.compile_target is None):
             return None
+
+        def new_compiler():
+            return self._compile_class.options(num_cpus=0, num_gpus=0).remote(root)
+
         while len(self._compilers) < count:
-            self._compilers.append(self._compile_class.options(num_cpus=0, num_gpus=0).remote(root))
+            self._compilers.append(new_compiler())
         for actor in self._compilers[count:]:
-            self._kill(actor)
+            kill_actor(self.ray, actor)
         self._compilers = self._compilers[:count]
         limit = self.timeout_s if self.timeout_s is not None else COMPILE_TIMEOUT_S
-        return _CompileAhead(self.ray, self._compilers, self.compile_target, limit, self._new_compiler(root))
-
-    def _new_compiler(self, root: str):
-        return lambda: self._compile_class.options(num_cpus=0, num_gpus=0).remote(root)
-
-    def _kill(self, actor) -> None:
-        try:
-            self.ray.kill(actor, no_restart=True)
-        except Exception:  # noqa: BLE001 - already dead
-            pass
+        return _CompileAhead(self.ray, self._compilers, self.compile_target, limit, new_compiler)
 
     def _can_take(self, pool: "_Pool") -> bool:
         return bool(pool.idle) or len(pool.live) < self.slots
@@ -305,10 +300,7 @@ class RayExecutor(Executor):
             pool.live.remove(actor)
         if actor in pool.idle:
             pool.idle.remove(actor)
-        try:
-            self.ray.kill(actor, no_restart=True)
-        except Exception:  # noqa: BLE001 - already dead
-            pass
+        kill_actor(self.ray, actor)
 
     def _next(self, gen, task) -> tuple[str, dict]:
         """("started", worker info), ("record", record dict) or ("broken", error record) from a
@@ -374,6 +366,14 @@ class DeviceWorker:
         yield run_task(task)
 
 
+def kill_actor(ray, actor) -> None:
+    """Kill a Ray actor for good; one already dead is left as it is."""
+    try:
+        ray.kill(actor, no_restart=True)
+    except Exception:  # noqa: BLE001 - already dead
+        pass
+
+
 COMPILE_NICENESS = 10  # compile-ahead yields the CPUs to the measuring actors' host work
 COMPILE_TIMEOUT_S = 300.0  # a compile-ahead past this (or the executor's timeout) is given up
 
@@ -424,35 +424,39 @@ class _CompileAhead:
         self.limit_s = limit_s
         self.new_worker = new_worker
         self.calls: dict = {}  # ref -> (task key, worker, sent at)
-        self.in_flight: dict = {}  # task key -> ref
         self.results: dict = {}  # task key -> compile_task's result
         self.taken = 0  # tasks measured with a compile-ahead result
+
+    def compiling(self) -> set:
+        """The keys of the tasks being compiled now."""
+        return {key for key, _worker, _sent in self.calls.values()}
 
     def feed(self, queue) -> None:
         if self.facts is None or not self.idle:
             return
+        busy = self.compiling()
         for task in queue:
             if not self.idle:
                 break
-            if task.key in self.results or task.key in self.in_flight:
+            if task.key in self.results or task.key in busy:
                 continue
             worker = self.idle.popleft()
             ref = worker.compile.remote(task, self.facts)
             self.calls[ref] = (task.key, worker, time.monotonic())
-            self.in_flight[task.key] = ref
 
     def refs(self) -> list:
         return list(self.calls)
 
     def pick(self, queue):
         first_free = None
+        busy = self.compiling()
         for i, task in enumerate(queue):
             result = self.results.get(task.key)
             if result is not None:
                 del queue[i]
                 self.taken += 1
                 return dataclasses.replace(task, extra={**task.extra, "compiled_ahead": result})
-            if first_free is None and task.key not in self.in_flight:
+            if first_free is None and task.key not in busy:
                 first_free = i
         if first_free is None:
             return None
@@ -462,7 +466,6 @@ class _CompileAhead:
 
     def collect(self, ref) -> None:
         key, worker, _sent = self.calls.pop(ref)
-        self.in_flight.pop(key, None)
         try:
             self.results[key] = self.ray.get(ref)
             self.idle.append(worker)
@@ -475,15 +478,11 @@ class _CompileAhead:
         for ref, (key, worker, sent) in list(self.calls.items()):
             if now - sent > self.limit_s:
                 self.calls.pop(ref)
-                self.in_flight.pop(key, None)
                 self.results[key] = _failed(f"no result after {self.limit_s:g} s; its compile worker was replaced")
                 self._replace(worker)
 
     def _replace(self, worker) -> None:
-        try:
-            self.ray.kill(worker, no_restart=True)
-        except Exception:  # noqa: BLE001 - already dead
-            pass
+        kill_actor(self.ray, worker)
         fresh = self.new_worker()
         self.workers = [fresh if w is worker else w for w in self.workers]
         self.idle.append(fresh)
@@ -494,7 +493,6 @@ class _CompileAhead:
         for _key, worker, _sent in list(self.calls.values()):
             self._replace(worker)
         self.calls.clear()
-        self.in_flight.clear()
         return self.workers
 
     def summary(self) -> dict:

@@ -39,7 +39,8 @@ def config_of(r: dict) -> str:
     return f"{r.get('variant')} " + (", ".join(f"{k}={v}" for k, v in prm.items()) or "defaults")
 
 
-def _ms(r: dict):
+def record_ms(r: dict):
+    """A record's ranking time: its kernel median, else (records from before kernel timing) its ms_p50."""
     return r.get("kernel_ms") if r.get("kernel_ms") is not None else r.get("ms_p50")
 
 
@@ -48,21 +49,22 @@ def best_by_device(records: Iterable[dict]) -> dict:
     over passing records; lower kernel time is better."""
     groups: dict = defaultdict(lambda: defaultdict(list))
     for r in records:
-        if r.get("error") or not r.get("passed") or _ms(r) is None:
+        if r.get("error") or not r.get("passed") or record_ms(r) is None:
             continue
         groups[shape_of(r)][device_of(r)].append(r)
     out: dict = {}
     for shape, by_dev in groups.items():
         out[shape] = {}
         for dev, rs in by_dev.items():
-            best = min(rs, key=_ms)
-            hi = best.get("kernel_hi_ms") or _ms(best)
+            best = min(rs, key=record_ms)
+            hi = best.get("kernel_hi_ms") or record_ms(best)
             ties = [
                 config_of(r)
                 for r in rs
-                if r is not best and (r.get("kernel_lo_ms") if r.get("kernel_lo_ms") is not None else _ms(r)) <= hi
+                if r is not best
+                and (r.get("kernel_lo_ms") if r.get("kernel_lo_ms") is not None else record_ms(r)) <= hi
             ]
-            out[shape][dev] = {"record": best, "ms": _ms(best), "ties": ties}
+            out[shape][dev] = {"record": best, "ms": record_ms(best), "ties": ties}
     return out
 
 
@@ -181,9 +183,11 @@ def facts_rows(records: list[dict], name=None) -> list[dict]:
     configuration (default :func:`config_of`)."""
     name = name or config_of
     rows = []
-    ordered = sorted(records, key=lambda r: (device_of(r), shape_of(r), _ms(r) if _ms(r) is not None else float("inf")))
+    ordered = sorted(
+        records, key=lambda r: (device_of(r), shape_of(r), record_ms(r) if record_ms(r) is not None else float("inf"))
+    )
     for r in ordered:
-        ms = _ms(r)
+        ms = record_ms(r)
         rows.append(
             {
                 "device": device_of(r),
