@@ -18,6 +18,7 @@ from kernels.block_sparse import (
     _single_writers,
     gpu,
     largest_block_size,
+    layer_edges,
     make_layer,
     npu,
     product_layer,
@@ -28,6 +29,7 @@ from kernels.block_sparse import (
     sum_layer_backward_reference,
     sum_layer_reference,
 )
+from kernels.block_sparse.edges import GATHER, edge_layout
 from kernels.block_sparse.hmm import HMM
 
 BATCHES = (1, 2, 3, 8, 16, 17)
@@ -556,6 +558,109 @@ def test_single_writer_stores_and_node_splits(device):
     pids = untied["pids"].clone()
     pids[0, 1] = pids[0, 0]  # a tied run appears: the cached fact follows the new version
     assert _single_writers(untied["cids"], pids, 16)["param_atomic"]
+
+
+# --- edge layouts (edges.py): affine indices computed, others gathered ---------------------------
+def affine_layer(device, G, bs, K, batch, child0, child_step, param0, param_step, seed=0):
+    """A layer whose indices are affine with offsets: block g, edge k reads row ``child0 + g *
+    child_step + k`` and weights at ``param0 + g * param_step + k * bs`` (runs overlap when
+    ``param_step < K * bs``: parameters shared between blocks)."""
+    gen = torch.Generator().manual_seed(seed)
+    rows = child0 + (G - 1) * child_step + K + 3  # spare rows beyond the last child
+    n_params = param0 + (G - 1) * param_step + K * bs + bs
+    g, k = torch.arange(G)[:, None], torch.arange(K)[None, :]
+    x = {
+        "element_mars": -2.0 + 1.5 * torch.randn(rows, batch, generator=gen),
+        "params": torch.rand(n_params, generator=gen) / K + 0.01,
+        "cids": (child0 + g * child_step + k).to(torch.int32),
+        "pids": (param0 + g * param_step + k * bs).to(torch.int32),
+    }
+    return {name: t.to(device) for name, t in x.items()}
+
+
+AFFINE_CASES = [
+    # (G, bs, K, batch, child0, child_step, param0, param_step)
+    (1, 16, 16, 2, 0, 0, 0, 0),  # the HMM's transition layer at G = 1
+    (3, 6, 7, 3, 5, 7, 11, 42),  # offsets, a non-power-of-two block, odd K, disjoint runs
+    (2, 8, 37, 1, 2, 0, 0, 0),  # both blocks read the same children and share one parameter set
+    (2, 16, 20, 17, 0, 20, 3, 320),  # batch 17: tl.dot tiles for the large tiling
+]
+AFFINE_IMPLS = [
+    ("small", "gpu", {"heuristic": "small"}),
+    ("column", "gpu", {"heuristic": "small", "SHIFT": "column"}),
+    ("large", "gpu", {"heuristic": "large"}),
+    ("split", "gpu", {"heuristic": "split", "SPLITS": 2}),
+    ("npu", "npu", {}),
+    ("npu_column", "npu", {"SHIFT": "column"}),
+]
+
+
+@pytest.mark.parametrize("case", AFFINE_CASES, ids=[f"G{c[0]}bs{c[1]}K{c[2]}b{c[3]}" for c in AFFINE_CASES])
+@pytest.mark.parametrize("name,impl,tiles", AFFINE_IMPLS, ids=[n for n, _, _ in AFFINE_IMPLS])
+def test_affine_edges_forward_and_every_gradient(device, case, name, impl, tiles):
+    """Computed edges give the reference's forward and gradients, and the gathered kernels' results."""
+    G, bs, K, batch, *steps = case
+    x = affine_layer(device, G, bs, K, batch, *steps)
+    assert layer_edges(x["cids"], x["pids"], bs).kernel_args() == tuple(steps)
+    em64 = ref64(x["element_mars"]).requires_grad_()
+    p64 = ref64(x["params"]).requires_grad_()
+    want = sum_layer_reference(em64, p64, x["cids"].cpu(), x["pids"].cpu(), bs)
+    grad = torch.randn(want.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    want.backward(grad)
+    results = {}
+    for edges in ("affine", "gather"):
+        em = x["element_mars"].clone().requires_grad_()
+        p = x["params"].clone().requires_grad_()
+        out = sum_layer(em, p, x["cids"], x["pids"], bs, impl=impl, EDGES=edges, **tiles)
+        out.backward(grad.float().to(device))
+        what = f"{name} EDGES={edges}"
+        assert_close(out, want, what=f"{what} forward")
+        assert_close(em.grad, em64.grad, scale_by_max=True, what=f"{what} d element_mars")
+        assert_close(p.grad, p64.grad, scale_by_max=True, what=f"{what} d params")
+        results[edges] = (out, em.grad, p.grad)
+    for got, gathered in zip(results["affine"], results["gather"]):
+        assert_close(got, gathered, atol=2e-6, scale_by_max=True, what=f"{name}: computed vs gathered edges")
+
+
+def test_edge_layout_is_detected_and_follows_mutation(device):
+    """Affine where every edge fits the form, gathered where one does not; an in-place edit of
+    the indices is seen (the answer is remembered per tensor version)."""
+    x = affine_layer(device, 3, 4, 5, 2, 1, 5, 2, 20)
+    assert edge_layout(x["cids"], x["pids"], 4).kernel_args() == (1, 5, 2, 20)
+    assert edge_layout(x["cids"], x["pids"], 8) == GATHER  # pids step by 4 per edge, not 8
+    wrapped = layer(40, 8, 2, device, K=20)  # block 2 wraps around to row 0: not affine
+    assert edge_layout(wrapped["cids"], wrapped["pids"], 8) == GATHER
+    assert edge_layout(x["cids"][:, :0], x["pids"][:, :0], 4) == GATHER  # no edges
+    cids = x["cids"].clone()
+    assert layer_edges(cids, x["pids"], 4).affine
+    cids[2, 4] = 0  # the last edge of the last block leaves the form
+    assert layer_edges(cids, x["pids"], 4) == GATHER
+    with pytest.raises(ValueError, match="EDGES='affine' needs cids"):
+        sum_layer(x["element_mars"], x["params"], cids, x["pids"], 4, EDGES="affine")
+    # "auto" computes them on the GPU only; "gather" never; anything else is refused.
+    assert layer_edges(x["cids"], x["pids"], 4, "gather") == GATHER
+    assert layer_edges(x["cids"], x["pids"], 4, "auto", "npu") == GATHER
+    assert layer_edges(x["cids"], x["pids"], 4, "affine", "npu").affine
+    with pytest.raises(ValueError, match="EDGES='computed' is not allowed"):
+        sum_layer(x["element_mars"], x["params"], x["cids"], x["pids"], 4, EDGES="computed")
+    out = sum_layer(x["element_mars"], x["params"], cids, x["pids"], 4)  # the edited layer, gathered
+    want = sum_layer_reference(ref64(x["element_mars"]), ref64(x["params"]), cids.cpu(), x["pids"].cpu(), 4)
+    assert_close(out, want, what="edited indices")
+
+
+def test_hmm_computes_its_edges_and_gathering_agrees(device):
+    """Both HMM sum layers are affine; EDGES='gather' loads their indices and gives the same chain."""
+    hmm = HMM(T=3, L=12, V=4, device=device, seed=3)
+    gathered = HMM(T=3, L=12, V=4, device=device, seed=3, EDGES="gather")
+    assert hmm.trans_edges.affine and hmm.root_edges.affine
+    assert gathered.trans_edges == GATHER and gathered.root_edges == GATHER
+    x = hmm.sample(3, seed=4)
+    ll, flows = hmm.forward_backward(x)
+    ll_g, flows_g = gathered.forward_backward(x)
+    assert_close(ll, hmm.reference_loglik(x), what="affine HMM log-likelihood")
+    assert_close(ll, ll_g, atol=1e-6, what="affine vs gathered log-likelihood")
+    for name in ("trans", "prior", "emit"):
+        assert_close(flows[name], flows_g[name], atol=1e-5, scale_by_max=True, what=f"{name} flows")
 
 
 def test_split_heuristics_and_tuned_table(monkeypatch, tmp_path):

@@ -51,6 +51,7 @@ import weakref
 import torch
 
 from kernels.block_sparse import gpu, npu, peer
+from kernels.block_sparse.edges import EDGES, EdgeLayout, check_edges, choose, edge_layout
 from kernels.block_sparse.reference import (
     product_layer_reference,
     sum_layer_backward_reference,
@@ -220,6 +221,19 @@ def _single_writers(cids: torch.Tensor, pids: torch.Tensor, block_size: int) -> 
     return _memo(_WRITERS, (cids, pids), facts, block_size)
 
 
+# Edge layouts per (cids, pids, block_size): affine or gathered (edges.py).
+_EDGES: dict[tuple, tuple] = {}
+
+
+def layer_edges(cids: torch.Tensor, pids: torch.Tensor, block_size: int, option="auto", impl="gpu") -> EdgeLayout:
+    """How ``impl``'s kernels find a layer's edges for the ``EDGES`` option (edges.choose):
+    computed where ``cids`` / ``pids`` are affine, else gathered. One host sync per index pair
+    and version, none on repeated calls or under graph capture."""
+    return choose(
+        option, impl, lambda: _memo(_EDGES, (cids, pids), lambda: edge_layout(cids, pids, block_size), block_size)
+    )
+
+
 def _num_cores(t: torch.Tensor) -> int:
     return device_of(t).num_cores
 
@@ -234,17 +248,17 @@ def _npu_tiles(cids, block_size, batch, t, tiles):
 # --- autograd --------------------------------------------------------------------------------
 class _SumLayerFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, element_mars, params, cids, pids, block_size, impl, fwd_tiles, bwd_tiles, writers):
+    def forward(ctx, element_mars, params, cids, pids, block_size, impl, fwd_tiles, bwd_tiles, writers, edges):
         module = gpu if impl == "gpu" else npu
-        out = module.sum_forward(element_mars, params, cids, pids, block_size, fwd_tiles)
+        out = module.sum_forward(element_mars, params, cids, pids, block_size, fwd_tiles, edges=edges)
         ctx.save_for_backward(element_mars, params, cids, pids, out)
-        ctx.config = (block_size, module, bwd_tiles, writers)
+        ctx.config = (block_size, module, bwd_tiles, writers, edges)
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
         element_mars, params, cids, pids, out = ctx.saved_tensors
-        block_size, module, bwd_tiles, writers = ctx.config
+        block_size, module, bwd_tiles, writers, edges = ctx.config
         need_em, need_p = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         d_em, d_p = module.sum_backward(
             grad_out.contiguous().float(),
@@ -258,9 +272,10 @@ class _SumLayerFunction(torch.autograd.Function):
             element_flows=need_em,
             param_flows=need_p,
             mul_params=False,
+            edges=edges,
             **writers,
         )
-        return d_em, d_p, None, None, None, None, None, None, None
+        return d_em, d_p, None, None, None, None, None, None, None, None
 
 
 class _ProductLayerFunction(torch.autograd.Function):
@@ -286,9 +301,12 @@ def sum_layer(element_mars, params, cids, pids, block_size, impl="auto", precisi
     ``precision``: the input precision of the GPU's ``tl.dot`` tiles (``gpu.PRECISIONS``: "ieee"
     fp32, "tf32", "tf32x3"), the forward's and, from batch 16, the backward's factored flows;
     broadcast tiles and the NPU kernels compute in fp32 whatever it says. An explicit ``SHIFT``
-    applies to the backward too."""
+    applies to the backward too. ``EDGES`` (:data:`edges.EDGES`): "auto" computes the edges on the
+    GPU where cids/pids are affine (:func:`layer_edges`), "affine" asks for that on either device,
+    "gather" always loads them."""
     element_mars, params, cids, pids = _validate_sum(element_mars, params, cids, pids, block_size)
     impl = _impl(impl, element_mars)
+    edges = layer_edges(cids, pids, block_size, tiles.pop("EDGES", "auto"), impl)
     n_blocks, n_edges = cids.shape
     batch = element_mars.shape[1]
     if impl == "gpu":
@@ -316,9 +334,9 @@ def sum_layer(element_mars, params, cids, pids, block_size, impl="auto", precisi
         # Single-writer facts now, beside the range checks: a backward captured in a CUDA graph
         # must not be the first to ask (it would synchronise).
         writers = _single_writers(cids, pids, block_size)
-        return _SumLayerFunction.apply(element_mars, params, cids, pids, block_size, impl, fwd, bwd, writers)
+        return _SumLayerFunction.apply(element_mars, params, cids, pids, block_size, impl, fwd, bwd, writers, edges)
     module = gpu if impl == "gpu" else npu
-    return module.sum_forward(element_mars, params, cids, pids, block_size, fwd)
+    return module.sum_forward(element_mars, params, cids, pids, block_size, fwd, edges=edges)
 
 
 def sum_layer_backward(
@@ -327,7 +345,8 @@ def sum_layer_backward(
     """DESIGN's flows: ``(eflows [M, B], pflows [P])`` for linear node flows ``F [G*block_size, B]``.
 
     ``precision``: the GPU's factored tiles' ``tl.dot`` input precision (``gpu.PRECISIONS``);
-    ``SHIFT`` "node" keeps the exact broadcast form at every batch (gpu.resolve_backward_tiles)."""
+    ``SHIFT`` "node" keeps the exact broadcast form at every batch (gpu.resolve_backward_tiles);
+    ``EDGES`` as in :func:`sum_layer`."""
     element_mars, params, cids, pids = _validate_sum(element_mars, params, cids, pids, block_size)
     device = element_mars.device
     n_blocks, n_edges = cids.shape
@@ -339,6 +358,7 @@ def sum_layer_backward(
         if tuple(t.shape) != want:
             raise ValueError(f"{name} has shape {tuple(t.shape)}; it must be [G*block_size, B] = {list(want)}")
     impl = _impl(impl, element_mars)
+    edges = layer_edges(cids, pids, block_size, tiles.pop("EDGES", "auto"), impl)
     if impl == "gpu":
         _check_tile_names(tiles, _GPU_BWD_TILES, "sum_layer_backward (impl='gpu')")
         t = gpu.resolve_backward_tiles(
@@ -355,7 +375,9 @@ def sum_layer_backward(
         return torch.zeros_like(element_mars), torch.zeros_like(params)
     with torch.no_grad():
         writers = _single_writers(cids, pids, block_size)
-        return module.sum_backward(node_flows, element_mars, params, out, cids, pids, block_size, t, **writers)
+        return module.sum_backward(
+            node_flows, element_mars, params, out, cids, pids, block_size, t, edges=edges, **writers
+        )
 
 
 def product_layer(node_mars, cids, block_size, impl="auto", **tiles) -> torch.Tensor:
@@ -505,7 +527,7 @@ def _ours(impl: str, fixed: dict | None = None):
     def split(problem, params):
         tiles = {**fixed, **_tiles(params)}
         if problem["layer"] == "product":
-            for name in ("TILE_K", "PROGRAM_M", "num_stages", "SPLITS", "SHIFT"):  # sum-layer tiles only
+            for name in ("TILE_K", "PROGRAM_M", "num_stages", "SPLITS", "SHIFT", "EDGES"):  # sum-layer tiles only
                 tiles.pop(name, None)
         return tiles
 
@@ -528,6 +550,7 @@ def _ours(impl: str, fixed: dict | None = None):
     def check(problem, params, dtype, device):
         s = _shape(problem)
         tiles = split(problem, params)
+        check_edges(tiles.pop("EDGES", "auto"))  # a call option, not a tile
         if impl == "npu":
             npu.resolve_tiles(s["G"], s["bs"], s["K"], s["B"], device.num_cores, on_npu=device.kind == "npu", **tiles)
         elif problem["layer"] == "product":
@@ -542,6 +565,7 @@ def _ours(impl: str, fixed: dict | None = None):
     def source(problem, params, device):
         """Where the sum forward's tiles come from on ``device`` (records' ``tiles_source``)."""
         tiles = split(problem, params)
+        tiles.pop("EDGES", None)
         if problem["layer"] == "product" or impl == "npu":  # no tuned tables for these
             return "explicit" if tiles else "heuristic"
         s = _shape(problem)
@@ -589,12 +613,19 @@ _SHIFT = Param(
     "auto",
     "a broadcast tile's log-sum-exp shift: per node (exact) or per column (fewer exponentials; sum forward)",
 )
+_EDGES_PARAM = Param(
+    "EDGES",
+    EDGES,
+    "auto",
+    "how programs find their edges: computed where cids/pids are affine (no index loads; auto: on the GPU) or gathered",
+)
 _GPU_EXTRA = (
     _SPLITS,
     Param("PROGRAM_M", ("auto",) + _POW2, "auto", "nodes one program walks, in TILE_M sub-tiles (sum forward)"),
     Param("num_warps", ("auto",) + gpu.NUM_WARPS, "auto", "warps per program"),
     Param("num_stages", ("auto",) + gpu.NUM_STAGES, "auto", "software-pipelining depth of the edge loop (sum forward)"),
     _SHIFT,
+    _EDGES_PARAM,
 )
 
 _gpu_run, _gpu_check, _gpu_source = _ours("gpu")
@@ -730,7 +761,12 @@ spec = KernelSpec(
             "npu",
             _npu_run,
             params=_COMMON_PARAMS
-            + (Param("GRID", ("auto",) + tuple(2**k for k in range(0, 12)), "auto", "programs"), _SPLITS, _SHIFT),
+            + (
+                Param("GRID", ("auto",) + tuple(2**k for k in range(0, 12)), "auto", "programs"),
+                _SPLITS,
+                _SHIFT,
+                _EDGES_PARAM,
+            ),
             devices=("npu", "cuda", "cpu"),
             check=_npu_check,
             tiles_source=_npu_source,

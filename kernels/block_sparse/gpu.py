@@ -132,7 +132,9 @@ import triton
 import triton.language as tl
 
 from kernels import tuned_tables
+from kernels.block_sparse.edges import GATHER, EdgeLayout
 from kernels.block_sparse.tile_math import (
+    block_edges,
     check_shift,
     combine_partials,
     element_flows_of,
@@ -200,8 +202,9 @@ DOT_BWD_NUM_WARPS = 8
 @triton.jit
 def _sum_forward_kernel(
     OUT_ptr, WS_MAX_ptr, WS_SUM_ptr, EM_ptr, P_ptr, CIDS_ptr, PIDS_ptr, n_batch, n_edges, block_size, n_rows,
-    k_per_split, TILE_M: tl.constexpr, TILE_K: tl.constexpr, BLOCK_B: tl.constexpr, PROGRAM_M: tl.constexpr,
-    FORM: tl.constexpr, SPLIT: tl.constexpr, PRECISION: tl.constexpr,
+    k_per_split, child0, child_step, param0, param_step, TILE_M: tl.constexpr, TILE_K: tl.constexpr,
+    BLOCK_B: tl.constexpr, PROGRAM_M: tl.constexpr, FORM: tl.constexpr, SPLIT: tl.constexpr,
+    PRECISION: tl.constexpr, AFFINE: tl.constexpr,
 ):  # fmt: skip
     """out = log sum_k p * exp(em) for PROGRAM_M nodes of one block x BLOCK_B batch columns.
 
@@ -211,7 +214,9 @@ def _sum_forward_kernel(
 
     ``SPLIT`` (split-K): program axis 2 takes edges ``[s * k_per_split, (s + 1) * k_per_split)``
     and stores its partial (shift, scaled sum) to the workspace rows ``s * n_rows + row``
-    instead of the output; :func:`_sum_combine_kernel` merges them."""
+    instead of the output; :func:`_sum_combine_kernel` merges them.
+
+    ``AFFINE``: the edges are computed from ``child0 .. param_step`` (edges.py), not loaded."""
     pid_m = tl.program_id(0)
     pid_b = tl.program_id(1)
     programs_per_block = tl.cdiv(block_size, PROGRAM_M)
@@ -219,7 +224,7 @@ def _sum_forward_kernel(
     node_start = (pid_m % programs_per_block) * PROGRAM_M
     cols = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
     col_mask = cols < n_batch
-    edge_row = g * n_edges
+    edge_row, child_base, param_base = block_edges(g, n_edges, child0, child_step, param0, param_step, True)
     split = tl.program_id(2)  # 0 without SPLIT (a 2-D grid)
     k_lo = split * k_per_split
     k_hi = tl.minimum(k_lo + k_per_split, n_edges)
@@ -228,8 +233,8 @@ def _sum_forward_kernel(
         nodes = node_start + sub + tl.arange(0, TILE_M)
         node_mask = nodes < block_size
         run_max, acc = node_tile_lse(
-            EM_ptr, P_ptr, CIDS_ptr, PIDS_ptr, edge_row, k_lo, k_hi, nodes, node_mask, cols, col_mask, n_batch,
-            TILE_M, TILE_K, BLOCK_B, True, FORM, PRECISION,
+            EM_ptr, P_ptr, CIDS_ptr, PIDS_ptr, edge_row, child_base, param_base, block_size, k_lo, k_hi, nodes,
+            node_mask, cols, col_mask, n_batch, TILE_M, TILE_K, BLOCK_B, AFFINE, True, FORM, PRECISION,
         )  # fmt: skip
         rows = node_rows(g, block_size, nodes, True)
         mask = node_mask[:, None] & col_mask[None, :]
@@ -248,15 +253,16 @@ def _sum_combine_kernel(OUT_ptr, WS_MAX_ptr, WS_SUM_ptr, n_elements, n_splits, B
 @triton.jit
 def _sum_element_flows_kernel(
     EF_ptr, NF_ptr, EM_ptr, P_ptr, OUT_ptr, CIDS_ptr, PIDS_ptr, n_batch, n_edges, block_size, m_per_split,
-    TILE_M: tl.constexpr, TILE_K: tl.constexpr, BLOCK_B: tl.constexpr, ATOMIC: tl.constexpr,
-    FORM: tl.constexpr, PRECISION: tl.constexpr,
+    child0, child_step, param0, param_step, TILE_M: tl.constexpr, TILE_K: tl.constexpr, BLOCK_B: tl.constexpr,
+    ATOMIC: tl.constexpr, FORM: tl.constexpr, PRECISION: tl.constexpr, AFFINE: tl.constexpr,
 ):  # fmt: skip
     """eflows[cids[g, k], b] += sum_i F * exp(log p + em - out) for TILE_K edges x BLOCK_B columns,
     over the nodes ``[s * m_per_split, (s + 1) * m_per_split)`` of program axis 2 (node splits:
     the small-batch fan-out; several splits add into one row, so they need ``ATOMIC``).
 
     ``FORM``: "node" (the exact broadcast form), "column" (factored, one shift per column, broadcast
-    products) or "dot" (factored, ``tl.dot`` at ``PRECISION``)."""
+    products) or "dot" (factored, ``tl.dot`` at ``PRECISION``). ``AFFINE``: the edges are computed
+    from ``child0 .. param_step`` (edges.py), not loaded."""
     pid_k = tl.program_id(0)
     pid_b = tl.program_id(1)
     m_lo = tl.program_id(2) * m_per_split
@@ -267,7 +273,8 @@ def _sum_element_flows_kernel(
     k_mask = ks < n_edges
     cols = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
     col_mask = cols < n_batch
-    cid, pidx = load_edges(CIDS_ptr, PIDS_ptr, g * n_edges, ks, k_mask, True)
+    edge_row, child_base, param_base = block_edges(g, n_edges, child0, child_step, param0, param_step, True)
+    cid, pidx = load_edges(CIDS_ptr, PIDS_ptr, edge_row, child_base, param_base, ks, k_mask, block_size, AFFINE, True)
     kb_mask = k_mask[:, None] & col_mask[None, :]
     em = load_children(EM_ptr, cid, cols, kb_mask, n_batch)
     acc = element_flows_of(
@@ -279,12 +286,12 @@ def _sum_element_flows_kernel(
 
 @triton.jit
 def _sum_param_flows_kernel(
-    PF_ptr, NF_ptr, EM_ptr, P_ptr, OUT_ptr, CIDS_ptr, PIDS_ptr, n_batch, n_edges, block_size, TILE_M: tl.constexpr,
-    TILE_K: tl.constexpr, BLOCK_B: tl.constexpr, MUL_PARAMS: tl.constexpr, ATOMIC: tl.constexpr,
-    FORM: tl.constexpr, PRECISION: tl.constexpr,
+    PF_ptr, NF_ptr, EM_ptr, P_ptr, OUT_ptr, CIDS_ptr, PIDS_ptr, n_batch, n_edges, block_size, child0, child_step,
+    param0, param_step, TILE_M: tl.constexpr, TILE_K: tl.constexpr, BLOCK_B: tl.constexpr, MUL_PARAMS: tl.constexpr,
+    ATOMIC: tl.constexpr, FORM: tl.constexpr, PRECISION: tl.constexpr, AFFINE: tl.constexpr,
 ):  # fmt: skip
     """pflows[pids[g, k] + i] += sum_b F * exp((log p) + em - out) for TILE_M nodes x TILE_K edges;
-    ``FORM`` and ``PRECISION`` as in :func:`_sum_element_flows_kernel`."""
+    ``FORM``, ``PRECISION`` and ``AFFINE`` as in :func:`_sum_element_flows_kernel`."""
     pid = tl.program_id(0)
     m_tiles = tl.cdiv(block_size, TILE_M)
     k_tiles = tl.cdiv(n_edges, TILE_K)
@@ -294,7 +301,8 @@ def _sum_param_flows_kernel(
     ks = (rest % k_tiles) * TILE_K + tl.arange(0, TILE_K)
     node_mask = nodes < block_size
     k_mask = ks < n_edges
-    cid, pidx = load_edges(CIDS_ptr, PIDS_ptr, g * n_edges, ks, k_mask, True)
+    edge_row, child_base, param_base = block_edges(g, n_edges, child0, child_step, param0, param_step, True)
+    cid, pidx = load_edges(CIDS_ptr, PIDS_ptr, edge_row, child_base, param_base, ks, k_mask, block_size, AFFINE, True)
     mk_mask = node_mask[:, None] & k_mask[None, :]
     rows = node_rows(g, block_size, nodes, True)
     acc = param_flows_of(
@@ -760,8 +768,12 @@ def launch(kernel, like: torch.Tensor, grid, *args, **kwargs):
     return _launch(kernel, like, grid, *args, **kwargs)
 
 
-def sum_forward(element_mars, params, cids, pids, block_size: int, tiles: SumForwardTiles, out=None):
+def sum_forward(
+    element_mars, params, cids, pids, block_size: int, tiles: SumForwardTiles, out=None, edges: EdgeLayout = GATHER
+):
     """``out [G*block_size, B]`` (written into ``out`` when given). Inputs already validated.
+    ``edges``: the layer's :func:`~kernels.block_sparse.edges.edge_layout` (affine: the kernel
+    computes its edges instead of loading cids/pids); the default gathers.
 
     With ``tiles.SPLITS > 1`` the edges are split over that many programs per tile (split-K):
     partial (shift, scaled sum) pairs go to a ``2 x [SPLITS, G*bs, B]`` workspace and a second,
@@ -772,11 +784,12 @@ def sum_forward(element_mars, params, cids, pids, block_size: int, tiles: SumFor
     out, ws_max, ws_sum, k_per, splits = forward_buffers(element_mars, n_rows, n_edges, tiles.SPLITS, tiles.TILE_K, out)
     grid = tiles.grid(n_blocks, block_size, batch, n_edges)
     args = (out, ws_max, ws_sum, element_mars, params, cids, pids, batch, n_edges, block_size, n_rows, k_per)
+    args += edges.kernel_args()
     stages = {"num_stages": tiles.num_stages} if tiles.num_stages else {}
     tile = dict(TILE_M=tiles.TILE_M, TILE_K=tiles.TILE_K, BLOCK_B=tiles.BLOCK_B, PROGRAM_M=tiles.PROGRAM_M)
     launch(
         _sum_forward_kernel, element_mars, grid, *args, **tile, FORM=tiles.form, SPLIT=splits > 1,
-        PRECISION=tiles.PRECISION, num_warps=tiles.num_warps, **stages,
+        PRECISION=tiles.PRECISION, AFFINE=edges.affine, num_warps=tiles.num_warps, **stages,
     )  # fmt: skip
     if splits > 1:
         n = n_rows * batch
@@ -790,8 +803,9 @@ def sum_forward(element_mars, params, cids, pids, block_size: int, tiles: SumFor
 def sum_backward(
     node_flows, element_mars, params, out, cids, pids, block_size: int, tiles: SumBackwardTiles, element_flows=True,
     param_flows=True, mul_params: bool = True, element_atomic: bool = True, param_atomic: bool = True,
+    edges: EdgeLayout = GATHER,
 ):  # fmt: skip
-    """``(eflows [M, B] | None, pflows [P] | None)``.
+    """``(eflows [M, B] | None, pflows [P] | None)``; ``edges`` as in :func:`sum_forward`.
 
     ``element_flows`` / ``param_flows``: True to allocate a zeroed buffer, a tensor to add into
     (accumulating across layers, as a chain of tied layers does), False/None to skip.
@@ -813,16 +827,18 @@ def sum_backward(
         tile = dict(TILE_M=tiles.E_TILE_M, TILE_K=tiles.E_TILE_K, BLOCK_B=tiles.E_BLOCK_B)
         atomic = bool(element_atomic) or splits > 1
         launch(
-            _sum_element_flows_kernel, element_mars, grid, eflows, *args, m_per, **tile, ATOMIC=atomic,
-            FORM=tiles.element_form, PRECISION=tiles.PRECISION, num_warps=tiles.num_warps,
+            _sum_element_flows_kernel, element_mars, grid, eflows, *args, m_per, *edges.kernel_args(), **tile,
+            ATOMIC=atomic, FORM=tiles.element_form, PRECISION=tiles.PRECISION, AFFINE=edges.affine,
+            num_warps=tiles.num_warps,
         )  # fmt: skip
     if param_flows is not None and param_flows is not False:
         pflows = torch.zeros_like(params) if param_flows is True else param_flows
         grid = (n_blocks * cdiv(block_size, tiles.P_TILE_M) * cdiv(n_edges, tiles.P_TILE_K),)
         tile = dict(TILE_M=tiles.P_TILE_M, TILE_K=tiles.P_TILE_K, BLOCK_B=tiles.P_BLOCK_B)
         launch(
-            _sum_param_flows_kernel, element_mars, grid, pflows, *args, **tile, MUL_PARAMS=mul_params,
-            ATOMIC=bool(param_atomic), FORM=tiles.param_form, PRECISION=tiles.PRECISION, num_warps=tiles.num_warps,
+            _sum_param_flows_kernel, element_mars, grid, pflows, *args, *edges.kernel_args(), **tile,
+            MUL_PARAMS=mul_params, ATOMIC=bool(param_atomic), FORM=tiles.param_form, PRECISION=tiles.PRECISION,
+            AFFINE=edges.affine, num_warps=tiles.num_warps,
         )  # fmt: skip
     return eflows, pflows
 

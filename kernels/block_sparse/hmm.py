@@ -37,7 +37,16 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.block_sparse import _single_writers, _validate_product, _validate_sum, gpu, largest_block_size, npu
+from kernels.block_sparse import (
+    _single_writers,
+    _validate_product,
+    _validate_sum,
+    gpu,
+    largest_block_size,
+    layer_edges,
+    npu,
+)
+from kernels.block_sparse.edges import check_edges
 from kernels.runtime import device_info
 from kernels.tuned_tables import device_key
 
@@ -59,7 +68,8 @@ class HMM:
 
     ``impl``: ``"gpu"`` | ``"npu"`` | ``"auto"``; ``heuristic`` and ``tiles`` steer the
     transition layer's GPU tiles (``TILE_M``, ``TILE_K``, ``BLOCK_B``, ``PROGRAM_M``) or the NPU
-    tiles (``TILE_M``, ``TILE_K``, ``BLOCK_B``, ``GRID``). ``precision``: the transition layer's
+    tiles (``TILE_M``, ``TILE_K``, ``BLOCK_B``, ``GRID``); ``EDGES`` says how both sum layers find
+    their edges (edges.py; "auto": computed on the GPU, gathered on the NPU). ``precision``: the transition layer's
     ``tl.dot`` input precision on the GPU (``gpu.PRECISIONS``), forward and backward (from batch 16
     the rule's tiles take the dot forms); the NPU computes in fp32.
     """
@@ -99,6 +109,7 @@ class HMM:
         self.heuristic = heuristic
         self.precision = precision
         self.tiles = dict(tiles)
+        edges_option = check_edges(self.tiles.pop("EDGES", "auto"))
         self._plans: dict[int, ChainPlan] = {}
 
         dev = self.device.torch_device
@@ -136,6 +147,9 @@ class HMM:
         # the transition's child rows are distinct when G = 1, its parameter runs always are.
         self.trans_writers = _single_writers(self.trans_cids, self.trans_pids, bs)
         self.root_writers = _single_writers(self.root_cids, self.root_pids, 1)
+        # Both layers' indices are affine (edges.py): the GPU kernels compute them (EDGES="auto").
+        self.trans_edges = layer_edges(self.trans_cids, self.trans_pids, bs, edges_option, self.impl)
+        self.root_edges = layer_edges(self.root_cids, self.root_pids, 1, edges_option, self.impl)
 
     # --- data and tiles ------------------------------------------------------------------
     def sample(self, batch: int, seed: int = 0) -> torch.Tensor:
@@ -187,11 +201,14 @@ class HMM:
         for t in range(self.T - 2, -1, -1):
             child = bufs[t + 1, :L] if t + 1 == self.T - 1 else zs[t + 1]
             m.sum_forward(
-                child, self.trans_params, self.trans_cids, self.trans_pids, bs, plan.trans_fwd, out=bufs[t, L:]
-            )
+                child, self.trans_params, self.trans_cids, self.trans_pids, bs, plan.trans_fwd, out=bufs[t, L:],
+                edges=self.trans_edges,
+            )  # fmt: skip
             m.product_forward(bufs[t], self.prod_cids, bs, plan.product, out=zs[t])
         top = zs[0] if self.T > 1 else bufs[0, :L]
-        root = m.sum_forward(top, self.root_params, self.root_cids, self.root_pids, 1, plan.root_fwd)
+        root = m.sum_forward(
+            top, self.root_params, self.root_cids, self.root_pids, 1, plan.root_fwd, edges=self.root_edges
+        )
         return {"ll": root[0], "root": root, "bufs": bufs, "zs": zs, "x": x}
 
     def z(self, state: dict, t: int) -> torch.Tensor:
@@ -218,6 +235,7 @@ class HMM:
             1,
             plan.root_bwd,
             element_flows=top_flows,
+            edges=self.root_edges,
             **self.root_writers,
         )
         for t in range(0, T - 1):
@@ -234,6 +252,7 @@ class HMM:
                 plan.trans_bwd,
                 element_flows=target,
                 param_flows=trans_flows,
+                edges=self.trans_edges,
                 **self.trans_writers,
             )
         emit_flows = torch.zeros((L, self.V), dtype=torch.float32, device=dev)

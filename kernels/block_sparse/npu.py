@@ -40,8 +40,10 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.block_sparse.edges import GATHER, EdgeLayout
 from kernels.block_sparse.gpu import PRODUCT_BLOCK_M_CAP, SMALL_TILE_M, check_splits, check_tile, launch
 from kernels.block_sparse.tile_math import (
+    block_edges,
     check_shift,
     combine_partials,
     element_flows_of,
@@ -72,15 +74,16 @@ COMBINE_BLOCK = 1024  # flat elements per item of the split-K combine (8 KB of t
 @triton.jit
 def _sum_forward_npu_kernel(
     OUT_ptr, WS_MAX_ptr, WS_SUM_ptr, EM_ptr, P_ptr, CIDS_ptr, PIDS_ptr, n_batch, n_edges, block_size, n_blocks,
-    n_splits, k_per_split, TILE_M: tl.constexpr, TILE_K: tl.constexpr, BLOCK_B: tl.constexpr, SPLIT: tl.constexpr,
-    SHIFT: tl.constexpr,
+    n_splits, k_per_split, child0, child_step, param0, param_step, TILE_M: tl.constexpr, TILE_K: tl.constexpr,
+    BLOCK_B: tl.constexpr, SPLIT: tl.constexpr, SHIFT: tl.constexpr, AFFINE: tl.constexpr,
 ):  # fmt: skip
     """out = log sum_k p * exp(em); grid-stride over (block, node tile[, split], batch tile).
     ``SHIFT``: the log-sum-exp's shift, per node and column ("node", exact) or per column
     ("column": tile_math.column_step, fewer exponentials).
 
     ``SPLIT``: each item takes the edges ``[s * k_per_split, (s + 1) * k_per_split)`` and stores
-    its partial (shift, scaled sum) to the workspace rows ``s * G*bs + row``."""
+    its partial (shift, scaled sum) to the workspace rows ``s * G*bs + row``. ``AFFINE``: the
+    edges are computed from ``child0 .. param_step`` (edges.py), not loaded."""
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
     m_tiles = tl.cdiv(block_size, TILE_M)
@@ -98,9 +101,11 @@ def _sum_forward_npu_kernel(
         col_mask = cols < n_batch
         k_lo = split * k_per_split
         k_hi = tl.minimum(k_lo + k_per_split, n_edges)
+        edge_row, child_base, param_base = block_edges(g, n_edges, child0, child_step, param0, param_step, False)
         run_max, acc = node_tile_lse(
-            EM_ptr, P_ptr, CIDS_ptr, PIDS_ptr, g * n_edges, k_lo, k_hi, nodes, node_mask, cols, col_mask, n_batch,
-            TILE_M, TILE_K, BLOCK_B, False, SHIFT, "ieee",  # no tl.dot on the NPU: no precision to choose
+            EM_ptr, P_ptr, CIDS_ptr, PIDS_ptr, edge_row, child_base, param_base, block_size, k_lo, k_hi, nodes,
+            node_mask, cols, col_mask, n_batch, TILE_M, TILE_K, BLOCK_B, AFFINE, False, SHIFT,
+            "ieee",  # no tl.dot on the NPU: no precision to choose
         )  # fmt: skip
         rows = node_rows(g, block_size, nodes, False)
         mask = node_mask[:, None] & col_mask[None, :]
@@ -134,13 +139,15 @@ def _sum_combine_npu_kernel(OUT_ptr, WS_MAX_ptr, WS_SUM_ptr, n_elements, n_split
 @triton.jit
 def _sum_element_flows_npu_kernel(
     EF_ptr, NF_ptr, EM_ptr, P_ptr, OUT_ptr, CIDS_ptr, PIDS_ptr, n_batch, n_edges, block_size, n_blocks,
-    TILE_M: tl.constexpr, TILE_K: tl.constexpr, BLOCK_B: tl.constexpr, SHIFT: tl.constexpr,
+    child0, child_step, param0, param_step, TILE_M: tl.constexpr, TILE_K: tl.constexpr, BLOCK_B: tl.constexpr,
+    SHIFT: tl.constexpr, AFFINE: tl.constexpr,
 ):  # fmt: skip
     """eflows[cids[g, k], b] += sum_i F * exp(log p + em - out); grid-stride over (block, edge tile, batch tile).
 
     ``SHIFT``: "node" (the exact broadcast form) or "column" (the factored form with broadcast
     products, tile_math.element_flow_column_tile). OUT holds +inf for dead nodes (host-side), so
-    no select is needed here."""
+    no select is needed here. ``AFFINE``: the edges are computed from ``child0 .. param_step``
+    (edges.py), not loaded."""
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
     k_tiles = tl.cdiv(n_edges, TILE_K)
@@ -154,7 +161,10 @@ def _sum_element_flows_npu_kernel(
         k_mask = ks < n_edges
         cols = b_tile * BLOCK_B + tl.arange(0, BLOCK_B)
         col_mask = cols < n_batch
-        cid, pidx = load_edges(CIDS_ptr, PIDS_ptr, g * n_edges, ks, k_mask, False)
+        edge_row, child_base, param_base = block_edges(g, n_edges, child0, child_step, param0, param_step, False)
+        cid, pidx = load_edges(
+            CIDS_ptr, PIDS_ptr, edge_row, child_base, param_base, ks, k_mask, block_size, AFFINE, False
+        )  # fmt: skip
         kb_mask = k_mask[:, None] & col_mask[None, :]
         em = load_children(EM_ptr, cid, cols, kb_mask, n_batch)
         # SHIFT names the form ("node" or "column"): no tl.dot on the vector cores, no precision
@@ -168,11 +178,11 @@ def _sum_element_flows_npu_kernel(
 @triton.jit
 def _sum_param_flows_npu_kernel(
     PF_ptr, NF_ptr, EM_ptr, P_ptr, OUT_ptr, CIDS_ptr, PIDS_ptr, n_batch, n_edges, block_size, n_blocks,
-    TILE_M: tl.constexpr, TILE_K: tl.constexpr, BLOCK_B: tl.constexpr, MUL_PARAMS: tl.constexpr,
-    SHIFT: tl.constexpr,
+    child0, child_step, param0, param_step, TILE_M: tl.constexpr, TILE_K: tl.constexpr, BLOCK_B: tl.constexpr,
+    MUL_PARAMS: tl.constexpr, SHIFT: tl.constexpr, AFFINE: tl.constexpr,
 ):  # fmt: skip
     """pflows[pids[g, k] + i] += sum_b F * exp((log p) + em - out); grid-stride over (block, node tile, edge tile).
-    ``SHIFT`` as in :func:`_sum_element_flows_npu_kernel`."""
+    ``SHIFT`` and ``AFFINE`` as in :func:`_sum_element_flows_npu_kernel`."""
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
     m_tiles = tl.cdiv(block_size, TILE_M)
@@ -186,7 +196,10 @@ def _sum_param_flows_npu_kernel(
         ks = k_tile * TILE_K + tl.arange(0, TILE_K)
         node_mask = nodes < block_size
         k_mask = ks < n_edges
-        cid, pidx = load_edges(CIDS_ptr, PIDS_ptr, g * n_edges, ks, k_mask, False)
+        edge_row, child_base, param_base = block_edges(g, n_edges, child0, child_step, param0, param_step, False)
+        cid, pidx = load_edges(
+            CIDS_ptr, PIDS_ptr, edge_row, child_base, param_base, ks, k_mask, block_size, AFFINE, False
+        )  # fmt: skip
         mk_mask = node_mask[:, None] & k_mask[None, :]
         rows = node_rows(g, block_size, nodes, False)
         acc = param_flows_of(
@@ -349,9 +362,12 @@ def _check_int32(element_rows: int, batch: int, n_params: int = 0):
 
 
 # --- host functions ------------------------------------------------------------------------
-def sum_forward(element_mars, params, cids, pids, block_size: int, tiles: NpuTiles, out=None):
+def sum_forward(
+    element_mars, params, cids, pids, block_size: int, tiles: NpuTiles, out=None, edges: EdgeLayout = GATHER
+):
     """The sum layer; ``tiles.SPLITS > 1`` splits each tile's edges (split-K) and merges the
-    partials with a second, grid-stride combine kernel (gpu.sum_forward's workspace layout)."""
+    partials with a second, grid-stride combine kernel (gpu.sum_forward's workspace layout).
+    ``edges`` as in :func:`kernels.block_sparse.gpu.sum_forward`."""
     n_blocks, n_edges = cids.shape
     batch = element_mars.shape[1]
     n_rows = n_blocks * block_size
@@ -360,6 +376,7 @@ def sum_forward(element_mars, params, cids, pids, block_size: int, tiles: NpuTil
     out, ws_max, ws_sum, k_per, splits = forward_buffers(element_mars, n_rows, n_edges, tiles.SPLITS, tiles.TILE_K, out)
     items = n_blocks * cdiv(block_size, tiles.TILE_M) * splits * cdiv(batch, tiles.BLOCK_B)
     args = (out, ws_max, ws_sum, element_mars, params, cids, pids, batch, n_edges, block_size, n_blocks, splits, k_per)
+    args += edges.kernel_args()
     tile = dict(TILE_M=tiles.TILE_M, TILE_K=tiles.TILE_K, BLOCK_B=tiles.BLOCK_B)
     launch(
         _sum_forward_npu_kernel,
@@ -369,6 +386,7 @@ def sum_forward(element_mars, params, cids, pids, block_size: int, tiles: NpuTil
         **tile,
         SPLIT=splits > 1,
         SHIFT=tiles.SHIFT,
+        AFFINE=edges.affine,
     )
     if splits > 1:
         n = n_rows * batch
@@ -380,6 +398,7 @@ def sum_forward(element_mars, params, cids, pids, block_size: int, tiles: NpuTil
 def sum_backward(
     node_flows, element_mars, params, out, cids, pids, block_size: int, tiles: NpuTiles, element_flows=True,
     param_flows=True, mul_params: bool = True, element_atomic: bool = True, param_atomic: bool = True,
+    edges: EdgeLayout = GATHER,
 ):  # fmt: skip
     """Same contract as :func:`kernels.block_sparse.gpu.sum_backward`; the NPU kernels always
     scatter with atomics (``element_atomic`` / ``param_atomic`` are accepted and ignored)."""
@@ -390,19 +409,23 @@ def sum_backward(
     safe_out = out.masked_fill(out == float("-inf"), float("inf"))
     eflows = pflows = None
     args = (node_flows, element_mars, params, safe_out, cids, pids, batch, n_edges, block_size, n_blocks)
+    args += edges.kernel_args()
     tile = dict(TILE_M=tiles.TILE_M, TILE_K=tiles.TILE_K, BLOCK_B=tiles.BLOCK_B)
     if element_flows is not None and element_flows is not False:
         eflows = torch.zeros_like(element_mars) if element_flows is True else element_flows
         items = n_blocks * cdiv(n_edges, tiles.TILE_K) * cdiv(batch, tiles.BLOCK_B)
         grid = (tiles.programs(items),)
-        launch(_sum_element_flows_npu_kernel, element_mars, grid, eflows, *args, **tile, SHIFT=tiles.SHIFT)
+        launch(
+            _sum_element_flows_npu_kernel, element_mars, grid, eflows, *args, **tile, SHIFT=tiles.SHIFT,
+            AFFINE=edges.affine,
+        )  # fmt: skip
     if param_flows is not None and param_flows is not False:
         pflows = torch.zeros_like(params) if param_flows is True else param_flows
         items = n_blocks * cdiv(block_size, tiles.TILE_M) * cdiv(n_edges, tiles.TILE_K)
         grid = (tiles.programs(items),)
         launch(
             _sum_param_flows_npu_kernel, element_mars, grid, pflows, *args, **tile, MUL_PARAMS=mul_params,
-            SHIFT=tiles.SHIFT,
+            SHIFT=tiles.SHIFT, AFFINE=edges.affine,
         )  # fmt: skip
     return eflows, pflows
 
@@ -441,6 +464,8 @@ def product_backward(grad_out, cids, block_size: int, n_rows: int, tiles: NpuTil
 
 
 # --- npu-check ------------------------------------------------------------------------------
+# An affine layer's edges (edges.py), arguments of every sum kernel.
+_EDGE_SIGNATURE = {"child0": "i32", "child_step": "i32", "param0": "i32", "param_step": "i32"}
 _SUM_SIGNATURE = {
     "OUT_ptr": "*fp32",
     "WS_MAX_ptr": "*fp32",
@@ -455,6 +480,7 @@ _SUM_SIGNATURE = {
     "n_blocks": "i32",
     "n_splits": "i32",
     "k_per_split": "i32",
+    **_EDGE_SIGNATURE,
 }
 _FLOW_SIGNATURE = {
     "XF_ptr": "*fp32",  # renamed per kernel below (EF_ptr / PF_ptr)
@@ -468,6 +494,7 @@ _FLOW_SIGNATURE = {
     "n_edges": "i32",
     "block_size": "i32",
     "n_blocks": "i32",
+    **_EDGE_SIGNATURE,
 }
 _PRODUCT_SIGNATURE = {
     "n_batch": "i32",
@@ -490,17 +517,19 @@ _SUM_KERNELS = (
 )
 
 
-def _sum_cases(tm: int, tk: int, tb: int, default: bool, note: str = "") -> list:
+def _sum_cases(tm: int, tk: int, tb: int, default: bool, note: str = "", affine: bool = False) -> list:
+    """The three sum kernels at one tile, their edges gathered or (``affine``) computed."""
     from kernels.spec import NpuCompileCase
 
     tiles = {"TILE_M": tm, "BLOCK_B": tb, "TILE_K": tk}  # TILE_K last: the calibration's boundary axis
+    label = " EDGES=affine" if affine else ""
     return [
         NpuCompileCase(
             "block_sparse",
-            f"{name} TILE_M={tm} BLOCK_B={tb} TILE_K={tk}{note}",
+            f"{name}{label} TILE_M={tm} BLOCK_B={tb} TILE_K={tk}{note}",
             kernel,
             dict(signature),
-            {**tiles, **extra},
+            {**tiles, **extra, "AFFINE": affine},
             default,
             ub_bytes(tm, tk, tb),
         )
@@ -526,7 +555,7 @@ def _forward_case(tm: int, tk: int, tb: int, default: bool, note: str, split: bo
         f"{name}{label} TILE_M={tm} BLOCK_B={tb} TILE_K={tk}{note}",
         _sum_forward_npu_kernel,
         dict(_SUM_SIGNATURE),
-        {"TILE_M": tm, "BLOCK_B": tb, "TILE_K": tk, "SPLIT": split, "SHIFT": shift},
+        {"TILE_M": tm, "BLOCK_B": tb, "TILE_K": tk, "SPLIT": split, "SHIFT": shift, "AFFINE": False},
         default,
         ub_bytes(tm, tk, tb),
     )
@@ -553,7 +582,7 @@ def _column_cases(tm: int, tk: int, tb: int, note: str = "") -> list:
                 f"{name} SHIFT=column TILE_M={tm} BLOCK_B={tb} TILE_K={tk}{note}",
                 kernel,
                 dict(signature),
-                {**tiles, **extra, "SHIFT": "column"},
+                {**tiles, **extra, "SHIFT": "column", "AFFINE": False},
                 False,
                 ub_bytes(tm, tk, tb),
             )
@@ -589,6 +618,8 @@ def npu_compile_cases():
             continue
         seen.add(key)
         cases += _sum_cases(t.TILE_M, t.TILE_K, t.BLOCK_B, True, f" (batch {batch})")
+        # Computed edges (edges.py): EDGES="affine" only on the NPU, so not a default.
+        cases += _sum_cases(t.TILE_M, t.TILE_K, t.BLOCK_B, False, f" (batch {batch})", affine=True)
         cases += _split_cases(t.TILE_M, t.TILE_K, t.BLOCK_B, True, f" (batch {batch})")
         cases += _column_cases(t.TILE_M, t.TILE_K, t.BLOCK_B, f" (batch {batch})")
         bm = min(t.TILE_M, PRODUCT_BLOCK_M_CAP)

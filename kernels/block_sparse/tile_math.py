@@ -49,13 +49,33 @@ def check_shift(value, use_dot: bool = False) -> str:
 
 # --- loads ------------------------------------------------------------------------------------
 @triton.jit
-def load_edges(CIDS_ptr, PIDS_ptr, edge_row, ks, k_mask, WIDE: tl.constexpr):
-    """Child rows and parameter offsets of edges ``ks`` of the block starting at ``edge_row``."""
-    cid = tl.load(CIDS_ptr + edge_row + ks, mask=k_mask, other=0)
-    pidx = tl.load(PIDS_ptr + edge_row + ks, mask=k_mask, other=0)
+def block_edges(g, n_edges, child0, child_step, param0, param_step, WIDE: tl.constexpr):
+    """Where block ``g``'s edges start: its row of cids/pids (``g * n_edges``) and, for an affine
+    layout (edges.py), its first child row and parameter offset."""
     if WIDE:
-        cid = cid.to(tl.int64)
-        pidx = pidx.to(tl.int64)
+        g = g.to(tl.int64)
+    return g * n_edges, child0 + g * child_step, param0 + g * param_step
+
+
+@triton.jit
+def load_edges(
+    CIDS_ptr, PIDS_ptr, edge_row, child_base, param_base, ks, k_mask, block_size, AFFINE: tl.constexpr,
+    WIDE: tl.constexpr,
+):  # fmt: skip
+    """Child rows and parameter offsets of edges ``ks`` of one block (:func:`block_edges`):
+    loaded from cids/pids, or with ``AFFINE`` computed as ``child_base + k`` and ``param_base +
+    k * block_size``, so the tile's loads need not wait for an index load."""
+    if AFFINE:
+        if WIDE:
+            ks = ks.to(tl.int64)
+        cid = child_base + ks
+        pidx = param_base + ks * block_size
+    else:
+        cid = tl.load(CIDS_ptr + edge_row + ks, mask=k_mask, other=0)
+        pidx = tl.load(PIDS_ptr + edge_row + ks, mask=k_mask, other=0)
+        if WIDE:
+            cid = cid.to(tl.int64)
+            pidx = pidx.to(tl.int64)
     return cid, pidx
 
 
@@ -105,25 +125,13 @@ def load_node_state(NF_ptr, OUT_ptr, rows, cols, mb_mask, n_batch, DEAD_SELECT: 
 
 @triton.jit
 def load_chunk(
-    EM_ptr,
-    P_ptr,
-    CIDS_ptr,
-    PIDS_ptr,
-    edge_row,
-    k0,
-    k_hi,
-    nodes,
-    node_mask,
-    cols,
-    col_mask,
-    n_batch,
-    TILE_K: tl.constexpr,
-    WIDE: tl.constexpr,
-):
+    EM_ptr, P_ptr, CIDS_ptr, PIDS_ptr, edge_row, child_base, param_base, block_size, k0, k_hi, nodes, node_mask,
+    cols, col_mask, n_batch, TILE_K: tl.constexpr, AFFINE: tl.constexpr, WIDE: tl.constexpr,
+):  # fmt: skip
     """One forward chunk: ``em [TILE_K, BLOCK_B]`` and ``p [TILE_M, TILE_K]`` of edges ``k0 + [0, TILE_K)`` below ``k_hi``."""
     ks = k0 + tl.arange(0, TILE_K)
     k_mask = ks < k_hi
-    cid, pidx = load_edges(CIDS_ptr, PIDS_ptr, edge_row, ks, k_mask, WIDE)
+    cid, pidx = load_edges(CIDS_ptr, PIDS_ptr, edge_row, child_base, param_base, ks, k_mask, block_size, AFFINE, WIDE)
     em = load_children(EM_ptr, cid, cols, k_mask[:, None] & col_mask[None, :], n_batch)
     p = load_weights(P_ptr, pidx, nodes, node_mask[:, None] & k_mask[None, :])
     return em, p
@@ -202,9 +210,9 @@ def dot_step(run_max, acc, p, em, PRECISION: tl.constexpr):
 
 @triton.jit
 def node_tile_lse(
-    EM_ptr, P_ptr, CIDS_ptr, PIDS_ptr, edge_row, k_lo, k_hi, nodes, node_mask, cols, col_mask, n_batch,
-    TILE_M: tl.constexpr, TILE_K: tl.constexpr, BLOCK_B: tl.constexpr, WIDE: tl.constexpr, FORM: tl.constexpr,
-    PRECISION: tl.constexpr,
+    EM_ptr, P_ptr, CIDS_ptr, PIDS_ptr, edge_row, child_base, param_base, block_size, k_lo, k_hi, nodes, node_mask,
+    cols, col_mask, n_batch, TILE_M: tl.constexpr, TILE_K: tl.constexpr, BLOCK_B: tl.constexpr, AFFINE: tl.constexpr,
+    WIDE: tl.constexpr, FORM: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
     """(running max, scaled sum) of one node tile over edges ``[k_lo, k_hi)`` in chunks of
     ``TILE_K`` — the whole edge range, or one split-K slice. ``FORM``: "node" (the broadcast form,
@@ -218,8 +226,8 @@ def node_tile_lse(
     acc = tl.zeros([TILE_M, BLOCK_B], dtype=tl.float32)
     for k0 in range(k_lo, k_hi, TILE_K):
         em, p = load_chunk(
-            EM_ptr, P_ptr, CIDS_ptr, PIDS_ptr, edge_row, k0, k_hi, nodes, node_mask, cols, col_mask, n_batch,
-            TILE_K, WIDE,
+            EM_ptr, P_ptr, CIDS_ptr, PIDS_ptr, edge_row, child_base, param_base, block_size, k0, k_hi, nodes,
+            node_mask, cols, col_mask, n_batch, TILE_K, AFFINE, WIDE,
         )  # fmt: skip
         if FORM == "dot":
             run_max, acc = dot_step(run_max, acc, p, em, PRECISION)

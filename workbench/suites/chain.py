@@ -174,8 +174,9 @@ def layer_calls(hmm: HMM, batch: int, seed: int = 0) -> dict:
     calls = {}
     if t is not None:
         calls["sum forward"] = lambda: m.sum_forward(
-            child, hmm.trans_params, hmm.trans_cids, hmm.trans_pids, bs, plan.trans_fwd, out=out_sum
-        )
+            child, hmm.trans_params, hmm.trans_cids, hmm.trans_pids, bs, plan.trans_fwd, out=out_sum,
+            edges=hmm.trans_edges,
+        )  # fmt: skip
         calls["product forward"] = lambda: m.product_forward(
             state["bufs"][0], hmm.prod_cids, bs, plan.product, out=out_prod
         )
@@ -193,6 +194,7 @@ def layer_calls(hmm: HMM, batch: int, seed: int = 0) -> dict:
                 plan.trans_bwd,
                 element_flows=eflows,
                 param_flows=pflows,
+                edges=hmm.trans_edges,
             )
 
         def prod_bwd():
@@ -202,8 +204,9 @@ def layer_calls(hmm: HMM, batch: int, seed: int = 0) -> dict:
         calls["sum backward"] = sum_bwd
         calls["product backward"] = prod_bwd
     calls["root forward"] = lambda: m.sum_forward(
-        hmm.z(state, 0), hmm.root_params, hmm.root_cids, hmm.root_pids, 1, plan.root_fwd, out=root_out
-    )
+        hmm.z(state, 0), hmm.root_params, hmm.root_cids, hmm.root_pids, 1, plan.root_fwd, out=root_out,
+        edges=hmm.root_edges,
+    )  # fmt: skip
     calls["input gather"] = lambda: hmm.emissions(x)
     return calls
 
