@@ -505,14 +505,22 @@ def test_a_target_with_a_budget_scale_gives_its_cells_that_much_more_time(monkey
     assert budgets == {"forward": {1.0}, "full": {4.0}}
 
 
-def test_the_warm_block_sparse_target_is_kept_apart_from_the_cold_one():
+def test_the_warm_block_sparse_targets_are_kept_apart_from_the_cold_ones():
     """Same cells, L2 left warm: its records are its own (an earlier cold target's records at the
     same problem are not reused for it), in every suite."""
     from workbench.suites.run import _taken_key
     from workbench.suites.targets import SUITES
 
+    pairs = (
+        ("block_sparse_forward_warm", "block_sparse_forward"),
+        ("block_sparse_forward_tf32_warm", "block_sparse_forward_tf32"),
+        ("block_sparse_backward_warm", "block_sparse_backward"),
+        ("block_sparse_backward_tf32_warm", "block_sparse_backward_tf32"),
+    )
     for suite in SUITES.values():
-        warm, cold = suite.target("block_sparse_forward_warm"), suite.target("block_sparse_forward")
-        assert warm.l2 == "warm" and cold.l2 == "cold" and set(warm.values) <= set(cold.values)
-        problem = {**cold.problem, "batch": warm.values[0]}
-        assert _taken_key("block_sparse", "gpu", warm, problem) != _taken_key("block_sparse", "gpu", cold, problem)
+        for warm_name, cold_name in pairs:
+            warm, cold = suite.target(warm_name), suite.target(cold_name)
+            assert warm.l2 == "warm" and cold.l2 == "cold" and set(warm.values) <= set(cold.values)
+            assert (warm.mode, warm.problem) == (cold.mode, cold.problem)
+            problem = {**cold.problem, "batch": warm.values[0]}
+            assert _taken_key("block_sparse", "gpu", warm, problem) != _taken_key("block_sparse", "gpu", cold, problem)

@@ -325,6 +325,19 @@ def _targets(
             dtype="fp32",
             kernel_only=("pyjuice",),
         ),
+        Versus(
+            "block_sparse_forward_tf32_warm",
+            f"Block-sparse sum layer forward at TF32 on both sides, L2 warm, L={nodes}",
+            "block_sparse",
+            "forward",
+            tf32_batches,
+            bsp,
+            peers=("pyjuice",),
+            problem={**layer, "precision": "tf32"},
+            dtype="fp32",
+            kernel_only=("pyjuice",),
+            l2="warm",
+        ),
         # Issue 16: the layer's backward (element + parameter gradients) against PyJuice's layer
         # backward kernel, judged on kernel time.
         Versus(
@@ -352,6 +365,33 @@ def _targets(
             problem={**layer, "precision": "tf32"},
             dtype="fp32",
             kernel_only=("pyjuice",),
+        ),
+        # The backward as a model pays it: the layer's operands left in L2 (issue 24 judges both).
+        Versus(
+            "block_sparse_backward_warm",
+            f"Block-sparse sum layer backward, L2 warm, L={nodes}, vs PyJuice's layer backward",
+            "block_sparse",
+            "backward",
+            warm_batches,
+            bsp,
+            peers=("pyjuice",),
+            problem=layer,
+            dtype="fp32",
+            kernel_only=("pyjuice",),
+            l2="warm",
+        ),
+        Versus(
+            "block_sparse_backward_tf32_warm",
+            f"Block-sparse sum layer backward at TF32 on both sides, L2 warm, L={nodes}",
+            "block_sparse",
+            "backward",
+            tf32_batches,
+            bsp,
+            peers=("pyjuice",),
+            problem={**layer, "precision": "tf32"},
+            dtype="fp32",
+            kernel_only=("pyjuice",),
+            l2="warm",
         ),
         # What a user's eager loop pays (issue 15): the same cells, judged on the call time.
         Versus(
@@ -546,7 +586,7 @@ def _gpu_suite(name: str, gpu: str) -> Suite:
             fused_bw_from=2048,
             nodes=1024,
             batches=(1, 2, 4, 8, 16, 32, 64),  # issue 16: batch 1-64
-            warm_batches=(1, 2, 4, 8, 16),  # issue 24's warm table
+            warm_batches=(1, 2, 4, 8, 16),  # issue 24's warm table (16: the ieee row beside TF32's)
             tf32_batches=(16, 32, 64),
             hmm={"T": 32, "L": 1024, "batches": (1, 4, 16, 64)},  # issue 24: the chain at 1, 4, 16, 64
             defaults={
