@@ -524,3 +524,14 @@ def test_the_warm_block_sparse_targets_are_kept_apart_from_the_cold_ones():
             assert (warm.mode, warm.problem) == (cold.mode, cold.problem)
             problem = {**cold.problem, "batch": warm.values[0]}
             assert _taken_key("block_sparse", "gpu", warm, problem) != _taken_key("block_sparse", "gpu", cold, problem)
+
+
+def test_a_suite_report_names_the_card_that_ran_it_when_it_is_not_the_suites():
+    """The h200 suite run on an H100 (a device call for an H200 can get one) says so in its title."""
+    from widgets.suite_report import display_title
+
+    on_h100 = display_title({"suite": "h200", "device_name": "NVIDIA H100 80GB HBM3"})
+    assert on_h100.endswith("— run on an NVIDIA H100 80GB HBM3, not an H200")
+    assert "run on" not in display_title({"suite": "h200", "device_name": "NVIDIA H200"})
+    assert "run on" not in display_title({"suite": "h100", "device_name": "NVIDIA H100 80GB HBM3"})
+    assert "run on" not in display_title({"suite": "smoke", "device_name": "cpu"})

@@ -292,15 +292,21 @@ NOT_JUDGED = "#9e9e9e"
 
 
 def display_title(run: dict) -> str:
-    """The suite's title as it reads now (the registry's, for a suite it knows), else the run's."""
+    """The suite's title as it reads now (the registry's, for a suite it knows), else the run's;
+    where a GPU suite ran on another accelerator than the one it is named for (a device call
+    for an H200 that got an H100), the title says which ran it."""
+    title, card = run.get("title") or f"Benchmark suite {run.get('suite')}", ""
     try:
         from workbench.suites import SUITES
 
         if run.get("suite") in SUITES:
-            return SUITES[run["suite"]].title
+            title, card = SUITES[run["suite"]].title, SUITES[run["suite"]].card
     except Exception:  # noqa: BLE001 - a report of an old run must still render
         pass
-    return run.get("title") or f"Benchmark suite {run.get('suite')}"
+    device = run.get("device_name") or ""
+    if card and device and card.lower() not in device.lower():
+        title += f" — run on an {device}, not an {card}"
+    return title
 
 
 def short_title(title: str) -> str:

@@ -207,6 +207,7 @@ class Suite:
     rep_ms: float = 100
     warmup_ms: float = 25
     doc: str = ""
+    card: str = ""  # the accelerator a GPU suite is named for ("H100"); a report says when another ran it
 
     def target(self, name: str):
         for t in self.targets:
@@ -603,6 +604,7 @@ def _gpu_suite(name: str, gpu: str) -> Suite:
         # stops (workbench.timing.run_interleaved), leaving the budget to call and host time.
         rep_ms=50,
         doc="the issue's sizes; ratios measured side by side in one run",
+        card=gpu,
     )
 
 
