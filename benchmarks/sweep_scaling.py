@@ -8,15 +8,18 @@
 The sweep: RMSNorm forward (gpu_multirow: BLOCK_SIZE_M x num_warps x hidden) plus the
 block-sparse sum layer (gpu_large: TILE_M x TILE_K x BLOCK_B x batch), 208 configurations, one
 Ray actor per GPU on an embedded Ray limited to ``--gpus`` GPUs. Each run goes to OUT/gpus<N>/
-(records.sqlite, records.json, run.json with its wall time); a run cut short resumes into the
-same folder and its wall times add up. Each run has its own, empty, Triton cache (a new temporary folder),
-so the second run compiles everything again, like the first.
+(records.sqlite, records.json, run.json with its wall time, which includes Ray's stop:
+``close_s`` says how much); a run cut short resumes into the same folder and its wall times add
+up. Each run has its own, empty, Triton cache (a new temporary folder), so the second run
+compiles everything again, like the first.
 
 Compile-ahead (on by default; ``--compile-workers 0`` turns it off): CPU-side Ray actors compile
 queued configurations' kernels for the GPU into the run's Triton cache while the GPUs measure
 (:mod:`workbench.sweep.compile_ahead`), so a measuring actor's first call loads them. The work is
 still done in every run, from an empty cache; run.json's ``compile_ahead`` says how much of it,
-and each record's ``compile_facts.compiled_ahead`` whether its first call found its kernels.
+for which target (``target``: read by the driver from its GPUs, or ``WORKBENCH_COMPILE_TARGET``,
+or waited for from the first measuring actor), and each record's ``compile_facts.compiled_ahead``
+whether its first call found its kernels.
 
 ``--compare`` prints, per run: configurations, failed, wall time, configurations/s, and the
 speedup over the 1-GPU run; whether both runs recorded the same configurations; and per shape
@@ -117,7 +120,8 @@ def run(args) -> int:
     with opened(ex):  # Ray's start is timed apart from the sweep
         started = time.perf_counter()
         result = run_sweep(tasks, ex, store, progress=TerminalBar(every_s=30))
-    done = time.perf_counter()
+        swept = time.perf_counter()
+    done = time.perf_counter()  # the sweep's time still counts Ray's stop (close_s of it)
     split = time_split(result, ex, started - t0, done - started)
     ahead = compile_ahead_summary(result, ex)
     runs_path = out / "run.json"
@@ -133,6 +137,7 @@ def run(args) -> int:
             "failed": len(result.failed),
             "sweep_s": done - started,
             "ray_start_s": started - t0,
+            "close_s": done - swept,
             "split_s": split,
             "compile_ahead": ahead,
         }
@@ -141,12 +146,15 @@ def run(args) -> int:
     write_json(store.records(), out / "records.json")
     print(
         f"{args.gpus} {args.device} slot(s): {len(result.records)} measured ({len(result.failed)} failed), "
-        f"{len(result.skipped)} already recorded; sweep {done - started:.1f} s, Ray start {started - t0:.1f} s"
+        f"{len(result.skipped)} already recorded; sweep {done - started:.1f} s (of which Ray's stop "
+        f"{done - swept:.1f} s), Ray start {started - t0:.1f} s"
     )
     print("where the time went (s): " + ", ".join(f"{k} {v:.1f}" for k, v in split.items()))
     if ahead:
         print(
-            f"compile-ahead: {ahead['workers']} worker(s), {ahead['compiled']} compiled, {ahead['failed']} not, "
+            f"compile-ahead: {ahead['workers']} worker(s) for the {ahead['target']}'s target"
+            f"{' (corrected by the first actor)' if ahead['retargeted'] else ''}, "
+            f"{ahead['compiled']} compiled, {ahead['failed']} not, "
             f"{ahead['busy_s']:.1f} s of CPU beside the GPUs; first calls from the cache: "
             f"{ahead['first_call_cached']}/{len(result.records)}"
         )

@@ -180,3 +180,94 @@ def test_a_free_worker_takes_a_compiled_task_first_then_one_no_compiler_holds():
     second = ahead.pick(queue)
     assert second.key == tasks[2].key and "compiled_ahead" not in second.extra
     assert ahead.pick(queue) is None and list(queue) == [tasks[0]]
+
+
+def _fake_gpus(monkeypatch, *props):
+    """torch.cuda answering for GPUs with these (capability, name, SMs, L2) and no device."""
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: len(props))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i: props[i][0])
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: props[i][1])
+    monkeypatch.setattr(
+        torch.cuda,
+        "get_device_properties",
+        lambda i: types.SimpleNamespace(multi_processor_count=props[i][2], L2_cache_size=props[i][3]),
+    )
+
+
+H100_PROPS = ((9, 0), H100["name"], H100["num_cores"], H100["l2_bytes"])
+
+
+def test_the_driver_reads_the_target_its_gpus_share(monkeypatch):
+    """The driver's GPUs give the facts a measuring worker on any of them would (Triton's target
+    is the capability as major * 10 + minor, 32 lanes); GPUs of two kinds, or none, give None:
+    which one a worker gets is Ray's choice, so the first worker's facts are waited for."""
+    from workbench.sweep.compile_ahead import visible_device_facts
+
+    _fake_gpus(monkeypatch, H100_PROPS, H100_PROPS)
+    assert visible_device_facts("cuda") == H100
+    assert visible_device_facts("cpu") is None
+    _fake_gpus(monkeypatch, H100_PROPS, ((8, 0), "NVIDIA A100-SXM4-80GB", 108, 40 << 20))
+    assert visible_device_facts("cuda") is None
+    _fake_gpus(monkeypatch)
+    assert visible_device_facts("cuda") is None
+    _fake_gpus(monkeypatch, H100_PROPS)
+    monkeypatch.setattr(torch.version, "hip", "6.2")
+    assert visible_device_facts("cuda") is None
+
+
+def test_driver_target_takes_the_environment_then_the_driver_else_the_first_actor(monkeypatch):
+    import json
+
+    from workbench.sweep import compile_ahead
+    from workbench.sweep.compile_ahead import TARGET_ENV, driver_target
+
+    monkeypatch.setattr(compile_ahead, "visible_device_facts", lambda device: H100 if device == "cuda" else None)
+    monkeypatch.delenv(TARGET_ENV, raising=False)
+    assert driver_target("cuda") == (H100, "driver")
+    assert driver_target("cuda", probe=False) == (None, "actor")  # a cluster's GPUs are not the driver's
+    assert driver_target("cpu") == (None, "actor")
+    monkeypatch.setenv(TARGET_ENV, "actor")
+    assert driver_target("cuda") == (None, "actor")
+    other = dict(H100, name="NVIDIA H200", num_cores=132)
+    monkeypatch.setenv(TARGET_ENV, json.dumps(other))
+    assert driver_target("cuda", probe=False) == (other, "environment")
+    for bad in ("sm90", '{"arch": 90}'):
+        monkeypatch.setenv(TARGET_ENV, bad)
+        with pytest.raises(ValueError, match=TARGET_ENV):
+            driver_target("cuda")
+
+
+def test_retarget_drops_what_was_compiled_for_the_other_target():
+    """A measuring actor reporting other facts than the driver's: calls in flight are given up
+    (their workers replaced), results dropped, and the queue is compiled again for its facts."""
+    from collections import deque
+
+    from workbench.sweep.ray_executor import _CompileAhead
+
+    killed, made = [], []
+
+    class Worker:
+        def __init__(self, name):
+            self.name = name
+            self.compile = types.SimpleNamespace(remote=lambda task, facts: (self.name, task.key, facts["name"]))
+
+    def new_worker():
+        made.append(Worker(f"new{len(made)}"))
+        return made[-1]
+
+    fake_ray = types.SimpleNamespace(kill=lambda actor, no_restart: killed.append(actor.name))
+    tasks = [_task("rms_norm", "gpu_row", problem={"rows": rows, "hidden": 64}) for rows in (1, 2, 3)]
+    ahead = _CompileAhead(fake_ray, [Worker("w0")], H100, 60, new_worker, source="driver")
+    queue = deque(tasks)
+    ahead.feed(queue)  # the driver's target: compiling from the start
+    assert list(ahead.calls) == [("w0", tasks[0].key, H100["name"])]
+    ahead.results[tasks[1].key] = {"ok": True, "kernels": []}
+    h200 = dict(H100, name="NVIDIA H200")
+    ahead.retarget(h200)
+    assert killed == ["w0"] and ahead.calls == {} and ahead.results == {}
+    ahead.feed(queue)
+    assert list(ahead.calls) == [("new0", tasks[0].key, "NVIDIA H200")]
+    summary = ahead.summary()
+    assert summary["target"] == "actor" and summary["retargeted"] is True

@@ -17,6 +17,7 @@ from kernels.spec import FAMILY_MODULES
 from workbench.store import Store
 from workbench.sweep.engine import Progress, plan_tasks, run_sweep
 from workbench.sweep.executors import IsolateExecutor, LocalExecutor
+from workbench.sweep.ray_executor import DeviceWorker
 from workbench.sweep.tasks import ERROR_CRASH, ERROR_TIMEOUT, make_task
 
 ray = pytest.importorskip("ray", reason="the distributed extra (ray) is not installed")
@@ -115,6 +116,123 @@ def test_ray_with_compile_workers_records_every_configuration_once(ray_executor,
         if note is not None:
             assert note["first_call_cached"] is None  # the interpreter loads nothing from a cache
             assert note["ok"] == bool(note["kernels"]) or "error" in note
+
+
+@pytest.fixture
+def own_executor(ray_executor):
+    """The module's executor with no actors and no target known yet (one Ray instance of 2 CPUs
+    has no room for a second executor's actors); put back as it was afterwards."""
+    from workbench.sweep.ray_executor import kill_actor
+
+    names = ("compile_workers", "compile_target", "_target", "_target_source", "_target_checked", "_actor_class")
+    saved = {name: getattr(ray_executor, name) for name in names}
+
+    def clear():
+        for pool in ray_executor._pools.values():
+            for actor in list(pool.live):
+                ray_executor._retire(pool, actor)
+        for actor in ray_executor._compilers:
+            kill_actor(ray, actor)
+        ray_executor._compilers = []
+
+    clear()
+    ray_executor._target, ray_executor._target_source, ray_executor._target_checked = None, "actor", False
+    yield ray_executor
+    clear()
+    for name, value in saved.items():
+        setattr(ray_executor, name, value)
+
+
+def test_a_target_the_driver_knows_is_compiled_for_before_any_measuring_actor_reports(
+    own_executor, monkeypatch, tmp_path
+):
+    """WORKBENCH_COMPILE_TARGET (the driver's own GPUs are read the same way, on cuda): the
+    compile workers get the first queued configurations as soon as the run sets them up, before
+    any measuring actor exists; the whole run then records every configuration once, those
+    measured after their compile-ahead noting it, and the summary says where the target came from."""
+    import json
+
+    from testkit import H100_FACTS
+
+    from workbench.sweep.compile_ahead import TARGET_ENV
+    from workbench.sweep.ray_executor import triton_cache_root
+
+    monkeypatch.setenv(TARGET_ENV, json.dumps(H100_FACTS))
+    own_executor.compile_workers = 1
+    tasks = _norm_tasks()[:6]
+    ahead = own_executor._compile_ahead("cpu", triton_cache_root())
+    assert ahead.facts == H100_FACTS and ahead.source == "environment"
+    queue = __import__("collections").deque(tasks)
+    ahead.feed(queue)
+    assert ahead.compiling() == {tasks[0].key}
+    assert not any(pool.live for pool in own_executor._pools.values())  # no measuring actor yet
+    (ref,) = ahead.refs()
+    ray.wait([ref], timeout=120)
+    ahead.collect(ref)
+    assert ahead.results[tasks[0].key]["ok"], ahead.results[tasks[0].key]["error"]
+    own_executor._compilers = ahead.finish()
+
+    result = run_sweep(tasks, own_executor, Store(tmp_path / "r.sqlite"))
+    assert sorted(r["sweep_key"] for r in result.records) == sorted(t.key for t in tasks)
+    assert own_executor.compile_ahead["target"] == "environment"
+    assert own_executor.compile_ahead["retargeted"] is False  # the interpreter's actors report no facts
+    assert any(r["compile_facts"].get("compiled_ahead") for r in result.records)
+
+
+def test_the_first_actor_gives_the_target_where_the_driver_cannot_tell_and_corrects_it(own_executor, monkeypatch):
+    """No target from the driver (no GPU it can read, GPUs of two kinds, a cluster, or
+    WORKBENCH_COMPILE_TARGET=actor): the compile-ahead waits for the first measuring actor's
+    facts, as before. Driver facts that a measuring actor contradicts are replaced by the
+    actor's; a compile_target given is used as given."""
+    from testkit import H100_FACTS
+
+    from workbench.sweep import compile_ahead
+    from workbench.sweep.compile_ahead import TARGET_ENV
+    from workbench.sweep.ray_executor import _CompileAhead
+
+    monkeypatch.delenv(TARGET_ENV, raising=False)
+    monkeypatch.setattr(compile_ahead, "visible_device_facts", lambda device: None)
+    assert own_executor._known_target("cuda") == (None, "actor")
+    ahead = _CompileAhead(ray, [], None, 60, None, source="actor")
+    own_executor._check_target(ahead, H100_FACTS)
+    assert ahead.facts == H100_FACTS and not ahead.retargeted
+    assert own_executor._known_target("cuda") == (H100_FACTS, "actor")  # the next run knows it at once
+
+    h200 = dict(H100_FACTS, name="NVIDIA H200")
+    own_executor._target, own_executor._target_checked = None, False
+    monkeypatch.setattr(compile_ahead, "visible_device_facts", lambda device: h200)
+    assert own_executor._known_target("cuda") == (h200, "driver")
+    monkeypatch.setenv(TARGET_ENV, "actor")  # the probe is not even asked
+    own_executor._target = None
+    assert own_executor._known_target("cuda") == (None, "actor")
+    own_executor._target, own_executor._target_source = h200, "driver"
+    ahead = _CompileAhead(ray, [], h200, 60, None, source="driver")
+    own_executor._check_target(ahead, H100_FACTS)
+    assert ahead.facts == H100_FACTS and ahead.retargeted
+    assert own_executor._known_target("cuda") == (H100_FACTS, "actor")
+
+    own_executor.compile_target, own_executor._target_checked = h200, False
+    ahead = _CompileAhead(ray, [], h200, 60, None)
+    own_executor._check_target(ahead, H100_FACTS)
+    assert ahead.facts == h200 and own_executor._known_target("cuda") == (h200, "given")
+
+
+class FailingWarmUp(DeviceWorker):
+    """A measuring actor whose warm-up fails (a device that cannot start)."""
+
+    def ready(self, cache_root, device):
+        raise RuntimeError("this device cannot start")
+
+
+def test_an_actor_whose_warm_up_fails_is_replaced_and_a_configuration_says_why(own_executor, tmp_path):
+    """Actors are started, all at once, with a warm-up call; a configuration is handed out only to
+    an actor that finished it. A failed warm-up retires the actor, and the configuration it would
+    have run is recorded with why (as when a start failed inside its call): the sweep ends."""
+    own_executor._actor_class = ray.remote(max_restarts=0, max_task_retries=0)(FailingWarmUp)
+    tasks = _norm_tasks()[:3]
+    result = run_sweep(tasks, own_executor, Store(tmp_path / "r.sqlite"))
+    assert sorted(r["sweep_key"] for r in result.records) == sorted(t.key for t in tasks)
+    assert all("this device cannot start" in r["error"] for r in result.records)
 
 
 def test_worker_death_is_a_failed_record_and_the_rest_complete(ray_executor, fault_family, tmp_path):

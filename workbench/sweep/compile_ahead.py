@@ -7,6 +7,11 @@ Triton disk cache that worker reads, and nothing runs; the worker's first call t
 
 - :func:`device_facts`: what a compile-ahead must know of the measuring device (Triton target,
   name, SMs, L2), read once by a measuring worker.
+- :func:`driver_target`: the same facts as the driver can know them before any measuring worker
+  is up (``WORKBENCH_COMPILE_TARGET``, else :func:`visible_device_facts` of the driver's own GPUs),
+  so the compile-ahead starts at once; None where it cannot tell (then the first measuring worker's).
+- :func:`prepare_compiler`: a compile process's imports, done when it starts rather than in its
+  first compile.
 - :func:`compile_task`: one task compiled for those facts; a plain dict (never raises). The
   inputs are the family's own, on the meta device (the host functions do no work at all); a host
   function that needs values fails there, and the call is made again on CPU tensors holding the
@@ -20,6 +25,8 @@ Triton disk cache that worker reads, and nothing runs; the worker's first call t
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import time
 
 from workbench.sweep.tasks import SweepTask, register_family, worker_info
@@ -40,16 +47,85 @@ def device_facts(device: str) -> dict | None:
     if not torch.cuda.is_available():
         return None
     target = driver.active.get_current_target()  # exactly what this process's launches compile for
-    info = device_info("cuda")
+    return _facts(target.backend, target.arch, target.warp_size, device_info("cuda"))
+
+
+def _facts(backend: str, arch, warp_size: int, info) -> dict:
     return {
         "kind": "cuda",
-        "backend": target.backend,
-        "arch": target.arch,
-        "warp_size": target.warp_size,
+        "backend": backend,
+        "arch": arch,
+        "warp_size": warp_size,
         "name": info.name,
         "num_cores": info.num_cores,
         "l2_bytes": info.l2_bytes,
     }
+
+
+def visible_device_facts(device: str) -> dict | None:
+    """:func:`device_facts` as a measuring worker on any of this process's GPUs would read them,
+    read here from torch's device properties (Triton's NVIDIA driver targets ``("cuda", major *
+    10 + minor, 32)``); None unless ``device`` is cuda on NVIDIA GPUs that all give the same facts.
+
+    It initialises CUDA in this process (no context is made, no memory taken): safe in a Ray
+    driver, whose workers are processes of their own and are given some of these GPUs. A worker
+    measures on one of them, so facts all GPUs share are that worker's."""
+    if device != "cuda":
+        return None
+    try:
+        import torch
+
+        from kernels.runtime import DeviceInfo
+
+        if torch.version.hip or not torch.cuda.is_available():
+            return None
+        seen = []
+        for index in range(torch.cuda.device_count()):
+            major, minor = torch.cuda.get_device_capability(index)
+            seen.append(_facts("cuda", major * 10 + minor, 32, DeviceInfo("cuda", index)))
+    except Exception:  # noqa: BLE001 - the driver cannot tell: the first measuring worker will
+        return None
+    if not seen or any(facts != seen[0] for facts in seen):
+        return None  # no GPU, or GPUs of several kinds: which one a worker gets is Ray's choice
+    return seen[0]
+
+
+TARGET_ENV = "WORKBENCH_COMPILE_TARGET"
+TARGET_KEYS = ("kind", "backend", "arch", "warp_size", "name", "num_cores")
+
+
+def driver_target(device: str, probe: bool = True) -> tuple[dict | None, str]:
+    """``(facts, where they came from)`` that a sweep's driver knows before any measuring worker
+    is up: ``WORKBENCH_COMPILE_TARGET`` holding the facts as JSON (``"environment"``); else, with
+    ``probe``, :func:`visible_device_facts` (``"driver"``); else ``(None, "actor")``: the first
+    measuring worker's, as that variable set to ``actor`` asks. ValueError for a variable that
+    is neither."""
+    text = os.environ.get(TARGET_ENV, "").strip()
+    if text == "actor":
+        return None, "actor"
+    if text:
+        try:
+            facts = json.loads(text)
+        except ValueError:
+            facts = None
+        if not isinstance(facts, dict) or any(key not in facts for key in TARGET_KEYS):
+            raise ValueError(
+                f"{TARGET_ENV}={text!r}: give 'actor' or the device facts as a JSON object with "
+                f"{', '.join(TARGET_KEYS)} (and l2_bytes)"
+            )
+        return facts, "environment"
+    facts = visible_device_facts(device) if probe else None
+    return (facts, "driver") if facts is not None else (None, "actor")
+
+
+def prepare_compiler() -> None:
+    """Import what :func:`compile_task` needs (torch, Triton's compiler, the launch path), so a
+    compile process's first compile does not pay for it."""
+    import torch  # noqa: F401
+    from triton.backends.compiler import GPUTarget  # noqa: F401
+
+    import kernels.launch  # noqa: F401
+    import kernels.spec  # noqa: F401
 
 
 def compile_task(task: SweepTask, facts: dict) -> dict:

@@ -14,16 +14,26 @@
   starts, and keeps them for its life; at most as many actors run as the cluster has slots, and
   each runs one configuration at a time. Actors live from the first run until
   :meth:`RayExecutor.close` (a tune's rounds reuse them: imports and CUDA start once).
-- A call tells the driver when its configuration starts (the first item of a streaming call,
-  sent once torch and triton are imported): its timeout counts from there. The workers of a host
-  share one Triton cache folder (:func:`tasks.use_host_triton_cache`).
+- A run starts every actor it needs at once (no more than it has configurations), each with a
+  warm-up call (:meth:`DeviceWorker.ready`: imports, CUDA start, the device's facts, and the
+  once-per-process parts of a first measurement), and hands an actor its first configuration
+  only when that call returns: chosen then, not when the actor was asked for, so it can be one
+  compiled ahead meanwhile. An actor whose warm-up fails is replaced, and the configuration it
+  would have taken is recorded with why (as if the failure had happened inside its call).
+- A call tells the driver when its configuration starts (the first item of a streaming call):
+  its timeout counts from there. The workers of a host share one Triton cache folder
+  (:func:`tasks.use_host_triton_cache`).
 - Compile-ahead (``compile_workers``): CPU-side actors (no GPU asked for, none touched, run at a
   lower priority) compile queued configurations for the measuring device
   (:mod:`workbench.sweep.compile_ahead`) into the same Triton cache, while the GPUs measure. A
   measuring actor that frees up takes the first queued configuration whose compile-ahead has
   finished (ok or not), else the first that no compile worker holds (and compiles it itself),
   else waits for the compile in flight, which started earlier than it could. Which device to
-  compile for comes from the first measuring actor (or ``compile_target``). Best effort: a
+  compile for: ``compile_target``, else what the driver knows before any measuring actor is up
+  (:func:`workbench.sweep.compile_ahead.driver_target`: ``WORKBENCH_COMPILE_TARGET``, or the
+  driver's own GPUs with an embedded Ray), else the first measuring actor's. The first measuring
+  actor to report its device checks it: where its facts differ, the compile-ahead switches to
+  them (what was compiled for the other target would miss its cache). Best effort: a
   configuration that could not be compiled ahead is compiled by its measuring actor as before;
   its record notes what the compile-ahead did (``compile_facts["compiled_ahead"]``). The compile
   workers write into their own host's cache: with a cluster of several hosts they serve only
@@ -46,6 +56,7 @@ from collections import deque
 from pathlib import Path
 
 from workbench.children import import_path
+from workbench.sweep.compile_ahead import driver_target
 from workbench.sweep.executors import Executor
 from workbench.sweep.tasks import ERROR_CRASH, ERROR_TIMEOUT, error_record, run_task, use_host_triton_cache, worker_info
 
@@ -86,8 +97,9 @@ class RayExecutor(Executor):
     ):
         """``compile_workers``: compile-ahead actors (0: none; None: :func:`default_compile_workers`
         on cuda with an embedded Ray, none otherwise). ``compile_target``: the device facts to
-        compile for (:func:`workbench.sweep.compile_ahead.device_facts`); None: the first
-        measuring actor's."""
+        compile for (:func:`workbench.sweep.compile_ahead.device_facts`); None: what the driver
+        knows (:func:`workbench.sweep.compile_ahead.driver_target`), else the first measuring
+        actor's."""
         self.ray = import_ray()
         self.address = address
         self.gpus_per_task = gpus_per_task
@@ -102,6 +114,9 @@ class RayExecutor(Executor):
         self.drained_s: float | None = None  # seconds into the last run() when its last task was sent
         self.compile_workers = compile_workers
         self.compile_target = compile_target
+        self._target: dict | None = None  # the facts compiled for when none were given, once known
+        self._target_source = "actor"  # where they came from: "driver", "environment" or "actor"
+        self._target_checked = False  # a measuring actor reported its facts (and they were taken)
         self._compile_class = None
         self._compilers: list = []  # compile-ahead actors, kept from run to run like the measuring ones
         self.compile_ahead: dict = {}  # the last run's compile-ahead: workers, compiled, failed, busy_s
@@ -197,40 +212,49 @@ class RayExecutor(Executor):
         pool = self._pools.setdefault(repr(sorted(opts.items())), _Pool(opts))
         root = triton_cache_root()
         queue = deque(dataclasses.replace(t, triton_cache_root=root) for t in tasks)
-        ahead = self._compile_ahead(device, root)
         # generator -> [task, started at (None until the worker says so), worker, actor]
         pending: dict = {}
         begun, self.drained_s = time.monotonic(), None
+        self._grow(pool, len(queue), root, device)  # first: their start is the longest
+        ahead = self._compile_ahead(device, root)
         try:
             while queue or pending:
                 cancelled = cancel is not None and cancel.is_set()
+                if not cancelled:
+                    self._grow(pool, len(queue) + len(pending), root, device)  # replace retired actors
                 if ahead is not None and not cancelled:
                     ahead.feed(queue)
-                while queue and not cancelled and self._can_take(pool):
+                while queue and not cancelled and pool.idle:
                     task = ahead.pick(queue) if ahead is not None else queue.popleft()
                     if task is None:  # every queued one is being compiled ahead: wait for one
                         break
-                    actor = self._free_actor(pool)
+                    actor = pool.idle.popleft()
                     gen = actor.run.options(num_returns="streaming").remote(task)
                     pending[gen] = [task, None, None, actor]
                     if not queue:
                         self.drained_s = time.monotonic() - begun
-                compiling = ahead.refs() if ahead is not None and queue and not cancelled else []
-                if not pending and not compiling:
+                waiting = list(pending)
+                if queue and not cancelled:
+                    waiting += list(pool.starting) + (ahead.refs() if ahead is not None else [])
+                if not waiting:
                     return
-                ready, _ = ray.wait(list(pending) + compiling, num_returns=1, timeout=self.poll_s)
-                for gen in ready:
-                    if gen not in pending:
-                        ahead.collect(gen)
+                ready, _ = ray.wait(waiting, num_returns=1, timeout=self.poll_s)
+                for ref in ready:
+                    if ref in pool.starting:
+                        failed = self._warmed_up(pool, ref, ahead)
+                        if failed is not None and queue:  # the configuration it would have run says why
+                            task = self._take(queue, ahead)
+                            yield _as_queued(task), self._error(task, failed)
                         continue
-                    entry = pending[gen]
-                    kind, value = self._next(gen, entry[0])
+                    if ref not in pending:
+                        ahead.collect(ref)
+                        continue
+                    entry = pending[ref]
+                    kind, value = self._next(ref, entry[0])
                     if kind == "started":
                         entry[1], entry[2] = time.monotonic(), value
-                        if ahead is not None and ahead.facts is None and value.get("device"):
-                            ahead.facts = self.compile_target = value["device"]
                         continue
-                    pending.pop(gen)
+                    pending.pop(ref)
                     if kind == "record":
                         pool.idle.append(entry[3])
                     else:  # the actor died or its call broke: a fresh one takes its place
@@ -263,12 +287,59 @@ class RayExecutor(Executor):
                 self._compilers = ahead.finish()
                 self.compile_ahead = ahead.summary()
 
+    def _grow(self, pool: "_Pool", wanted: int, root: str, device: str) -> None:
+        """Start actors until ``pool`` has ``min(slots, wanted)``, all at once: each is created
+        with its warm-up call (:meth:`DeviceWorker.ready`), and is idle once that returns."""
+        while len(pool.live) < min(self.slots, wanted):
+            actor = self._actor_class.options(**pool.options).remote()
+            pool.live.append(actor)
+            pool.starting[actor.ready.remote(root, device)] = actor
+
+    def _warmed_up(self, pool: "_Pool", ref, ahead: "_CompileAhead | None"):
+        """File an actor's finished warm-up: the actor is idle, and its device facts check the
+        compile-ahead's target; None, or the RayError of a warm-up that failed (the actor is
+        retired: a fresh one takes its place)."""
+        actor = pool.starting.pop(ref)
+        try:
+            info = self.ray.get(ref)
+        except self.ray.exceptions.RayError as exc:
+            self._retire(pool, actor)
+            return exc
+        pool.idle.append(actor)
+        self._check_target(ahead, info.get("device"))
+        return None
+
+    def _check_target(self, ahead: "_CompileAhead | None", facts: dict | None) -> None:
+        """The first measuring actor's device facts: kept for later runs, taken where the target
+        was not known yet, and where they differ from the driver's (or the environment's) the
+        compile-ahead switches to them. A ``compile_target`` given is used as given."""
+        if not facts or self._target_checked:
+            return
+        self._target_checked = True
+        if self.compile_target is not None:
+            return
+        if self._target != facts:
+            self._target, self._target_source = facts, "actor"
+        if ahead is None:
+            return
+        if ahead.facts is None:
+            ahead.facts = facts
+        elif ahead.facts != facts:
+            ahead.retarget(facts)
+
+    @staticmethod
+    def _take(queue: deque, ahead: "_CompileAhead | None"):
+        """The queued task a free actor would take (the first one where every queued one is being
+        compiled)."""
+        task = ahead.pick(queue) if ahead is not None else None
+        return task if task is not None else queue.popleft()
+
     def _compile_ahead(self, device: str, root: str) -> "_CompileAhead | None":
         """This run's compile-ahead (None when it has no compile workers, or nothing to compile
         for: the CPU without a ``compile_target``)."""
         count = self._compile_worker_count(device)
         self.compile_ahead = {}
-        if count == 0 or (device != "cuda" and self.compile_target is None):
+        if count == 0:
             return None
 
         def new_compiler():
@@ -279,27 +350,30 @@ class RayExecutor(Executor):
         for actor in self._compilers[count:]:
             kill_actor(self.ray, actor)
         self._compilers = self._compilers[:count]
+        facts, source = self._known_target(device)  # the compile workers start meanwhile
+        if facts is None and device != "cuda":
+            return None  # nothing to learn it from: the interpreter compiles nothing
         limit = self.timeout_s if self.timeout_s is not None else COMPILE_TIMEOUT_S
-        return _CompileAhead(self.ray, self._compilers, self.compile_target, limit, new_compiler)
+        return _CompileAhead(self.ray, self._compilers, facts, limit, new_compiler, source)
 
-    def _can_take(self, pool: "_Pool") -> bool:
-        return bool(pool.idle) or len(pool.live) < self.slots
-
-    def _free_actor(self, pool: "_Pool"):
-        """An idle actor of ``pool``, a new one while the pool has fewer than ``slots``, else None."""
-        if pool.idle:
-            return pool.idle.popleft()
-        if len(pool.live) < self.slots:
-            actor = self._actor_class.options(**pool.options).remote()
-            pool.live.append(actor)
-            return actor
-        return None
+    def _known_target(self, device: str) -> tuple[dict | None, str]:
+        """The facts to compile for and where they came from ("given", "driver", "environment",
+        "actor"), before this run's measuring actors report; None: not known yet."""
+        if self.compile_target is not None:
+            return self.compile_target, "given"
+        if self._target is None and not self._target_checked:
+            # Only an embedded Ray runs on this host's GPUs; a cluster's may be other ones.
+            self._target, self._target_source = driver_target(device, probe=not self.address)
+        return self._target, self._target_source
 
     def _retire(self, pool: "_Pool", actor) -> None:
         if actor in pool.live:
             pool.live.remove(actor)
         if actor in pool.idle:
             pool.idle.remove(actor)
+        for ref, starting in list(pool.starting.items()):
+            if starting is actor:
+                del pool.starting[ref]
         kill_actor(self.ray, actor)
 
     def _next(self, gen, task) -> tuple[str, dict]:
@@ -316,7 +390,7 @@ class RayExecutor(Executor):
         except self.ray.exceptions.RayError as exc:
             return "broken", self._error(task, exc)
         if isinstance(value, dict) and value.get(_STARTED):
-            return "started", {**value["worker"], "device": value.get("device")}
+            return "started", value["worker"]
         return "record", value
 
     def _error(self, task, exc) -> dict:
@@ -336,10 +410,12 @@ _STARTED = "__workbench_task_started__"
 
 @dataclasses.dataclass
 class _Pool:
-    """The actors holding one kind of resources (``options``): all of them, and the idle ones."""
+    """The actors holding one kind of resources (``options``): all of them, those still warming
+    up (by their warm-up call), and the idle ones."""
 
     options: dict
     live: list = dataclasses.field(default_factory=list)
+    starting: dict = dataclasses.field(default_factory=dict)
     idle: deque = dataclasses.field(default_factory=deque)
 
 
@@ -347,23 +423,44 @@ class DeviceWorker:
     """The Ray actor: one process that keeps the device Ray gave it when it started, and
     measures one configuration per call."""
 
-    _device: dict | None = None
+    def ready(self, cache_root: str | None, device: str) -> dict:
+        """Warm up before the first configuration: the measuring stack imported, the device
+        started, and what a first measurement does once per process (the device's copy bandwidth,
+        its L2 flush buffer, NVML, versions) done. ``{"worker", "device"}``: where it runs, and
+        the facts of its device a compile-ahead compiles for (None: none to compile for). Only a
+        failed import raises; a device that fails here fails its measurements, which say why."""
+        use_host_triton_cache(cache_root)
+        import workbench.measure
+        from workbench.sweep.compile_ahead import device_facts
+
+        try:
+            facts = device_facts(device)
+        except Exception:  # noqa: BLE001 - no compile-ahead check then
+            facts = None
+        try:
+            _warm_up(device, workbench.measure)
+        except Exception:  # noqa: BLE001 - the first measurement does it again, and says what failed
+            pass
+        return {"worker": worker_info(), "device": facts}
 
     def run(self, task):
-        """Say "started" once the measuring stack is imported (the timeout counts from here),
-        with the facts of its device a compile-ahead compiles for, then give the record."""
+        """Say "started" (the timeout counts from here), then give the record."""
         use_host_triton_cache(task.triton_cache_root)
-        import workbench.measure  # noqa: F401
-
-        if self._device is None:
-            from workbench.sweep.compile_ahead import device_facts
-
-            try:
-                self._device = device_facts(task.device) or {}
-            except Exception:  # noqa: BLE001 - no compile-ahead then; the measurement says what is wrong
-                self._device = {}
-        yield {_STARTED: True, "worker": worker_info(), "device": self._device or None}
+        yield {_STARTED: True, "worker": worker_info()}
         yield run_task(task)
+
+
+def _warm_up(device: str, measure) -> None:
+    """What a measurement on ``device`` does first, once per process, done ahead of it."""
+    from workbench.provenance import code_version
+
+    measure.versions()
+    code_version()
+    dev = measure.get_device(device)
+    if dev.kind != "cpu":
+        dev.state()
+        dev.flush_l2()
+        dev.copy_bandwidth_gbps()
 
 
 def kill_actor(ray, actor) -> None:
@@ -395,6 +492,12 @@ class CompileWorker:
         except OSError:
             pass
         use_host_triton_cache(cache_root)
+        from workbench.sweep.compile_ahead import prepare_compiler
+
+        try:
+            prepare_compiler()  # while the target may not be known yet
+        except Exception:  # noqa: BLE001 - its first compile imports again, and says what failed
+            pass
 
     def compile(self, task, facts: dict) -> dict:
         from workbench.sweep.compile_ahead import compile_task
@@ -414,13 +517,17 @@ class _CompileAhead:
 
     ``feed`` gives idle compile workers the first queued tasks none has had; ``pick`` chooses the
     task a free measuring actor takes (see the module docstring); ``collect`` files a finished
-    call; ``expire`` gives up calls past ``limit_s`` (their worker is replaced)."""
+    call; ``expire`` gives up calls past ``limit_s`` (their worker is replaced); ``retarget``
+    starts again for other device facts. ``source``: where ``facts`` came from (the summary's
+    ``target``)."""
 
-    def __init__(self, ray, workers: list, facts: dict | None, limit_s: float, new_worker):
+    def __init__(self, ray, workers: list, facts: dict | None, limit_s: float, new_worker, source: str = "given"):
         self.ray = ray
         self.workers = list(workers)
         self.idle = deque(self.workers)
         self.facts = facts
+        self.source = source
+        self.retargeted = False
         self.limit_s = limit_s
         self.new_worker = new_worker
         self.calls: dict = {}  # ref -> (task key, worker, sent at)
@@ -481,6 +588,15 @@ class _CompileAhead:
                 self.results[key] = _failed(f"no result after {self.limit_s:g} s; its compile worker was replaced")
                 self._replace(worker)
 
+    def retarget(self, facts: dict) -> None:
+        """Compile for ``facts`` from now on: what was compiled, or is being compiled, for the
+        old target is dropped (those calls' workers are replaced), and compiled again."""
+        self.facts, self.source, self.retargeted = facts, "actor", True
+        self.results.clear()
+        for _key, worker, _sent in list(self.calls.values()):
+            self._replace(worker)
+        self.calls.clear()
+
     def _replace(self, worker) -> None:
         kill_actor(self.ray, worker)
         fresh = self.new_worker()
@@ -499,6 +615,8 @@ class _CompileAhead:
         done = list(self.results.values())
         return {
             "workers": len(self.workers),
+            "target": self.source,
+            "retargeted": self.retargeted,
             "compiled": sum(1 for r in done if r.get("ok")),
             "failed": sum(1 for r in done if not r.get("ok")),
             "measured_after": self.taken,
