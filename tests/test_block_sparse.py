@@ -395,18 +395,16 @@ def test_hmm_at_batch_16_takes_the_factored_flows_at_its_precision(device, preci
 
 
 def test_shift_is_checked_and_resolved_per_tile():
-    """SHIFT 'auto' is the small rule's on a broadcast tile (per node at batch 1, per column from
-    batch 2), per node on other broadcast tiles and per column on a tl.dot tile; an explicit
-    shift overrides the rule; 'node' on a tl.dot tile and unknown values say what to change."""
-    batch1 = gpu.resolve_forward_tiles(1, 1024, 1024, 1, 132, heuristic="small")
-    assert (batch1.SHIFT, batch1.form) == ("node", "node")
-    for batch in (2, 3, 8):
+    """SHIFT 'auto' is the small rule's on a broadcast tile (per column at every batch below 16),
+    per node on other broadcast tiles and per column on a tl.dot tile; an explicit shift
+    overrides the rule; 'node' on a tl.dot tile and unknown values say what to change."""
+    for batch in (1, 2, 3, 8):
         small = gpu.resolve_forward_tiles(1, 1024, 1024, batch, 132, heuristic="small")
         assert (small.SHIFT, small.form, small.heuristic) == ("column", "column", "small"), batch
     exact = gpu.resolve_forward_tiles(1, 1024, 1024, 4, 132, heuristic="small", SHIFT="node")
     assert (exact.SHIFT, exact.form, exact.heuristic) == ("node", "node", "custom")
-    column = gpu.resolve_forward_tiles(1, 1024, 1024, 1, 132, heuristic="small", SHIFT="column")
-    assert (column.SHIFT, column.form, column.heuristic) == ("column", "column", "custom")
+    exact1 = gpu.resolve_forward_tiles(1, 1024, 1024, 1, 132, heuristic="small", SHIFT="node")
+    assert (exact1.SHIFT, exact1.form, exact1.heuristic) == ("node", "node", "custom")
     split = gpu.resolve_forward_tiles(1, 1024, 1024, 4, 132, heuristic="split")
     assert split.SHIFT == "node" and not split.USE_DOT
     dot = gpu.resolve_forward_tiles(1, 1024, 1024, 16, 132, heuristic="small")

@@ -6,6 +6,7 @@ line, exit 2, the file untouched); the pick rule; the strategies; Ray with 2 CPU
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -181,7 +182,11 @@ def test_tune_on_ray_with_two_cpu_workers(tables, tmp_path, capsys):
     assert code == 0, text
     records = json.loads((out / "records.json").read_text())
     assert len(records) == 4 and all(r["passed"] for r in records)  # the default and 3 random configurations
-    assert len({r["worker"]["pid"] for r in records}) == 2  # both workers took configurations
+    # Measured in Ray's workers, not here. Not necessarily in both: the default runs alone first,
+    # and its worker, warm, may take all three while the second still starts (it gets work once
+    # ready: ray_executor's warm-up).
+    pids = {r["worker"]["pid"] for r in records}
+    assert os.getpid() not in pids and 1 <= len(pids) <= 2
     table = tuned_tables.read_table(tables / "fused_add_rms_norm" / tuned_tables.file_name(CPU_KEY))
     assert table["provenance"]["workers"] == 2 and table["buckets"][0]["evaluated"] == 3
 

@@ -16,7 +16,7 @@ max ``m`` and an accumulator ``acc = sum_k p * exp(em - m)``; a chunk that raise
 rescales ``acc`` by ``exp(m_old - m_new)``. At the end ``out = log(acc) + m``. Three forms (the
 kernel's ``FORM``):
 
-- Broadcast (any tile; ``FORM="node"``, the small rule's at batch 1 and the split rule's): per node
+- Broadcast (any tile; ``FORM="node"``, the split rule's, or ``SHIFT="node"`` given): per node
   and column, over ``t = log p + em`` — ``m[i, b] = max_k t``, ``acc += sum_k exp(t - m)``. Exact whatever the
   weights: a zero weight is ``t = -inf`` and never sets the shift, so a child far above its node
   but not connected to it (weight 0) cannot push the real terms into underflow.
@@ -31,9 +31,9 @@ kernel's ``FORM``):
 - Per-column broadcast (any tile; ``SHIFT="column"``, ``FORM="column"``): the ``tl.dot`` form's
   shift and bounds with ``acc += sum_k p * exp(min(em - m, 80))`` as broadcast products, so a
   chunk takes TILE_K x BLOCK_B exponentials and TILE_K logarithms instead of TILE_M x TILE_K x
-  BLOCK_B of each; it shares the ``tl.dot`` form's underflow caveat. The small rule takes it from
-  batch 2 to 8 (:data:`GPU_COLUMN_SHIFT_FROM_BATCH`), where the exact form's exponentials were a
-  measured part of the cost (3-17% warm on the H100); at batch 1 the exact form is as fast.
+  BLOCK_B of each; it shares the ``tl.dot`` form's underflow caveat. The small rule takes it at
+  every batch below 16 (:data:`GPU_COLUMN_SHIFT_FROM_BATCH`): the exact form's exponentials and
+  logarithms were a measured part of the cost, most of it with computed edges (edges.py).
 
 -inf without selects: the shift used is ``max(m, -FLT_MAX)``, finite even when every child so far
 is -inf. Then ``exp(-inf - shift) = 0``, a rescale from ``m_old = -inf`` is ``exp(-inf) = 0``, and a
@@ -169,10 +169,14 @@ SMALL_TILE_M = 8  # node tile of the small-batch heuristic (issue: 8 for occupan
 # a chunk instead of TILE_M x TILE_K x BLOCK_B, and no logarithm per weight). H100, L = 1024, the
 # rule's tiles, kernel time warm / cold, us: batch 2: 5.63 / 7.18 against 6.11 / 7.55 per node;
 # 4: 6.34 / 7.90 against 6.62 / 8.14; 8: 7.97 / 10.56 against 9.60 / 11.26. At batch 1 the exact
-# per-node form stays ahead (4.80 / 6.93 against 4.99 / 7.15); reports/block-sparse-small-batch.
+# per-node form stayed ahead with gathered edges (4.80 / 6.93 against 4.99 / 7.15;
+# reports/block-sparse-small-batch), but with computed edges (edges.py) the per-column shift wins
+# at batch 1 too, at every tile tried: 2xH100 sweep at d2f1928, L = 1024, warm / cold, us, TILE_M 8
+# with 4 warps 3.55 / 6.00 against 5.79 / 9.52 per node, the rule's 8 warps 3.87 / 6.08 against
+# 4.80 / 8.08 (reports/h100-block-sparse/small_batch_sweep.md). The H100's table adds its tiles.
 GPU_SMALL_TILE_M = 4
 GPU_BATCH1_TILE_M = 8
-GPU_COLUMN_SHIFT_FROM_BATCH = 2
+GPU_COLUMN_SHIFT_FROM_BATCH = 1
 GPU_SMALL_DOT_FROM_BATCH = 16
 NUM_STAGES = (1, 2, 3, 4, 5)
 PRODUCT_BLOCK_M_CAP = 8  # the product layer's BLOCK_M cap of the small heuristic
@@ -479,7 +483,7 @@ def _forward_tiles(
 ) -> SumForwardTiles:
     """A heuristic's forward tiling with explicit tiles overriding it (no table: see
     :func:`resolve_forward_tiles`). ``SHIFT`` "auto": per column on a tl.dot tile; on a broadcast
-    tile the small rule's (per column from batch 2, :data:`GPU_COLUMN_SHIFT_FROM_BATCH`), else
+    tile the small rule's (per column from batch 1, :data:`GPU_COLUMN_SHIFT_FROM_BATCH`), else
     per node and column (exact)."""
     check_heuristic(heuristic)
     check_precision(precision)
