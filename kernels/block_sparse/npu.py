@@ -618,7 +618,7 @@ def npu_compile_cases():
             continue
         seen.add(key)
         cases += _sum_cases(t.TILE_M, t.TILE_K, t.BLOCK_B, True, f" (batch {batch})")
-        # Computed edges (edges.py): EDGES="affine" only on the NPU, so not a default.
+        # Computed edges (edges.py): the NPU runs them only when EDGES="affine" asks, so not a default.
         cases += _sum_cases(t.TILE_M, t.TILE_K, t.BLOCK_B, False, f" (batch {batch})", affine=True)
         cases += _split_cases(t.TILE_M, t.TILE_K, t.BLOCK_B, True, f" (batch {batch})")
         cases += _column_cases(t.TILE_M, t.TILE_K, t.BLOCK_B, f" (batch {batch})")

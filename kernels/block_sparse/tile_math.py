@@ -218,7 +218,8 @@ def node_tile_lse(
     ``TILE_K`` — the whole edge range, or one split-K slice. ``FORM``: "node" (the broadcast form,
     :func:`lse_step`; the running max per node and column ``[TILE_M, BLOCK_B]``), "column"
     (:func:`column_step`) or "dot" (:func:`dot_step`), both with one running max per column
-    ``[1, BLOCK_B]``."""
+    ``[1, BLOCK_B]``. The edges come from :func:`load_edges` (``AFFINE``: computed from
+    ``child_base`` / ``param_base``, else loaded at ``edge_row``)."""
     if FORM == "node":
         run_max = tl.full([TILE_M, BLOCK_B], float("-inf"), tl.float32)
     else:
