@@ -200,15 +200,10 @@ class HMM:
         zs = torch.empty((max(self.T - 1, 1), L, B), dtype=torch.float32, device=x.device)
         for t in range(self.T - 2, -1, -1):
             child = bufs[t + 1, :L] if t + 1 == self.T - 1 else zs[t + 1]
-            m.sum_forward(
-                child, self.trans_params, self.trans_cids, self.trans_pids, bs, plan.trans_fwd, out=bufs[t, L:],
-                edges=self.trans_edges,
-            )  # fmt: skip
+            self.trans_forward(child, plan, out=bufs[t, L:])
             m.product_forward(bufs[t], self.prod_cids, bs, plan.product, out=zs[t])
         top = zs[0] if self.T > 1 else bufs[0, :L]
-        root = m.sum_forward(
-            top, self.root_params, self.root_cids, self.root_pids, 1, plan.root_fwd, edges=self.root_edges
-        )
+        root = self.root_forward(top, plan)
         return {"ll": root[0], "root": root, "bufs": bufs, "zs": zs, "x": x}
 
     def z(self, state: dict, t: int) -> torch.Tensor:
@@ -241,24 +236,37 @@ class HMM:
         for t in range(0, T - 1):
             m.product_backward(zflows[t], self.prod_cids, bs, 2 * L, plan.product, grad_in=fbufs[t])
             target = fbufs[t + 1, :L] if t + 1 == T - 1 else zflows[t + 1]
-            m.sum_backward(
-                fbufs[t, L:],
-                self.z(state, t + 1),
-                self.trans_params,
-                state["bufs"][t, L:],
-                self.trans_cids,
-                self.trans_pids,
-                bs,
-                plan.trans_bwd,
-                element_flows=target,
-                param_flows=trans_flows,
-                edges=self.trans_edges,
-                **self.trans_writers,
-            )
+            self.trans_backward(fbufs[t, L:], self.z(state, t + 1), state["bufs"][t, L:], plan, target, trans_flows)
         emit_flows = torch.zeros((L, self.V), dtype=torch.float32, device=dev)
         src = fbufs[:, :L].permute(1, 0, 2).reshape(L, T * B)
         emit_flows.index_add_(1, state["x"].t().reshape(-1), src)
         return {"trans": trans_flows, "prior": root_flows, "emit": emit_flows}
+
+    # --- one layer each: the chain's steps, and what a suite times alone ------------------------
+    def trans_forward(self, child: torch.Tensor, plan: ChainPlan, out: torch.Tensor) -> torch.Tensor:
+        """One transition (sum) layer: ``out [L, B]`` from the child rows ``child [L, B]``."""
+        return self.module.sum_forward(
+            child, self.trans_params, self.trans_cids, self.trans_pids, self.block_size, plan.trans_fwd, out=out,
+            edges=self.trans_edges,
+        )  # fmt: skip
+
+    def trans_backward(
+        self, node_flows, child, out, plan: ChainPlan, element_flows, param_flows, atomics: bool = False
+    ) -> None:
+        """One transition layer's flows, added into ``element_flows`` and ``param_flows``. The
+        scatters store plainly where the layer has one writer per address; ``atomics`` makes them
+        all atomic."""
+        writers = {} if atomics else self.trans_writers
+        self.module.sum_backward(
+            node_flows, child, self.trans_params, out, self.trans_cids, self.trans_pids, self.block_size,
+            plan.trans_bwd, element_flows=element_flows, param_flows=param_flows, edges=self.trans_edges, **writers,
+        )  # fmt: skip
+
+    def root_forward(self, top: torch.Tensor, plan: ChainPlan, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The root (one node over the L states, weights pi): ``[1, B]``."""
+        return self.module.sum_forward(
+            top, self.root_params, self.root_cids, self.root_pids, 1, plan.root_fwd, out=out, edges=self.root_edges
+        )
 
     def forward_backward(self, x: torch.Tensor) -> tuple[torch.Tensor, dict]:
         state = self.forward(x)

@@ -173,29 +173,14 @@ def layer_calls(hmm: HMM, batch: int, seed: int = 0) -> dict:
     grad_in = torch.zeros((2 * L, batch), dtype=torch.float32, device=dev)
     calls = {}
     if t is not None:
-        calls["sum forward"] = lambda: m.sum_forward(
-            child, hmm.trans_params, hmm.trans_cids, hmm.trans_pids, bs, plan.trans_fwd, out=out_sum,
-            edges=hmm.trans_edges,
-        )  # fmt: skip
+        calls["sum forward"] = lambda: hmm.trans_forward(child, plan, out=out_sum)
         calls["product forward"] = lambda: m.product_forward(
             state["bufs"][0], hmm.prod_cids, bs, plan.product, out=out_prod
         )
 
         def sum_bwd():
             eflows.zero_()
-            m.sum_backward(
-                flows,
-                child,
-                hmm.trans_params,
-                state["bufs"][0, L:],
-                hmm.trans_cids,
-                hmm.trans_pids,
-                bs,
-                plan.trans_bwd,
-                element_flows=eflows,
-                param_flows=pflows,
-                edges=hmm.trans_edges,
-            )
+            hmm.trans_backward(flows, child, state["bufs"][0, L:], plan, eflows, pflows, atomics=True)
 
         def prod_bwd():
             grad_in.zero_()
@@ -203,10 +188,7 @@ def layer_calls(hmm: HMM, batch: int, seed: int = 0) -> dict:
 
         calls["sum backward"] = sum_bwd
         calls["product backward"] = prod_bwd
-    calls["root forward"] = lambda: m.sum_forward(
-        hmm.z(state, 0), hmm.root_params, hmm.root_cids, hmm.root_pids, 1, plan.root_fwd, out=root_out,
-        edges=hmm.root_edges,
-    )  # fmt: skip
+    calls["root forward"] = lambda: hmm.root_forward(hmm.z(state, 0), plan, out=root_out)
     calls["input gather"] = lambda: hmm.emissions(x)
     return calls
 

@@ -26,6 +26,7 @@ their sizes) are most of its length; they read best side by side.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -238,7 +239,40 @@ def _targets(
     """The targets at one set of sizes (the h100 suite's, or the smoke suite's)."""
     rn, fa, bsp = OURS["rms_norm"], OURS["fused_add_rms_norm"], OURS["block_sparse"]
     layer = {"layer": "sum", "nodes": nodes, "block_size": 0, "K": 0, "tied": False}
+    tf32_layer = {**layer, "precision": "tf32"}
     d = defaults
+
+    def versus_pyjuice(name, title, mode, values, problem=layer, **extra) -> Versus:
+        """The sum layer (fp32 inputs) against PyJuice's bare layer kernel."""
+        return Versus(
+            name, title, "block_sparse", mode, values, bsp, peers=("pyjuice",), problem=problem, dtype="fp32",
+            kernel_only=("pyjuice",), **extra,
+        )  # fmt: skip
+
+    def warm(target: Versus, values, state: str, what: str, peer: str = "") -> Versus:
+        """``target``'s cells at ``values`` with the L2 left warm, titled ``what, state[peer], L=``."""
+        title = f"{what}, {state}, L={nodes}{peer}"
+        return dataclasses.replace(target, name=f"{target.name}_warm", title=title, values=values, l2="warm")
+
+    fwd = versus_pyjuice(
+        "block_sparse_forward", f"5. Block-sparse sum layer forward, L={nodes} (one block of {nodes} nodes, K={nodes})",
+        "forward", batches,
+    )  # fmt: skip
+    fwd_tf32 = versus_pyjuice(
+        "block_sparse_forward_tf32",
+        f"Block-sparse sum layer forward at TF32 on both sides (PyJuice's precision from batch 16), L={nodes}",
+        "forward", tf32_batches, problem=tf32_layer,
+    )  # fmt: skip
+    bwd = versus_pyjuice(
+        "block_sparse_backward",
+        f"Block-sparse sum layer backward (element + parameter flows), L={nodes}, vs PyJuice's layer backward",
+        "backward", batches,
+    )  # fmt: skip
+    bwd_tf32 = versus_pyjuice(
+        "block_sparse_backward_tf32",
+        f"Block-sparse sum layer backward at TF32 on both sides (PyJuice's precision from batch 16), L={nodes}",
+        "backward", tf32_batches, problem=tf32_layer,
+    )  # fmt: skip
     return (
         Versus(
             "rms_norm_forward",
@@ -284,116 +318,24 @@ def _targets(
             problem={"rows": rows},
             budget_scale=4,  # its records are also the eager-call targets' (see rms_norm_full)
         ),
-        Versus(
-            "block_sparse_forward",
-            f"5. Block-sparse sum layer forward, L={nodes} (one block of {nodes} nodes, K={nodes})",
-            "block_sparse",
-            "forward",
-            batches,
-            bsp,
-            peers=("pyjuice",),
-            problem=layer,
-            dtype="fp32",
-            kernel_only=("pyjuice",),
-        ),
+        fwd,
         # Inside an HMM the 4.2 MB transition matrix stays in L2 from step to step: the per-layer
         # cost a model pays. Same cells with the L2 left warm (kernel time, both sides).
-        Versus(
-            "block_sparse_forward_warm",
-            f"Block-sparse sum layer forward, L2 warm (operands resident, as inside an HMM), L={nodes}",
-            "block_sparse",
-            "forward",
-            warm_batches,
-            bsp,
-            peers=("pyjuice",),
-            problem=layer,
-            dtype="fp32",
-            kernel_only=("pyjuice",),
-            l2="warm",
-        ),
+        warm(fwd, warm_batches, "L2 warm (operands resident, as inside an HMM)", "Block-sparse sum layer forward"),
         # Matched precision: from batch 16 PyJuice's products run TF32 (its tl.dot at Triton's
         # default precision), so there the ieee target above says "not comparable" and ours runs
         # the same TF32 products here, both checked at TF32's tolerance.
-        Versus(
-            "block_sparse_forward_tf32",
-            f"Block-sparse sum layer forward at TF32 on both sides (PyJuice's precision from batch 16), L={nodes}",
-            "block_sparse",
-            "forward",
-            tf32_batches,
-            bsp,
-            peers=("pyjuice",),
-            problem={**layer, "precision": "tf32"},
-            dtype="fp32",
-            kernel_only=("pyjuice",),
-        ),
-        Versus(
-            "block_sparse_forward_tf32_warm",
-            f"Block-sparse sum layer forward at TF32 on both sides, L2 warm, L={nodes}",
-            "block_sparse",
-            "forward",
-            tf32_batches,
-            bsp,
-            peers=("pyjuice",),
-            problem={**layer, "precision": "tf32"},
-            dtype="fp32",
-            kernel_only=("pyjuice",),
-            l2="warm",
-        ),
+        fwd_tf32,
+        warm(fwd_tf32, tf32_batches, "L2 warm", "Block-sparse sum layer forward at TF32 on both sides"),
         # Issue 16: the layer's backward (element + parameter gradients) against PyJuice's layer
         # backward kernel, judged on kernel time.
-        Versus(
-            "block_sparse_backward",
-            f"Block-sparse sum layer backward (element + parameter flows), L={nodes}, vs PyJuice's layer backward",
-            "block_sparse",
-            "backward",
-            batches,
-            bsp,
-            peers=("pyjuice",),
-            problem=layer,
-            dtype="fp32",
-            kernel_only=("pyjuice",),
-        ),
+        bwd,
         # Matched precision for the backward: from batch 16 PyJuice's flow kernels run TF32 products,
         # and ours (the factored flows' tl.dot) runs them too here.
-        Versus(
-            "block_sparse_backward_tf32",
-            f"Block-sparse sum layer backward at TF32 on both sides (PyJuice's precision from batch 16), L={nodes}",
-            "block_sparse",
-            "backward",
-            tf32_batches,
-            bsp,
-            peers=("pyjuice",),
-            problem={**layer, "precision": "tf32"},
-            dtype="fp32",
-            kernel_only=("pyjuice",),
-        ),
+        bwd_tf32,
         # The backward as a model pays it: the layer's operands left in L2 (issue 24 judges both).
-        Versus(
-            "block_sparse_backward_warm",
-            f"Block-sparse sum layer backward, L2 warm, L={nodes}, vs PyJuice's layer backward",
-            "block_sparse",
-            "backward",
-            warm_batches,
-            bsp,
-            peers=("pyjuice",),
-            problem=layer,
-            dtype="fp32",
-            kernel_only=("pyjuice",),
-            l2="warm",
-        ),
-        Versus(
-            "block_sparse_backward_tf32_warm",
-            f"Block-sparse sum layer backward at TF32 on both sides, L2 warm, L={nodes}",
-            "block_sparse",
-            "backward",
-            tf32_batches,
-            bsp,
-            peers=("pyjuice",),
-            problem={**layer, "precision": "tf32"},
-            dtype="fp32",
-            kernel_only=("pyjuice",),
-            l2="warm",
-        ),
+        warm(bwd, warm_batches, "L2 warm", "Block-sparse sum layer backward", ", vs PyJuice's layer backward"),
+        warm(bwd_tf32, tf32_batches, "L2 warm", "Block-sparse sum layer backward at TF32 on both sides"),
         # What a user's eager loop pays (issue 15): the same cells, judged on the call time.
         Versus(
             "rms_norm_forward_call",
@@ -418,20 +360,14 @@ def _targets(
             min_ratio=(Rule(0.8),),
             timing="call",
         ),
-        Versus(
+        # PyJuice's eager per-layer call is its bare layer call on its own buffers; its variant also
+        # stages our inputs, so its time is shown beside, as in the kernel target.
+        versus_pyjuice(
             "block_sparse_forward_call",
             f"Block-sparse sum layer forward, eager call vs PyJuice's eager layer call, L={nodes}",
-            "block_sparse",
             "forward",
             batches,
-            bsp,
-            peers=("pyjuice",),
-            problem=layer,
-            dtype="fp32",
             timing="call",
-            # PyJuice's eager per-layer call is its bare layer call on its own buffers; its variant
-            # also stages our inputs, so its time is shown beside, as in the kernel target.
-            kernel_only=("pyjuice",),
         ),
         # Our eager call <= Liger's for every norm cell (the forward is judged above, against
         # F.rms_norm and Liger together).
