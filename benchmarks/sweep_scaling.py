@@ -4,14 +4,22 @@
     python benchmarks/sweep_scaling.py --gpus 4 --out RES/sweep     # second device call
     python benchmarks/sweep_scaling.py --compare RES/sweep           # the table (any machine)
     python benchmarks/sweep_scaling.py --gpus 2 --device cpu --quick --out /tmp/sw   # CPU smoke run
+    python benchmarks/sweep_scaling.py --gpus 2 --warm --out RES/sweep-warm  # workers started first
 
 The sweep: RMSNorm forward (gpu_multirow: BLOCK_SIZE_M x num_warps x hidden) plus the
 block-sparse sum layer (gpu_large: TILE_M x TILE_K x BLOCK_B x batch), 208 configurations, one
 Ray actor per GPU on an embedded Ray limited to ``--gpus`` GPUs. Each run goes to OUT/gpus<N>/
-(records.sqlite, records.json, run.json with its wall time, which includes Ray's stop:
-``close_s`` says how much); a run cut short resumes into the same folder and its wall times add
-up. Each run has its own, empty, Triton cache (a new temporary folder), so the second run
-compiles everything again, like the first.
+(records.sqlite, records.json, run.json); a run cut short resumes into the same folder and its
+wall times add up. Each run has its own, empty, Triton cache (a new temporary folder), so the
+second run compiles everything again, like the first.
+
+The times in run.json: ``sweep_s``, from the sweep's start to its last record stored (what the
+speed-up compares); apart from it ``ray_start_s``, ``workers_s`` (with ``--warm``: the
+measuring actors and compile workers started before the sweep, as a session that sweeps several
+times starts them once; without it they start inside the sweep) and ``close_s`` (Ray's stop),
+all summed in ``session_s``. Until this ``--warm`` option, ``sweep_s`` included Ray's stop.
+``where``: each actor's start step by step and each actor's busy and waiting time, from the
+executor's timeline (the raw events in ``timeline``).
 
 Compile-ahead (on by default; ``--compile-workers 0`` turns it off): CPU-side Ray actors compile
 queued configurations' kernels for the GPU into the run's Triton cache while the GPUs measure
@@ -21,8 +29,8 @@ for which target (``target``: read by the driver from its GPUs, or ``WORKBENCH_C
 or waited for from the first measuring actor), and each record's ``compile_facts.compiled_ahead``
 whether its first call found its kernels.
 
-``--compare`` prints, per run: configurations, failed, wall time, configurations/s, and the
-speedup over the 1-GPU run; whether both runs recorded the same configurations; and per shape
+``--compare`` prints, per run: configurations, failed, sweep time, configurations/s, the
+speedup over the 1-GPU run, and the session's time and speed-up; whether both runs recorded the same configurations; and per shape
 whether the best configuration agrees (the same one, or the two bests' kernel-time intervals
 overlap in either run: "within noise"). Writes OUT/scaling.json and OUT/report.html.
 """
@@ -118,12 +126,19 @@ def run(args) -> int:
     slots = dict(num_cpus=args.gpus, num_gpus=0) if args.device == "cpu" else dict(num_gpus=args.gpus, gpus_per_task=1)
     ex = RayExecutor(**slots, timeout_s=args.timeout_s, compile_workers=args.compile_workers)
     with opened(ex):  # Ray's start is timed apart from the sweep
+        ray_started = time.perf_counter()
+        warm_up = {}
+        if args.warm:  # the workers' start, timed apart too
+            ex.warm_up(args.device)
+            warm_up = ex.timeline
         started = time.perf_counter()
         result = run_sweep(tasks, ex, store, progress=TerminalBar(every_s=30))
         swept = time.perf_counter()
-    done = time.perf_counter()  # the sweep's time still counts Ray's stop (close_s of it)
-    split = time_split(result, ex, started - t0, done - started)
+        timeline = ex.timeline
+    done = time.perf_counter()
+    split = time_split(result, ex, ray_started - t0, swept - started)
     ahead = compile_ahead_summary(result, ex)
+    where = timeline_summary(warm_up, timeline)
     runs_path = out / "run.json"
     runs = json.loads(runs_path.read_text())["runs"] if runs_path.exists() else []
     runs.append(
@@ -135,21 +150,29 @@ def run(args) -> int:
             "measured": len(result.records),
             "skipped": len(result.skipped),
             "failed": len(result.failed),
-            "sweep_s": done - started,
-            "ray_start_s": started - t0,
+            "warm": bool(args.warm),
+            "sweep_s": swept - started,
+            "ray_start_s": ray_started - t0,
+            "workers_s": started - ray_started,
             "close_s": done - swept,
+            "session_s": done - t0,
             "split_s": split,
             "compile_ahead": ahead,
+            "where": where,
+            "timeline": {"warm_up": warm_up, "run": timeline},
         }
     )
     runs_path.write_text(json.dumps({"runs": runs}, indent=1))
     write_json(store.records(), out / "records.json")
     print(
         f"{args.gpus} {args.device} slot(s): {len(result.records)} measured ({len(result.failed)} failed), "
-        f"{len(result.skipped)} already recorded; sweep {done - started:.1f} s (of which Ray's stop "
-        f"{done - swept:.1f} s), Ray start {started - t0:.1f} s"
+        f"{len(result.skipped)} already recorded; sweep {swept - started:.1f} s; apart from it: Ray's start "
+        f"{ray_started - t0:.1f} s, the workers' start {started - ray_started:.1f} s, Ray's stop {done - swept:.1f} s "
+        f"(session {done - t0:.1f} s)"
     )
     print("where the time went (s): " + ", ".join(f"{k} {v:.1f}" for k, v in split.items()))
+    for line in describe_where(where):
+        print(line)
     if ahead:
         print(
             f"compile-ahead: {ahead['workers']} worker(s) for the {ahead['target']}'s target"
@@ -175,6 +198,93 @@ def compile_ahead_summary(result, executor) -> dict:
     summary["first_call_cached"] = len(cached)
     summary["cached_first_call_s"] = sum((r.get("compile_ms") or 0.0) for r in cached) / 1e3
     return summary
+
+
+ACTOR_STEPS = ("init", "imported", "device", "warmed", "seen")
+
+
+def timeline_summary(warm_up: dict, run: dict) -> dict:
+    """Where a run's time went, from the executor's timelines (:class:`~workbench.sweep.ray_executor.Timeline`)
+    of its warm-up (empty without ``--warm``) and its sweep, in seconds:
+
+    - ``actors``: per measuring actor, each step of its start after the one before (``asked`` by
+      the driver -> actor ``init`` -> ``imported`` -> ``device`` started -> ``warmed`` -> ``seen``
+      ready by the driver); ``process_at`` (its process's start: Ray may have started it before it
+      was asked for), ``asked_at``, ``ready_at`` and ``first_task_at``, from the sweep's start
+      (negative: before it, in the warm-up);
+    - ``tasks``: per actor, configurations run, ``busy`` (started -> record arrived, summed),
+      ``median_task``, ``waiting`` (free -> given its next configuration: the driver's turn-around
+      and any wait for a compile-ahead, summed), ``dispatch`` (given -> started, summed) and
+      ``last_at`` (its last record, from the sweep's start)."""
+    begun = run.get("begun")
+    if begun is None:
+        return {}
+    actors = []
+    for entry in (warm_up.get("actors") or []) + (run.get("actors") or []):
+        steps, before = {}, entry.get("asked")
+        for name in ACTOR_STEPS:
+            at = entry.get(name)
+            if at is None:
+                continue
+            if before is not None:
+                steps[name] = round(at - before, 3)
+            before = at
+        mine = [t["started"] for t in run.get("tasks") or [] if t["actor"] == entry["actor"] and t.get("started")]
+        actors.append(
+            {
+                "actor": entry["actor"],
+                "steps": steps,
+                **{
+                    f"{name}_at": round(entry[name] - begun, 3) if entry.get(name) else None
+                    for name in ("process", "asked")
+                },
+                "ready_at": round(entry["seen"] - begun, 3) if entry.get("seen") else None,
+                "first_task_at": round(min(mine) - begun, 3) if mine else None,
+            }
+        )
+    tasks = {}
+    for t in run.get("tasks") or []:
+        row = tasks.setdefault(t["actor"], {"actor": t["actor"], "n": 0, "busy": 0.0, "waiting": 0.0, "dispatch": 0.0})
+        row["n"] += 1
+        times = row.setdefault("_times", [])
+        if t.get("started") is not None and t.get("arrived") is not None:
+            times.append(t["arrived"] - t["started"])
+            row["busy"] += t["arrived"] - t["started"]
+        if t.get("idle") is not None:
+            row["waiting"] += t["sent"] - t["idle"]
+        if t.get("started") is not None:
+            row["dispatch"] += t["started"] - t["sent"]
+        if t.get("arrived") is not None:
+            row["last_at"] = max(row.get("last_at", 0.0), t["arrived"] - begun)
+    for row in tasks.values():
+        times = sorted(row.pop("_times"))
+        row["median_task"] = times[len(times) // 2] if times else None
+        for key in ("busy", "waiting", "dispatch", "median_task", "last_at"):
+            if row.get(key) is not None:
+                row[key] = round(row[key], 3)
+    return {"actors": actors, "tasks": sorted(tasks.values(), key=lambda r: r["actor"])}
+
+
+def describe_where(where: dict) -> list[str]:
+    """:func:`timeline_summary` as lines of text."""
+    lines = []
+    for a in where.get("actors") or []:
+        steps = ", ".join(f"{k} +{v:.2f}" for k, v in a["steps"].items())
+        first = a["first_task_at"]
+        process = a.get("process_at")
+        lines.append(
+            f"actor {a['actor']} start: process at {'-' if process is None else f'{process:.2f} s'}, "
+            f"asked at {a['asked_at']:.2f} s, {steps}; ready at {a['ready_at']:.2f} s, "
+            f"first configuration at {'-' if first is None else f'{first:.2f} s'}"
+        )
+    for t in where.get("tasks") or []:
+        median = "-" if t["median_task"] is None else f"{t['median_task']:.3f}"
+        lines.append(
+            f"actor {t['actor']}: {t['n']} configurations, busy {t['busy']:.1f} s (median {median} s), "
+            f"waiting for the next {t['waiting']:.2f} s, dispatch {t['dispatch']:.2f} s, "
+            f"last record at {t.get('last_at', 0.0):.1f} s"
+        )
+    return lines
 
 
 def time_split(result, executor, startup_s: float, sweep_s: float) -> dict:
@@ -237,31 +347,46 @@ def compare(args) -> int:
         if (d / "run.json").exists() and (d / "records.json").exists():
             info = json.loads((d / "run.json").read_text())["runs"]
             recs = json.loads((d / "records.json").read_text())
-            runs[int(d.name[4:])] = {"runs": info, "records": recs, "wall_s": sum(r["sweep_s"] for r in info)}
+            runs[int(d.name[4:])] = {
+                "runs": info,
+                "records": recs,
+                "wall_s": sum(r["sweep_s"] for r in info),
+                "session_s": sum(r.get("session_s") or 0.0 for r in info) or None,
+            }
     if not runs:
         print(f"sweep_scaling: no runs under {root}", file=sys.stderr)
         return 2
     base = runs.get(min(runs))
-    print(f"{'GPUs':>4} {'configs':>8} {'failed':>7} {'sweep s':>9} {'cfg/s':>7} {'speedup':>8}  (parts)")
+    print(
+        f"{'GPUs':>4} {'configs':>8} {'failed':>7} {'sweep s':>9} {'cfg/s':>7} {'speedup':>8} "
+        f"{'session s':>10} {'speedup':>8}  (parts)"
+    )
     table = []
     for n, r in sorted(runs.items()):
         recs = r["records"]
         failed = sum(1 for x in recs if x.get("error") or not x.get("passed"))
         speed = base["wall_s"] / r["wall_s"] if r["wall_s"] else None
+        session = r["session_s"]
+        session_speed = base["session_s"] / session if session and base["session_s"] else None
         cached = sum(1 for x in recs if first_call_cached(x))
         row = dict(
             gpus=n,
             configs=len(recs),
             failed=failed,
+            warm=all(x.get("warm") for x in r["runs"]),
             sweep_s=r["wall_s"],
             speedup=speed,
+            session_s=session,
+            session_speedup=session_speed,
             parts=len(r["runs"]),
             first_calls_compiled_ahead=cached,
         )
         table.append(row)
+        session_text = f"{session:>10.1f} {session_speed:>7.2f}x" if session_speed else f"{'-':>10} {'-':>8}"
         print(
             f"{n:>4} {len(recs):>8} {failed:>7} {r['wall_s']:>9.1f} {len(recs) / r['wall_s']:>7.2f} "
-            f"{speed:>7.2f}x  ({len(r['runs'])}; {cached} first calls compiled ahead)"
+            f"{speed:>7.2f}x {session_text}  ({len(r['runs'])}; {cached} first calls compiled ahead"
+            f"{'; workers started before the sweep' if row['warm'] else ''})"
         )
     result = {"table": table}
     if len(runs) >= 2:
@@ -319,6 +444,11 @@ def main(argv=None) -> int:
         type=int,
         default=None,
         help="compile-ahead actors (default: half the CPUs the GPUs leave, 1-8, on cuda; 0: off)",
+    )
+    p.add_argument(
+        "--warm",
+        action="store_true",
+        help="start the measuring actors and compile workers before the sweep (timed apart: workers_s)",
     )
     p.add_argument("--out", default="results/sweep_scaling")
     p.add_argument("--compare", default=None, help="print the table of the runs under this folder")

@@ -15,6 +15,7 @@ import functools
 import importlib
 import sys
 import threading
+import time
 from dataclasses import dataclass
 
 import torch
@@ -314,14 +315,24 @@ class Compiled:
     name: str
     hash: str | None
     constants: dict
+    launcher_ms: float | None = None  # its host launcher built too (launchers=True; None: none to build)
 
 
-# The open compile_only() blocks, innermost last: (Triton target or None, their Compiled lists).
-_compiling: list[tuple[object, list[Compiled]]] = []
+@dataclass
+class _CompileBlock:
+    """One open :func:`compile_only` block: its target, what it compiled, whether it builds launchers."""
+
+    target: object
+    compiled: list
+    launchers: bool
+
+
+# The open compile_only() blocks, innermost last.
+_compiling: list[_CompileBlock] = []
 
 
 @contextlib.contextmanager
-def compile_only(target=None, device: DeviceInfo | None = None):
+def compile_only(target=None, device: DeviceInfo | None = None, launchers: bool = False):
     """Inside the block, :func:`launch` compiles each kernel it is given and runs nothing::
 
         with compile_only(GPUTarget("cuda", 90, 32), described_device("cuda", name=..., num_cores=132)) as done:
@@ -339,31 +350,62 @@ def compile_only(target=None, device: DeviceInfo | None = None):
     A host function that needs values (``.item()``, a range check) fails on meta tensors: call it
     with CPU tensors instead, which compile here too rather than run in the interpreter.
 
+    ``launchers``: also build each kernel's host launcher into the Triton cache
+    (:func:`build_launcher`), so the measuring process's first launch loads it too.
+
     Process-wide (every thread's launches compile): meant for a process that only compiles. On
     leaving, the families' remembered plans are dropped (:func:`kernels.tuned_tables.reload`),
     so tiles planned for ``device`` never answer a later CPU call."""
-    compiled: list[Compiled] = []
-    entry = (target, compiled)
-    _compiling.append(entry)
+    block = _CompileBlock(target, [], launchers)
+    _compiling.append(block)
     try:
         with standing_in(device) if device is not None else contextlib.nullcontext():
-            yield compiled
+            yield block.compiled
     finally:
-        _compiling.remove(entry)
+        _compiling.remove(block)
         if device is not None:
             tuned_tables.reload()
 
 
 def _compile_instead(kernel, grid, args, kwargs):
     """:func:`launch` inside :func:`compile_only`: compile for the block's target, run nothing."""
-    target, compiled = _compiling[-1]
+    block = _compiling[-1]
     if _is_interpreted(kernel):
         raise ValueError(f"{_kernel_name(kernel)} is an interpreted kernel: there is nothing to compile")
-    with _TRITON_LOCK, _target_driver(target):
+    with _TRITON_LOCK, _target_driver(block.target):
         result = _warmup(kernel, grid, args, kwargs)
     constants = {k: v for k, v in kwargs.items() if isinstance(v, (bool, int, float, str))}
-    compiled.append(Compiled(_kernel_name(kernel), getattr(result, "hash", None), constants))
+    launcher_ms = None
+    if block.launchers:
+        try:
+            launcher_ms = build_launcher(result)
+        except Exception:  # noqa: BLE001 - the measuring process builds it on first load, as before
+            launcher_ms = None
+    block.compiled.append(Compiled(_kernel_name(kernel), getattr(result, "hash", None), constants, launcher_ms))
     return result
+
+
+def build_launcher(compiled_kernel) -> float | None:
+    """Build the host launcher of a kernel compiled for CUDA into the Triton cache, touching no
+    device; the milliseconds it took, or None where there is none to build.
+
+    Why: Triton 3.6 generates a C launcher per kernel signature and builds it with the system C
+    compiler when the compiled kernel is first loaded (a fraction of a second each, in the
+    measuring process's first call). Built here, that load finds it in the cache. Triton 3.7 on
+    share one launcher, so there is nothing to build (None); so do kernels for another backend.
+    A failed build raises (the kernel's own compile stands)."""
+    metadata = getattr(compiled_kernel, "metadata", None)
+    src = getattr(compiled_kernel, "src", None)
+    target = getattr(metadata, "target", None)
+    if src is None or getattr(target, "backend", None) != "cuda":
+        return None
+    from triton.backends.nvidia import driver as nvidia
+
+    if not hasattr(nvidia, "make_launcher"):  # Triton 3.7+: no launcher per signature
+        return None
+    started = time.perf_counter()
+    nvidia.CudaLauncher(src, metadata)
+    return (time.perf_counter() - started) * 1e3
 
 
 def _warmup(kernel, grid, args, kwargs):

@@ -143,16 +143,24 @@ def test_note_says_whether_the_first_call_found_every_kernel():
 )
 def test_real_compile_for_an_h100_target_needs_no_gpu(tmp_path, monkeypatch):
     """Triton compiles for an explicit target with no device: the kernel lands in the Triton
-    cache, and a second compile-ahead of the same configuration is Triton's cache hit (the same
-    hash, as a measuring worker's first call would find it)."""
+    cache (with its launcher, where Triton builds one per signature), and a second compile-ahead
+    of the same configuration is Triton's cache hit (the same hash, as a measuring worker's first
+    call would find it)."""
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     task = _task("rms_norm", "gpu_multirow", problem={"rows": 8, "hidden": 64}, params={"BLOCK_SIZE_M": 2})
     first = compile_task(task, H100)
     assert first["ok"], first["error"]
     (kernel,) = first["kernels"]
     assert (tmp_path / _cache_folder(kernel["hash"])).is_dir()
+    from triton.backends.nvidia import driver as nvidia
+
+    launchers = list(tmp_path.rglob("__triton_launcher*"))
+    if hasattr(nvidia, "make_launcher"):  # Triton 3.6: its launcher is built too, into the cache
+        assert kernel["launcher_ms"] is not None and launchers
+    else:  # one shared launcher: none to build
+        assert kernel["launcher_ms"] is None and not launchers
     again = compile_task(task, H100)
-    assert again["kernels"] == first["kernels"]
+    assert [k["hash"] for k in again["kernels"]] == [k["hash"] for k in first["kernels"]]
 
 
 def _cache_folder(hash_hex: str) -> str:
@@ -271,3 +279,85 @@ def test_retarget_drops_what_was_compiled_for_the_other_target():
     assert list(ahead.calls) == [("new0", tasks[0].key, "NVIDIA H200")]
     summary = ahead.summary()
     assert summary["target"] == "actor" and summary["retargeted"] is True
+
+
+@pytest.fixture
+def fake_nvidia(monkeypatch):
+    """Triton's NVIDIA driver module with its launcher and utilities builders replaced by
+    recorders; ``per_signature`` set: a Triton that builds a launcher per signature (3.6)."""
+    from triton.backends.nvidia import driver as nvidia
+
+    built = []
+
+    class Launcher:
+        def __init__(self, src, metadata):
+            built.append(("launcher", src, metadata))
+
+    class Utilities:
+        def __init__(self):
+            built.append(("utilities",))
+
+    monkeypatch.setattr(nvidia, "CudaLauncher", Launcher)
+    monkeypatch.setattr(nvidia, "CudaUtils", Utilities)
+    monkeypatch.setattr(nvidia, "make_launcher", lambda *a: "", raising=False)
+    return types.SimpleNamespace(module=nvidia, built=built, monkeypatch=monkeypatch)
+
+
+def _compiled_for(backend):
+    metadata = types.SimpleNamespace(target=types.SimpleNamespace(backend=backend))
+    return types.SimpleNamespace(src="the kernel's source", metadata=metadata, hash="h")
+
+
+def test_a_cuda_kernels_launcher_is_built_where_triton_builds_one_per_signature(fake_nvidia):
+    from kernels.launch import build_launcher
+
+    kernel = _compiled_for("cuda")
+    assert build_launcher(kernel) >= 0.0
+    assert fake_nvidia.built == [("launcher", kernel.src, kernel.metadata)]
+    assert build_launcher(_compiled_for("hip")) is None  # another backend: nothing built
+    assert build_launcher(types.SimpleNamespace(hash="h")) is None  # no compiled kernel (a recorder's)
+    fake_nvidia.monkeypatch.delattr(fake_nvidia.module, "make_launcher")  # Triton 3.7+: one shared launcher
+    assert build_launcher(kernel) is None
+    assert len(fake_nvidia.built) == 1
+
+
+def test_compile_only_builds_launchers_when_asked_and_a_failed_build_leaves_the_compile(monkeypatch):
+    """launchers=True: each compiled kernel's launcher is built, its time noted; a build that fails
+    leaves the compile as it was (launcher_ms None). Without it nothing is built."""
+    from triton.backends.compiler import GPUTarget
+
+    from kernels.launch import compile_only
+    from kernels.rms_norm import rms_norm
+    from kernels.runtime import described_device
+
+    monkeypatch.setattr(launch_module, "_warmup", lambda kernel, grid, args, kwargs: _compiled_for("cuda"))
+    calls = []
+
+    def build(kernel):
+        calls.append(kernel)
+        if len(calls) == 2:
+            raise OSError("no C compiler")
+        return 12.5
+
+    monkeypatch.setattr(launch_module, "build_launcher", build)
+    gpu = described_device("cuda", name=H100["name"], num_cores=H100["num_cores"])
+    x = torch.randn(4, 64)
+    for launchers, want in ((True, 12.5), (True, None), (False, None)):
+        with compile_only(GPUTarget("cuda", 90, 32), gpu, launchers=launchers) as compiled:
+            rms_norm(x, None, impl="gpu")
+        assert [(c.name, c.hash, c.launcher_ms) for c in compiled] == [("_rms_norm_forward_kernel", "h", want)]
+    assert len(calls) == 2
+
+
+def test_compile_task_lists_each_kernels_launcher_time(recorded_compiles):
+    """compile_task asks for launchers: a recorder's compile has none to build (None)."""
+    result = compile_task(_task("rms_norm", "gpu_row", problem={"rows": 4, "hidden": 64}), H100)
+    assert result["ok"] and [k["launcher_ms"] for k in result["kernels"]] == [None]
+
+
+def test_host_utilities_are_built_for_cuda_only(fake_nvidia):
+    from workbench.sweep.compile_ahead import build_host_utilities
+
+    assert build_host_utilities("npu") is None and fake_nvidia.built == []
+    assert build_host_utilities("cuda") >= 0.0
+    assert fake_nvidia.built == [("utilities",)]

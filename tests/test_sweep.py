@@ -235,6 +235,31 @@ def test_an_actor_whose_warm_up_fails_is_replaced_and_a_configuration_says_why(o
     assert all("this device cannot start" in r["error"] for r in result.records)
 
 
+def test_warm_up_starts_the_actors_before_the_sweep_and_the_timeline_says_when(own_executor, tmp_path):
+    """warm_up starts every measuring actor and returns once each has finished its warm-up; the
+    sweep after it asks for no actor, hands its first configurations out at once, and its
+    timeline has each configuration's events in order, on the warmed actors."""
+    own_executor.warm_up("cpu")
+    warm = own_executor.timeline
+    assert warm["kind"] == "warm-up" and len(warm["actors"]) == 2
+    for actor in warm["actors"]:
+        steps = [actor[name] for name in ("asked", "init", "imported", "device", "warmed", "seen")]
+        assert steps == sorted(steps), actor
+        assert actor["process"] is not None and actor["process"] <= actor["init"]
+    tasks = _norm_tasks()[:6]
+    sweep_started = time.time()
+    result = run_sweep(tasks, own_executor, Store(tmp_path / "r.sqlite"))
+    assert sorted(r["sweep_key"] for r in result.records) == sorted(t.key for t in tasks)
+    run = own_executor.timeline
+    assert run["kind"] == "run" and run["actors"] == []  # none asked for: the warmed ones ran it
+    assert len(run["tasks"]) == len(tasks)
+    assert {t["actor"] for t in run["tasks"]} <= {a["actor"] for a in warm["actors"]}
+    for t in run["tasks"]:
+        assert t["idle"] <= t["sent"] <= t["started"] <= t["arrived"], t
+    first = min(t["started"] for t in run["tasks"])
+    assert first - sweep_started < 1.0  # no actor start inside the sweep
+
+
 def test_worker_death_is_a_failed_record_and_the_rest_complete(ray_executor, fault_family, tmp_path):
     cases = [(8, {}), (16, {}), (8, {"FAULT": "exit"}), (32, {}), (8, {"FAULT": "signal"})]
     cases += [(8, {"FAULT": "raise"}), (8, {"SCALE": 2}), (64, {})]

@@ -10,12 +10,14 @@ Triton disk cache that worker reads, and nothing runs; the worker's first call t
 - :func:`driver_target`: the same facts as the driver can know them before any measuring worker
   is up (``WORKBENCH_COMPILE_TARGET``, else :func:`visible_device_facts` of the driver's own GPUs),
   so the compile-ahead starts at once; None where it cannot tell (then the first measuring worker's).
-- :func:`prepare_compiler`: a compile process's imports, done when it starts rather than in its
-  first compile.
+- :func:`build_host_utilities` and :func:`prepare_compiler`: what a compile process does when
+  it starts: Triton's host utilities module built into the cache (before the measuring processes
+  of the host need it), then its imports, rather than in its first compile.
 - :func:`compile_task`: one task compiled for those facts; a plain dict (never raises). The
   inputs are the family's own, on the meta device (the host functions do no work at all); a host
   function that needs values fails there, and the call is made again on CPU tensors holding the
-  same values (still nothing runs: inside ``compile_only`` CPU launches compile too).
+  same values (still nothing runs: inside ``compile_only`` CPU launches compile too). Each
+  kernel's host launcher is built too where Triton builds one per signature (3.6).
 - :func:`note_on_record`: the record's ``compile_facts["compiled_ahead"]``: what was compiled
   ahead, and whether every kernel of the first call was (``first_call_cached``, read back by
   :func:`first_call_cached`), so the record's ``compile_ms`` reads as the cache load it was. A compile-ahead that failed changes nothing
@@ -118,6 +120,24 @@ def driver_target(device: str, probe: bool = True) -> tuple[dict | None, str]:
     return (facts, "driver") if facts is not None else (None, "actor")
 
 
+def build_host_utilities(backend: str = "cuda") -> float | None:
+    """Build Triton's host utilities module for ``backend`` (NVIDIA's ``cuda_utils``: a C module
+    the system C compiler builds into the Triton cache when a process first starts Triton's
+    driver) without touching a device; its milliseconds, or None for a backend without one.
+
+    A compile process does this when it starts, importing only Triton first, so the measuring
+    processes of the same host, still importing torch, find it built when they start their
+    driver. Loading it needs the CUDA driver library on the host, not a visible GPU. Raises
+    where the build fails (the measuring process then builds it, as without this)."""
+    if backend != "cuda":
+        return None
+    from triton.backends.nvidia import driver as nvidia
+
+    started = time.perf_counter()
+    nvidia.CudaUtils()
+    return (time.perf_counter() - started) * 1e3
+
+
 def prepare_compiler() -> None:
     """Import what :func:`compile_task` needs (torch, Triton's compiler, the launch path), so a
     compile process's first compile does not pay for it."""
@@ -181,21 +201,22 @@ def _compile(task: SweepTask, facts: dict) -> dict:
 
 def compile_call(var, problem: dict, params: dict, mode: str, inputs: dict, target, device) -> list[dict]:
     """The variant's call (and its backward where ``mode`` has one) on ``inputs`` under
-    :func:`kernels.launch.compile_only`; ``[{"name", "hash"}]`` of the kernels it compiled."""
+    :func:`kernels.launch.compile_only` (host launchers built too); ``[{"name", "hash",
+    "launcher_ms"}]`` of the kernels it compiled (``launcher_ms`` None: no launcher to build)."""
     import torch
 
     from kernels.launch import compile_only
     from kernels.spec import as_tuple
 
     backward = mode in ("backward", "full")
-    with torch.set_grad_enabled(backward), compile_only(target, device) as compiled:
+    with torch.set_grad_enabled(backward), compile_only(target, device, launchers=True) as compiled:
         outputs = as_tuple(var.run(inputs, problem, **params))
         if backward:
             outs = [o for o in outputs if isinstance(o, torch.Tensor) and o.requires_grad]
             wrt = [v for v in inputs.values() if isinstance(v, torch.Tensor) and v.requires_grad]
             if outs and wrt:
                 torch.autograd.grad(outs, wrt, [torch.ones_like(o) for o in outs], allow_unused=True)
-    return [{"name": c.name, "hash": c.hash} for c in compiled]
+    return [{"name": c.name, "hash": c.hash, "launcher_ms": c.launcher_ms} for c in compiled]
 
 
 def _stand_in(value, where: str):

@@ -20,6 +20,11 @@
   only when that call returns: chosen then, not when the actor was asked for, so it can be one
   compiled ahead meanwhile. An actor whose warm-up fails is replaced, and the configuration it
   would have taken is recorded with why (as if the failure had happened inside its call).
+  :meth:`RayExecutor.warm_up` starts them (and the compile workers) before any run instead: a
+  session that sweeps several times pays their start once, outside its sweeps.
+- :attr:`RayExecutor.timeline`: when each actor was asked for, started its process, finished each
+  step of its warm-up, and when each configuration was given, started and recorded, in the last
+  run or warm-up (:class:`Timeline`): where a sweep's time went.
 - A call tells the driver when its configuration starts (the first item of a streaming call):
   its timeout counts from there. The workers of a host share one Triton cache folder
   (:func:`tasks.use_host_triton_cache`).
@@ -33,7 +38,10 @@
   (:func:`workbench.sweep.compile_ahead.driver_target`: ``WORKBENCH_COMPILE_TARGET``, or the
   driver's own GPUs with an embedded Ray), else the first measuring actor's. The first measuring
   actor to report its device checks it: where its facts differ, the compile-ahead switches to
-  them (what was compiled for the other target would miss its cache). Best effort: a
+  them (what was compiled for the other target would miss its cache). A compile worker's first
+  act, before it imports torch, is to build Triton's host utilities module into the host's cache,
+  and each compile builds the kernel's host launcher too where Triton builds one per signature:
+  the measuring actors load both instead of running the C compiler. Best effort: a
   configuration that could not be compiled ahead is compiled by its measuring actor as before;
   its record notes what the compile-ahead did (``compile_facts["compiled_ahead"]``). The compile
   workers write into their own host's cache: with a cluster of several hosts they serve only
@@ -120,6 +128,8 @@ class RayExecutor(Executor):
         self._compile_class = None
         self._compilers: list = []  # compile-ahead actors, kept from run to run like the measuring ones
         self.compile_ahead: dict = {}  # the last run's compile-ahead: workers, compiled, failed, busy_s
+        self.timeline: dict = {}  # the last run's (and its warm-up's) events: see Timeline
+        self._clock = Timeline()
 
     # --- life cycle -----------------------------------------------------------------------
     def start(self) -> None:
@@ -171,6 +181,31 @@ class RayExecutor(Executor):
     def capacity(self, device: str) -> int:
         return self._slots(device)
 
+    def warm_up(self, device: str, wanted: int | None = None) -> float:
+        """Start the measuring actors for ``device`` now (as many as it has slots, or ``wanted``)
+        and, on cuda, the compile workers; return when every measuring actor has finished its
+        warm-up (:meth:`DeviceWorker.ready`), in seconds. Later runs hand them configurations at
+        once: a session that sweeps several times (a tune's rounds, a notebook) pays the start
+        once, here, not in its first sweep. An actor whose warm-up fails is replaced by the run
+        that needs it, which records why."""
+        begun = time.monotonic()
+        self._clock.open(warm=True)
+        self.slots = self._slots(device)
+        pool = self._pool(device)
+        root = triton_cache_root()
+        self._grow(pool, wanted if wanted is not None else self.slots, root, device)
+        self._start_compilers(device, root)
+        while pool.starting:
+            ready, _ = self.ray.wait(list(pool.starting), num_returns=1)
+            for ref in ready:
+                self._warmed_up(pool, ref, None)
+        self.timeline = self._clock.close()
+        return time.monotonic() - begun
+
+    def _pool(self, device: str) -> "_Pool":
+        opts = self._options(device)
+        return self._pools.setdefault(repr(sorted(opts.items())), _Pool(opts))
+
     def _options(self, device: str) -> dict:
         if device == "cpu":
             return {"num_cpus": self.cpus_per_task, "num_gpus": 0}
@@ -207,9 +242,12 @@ class RayExecutor(Executor):
         if not tasks:
             return
         device = tasks[0].device
-        opts = self._options(device)
         self.slots = self._slots(device)
-        pool = self._pools.setdefault(repr(sorted(opts.items())), _Pool(opts))
+        pool = self._pool(device)
+        clock = self._clock
+        clock.open(warm=False)
+        for actor in pool.idle:
+            clock.idle(actor)
         root = triton_cache_root()
         queue = deque(dataclasses.replace(t, triton_cache_root=root) for t in tasks)
         # generator -> [task, started at (None until the worker says so), worker, actor]
@@ -231,6 +269,7 @@ class RayExecutor(Executor):
                     actor = pool.idle.popleft()
                     gen = actor.run.options(num_returns="streaming").remote(task)
                     pending[gen] = [task, None, None, actor]
+                    clock.sent(gen, actor)
                     if not queue:
                         self.drained_s = time.monotonic() - begun
                 waiting = list(pending)
@@ -252,11 +291,14 @@ class RayExecutor(Executor):
                     entry = pending[ref]
                     kind, value = self._next(ref, entry[0])
                     if kind == "started":
-                        entry[1], entry[2] = time.monotonic(), value
+                        entry[1], entry[2] = time.monotonic(), value["worker"]
+                        clock.started(ref, value.get("at"))
                         continue
                     pending.pop(ref)
+                    clock.arrived(ref)
                     if kind == "record":
                         pool.idle.append(entry[3])
+                        clock.idle(entry[3])
                     else:  # the actor died or its call broke: a fresh one takes its place
                         self._retire(pool, entry[3])
                     yield _as_queued(entry[0]), value
@@ -286,6 +328,7 @@ class RayExecutor(Executor):
             if ahead is not None:
                 self._compilers = ahead.finish()
                 self.compile_ahead = ahead.summary()
+            self.timeline = clock.close()
 
     def _grow(self, pool: "_Pool", wanted: int, root: str, device: str) -> None:
         """Start actors until ``pool`` has ``min(slots, wanted)``, all at once: each is created
@@ -294,6 +337,7 @@ class RayExecutor(Executor):
             actor = self._actor_class.options(**pool.options).remote()
             pool.live.append(actor)
             pool.starting[actor.ready.remote(root, device)] = actor
+            self._clock.asked(actor)
 
     def _warmed_up(self, pool: "_Pool", ref, ahead: "_CompileAhead | None"):
         """File an actor's finished warm-up: the actor is idle, and its device facts check the
@@ -306,6 +350,7 @@ class RayExecutor(Executor):
             self._retire(pool, actor)
             return exc
         pool.idle.append(actor)
+        self._clock.ready(actor, info.get("stamps"))
         self._check_target(ahead, info.get("device"))
         return None
 
@@ -337,24 +382,27 @@ class RayExecutor(Executor):
     def _compile_ahead(self, device: str, root: str) -> "_CompileAhead | None":
         """This run's compile-ahead (None when it has no compile workers, or nothing to compile
         for: the CPU without a ``compile_target``)."""
-        count = self._compile_worker_count(device)
         self.compile_ahead = {}
-        if count == 0:
+        if not self._start_compilers(device, root):
             return None
-
-        def new_compiler():
-            return self._compile_class.options(num_cpus=0, num_gpus=0).remote(root)
-
-        while len(self._compilers) < count:
-            self._compilers.append(new_compiler())
-        for actor in self._compilers[count:]:
-            kill_actor(self.ray, actor)
-        self._compilers = self._compilers[:count]
         facts, source = self._known_target(device)  # the compile workers start meanwhile
         if facts is None and device != "cuda":
             return None  # nothing to learn it from: the interpreter compiles nothing
         limit = self.timeout_s if self.timeout_s is not None else COMPILE_TIMEOUT_S
-        return _CompileAhead(self.ray, self._compilers, facts, limit, new_compiler, source)
+        return _CompileAhead(self.ray, self._compilers, facts, limit, lambda: self._new_compiler(root), source)
+
+    def _start_compilers(self, device: str, root: str) -> int:
+        """Start (or trim to) the compile workers ``device`` asks for; how many there are."""
+        count = self._compile_worker_count(device)
+        while len(self._compilers) < count:
+            self._compilers.append(self._new_compiler(root))
+        for actor in self._compilers[count:]:
+            kill_actor(self.ray, actor)
+        self._compilers = self._compilers[:count]
+        return count
+
+    def _new_compiler(self, root: str):
+        return self._compile_class.options(num_cpus=0, num_gpus=0).remote(root)
 
     def _known_target(self, device: str) -> tuple[dict | None, str]:
         """The facts to compile for and where they came from ("given", "driver", "environment",
@@ -377,8 +425,8 @@ class RayExecutor(Executor):
         kill_actor(self.ray, actor)
 
     def _next(self, gen, task) -> tuple[str, dict]:
-        """("started", worker info), ("record", record dict) or ("broken", error record) from a
-        call's stream."""
+        """("started", {"worker": worker info, "at": when}), ("record", record dict) or
+        ("broken", error record) from a call's stream."""
         try:
             ref = next(gen)
         except StopIteration:
@@ -390,7 +438,7 @@ class RayExecutor(Executor):
         except self.ray.exceptions.RayError as exc:
             return "broken", self._error(task, exc)
         if isinstance(value, dict) and value.get(_STARTED):
-            return "started", value["worker"]
+            return "started", value
         return "record", value
 
     def _error(self, task, exc) -> dict:
@@ -408,6 +456,73 @@ class RayExecutor(Executor):
 _STARTED = "__workbench_task_started__"
 
 
+class Timeline:
+    """When things happened in an executor's last run or warm-up, as ``time.time()`` seconds
+    (one host's clock: the actors' stamps compare with the driver's), for finding where a sweep's
+    time goes. :meth:`close` gives::
+
+        {"kind": "run" | "warm-up", "begun",
+         "actors": [{"actor", "asked", "process", "init", "imported", "device", "warmed", "seen"}],
+         "tasks": [{"actor", "idle", "sent", "started", "arrived"}]}
+
+    An actor's ``asked`` (the driver made it), ``process`` (its process started), ``init`` (the
+    actor object was made), ``imported`` / ``device`` / ``warmed`` (the steps of its warm-up) and
+    ``seen`` (the driver took it as ready). A task's ``idle`` (its actor was free), ``sent``,
+    ``started`` (the actor began it) and ``arrived`` (its record reached the driver). Actors are
+    numbered in the order they were first asked for, across runs."""
+
+    def __init__(self):
+        self._numbers: dict = {}
+        self._data: dict | None = None
+        self._idle: dict = {}
+        self._calls: dict = {}
+
+    def open(self, warm: bool) -> None:
+        self._data = {"kind": "warm-up" if warm else "run", "begun": time.time(), "actors": {}, "tasks": []}
+        self._idle, self._calls = {}, {}
+
+    def close(self) -> dict:
+        data = self._data or {"kind": "run", "begun": time.time(), "actors": {}, "tasks": []}
+        self._data = None
+        return {**data, "actors": list(data["actors"].values())}
+
+    def _number(self, actor) -> int:
+        return self._numbers.setdefault(actor, len(self._numbers))
+
+    def _events(self) -> dict:
+        if self._data is None:
+            self.open(warm=False)
+        return self._data
+
+    def asked(self, actor) -> None:
+        n = self._number(actor)
+        self._events()["actors"][n] = {"actor": n, "asked": time.time()}
+
+    def ready(self, actor, stamps: dict | None) -> None:
+        n = self._number(actor)
+        entry = self._events()["actors"].setdefault(n, {"actor": n})
+        entry.update(stamps or {})
+        entry["seen"] = self._idle[n] = time.time()
+
+    def idle(self, actor) -> None:
+        self._idle[self._number(actor)] = time.time()
+
+    def sent(self, call, actor) -> None:
+        n = self._number(actor)
+        task = {"actor": n, "idle": self._idle.pop(n, None), "sent": time.time()}
+        self._calls[call] = task
+        self._events()["tasks"].append(task)
+
+    def started(self, call, at: float | None) -> None:
+        if call in self._calls:
+            self._calls[call]["started"] = at
+
+    def arrived(self, call) -> None:
+        task = self._calls.pop(call, None)
+        if task is not None:
+            task["arrived"] = time.time()
+
+
 @dataclasses.dataclass
 class _Pool:
     """The actors holding one kind of resources (``options``): all of them, those still warming
@@ -423,31 +538,54 @@ class DeviceWorker:
     """The Ray actor: one process that keeps the device Ray gave it when it started, and
     measures one configuration per call."""
 
+    def __init__(self):
+        self.born = time.time()
+
     def ready(self, cache_root: str | None, device: str) -> dict:
         """Warm up before the first configuration: the measuring stack imported, the device
         started, and what a first measurement does once per process (the device's copy bandwidth,
         its L2 flush buffer, NVML, versions) done. ``{"worker", "device"}``: where it runs, and
         the facts of its device a compile-ahead compiles for (None: none to compile for). Only a
-        failed import raises; a device that fails here fails its measurements, which say why."""
+        failed import raises; a device that fails here fails its measurements, which say why.
+        ``"stamps"``: when (``time.time()``) the process started, this actor was made, and each
+        step of the warm-up ended (imports, the device's start, the rest), for the run's timeline."""
+        stamps = {"process": process_start_time(), "init": self.born}
         use_host_triton_cache(cache_root)
         import workbench.measure
         from workbench.sweep.compile_ahead import device_facts
 
+        stamps["imported"] = time.time()
         try:
             facts = device_facts(device)
         except Exception:  # noqa: BLE001 - no compile-ahead check then
             facts = None
+        stamps["device"] = time.time()
         try:
             _warm_up(device, workbench.measure)
         except Exception:  # noqa: BLE001 - the first measurement does it again, and says what failed
             pass
-        return {"worker": worker_info(), "device": facts}
+        stamps["warmed"] = time.time()
+        return {"worker": worker_info(), "device": facts, "stamps": stamps}
 
     def run(self, task):
-        """Say "started" (the timeout counts from here), then give the record."""
+        """Say "started" (the timeout counts from here; ``at``: when, for the timeline), then
+        give the record."""
         use_host_triton_cache(task.triton_cache_root)
-        yield {_STARTED: True, "worker": worker_info()}
+        yield {_STARTED: True, "worker": worker_info(), "at": time.time()}
         yield run_task(task)
+
+
+def process_start_time() -> float | None:
+    """When this process started, as ``time.time()`` (Linux, to 10 ms); None elsewhere."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        since_boot = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: start time in clock ticks
+    except (OSError, ValueError, IndexError):
+        return None
+    return time.time() - (uptime - since_boot)
 
 
 def _warm_up(device: str, measure) -> None:
@@ -492,8 +630,14 @@ class CompileWorker:
         except OSError:
             pass
         use_host_triton_cache(cache_root)
-        from workbench.sweep.compile_ahead import prepare_compiler
+        from workbench.sweep.compile_ahead import build_host_utilities, prepare_compiler
 
+        # First, before torch's import: the measuring actors of the host, still importing it,
+        # then load Triton's host utilities instead of each building them.
+        try:
+            build_host_utilities()
+        except Exception:  # noqa: BLE001 - no CUDA driver library here: each measuring actor builds its own
+            pass
         try:
             prepare_compiler()  # while the target may not be known yet
         except Exception:  # noqa: BLE001 - its first compile imports again, and says what failed
@@ -621,6 +765,7 @@ class _CompileAhead:
             "failed": sum(1 for r in done if not r.get("ok")),
             "measured_after": self.taken,
             "busy_s": sum(float(r.get("ms") or 0.0) for r in done) / 1e3,
+            "launchers_built": sum(1 for r in done for k in r.get("kernels") or [] if k.get("launcher_ms") is not None),
         }
 
 

@@ -1,0 +1,69 @@
+"""benchmarks/sweep_scaling.py's account of where a run's time went, from an executor timeline.
+
+The timeline here is written by hand (two actors, one warmed before the sweep), so each figure
+the summary gives can be checked against the events it comes from.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def scaling():
+    spec = importlib.util.spec_from_file_location("sweep_scaling", ROOT / "benchmarks" / "sweep_scaling.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_timeline_summary_steps_and_per_actor_times(scaling):
+    warm_up = {
+        "kind": "warm-up",
+        "begun": 90.0,
+        "actors": [
+            {"actor": 0, "asked": 90.0, "process": 89.0, "init": 90.5, "imported": 92.5, "device": 93.0,
+             "warmed": 94.0, "seen": 94.1},
+        ],
+        "tasks": [],
+    }  # fmt: skip
+    run = {
+        "kind": "run",
+        "begun": 100.0,
+        "actors": [
+            {"actor": 1, "asked": 100.0, "process": 100.2, "init": 100.7, "imported": 103.0, "device": 103.5,
+             "warmed": 104.0, "seen": 104.1},
+        ],
+        "tasks": [
+            {"actor": 0, "idle": 100.0, "sent": 100.01, "started": 100.02, "arrived": 100.32},
+            {"actor": 0, "idle": 100.32, "sent": 100.34, "started": 100.35, "arrived": 100.55},
+            {"actor": 1, "idle": 104.1, "sent": 104.2, "started": 104.21, "arrived": 104.61},
+            {"actor": 0, "idle": 100.55, "sent": 100.6, "started": None},  # cut short: no record
+        ],
+    }  # fmt: skip
+    where = scaling.timeline_summary(warm_up, run)
+    first, second = where["actors"]
+    assert first["steps"] == {"init": 0.5, "imported": 2.0, "device": 0.5, "warmed": 1.0, "seen": pytest.approx(0.1)}
+    assert (first["process_at"], first["asked_at"], first["ready_at"], first["first_task_at"]) == (
+        -11.0,
+        -10.0,
+        pytest.approx(-5.9),
+        pytest.approx(0.02),
+    )
+    assert second["ready_at"] == pytest.approx(4.1) and second["first_task_at"] == pytest.approx(4.21)
+    zero, one = where["tasks"]
+    assert zero["n"] == 3 and zero["busy"] == pytest.approx(0.5) and zero["median_task"] == pytest.approx(0.3)
+    assert zero["waiting"] == pytest.approx(0.01 + 0.02 + 0.05)
+    assert zero["dispatch"] == pytest.approx(0.02) and zero["last_at"] == pytest.approx(0.55)
+    assert one["n"] == 1 and one["waiting"] == pytest.approx(0.1) and one["last_at"] == pytest.approx(4.61)
+    text = "\n".join(scaling.describe_where(where))
+    assert "actor 1 start: process at 0.20 s, asked at 0.00 s" in text and "3 configurations, busy 0.5 s" in text
+
+
+def test_no_timeline_gives_no_summary(scaling):
+    assert scaling.timeline_summary({}, {}) == {}
