@@ -200,7 +200,17 @@ def compile_ahead_summary(result, executor) -> dict:
     return summary
 
 
-ACTOR_STEPS = ("init", "imported", "device", "warmed", "seen")
+ACTOR_STEPS = (
+    "init",
+    "imported",
+    "device",
+    "warm_versions",
+    "warm_state",
+    "warm_flush",
+    "warm_copy_bandwidth",
+    "warmed",
+    "seen",
+)
 
 
 def timeline_summary(warm_up: dict, run: dict) -> dict:
@@ -208,8 +218,8 @@ def timeline_summary(warm_up: dict, run: dict) -> dict:
     of its warm-up (empty without ``--warm``) and its sweep, in seconds:
 
     - ``actors``: per measuring actor, each step of its start after the one before (``asked`` by
-      the driver -> actor ``init`` -> ``imported`` -> ``device`` started -> ``warmed`` -> ``seen``
-      ready by the driver); ``process_at`` (its process's start: Ray may have started it before it
+      the driver -> actor ``init`` -> ``imported`` -> ``device`` started -> the warm-up's steps
+      ``warm_*`` -> ``warmed`` -> ``seen`` ready by the driver); ``process_at`` (its process's start: Ray may have started it before it
       was asked for), ``asked_at``, ``ready_at`` and ``first_task_at``, from the sweep's start
       (negative: before it, in the warm-up);
     - ``tasks``: per actor, configurations run, ``busy`` (started -> record arrived, summed),

@@ -361,3 +361,11 @@ def test_host_utilities_are_built_for_cuda_only(fake_nvidia):
     assert build_host_utilities("npu") is None and fake_nvidia.built == []
     assert build_host_utilities("cuda") >= 0.0
     assert fake_nvidia.built == [("utilities",)]
+
+
+def test_compile_workers_grow_with_the_gpus_and_leave_cpus_to_the_measuring_actors():
+    from workbench.sweep.ray_executor import default_compile_workers
+
+    assert [default_compile_workers(32, gpus) for gpus in (1, 2, 4)] == [8, 12, 14]
+    assert default_compile_workers(128, 8) == 36 and default_compile_workers(8, 2) == 3
+    assert default_compile_workers(2, 1) == 1  # always one

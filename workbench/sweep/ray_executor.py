@@ -176,6 +176,8 @@ class RayExecutor(Executor):
 
     def describe(self) -> str:
         where = self.address or "embedded local Ray"
+        if self._actor_class is None:  # not started: its slots are not known yet
+            return f"ray ({where})"
         return f"ray ({where}, {self.slots} slot(s))"
 
     def capacity(self, device: str) -> int:
@@ -548,7 +550,8 @@ class DeviceWorker:
         the facts of its device a compile-ahead compiles for (None: none to compile for). Only a
         failed import raises; a device that fails here fails its measurements, which say why.
         ``"stamps"``: when (``time.time()``) the process started, this actor was made, and each
-        step of the warm-up ended (imports, the device's start, the rest), for the run's timeline."""
+        step of the warm-up ended (imports, the device's start, the rest: ``warmed``, and its own
+        steps ``warm_*``), for the run's timeline."""
         stamps = {"process": process_start_time(), "init": self.born}
         use_host_triton_cache(cache_root)
         import workbench.measure
@@ -561,7 +564,7 @@ class DeviceWorker:
             facts = None
         stamps["device"] = time.time()
         try:
-            _warm_up(device, workbench.measure)
+            _warm_up(device, workbench.measure, stamps)
         except Exception:  # noqa: BLE001 - the first measurement does it again, and says what failed
             pass
         stamps["warmed"] = time.time()
@@ -588,17 +591,22 @@ def process_start_time() -> float | None:
     return time.time() - (uptime - since_boot)
 
 
-def _warm_up(device: str, measure) -> None:
-    """What a measurement on ``device`` does first, once per process, done ahead of it."""
+def _warm_up(device: str, measure, stamps: dict) -> None:
+    """What a measurement on ``device`` does first, once per process, done ahead of it; when each
+    step ended goes into ``stamps`` (``warm_<step>``)."""
     from workbench.provenance import code_version
 
     measure.versions()
     code_version()
+    stamps["warm_versions"] = time.time()
     dev = measure.get_device(device)
     if dev.kind != "cpu":
         dev.state()
+        stamps["warm_state"] = time.time()
         dev.flush_l2()
+        stamps["warm_flush"] = time.time()
         dev.copy_bandwidth_gbps()
+        stamps["warm_copy_bandwidth"] = time.time()
 
 
 def kill_actor(ray, actor) -> None:
@@ -614,10 +622,15 @@ COMPILE_TIMEOUT_S = 300.0  # a compile-ahead past this (or the executor's timeou
 
 
 def default_compile_workers(cpus: int, slots: int) -> int:
-    """Compile workers for a host of ``cpus`` CPUs measuring on ``slots`` GPUs: half the CPUs
-    the measuring actors leave, 1 to 8 (a Triton compile is one CPU for about a second; 8 keep
-    well ahead of 8 GPUs measuring, and leave the host's other CPUs to the measuring actors)."""
-    return max(1, min(8, (cpus - slots) // 2))
+    """Compile workers for a host of ``cpus`` CPUs measuring on ``slots`` GPUs: 4 per GPU and 4
+    more, at most half the CPUs the measuring actors leave (the rest stay theirs), at least 1.
+
+    Why per GPU: a compile is about 0.75 s of one CPU and a measurement about 0.2 s of a GPU (the
+    208-configuration scaling sweep on H100s), so each GPU measuring keeps about 4 compile workers
+    busy. With 8 for two GPUs the compile-ahead fell behind at a sweep's start (whose first
+    configurations no one had compiled yet) and the measuring actors compiled 10 configurations
+    themselves, 4 s of GPU time idle in a 29 s sweep."""
+    return max(1, min(4 * slots + 4, (cpus - slots) // 2))
 
 
 class CompileWorker:
