@@ -19,7 +19,9 @@ measuring actors and compile workers started before the sweep, as a session that
 times starts them once; without it they start inside the sweep) and ``close_s`` (Ray's stop),
 all summed in ``session_s``. Until this ``--warm`` option, ``sweep_s`` included Ray's stop.
 ``where``: each actor's start step by step and each actor's busy and waiting time, from the
-executor's timeline (the raw events in ``timeline``).
+executor's timeline (the raw events in ``timeline``). ``cpus``: the host's CPUs and where the
+measuring actors and compile workers ran (apart, unless ``--shared-cpus``:
+:mod:`workbench.sweep.cpus`).
 
 Compile-ahead (on by default; ``--compile-workers 0`` turns it off): CPU-side Ray actors compile
 queued configurations' kernels for the GPU into the run's Triton cache while the GPUs measure
@@ -124,7 +126,9 @@ def run(args) -> int:
     store = Store(out / STORE_NAME)
     t0 = time.perf_counter()
     slots = dict(num_cpus=args.gpus, num_gpus=0) if args.device == "cpu" else dict(num_gpus=args.gpus, gpus_per_task=1)
-    ex = RayExecutor(**slots, timeout_s=args.timeout_s, compile_workers=args.compile_workers)
+    ex = RayExecutor(
+        **slots, timeout_s=args.timeout_s, compile_workers=args.compile_workers, place_cpus=not args.shared_cpus
+    )
     with opened(ex):  # Ray's start is timed apart from the sweep
         ray_started = time.perf_counter()
         warm_up = {}
@@ -158,6 +162,7 @@ def run(args) -> int:
             "session_s": done - t0,
             "split_s": split,
             "compile_ahead": ahead,
+            "cpus": cpu_facts(ex),
             "where": where,
             "timeline": {"warm_up": warm_up, "run": timeline},
         }
@@ -182,6 +187,21 @@ def run(args) -> int:
             f"{ahead['first_call_cached']}/{len(result.records)}"
         )
     return 0
+
+
+def cpu_facts(executor) -> dict:
+    """The host's logical CPUs and physical cores (as this process may use them), and the
+    executor's placement of the measuring actors and compile workers on them (None: shared)."""
+    import dataclasses
+
+    from workbench.sweep.cpus import available_cpus, physical_cores
+
+    placement = executor.placement
+    return {
+        "logical": len(available_cpus()),
+        "physical_cores": len(physical_cores()),
+        "placement": dataclasses.asdict(placement) if placement is not None else None,
+    }
 
 
 def compile_ahead_summary(result, executor) -> dict:
@@ -248,6 +268,7 @@ def timeline_summary(warm_up: dict, run: dict) -> dict:
                     f"{name}_at": round(entry[name] - begun, 3) if entry.get(name) else None
                     for name in ("process", "asked")
                 },
+                "cpus": entry.get("cpus"),
                 "ready_at": round(entry["seen"] - begun, 3) if entry.get("seen") else None,
                 "first_task_at": round(min(mine) - begun, 3) if mine else None,
             }
@@ -282,10 +303,12 @@ def describe_where(where: dict) -> list[str]:
         steps = ", ".join(f"{k} +{v:.2f}" for k, v in a["steps"].items())
         first = a["first_task_at"]
         process = a.get("process_at")
+        cpus = a.get("cpus")
         lines.append(
             f"actor {a['actor']} start: process at {'-' if process is None else f'{process:.2f} s'}, "
             f"asked at {a['asked_at']:.2f} s, {steps}; ready at {a['ready_at']:.2f} s, "
             f"first configuration at {'-' if first is None else f'{first:.2f} s'}"
+            f"{f'; on CPUs {cpus}' if cpus else ''}"
         )
     for t in where.get("tasks") or []:
         median = "-" if t["median_task"] is None else f"{t['median_task']:.3f}"
@@ -459,6 +482,11 @@ def main(argv=None) -> int:
         "--warm",
         action="store_true",
         help="start the measuring actors and compile workers before the sweep (timed apart: workers_s)",
+    )
+    p.add_argument(
+        "--shared-cpus",
+        action="store_true",
+        help="let the measuring actors and compile workers share every CPU (default: apart)",
     )
     p.add_argument("--out", default="results/sweep_scaling")
     p.add_argument("--compare", default=None, help="print the table of the runs under this folder")

@@ -220,7 +220,7 @@ def test_the_first_actor_gives_the_target_where_the_driver_cannot_tell_and_corre
 class FailingWarmUp(DeviceWorker):
     """A measuring actor whose warm-up fails (a device that cannot start)."""
 
-    def ready(self, cache_root, device):
+    def ready(self, cache_root, device, placement=None):
         raise RuntimeError("this device cannot start")
 
 

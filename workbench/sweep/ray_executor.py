@@ -46,6 +46,9 @@
   its record notes what the compile-ahead did (``compile_facts["compiled_ahead"]``). The compile
   workers write into their own host's cache: with a cluster of several hosts they serve only
   theirs, so ``compile_workers`` defaults to 0 there.
+- CPUs (``place_cpus``, an embedded Ray on GPUs): each measuring actor moves onto physical cores
+  of its own, and the compile workers onto the rest (:mod:`workbench.sweep.cpus`), so the
+  compile-ahead's work does not slow the host side of a measurement (host and call times).
 - No retries: a configuration is never retried blindly. A call past ``timeout_s`` is recorded as
   timed out and its actor killed (a new one takes its place); an actor that dies (``os._exit``, a
   signal, a device abort, out of memory) is recorded as ``worker died`` with Ray's reason, and
@@ -102,12 +105,15 @@ class RayExecutor(Executor):
         poll_s: float = 0.2,
         compile_workers: int | None = None,
         compile_target: dict | None = None,
+        place_cpus: bool = True,
     ):
         """``compile_workers``: compile-ahead actors (0: none; None: :func:`default_compile_workers`
         on cuda with an embedded Ray, none otherwise). ``compile_target``: the device facts to
         compile for (:func:`workbench.sweep.compile_ahead.device_facts`); None: what the driver
         knows (:func:`workbench.sweep.compile_ahead.driver_target`), else the first measuring
-        actor's."""
+        actor's. ``place_cpus``: on a host's own GPUs (an embedded Ray), each measuring actor
+        runs on physical cores of its own and the compile workers on the others
+        (:class:`workbench.sweep.cpus.Placement`)."""
         self.ray = import_ray()
         self.address = address
         self.gpus_per_task = gpus_per_task
@@ -129,6 +135,8 @@ class RayExecutor(Executor):
         self._compilers: list = []  # compile-ahead actors, kept from run to run like the measuring ones
         self.compile_ahead: dict = {}  # the last run's compile-ahead: workers, compiled, failed, busy_s
         self.timeline: dict = {}  # the last run's (and its warm-up's) events: see Timeline
+        self.place_cpus = place_cpus
+        self.placement = None  # the CPUs of the measuring slots and compile workers, once planned
         self._clock = Timeline()
 
     # --- life cycle -----------------------------------------------------------------------
@@ -193,6 +201,7 @@ class RayExecutor(Executor):
         begun = time.monotonic()
         self._clock.open(warm=True)
         self.slots = self._slots(device)
+        self._plan_placement(device)
         pool = self._pool(device)
         root = triton_cache_root()
         self._grow(pool, wanted if wanted is not None else self.slots, root, device)
@@ -203,6 +212,15 @@ class RayExecutor(Executor):
                 self._warmed_up(pool, ref, None)
         self.timeline = self._clock.close()
         return time.monotonic() - begun
+
+    def _plan_placement(self, device: str) -> None:
+        """Plan the CPUs of the measuring slots and compile workers once, for this host's own
+        devices (an embedded Ray; not the interpreter, whose workers measure on CPUs)."""
+        if self.placement is not None or not self.place_cpus or self.address or device == "cpu":
+            return
+        from workbench.sweep.cpus import Placement, physical_cores
+
+        self.placement = Placement.plan(self.slots, physical_cores())
 
     def _pool(self, device: str) -> "_Pool":
         opts = self._options(device)
@@ -245,6 +263,7 @@ class RayExecutor(Executor):
             return
         device = tasks[0].device
         self.slots = self._slots(device)
+        self._plan_placement(device)
         pool = self._pool(device)
         clock = self._clock
         clock.open(warm=False)
@@ -338,7 +357,7 @@ class RayExecutor(Executor):
         while len(pool.live) < min(self.slots, wanted):
             actor = self._actor_class.options(**pool.options).remote()
             pool.live.append(actor)
-            pool.starting[actor.ready.remote(root, device)] = actor
+            pool.starting[actor.ready.remote(root, device, self.placement)] = actor
             self._clock.asked(actor)
 
     def _warmed_up(self, pool: "_Pool", ref, ahead: "_CompileAhead | None"):
@@ -352,7 +371,7 @@ class RayExecutor(Executor):
             self._retire(pool, actor)
             return exc
         pool.idle.append(actor)
-        self._clock.ready(actor, info.get("stamps"))
+        self._clock.ready(actor, info.get("stamps"), info.get("cpus"))
         self._check_target(ahead, info.get("device"))
         return None
 
@@ -404,7 +423,8 @@ class RayExecutor(Executor):
         return count
 
     def _new_compiler(self, root: str):
-        return self._compile_class.options(num_cpus=0, num_gpus=0).remote(root)
+        cpus = self.placement.compile if self.placement is not None else None
+        return self._compile_class.options(num_cpus=0, num_gpus=0).remote(root, cpus)
 
     def _known_target(self, device: str) -> tuple[dict | None, str]:
         """The facts to compile for and where they came from ("given", "driver", "environment",
@@ -464,7 +484,7 @@ class Timeline:
     time goes. :meth:`close` gives::
 
         {"kind": "run" | "warm-up", "begun",
-         "actors": [{"actor", "asked", "process", "init", "imported", "device", "warmed", "seen"}],
+         "actors": [{"actor", "asked", "process", "init", "imported", "device", "warmed", "seen", "cpus"}],
          "tasks": [{"actor", "idle", "sent", "started", "arrived"}]}
 
     An actor's ``asked`` (the driver made it), ``process`` (its process started), ``init`` (the
@@ -500,10 +520,11 @@ class Timeline:
         n = self._number(actor)
         self._events()["actors"][n] = {"actor": n, "asked": time.time()}
 
-    def ready(self, actor, stamps: dict | None) -> None:
+    def ready(self, actor, stamps: dict | None, cpus=None) -> None:
         n = self._number(actor)
         entry = self._events()["actors"].setdefault(n, {"actor": n})
         entry.update(stamps or {})
+        entry["cpus"] = cpus
         entry["seen"] = self._idle[n] = time.time()
 
     def idle(self, actor) -> None:
@@ -543,7 +564,7 @@ class DeviceWorker:
     def __init__(self):
         self.born = time.time()
 
-    def ready(self, cache_root: str | None, device: str) -> dict:
+    def ready(self, cache_root: str | None, device: str, placement=None) -> dict:
         """Warm up before the first configuration: the measuring stack imported, the device
         started, and what a first measurement does once per process (the device's copy bandwidth,
         its L2 flush buffer, NVML, versions) done. ``{"worker", "device"}``: where it runs, and
@@ -551,8 +572,11 @@ class DeviceWorker:
         failed import raises; a device that fails here fails its measurements, which say why.
         ``"stamps"``: when (``time.time()``) the process started, this actor was made, and each
         step of the warm-up ended (imports, the device's start, the rest: ``warmed``, and its own
-        steps ``warm_*``), for the run's timeline."""
+        steps ``warm_*``), for the run's timeline. ``placement``
+        (:class:`workbench.sweep.cpus.Placement`): first, the process moves to its slot's CPUs
+        (``"cpus"``: those, or None where it stayed where it was)."""
         stamps = {"process": process_start_time(), "init": self.born}
+        cpus = _pin_to_slot(placement)
         use_host_triton_cache(cache_root)
         import workbench.measure
         from workbench.sweep.compile_ahead import device_facts
@@ -568,7 +592,7 @@ class DeviceWorker:
         except Exception:  # noqa: BLE001 - the first measurement does it again, and says what failed
             pass
         stamps["warmed"] = time.time()
-        return {"worker": worker_info(), "device": facts, "stamps": stamps}
+        return {"worker": worker_info(), "device": facts, "stamps": stamps, "cpus": cpus}
 
     def run(self, task):
         """Say "started" (the timeout counts from here; ``at``: when, for the timeline), then
@@ -576,6 +600,17 @@ class DeviceWorker:
         use_host_triton_cache(task.triton_cache_root)
         yield {_STARTED: True, "worker": worker_info(), "at": time.time()}
         yield run_task(task)
+
+
+def _pin_to_slot(placement) -> list[int] | None:
+    """This measuring process onto its slot's CPUs in ``placement``; the CPUs, or None."""
+    if placement is None:
+        return None
+    from workbench.sweep.cpus import device_slot, pin
+
+    slot = device_slot()
+    cpus = placement.for_slot(slot) if slot is not None else None
+    return sorted(cpus) if cpus and pin(cpus) else None
 
 
 def process_start_time() -> float | None:
@@ -637,7 +672,13 @@ class CompileWorker:
     """The Ray actor of a compile-ahead: a CPU-side process that asks for no GPU and touches
     none, and compiles one configuration per call into its host's Triton cache."""
 
-    def __init__(self, cache_root: str | None):
+    def __init__(self, cache_root: str | None, cpus=None):
+        """``cpus``: the CPUs it runs on (a :class:`workbench.sweep.cpus.Placement`'s compile
+        CPUs, away from the measuring actors'; None: any)."""
+        if cpus:
+            from workbench.sweep.cpus import pin
+
+            pin(cpus)
         try:
             os.nice(COMPILE_NICENESS)
         except OSError:
