@@ -58,6 +58,37 @@ def test_tune_writes_a_table_that_auto_then_reads(tables, tmp_path, capsys):
     assert json.loads(path.read_text()) == table
 
 
+def test_a_tune_of_one_size_keeps_the_installed_tables_other_sizes(tables, tmp_path, capsys):
+    """--write after a tune of some sizes installs those and keeps every other size of the
+    installed table as it was, saying so in the provenance; the diff counts only what changed."""
+    code, text, _ = _cli(["tune", "rms_norm", *FAST, "--out", str(tmp_path / "a"), "--write"], capsys)
+    assert code == 0, text
+    path = tables / "rms_norm" / tuned_tables.file_name(CPU_KEY)
+    first = tuned_tables.read_table(path, "rms_norm")
+    other = ["--device", "cpu", "--sizes", "260", "--rep-ms", "2", "--out", str(tmp_path / "b")]
+    code, text, _ = _cli(["tune", "rms_norm", *other, "--write"], capsys)
+    assert code == 0, text
+    assert "1 of 2 sizes change against the installed table" in text
+    merged = tuned_tables.read_table(path, "rms_norm")
+    assert [b["size"] for b in merged["buckets"]] == [260, 300]
+    assert merged["buckets"][1] == first["buckets"][0]
+    assert merged["provenance"]["sizes"] == [260]
+    assert merged["provenance"]["kept"] == {"sizes": [300], "from": first["provenance"]}
+    assert tuned_tables.lookup("rms_norm", CPU_KEY, 300).tiles == first["buckets"][0]["tiles"]
+
+
+def test_a_table_of_another_problem_is_replaced_not_merged():
+    from workbench.tune.table import merge
+
+    tuned = {"family": "f", "device_key": "k", "knob": "n", "problem": {"rows": 4}, "provenance": {}}
+    tuned["buckets"] = [{"size": 2, "tiles": {"A": 1}}]
+    installed = dict(tuned, problem={"rows": 8}, buckets=[{"size": 1, "tiles": {}}])
+    assert merge(installed, tuned) is tuned and merge(None, tuned) is tuned
+    same = dict(tuned, buckets=[{"size": 1, "tiles": {}}, {"size": 2, "tiles": {"A": 3}}])
+    assert [b["size"] for b in merge(same, tuned)["buckets"]] == [1, 2]
+    assert merge(same, tuned)["buckets"][1] == {"size": 2, "tiles": {"A": 1}}
+
+
 def test_without_write_the_candidate_goes_to_out_only(tables, tmp_path, capsys):
     out = tmp_path / "run"
     code, text, _ = _cli(["tune", "scalar_ops", "--device", "cpu", "--sizes", "4099", "--out", str(out)], capsys)

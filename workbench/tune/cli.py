@@ -9,7 +9,9 @@ sizes) with the sweep engine, picks one configuration per size (workbench/tune/p
 writes the candidate table to ``OUT/tuned/<device>.json``, the records to
 ``OUT/records.sqlite`` / ``.csv`` / ``.json``, and the tune report to ``OUT/report.html`` and
 ``OUT/summary.md``. Without ``--write`` it prints the diff against the installed table
-(``kernels/<family>/tuned/<device>.json``); with it, it installs the candidate there.
+(``kernels/<family>/tuned/<device>.json``); with it, it installs the candidate there. The
+candidate holds the sizes this run measured and keeps the installed table's other sizes as they
+were (:func:`workbench.tune.table.merge`).
 ``--device cpu`` tunes the interpreter at the family's quick sizes (a check of the path; its
 times are interpreter wall time). Bad input, or an installed table that cannot be read, is one
 line on stderr and exit 2 (the table is left as it was); a configuration with a wrong result is
@@ -143,7 +145,7 @@ def tune_main(argv) -> int:
         "rep_ms": rep_ms,
         "wall_s": round(result.wall_s, 1),
     }
-    candidate = table.build_table(space, key, result.choices, provenance)
+    candidate = table.merge(installed, table.build_table(space, key, result.choices, provenance))
     written = table.write_table(candidate, out / "tuned" / tuned_tables.file_name(key))
     diff = table.diff_lines(installed, candidate)
     write_csv(rows, out / "records.csv")

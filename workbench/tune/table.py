@@ -1,5 +1,5 @@
-"""A tune's result as a tuned table (the data ``kernels.tuned_tables`` reads), its diff against
-the installed table, and installing it.
+"""A tune's result as a tuned table (the data ``kernels.tuned_tables`` reads), merged with the
+installed table's other sizes, its diff against the installed table, and installing it.
 
 The table is plain JSON (schema and lookup: :mod:`kernels.tuned_tables`): the device key, the
 knob and problem the sizes were measured on, provenance (date, commit, torch / triton versions,
@@ -83,6 +83,26 @@ def build_table(space, key: str, choices: Sequence[Choice], provenance: dict) ->
         "provenance": {"date": dt.date.today().isoformat(), **provenance, "sizes": list(space.sizes)},
         "buckets": buckets,
     }
+
+
+MERGE_KEYS = ("schema", "family", "device_key", "knob", "variant", "mode", "dtype", "problem")
+
+
+def merge(installed: dict | None, tuned: dict) -> dict:
+    """The table a tune of some sizes installs: its own buckets, and the installed table's
+    buckets of every size it did not measure, kept as they were (``provenance["kept"]``: which
+    sizes, and the provenance they came with). A table measured on another problem, knob or
+    variant is not merged: the tune's table replaces it, as a tune of every size would."""
+    if installed is None or any(installed.get(k) != tuned.get(k) for k in MERGE_KEYS):
+        return tuned
+    measured = {b["size"] for b in tuned["buckets"]}
+    kept = [b for b in installed["buckets"] if b["size"] not in measured]
+    if not kept:
+        return tuned
+    provenance = dict(tuned["provenance"])
+    provenance["kept"] = {"sizes": [b["size"] for b in kept], "from": installed.get("provenance", {})}
+    buckets = sorted(tuned["buckets"] + kept, key=lambda b: b["size"])
+    return {**tuned, "provenance": provenance, "buckets": buckets}
 
 
 def installed_path(family: str, key: str) -> Path:
