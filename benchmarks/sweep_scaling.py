@@ -17,7 +17,8 @@ The times in run.json: ``sweep_s``, from the sweep's start to its last record st
 speed-up compares); apart from it ``ray_start_s``, ``workers_s`` (with ``--warm``: the
 measuring actors and compile workers started before the sweep, as a session that sweeps several
 times starts them once; without it they start inside the sweep) and ``close_s`` (Ray's stop),
-all summed in ``session_s``. Until this ``--warm`` option, ``sweep_s`` included Ray's stop.
+all summed in ``session_s`` (run.json files written before 555fc44 count Ray's stop in
+``sweep_s``).
 ``where``: each actor's start step by step and each actor's busy and waiting time, from the
 executor's timeline (the raw events in ``timeline``). ``cpus``: the host's CPUs and where the
 measuring actors and compile workers ran (apart, unless ``--shared-cpus``:
@@ -32,8 +33,8 @@ or waited for from the first measuring actor), and each record's ``compile_facts
 whether its first call found its kernels.
 
 ``--compare`` prints, per run: configurations, failed, sweep time, configurations/s, the
-speedup over the 1-GPU run, and the session's time and speed-up; whether both runs recorded the same configurations; and per shape
-whether the best configuration agrees (the same one, or the two bests' kernel-time intervals
+speedup over the 1-GPU run, and the session's time and speed-up; whether both runs recorded the
+same configurations; and per shape whether the best configuration agrees (the same one, or the two bests' kernel-time intervals
 overlap in either run: "within noise"). Writes OUT/scaling.json and OUT/report.html.
 """
 
@@ -234,14 +235,15 @@ ACTOR_STEPS = (
 
 
 def timeline_summary(warm_up: dict, run: dict) -> dict:
-    """Where a run's time went, from the executor's timelines (:class:`~workbench.sweep.ray_executor.Timeline`)
-    of its warm-up (empty without ``--warm``) and its sweep, in seconds:
+    """Where a run's time went, in seconds, from the executor's timelines
+    (:class:`~workbench.sweep.ray_executor.Timeline`) of its warm-up (empty without ``--warm``)
+    and its sweep:
 
     - ``actors``: per measuring actor, each step of its start after the one before (``asked`` by
       the driver -> actor ``init`` -> ``imported`` -> ``device`` started -> the warm-up's steps
-      ``warm_*`` -> ``warmed`` -> ``seen`` ready by the driver); ``process_at`` (its process's start: Ray may have started it before it
-      was asked for), ``asked_at``, ``ready_at`` and ``first_task_at``, from the sweep's start
-      (negative: before it, in the warm-up);
+      ``warm_*`` -> ``warmed`` -> ``seen`` ready by the driver); ``process_at`` (its process's
+      start: Ray may have started it before it was asked for), ``asked_at``, ``ready_at`` and
+      ``first_task_at``, from the sweep's start (negative: before it, in the warm-up); ``cpus``;
     - ``tasks``: per actor, configurations run, ``busy`` (started -> record arrived, summed),
       ``median_task``, ``waiting`` (free -> given its next configuration: the driver's turn-around
       and any wait for a compile-ahead, summed), ``dispatch`` (given -> started, summed) and
@@ -476,7 +478,7 @@ def main(argv=None) -> int:
         "--compile-workers",
         type=int,
         default=None,
-        help="compile-ahead actors (default: half the CPUs the GPUs leave, 1-8, on cuda; 0: off)",
+        help="compile-ahead actors (default on cuda: 4 per GPU and 4 more, at most half the CPUs the GPUs leave; 0: off)",
     )
     p.add_argument(
         "--warm",

@@ -49,11 +49,9 @@ reads what ``_RUN_MUST_READ`` lists; ``native_specialize_impl`` keys pointers by
 both runners (3.6's and 3.9's ``CudaLauncher.__call__``) take ``grid x3, stream, function,
 packed metadata, launch metadata, enter hook, exit hook, *args``.
 
-Why one module over 400 lines: the key, the replay, the fill and the version checks are one
-contract with Triton's launch; split, each part would have to restate the others' assumptions.
-
-Why one long module: the cache key, the replay and every fallback are one safety argument;
-split, a reader could not check that a miss always falls back to Triton's own launch.
+Why one module over 400 lines: the key, the replay, the fill, every fallback and the version
+checks are one contract with Triton's launch; split, a reader could not check that a miss always
+falls back to Triton's own launch.
 """
 
 from __future__ import annotations

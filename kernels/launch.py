@@ -391,8 +391,8 @@ def build_launcher(compiled_kernel) -> float | None:
 
     Why: Triton 3.6 generates a C launcher per kernel signature and builds it with the system C
     compiler when the compiled kernel is first loaded (a fraction of a second each, in the
-    measuring process's first call). Built here, that load finds it in the cache. Triton 3.7 on
-    share one launcher, so there is nothing to build (None); so do kernels for another backend.
+    measuring process's first call). Built here, that load finds it in the cache. From Triton 3.7
+    on, kernels share one launcher, so there is nothing to build (None); nor for another backend.
     A failed build raises (the kernel's own compile stands)."""
     metadata = getattr(compiled_kernel, "metadata", None)
     src = getattr(compiled_kernel, "src", None)

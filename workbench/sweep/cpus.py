@@ -1,11 +1,11 @@
 """Which CPUs a host's measuring processes and its compile-ahead processes run on.
 
-Why. A measurement's host and call times are CPU time: on 2xH100 with the compile-ahead busy
-beside them (12 compile processes, as many runnable processes as the host has physical cores),
-the same configurations' host times read 17% higher, and call times 13%, than measured alone,
-and the sweep's measuring took 10% longer (kernel times did not move). Placed apart, each
-measuring process has physical cores of its own, SMT siblings included, and the compile
-processes share the rest.
+Why. A measurement's host and call times are CPU time. On a 2xH100 host (32 cores), with 12
+compile processes busy beside two measuring actors, the same configurations' host times read
+17% higher than on one GPU beside 8, and call times 13% higher; kernel times did not move. The
+two actors' busy time was 10% longer. Placed apart, the same ratios were 1.037 and 1.029
+(reports/sweep-h100x2-placement). Each measuring process gets physical cores of its own (with
+their SMT siblings, where the host has them); the compile processes share the rest.
 
 - :func:`physical_cores`: the logical CPUs this process may use, grouped by physical core
   (Linux's ``thread_siblings_list``; a CPU whose topology cannot be read is a core of its own).

@@ -484,12 +484,13 @@ class Timeline:
     time goes. :meth:`close` gives::
 
         {"kind": "run" | "warm-up", "begun",
-         "actors": [{"actor", "asked", "process", "init", "imported", "device", "warmed", "seen", "cpus"}],
+         "actors": [{"actor", "asked", "process", "init", "imported", "device", "warm_*", "warmed",
+                     "seen", "cpus"}],
          "tasks": [{"actor", "idle", "sent", "started", "arrived"}]}
 
     An actor's ``asked`` (the driver made it), ``process`` (its process started), ``init`` (the
-    actor object was made), ``imported`` / ``device`` / ``warmed`` (the steps of its warm-up) and
-    ``seen`` (the driver took it as ready). A task's ``idle`` (its actor was free), ``sent``,
+    actor object was made), ``imported`` / ``device`` / ``warm_*`` / ``warmed`` (the steps of its
+    warm-up), ``seen`` (the driver took it as ready) and ``cpus`` (where it runs, when placed). A task's ``idle`` (its actor was free), ``sent``,
     ``started`` (the actor began it) and ``arrived`` (its record reached the driver). Actors are
     numbered in the order they were first asked for, across runs."""
 
@@ -567,8 +568,9 @@ class DeviceWorker:
     def ready(self, cache_root: str | None, device: str, placement=None) -> dict:
         """Warm up before the first configuration: the measuring stack imported, the device
         started, and what a first measurement does once per process (the device's copy bandwidth,
-        its L2 flush buffer, NVML, versions) done. ``{"worker", "device"}``: where it runs, and
-        the facts of its device a compile-ahead compiles for (None: none to compile for). Only a
+        its L2 flush buffer, NVML, versions) done. ``{"worker", "device", "stamps", "cpus"}``: where
+        it runs, and the facts of its device a compile-ahead compiles for (None: none to compile
+        for), and the two below. Only a
         failed import raises; a device that fails here fails its measurements, which say why.
         ``"stamps"``: when (``time.time()``) the process started, this actor was made, and each
         step of the warm-up ended (imports, the device's start, the rest: ``warmed``, and its own
