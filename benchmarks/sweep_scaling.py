@@ -275,22 +275,22 @@ def timeline_summary(warm_up: dict, run: dict) -> dict:
                 "first_task_at": round(min(mine) - begun, 3) if mine else None,
             }
         )
-    tasks = {}
+    tasks, durations = {}, {}
     for t in run.get("tasks") or []:
         row = tasks.setdefault(t["actor"], {"actor": t["actor"], "n": 0, "busy": 0.0, "waiting": 0.0, "dispatch": 0.0})
+        mine = durations.setdefault(t["actor"], [])
         row["n"] += 1
-        times = row.setdefault("_times", [])
         if t.get("started") is not None and t.get("arrived") is not None:
-            times.append(t["arrived"] - t["started"])
-            row["busy"] += t["arrived"] - t["started"]
+            mine.append(t["arrived"] - t["started"])
+            row["busy"] += mine[-1]
         if t.get("idle") is not None:
             row["waiting"] += t["sent"] - t["idle"]
         if t.get("started") is not None:
             row["dispatch"] += t["started"] - t["sent"]
         if t.get("arrived") is not None:
             row["last_at"] = max(row.get("last_at", 0.0), t["arrived"] - begun)
-    for row in tasks.values():
-        times = sorted(row.pop("_times"))
+    for actor, row in tasks.items():
+        times = sorted(durations[actor])
         row["median_task"] = times[len(times) // 2] if times else None
         for key in ("busy", "waiting", "dispatch", "median_task", "last_at"):
             if row.get(key) is not None:

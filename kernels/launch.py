@@ -380,7 +380,7 @@ def _compile_instead(kernel, grid, args, kwargs):
         try:
             launcher_ms = build_launcher(result)
         except Exception:  # noqa: BLE001 - the measuring process builds it on first load, as before
-            launcher_ms = None
+            pass
     block.compiled.append(Compiled(_kernel_name(kernel), getattr(result, "hash", None), constants, launcher_ms))
     return result
 

@@ -89,16 +89,18 @@ def edge_layout(cids: torch.Tensor, pids: torch.Tensor, block_size: int) -> Edge
     """The affine form of ``cids`` / ``pids [G, K]`` if they have one, else :data:`GATHER`.
 
     Affine: ``cids[g, k] = child0 + g * child_step + k`` and ``pids[g, k] = param0 + g * param_step
-    + k * block_size`` for every ``g, k``. One host sync (the comparison's answer)."""
+    + k * block_size`` for every ``g, k``. One host sync: the form is tested on the device, and the
+    answer and the four integers come back together."""
     n_blocks, n_edges = cids.shape
     if cids.numel() == 0:
         return GATHER
     c = cids.to(torch.int64)
     p = pids.to(torch.int64)
-    firsts = torch.stack([c[0, 0], p[0, 0], c[min(1, n_blocks - 1), 0], p[min(1, n_blocks - 1), 0]]).tolist()
-    child0, param0 = firsts[0], firsts[1]
-    child_step, param_step = (firsts[2] - child0, firsts[3] - param0) if n_blocks > 1 else (0, 0)
+    second = min(1, n_blocks - 1)  # one block: both steps are 0
+    child0, param0 = c[0, 0], p[0, 0]
+    child_step, param_step = c[second, 0] - child0, p[second, 0] - param0
     g = torch.arange(n_blocks, device=c.device)[:, None]
     k = torch.arange(n_edges, device=c.device)[None, :]
-    affine = torch.equal(c, child0 + g * child_step + k) and torch.equal(p, param0 + g * param_step + k * block_size)
-    return EdgeLayout(True, child0, child_step, param0, param_step) if affine else GATHER
+    fits = (c == child0 + g * child_step + k).all() & (p == param0 + g * param_step + k * block_size).all()
+    affine, *ints = torch.stack([fits.to(torch.int64), child0, child_step, param0, param_step]).tolist()
+    return EdgeLayout(True, *ints) if affine else GATHER
