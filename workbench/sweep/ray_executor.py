@@ -288,9 +288,10 @@ class RayExecutor(Executor):
                     if task is None:  # every queued one is being compiled ahead: wait for one
                         break
                     actor = pool.idle.popleft()
+                    sent = time.time()  # before the call: the actor may start it before .remote() returns
                     gen = actor.run.options(num_returns="streaming").remote(task)
                     pending[gen] = [task, None, None, actor]
-                    clock.sent(gen, actor)
+                    clock.sent(gen, actor, sent)
                     if not queue:
                         self.drained_s = time.monotonic() - begun
                 waiting = list(pending)
@@ -531,9 +532,9 @@ class Timeline:
     def idle(self, actor) -> None:
         self._idle[self._number(actor)] = time.time()
 
-    def sent(self, call, actor) -> None:
+    def sent(self, call, actor, at: float) -> None:
         n = self._number(actor)
-        task = {"actor": n, "idle": self._idle.pop(n, None), "sent": time.time()}
+        task = {"actor": n, "idle": self._idle.pop(n, None), "sent": at}
         self._calls[call] = task
         self._events()["tasks"].append(task)
 
