@@ -229,6 +229,7 @@ ACTOR_STEPS = (
     "warm_state",
     "warm_flush",
     "warm_copy_bandwidth",
+    "warm_first_compile",
     "warmed",
     "seen",
 )

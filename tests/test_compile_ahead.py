@@ -9,13 +9,11 @@ into the Triton cache. A compile-ahead that fails never changes a record's measu
 
 from __future__ import annotations
 
-import shutil
 import types
-from pathlib import Path
 
 import pytest
 import torch
-from testkit import H100_FACTS
+from testkit import H100_FACTS, HAVE_PTXAS
 
 import kernels
 from kernels import launch as launch_module
@@ -136,11 +134,7 @@ def test_note_says_whether_the_first_call_found_every_kernel():
     assert "compiled_ahead" not in body["compile_facts"]  # the record given is left as it was
 
 
-@pytest.mark.skipif(
-    not (Path(__import__("triton").__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists()
-    and shutil.which("ptxas") is None,
-    reason="no ptxas (Triton's NVIDIA backend) to compile with",
-)
+@pytest.mark.skipif(not HAVE_PTXAS, reason="no ptxas (Triton's NVIDIA backend) to compile with")
 def test_real_compile_for_an_h100_target_needs_no_gpu(tmp_path, monkeypatch):
     """Triton compiles for an explicit target with no device: the kernel lands in the Triton
     cache (with its launcher, where Triton builds one per signature), and a second compile-ahead
@@ -161,6 +155,36 @@ def test_real_compile_for_an_h100_target_needs_no_gpu(tmp_path, monkeypatch):
         assert kernel["launcher_ms"] is None and not launchers
     again = compile_task(task, H100)
     assert [k["hash"] for k in again["kernels"]] == [k["hash"] for k in first["kernels"]]
+
+
+@pytest.mark.skipif(not HAVE_PTXAS, reason="no ptxas (Triton's NVIDIA backend) to compile with")
+def test_first_compile_puts_its_kernel_in_the_cache_for_the_target(tmp_path, monkeypatch):
+    """A compile worker's warm-up compiles the first-compile kernel for the target's facts into
+    the Triton cache (a real compile, no GPU); an H200's facts (another name, the same sm_90)
+    find it there."""
+    from workbench.sweep.first_compile import first_compile
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    assert first_compile(H100) > 0
+    entries = {p.parent for p in tmp_path.rglob("_add_one_kernel.json")}
+    assert len(entries) == 1 and list(next(iter(entries)).glob("_add_one_kernel.cubin"))
+    first_compile(dict(H100, name="NVIDIA H200", num_cores=132))
+    assert {p.parent for p in tmp_path.rglob("_add_one_kernel.json")} == entries
+
+
+def test_first_launch_runs_its_kernel_and_checks_what_it_wrote(monkeypatch):
+    """A measuring actor's warm-up launches the kernel through the library's launch path (the
+    interpreter here) and checks its output: a kernel that wrote something else raises."""
+    from workbench.sweep import first_compile as module
+
+    assert module.first_launch("cpu") > 0
+
+    def off_by_one(kernel, like, grid, x, n, BLOCK):
+        x[: n + 1] += 1  # one element past the mask
+
+    monkeypatch.setattr(launch_module, "launch", off_by_one)
+    with pytest.raises(RuntimeError, match="expected ones, then a zero"):
+        module.first_launch("cpu")
 
 
 def _cache_folder(hash_hex: str) -> str:

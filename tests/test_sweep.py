@@ -9,8 +9,10 @@ from a test-only family (tests/sweep_fault_family), registered here and removed 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
+from testkit import HAVE_PTXAS
 
 import kernels
 from kernels.spec import FAMILY_MODULES
@@ -133,7 +135,7 @@ def own_executor(ray_executor):
                 ray_executor._retire(pool, actor)
         for actor in ray_executor._compilers:
             kill_actor(ray, actor)
-        ray_executor._compilers = []
+        ray_executor._compilers, ray_executor._warmed_compilers = [], []
 
     clear()
     ray_executor._target, ray_executor._target_source, ray_executor._target_checked = None, "actor", False
@@ -258,6 +260,26 @@ def test_warm_up_starts_the_actors_before_the_sweep_and_the_timeline_says_when(o
         assert t["idle"] <= t["sent"] <= t["started"] <= t["arrived"], t
     first = min(t["started"] for t in run["tasks"])
     assert first - sweep_started < 1.0  # no actor start inside the sweep
+
+
+@pytest.mark.skipif(not HAVE_PTXAS, reason="no ptxas (Triton's NVIDIA backend) to compile with")
+def test_warm_up_has_each_compile_worker_pay_its_first_compile(own_executor, monkeypatch, tmp_path):
+    """With the target known (given here: an H100's facts; Triton's own compiler, no GPU),
+    warm_up returns once each compile worker has compiled the first-compile kernel into the
+    host's Triton cache, before any sweep sends it a configuration."""
+    from testkit import H100_FACTS
+
+    from workbench.sweep.ray_executor import triton_cache_root
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    own_executor.compile_workers, own_executor.compile_target = 2, H100_FACTS
+    root = Path(triton_cache_root())
+    assert not list(root.rglob("_add_one_kernel*"))
+    own_executor.warm_up("cpu")
+    assert len(own_executor._compilers) == 2
+    compiled = {p.parent for p in root.rglob("_add_one_kernel.json")}
+    assert len(compiled) == 1  # both compiled the same kernel for the same target: one cache entry
+    assert list(next(iter(compiled)).glob("_add_one_kernel.cubin"))
 
 
 def test_worker_death_is_a_failed_record_and_the_rest_complete(ray_executor, fault_family, tmp_path):

@@ -3,6 +3,9 @@ so ``import conftest`` would name either)."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 # The device facts a compile-ahead compiles for (workbench.sweep.compile_ahead.device_facts) of an
 # H100, for tests that compile with Triton's own compiler and no GPU.
 H100_FACTS = {
@@ -14,6 +17,18 @@ H100_FACTS = {
     "num_cores": 132,
     "l2_bytes": 50 << 20,
 }
+
+
+def _have_ptxas() -> bool:
+    import triton
+
+    return (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists() or bool(
+        shutil.which("ptxas")
+    )
+
+
+# Triton's NVIDIA backend can compile here (its bundled ptxas, or one on the path): no GPU needed.
+HAVE_PTXAS = _have_ptxas()
 
 
 def interleave_long_tests(items: list) -> list:

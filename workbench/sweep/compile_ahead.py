@@ -164,12 +164,24 @@ def compile_task(task: SweepTask, facts: dict) -> dict:
     return result
 
 
-def _compile(task: SweepTask, facts: dict) -> dict:
-    import torch
+def compile_target(facts: dict):
+    """``(Triton GPUTarget, kernels.runtime.DeviceInfo)`` for the device ``facts`` describe: what
+    :func:`kernels.launch.compile_only` compiles for, and what host functions plan tiles for."""
     from triton.backends.compiler import GPUTarget
 
-    from kernels import tuned_tables
     from kernels.runtime import described_device
+
+    target = GPUTarget(facts["backend"], facts["arch"], facts["warp_size"])
+    device = described_device(
+        facts["kind"], 0, name=facts["name"], num_cores=facts["num_cores"], l2_bytes=facts.get("l2_bytes")
+    )
+    return target, device
+
+
+def _compile(task: SweepTask, facts: dict) -> dict:
+    import torch
+
+    from kernels import tuned_tables
     from kernels.spec import DTYPES, dtype_name, get
 
     register_family(task)
@@ -177,10 +189,7 @@ def _compile(task: SweepTask, facts: dict) -> dict:
     var = spec.variant(task.variant)
     if var.is_peer:
         raise ValueError(f"{var.name} is not one of our kernels: nothing to compile ahead")
-    target = GPUTarget(facts["backend"], facts["arch"], facts["warp_size"])
-    device = described_device(
-        facts["kind"], 0, name=facts["name"], num_cores=facts["num_cores"], l2_bytes=facts.get("l2_bytes")
-    )
+    target, device = compile_target(facts)
     dtype = dtype_name(task.dtype)
     problem = spec.resolve_problem(task.problem, quick=task.quick)
     params = var.resolve_params(task.params)

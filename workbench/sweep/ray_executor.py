@@ -15,8 +15,8 @@
   each runs one configuration at a time. Actors live from the first run until
   :meth:`RayExecutor.close` (a tune's rounds reuse them: imports and CUDA start once).
 - A run starts every actor it needs at once (no more than it has configurations), each with a
-  warm-up call (:meth:`DeviceWorker.ready`: imports, CUDA start, the device's facts, and the
-  once-per-process parts of a first measurement), and hands an actor its first configuration
+  warm-up call (:meth:`DeviceWorker.ready`: imports, CUDA start, the device's facts, the
+  once-per-process parts of a first measurement, and Triton's first compile), and hands an actor its first configuration
   only when that call returns: chosen then, not when the actor was asked for, so it can be one
   compiled ahead meanwhile. An actor whose warm-up fails is replaced, and the configuration it
   would have taken is recorded with why (as if the failure had happened inside its call).
@@ -39,7 +39,8 @@
   driver's own GPUs with an embedded Ray), else the first measuring actor's. The first measuring
   actor to report its device checks it: where its facts differ, the compile-ahead switches to
   them (what was compiled for the other target would miss its cache). A compile worker's first
-  act, before it imports torch, is to build Triton's host utilities module into the host's cache,
+  act, before it imports torch, is to build Triton's host utilities module into the host's cache;
+  once the target is known it pays Triton's first compile (:mod:`workbench.sweep.first_compile`);
   and each compile builds the kernel's host launcher too where Triton builds one per signature:
   the measuring actors load both instead of running the C compiler. Best effort: a
   configuration that could not be compiled ahead is compiled by its measuring actor as before;
@@ -133,6 +134,7 @@ class RayExecutor(Executor):
         self._target_checked = False  # a measuring actor reported its facts (and they were taken)
         self._compile_class = None
         self._compilers: list = []  # compile-ahead actors, kept from run to run like the measuring ones
+        self._warmed_compilers: list = []  # those asked to pay their first compile (warm_up)
         self.compile_ahead: dict = {}  # the last run's compile-ahead: workers, compiled, failed, busy_s
         self.timeline: dict = {}  # the last run's (and its warm-up's) events: see Timeline
         self.place_cpus = place_cpus
@@ -176,7 +178,7 @@ class RayExecutor(Executor):
                     self._retire(pool, actor)
             for actor in self._compilers:
                 kill_actor(self.ray, actor)
-        self._compilers = []
+        self._compilers, self._warmed_compilers = [], []
         self._pools.clear()
         if self._owns and self.ray.is_initialized():
             self.ray.shutdown()
@@ -194,7 +196,8 @@ class RayExecutor(Executor):
     def warm_up(self, device: str, wanted: int | None = None) -> float:
         """Start the measuring actors for ``device`` now (as many as it has slots, or ``wanted``)
         and, on cuda, the compile workers; return when every measuring actor has finished its
-        warm-up (:meth:`DeviceWorker.ready`), in seconds. Later runs hand them configurations at
+        warm-up (:meth:`DeviceWorker.ready`) and every compile worker its first compile
+        (:meth:`CompileWorker.warm_up`), in seconds. Later runs hand them configurations at
         once: a session that sweeps several times (a tune's rounds, a notebook) pays the start
         once, here, not in its first sweep. An actor whose warm-up fails is replaced by the run
         that needs it, which records why."""
@@ -210,6 +213,11 @@ class RayExecutor(Executor):
             ready, _ = self.ray.wait(list(pool.starting), num_returns=1)
             for ref in ready:
                 self._warmed_up(pool, ref, None)
+        # The target is known now (a measuring actor's, at the latest): the compile workers pay
+        # their first compile here too, not in the first sweep's first configurations.
+        warming = self._warm_compilers(self._known_target(device)[0])
+        if warming:
+            self.ray.wait(warming, num_returns=len(warming))
         self.timeline = self._clock.close()
         return time.monotonic() - begun
 
@@ -391,6 +399,7 @@ class RayExecutor(Executor):
             return
         if ahead.facts is None:
             ahead.facts = facts
+            self._warm_compilers(facts)
         elif ahead.facts != facts:
             ahead.retarget(facts)
 
@@ -411,6 +420,7 @@ class RayExecutor(Executor):
         if facts is None and device != "cuda":
             return None  # nothing to learn it from: the interpreter compiles nothing
         limit = self.timeout_s if self.timeout_s is not None else COMPILE_TIMEOUT_S
+        self._warm_compilers(facts)  # not awaited: each worker's compiles queue behind it
         return _CompileAhead(self.ray, self._compilers, facts, limit, lambda: self._new_compiler(root), source)
 
     def _start_compilers(self, device: str, root: str) -> int:
@@ -421,7 +431,21 @@ class RayExecutor(Executor):
         for actor in self._compilers[count:]:
             kill_actor(self.ray, actor)
         self._compilers = self._compilers[:count]
+        self._warmed_compilers = [w for w in self._warmed_compilers if w in self._compilers]
         return count
+
+    def _warm_compilers(self, facts: dict | None) -> list:
+        """Ask each compile worker not asked yet to pay its first compile for ``facts``
+        (:meth:`CompileWorker.warm_up`; a Ray actor runs its calls in order, so it comes before
+        any compile sent later); the calls' refs (none while the target is not known)."""
+        if facts is None:
+            return []
+        refs = []
+        for worker in self._compilers:
+            if worker not in self._warmed_compilers:
+                self._warmed_compilers.append(worker)
+                refs.append(worker.warm_up.remote(facts))
+        return refs
 
     def _new_compiler(self, root: str):
         cpus = self.placement.compile if self.placement is not None else None
@@ -569,7 +593,7 @@ class DeviceWorker:
     def ready(self, cache_root: str | None, device: str, placement=None) -> dict:
         """Warm up before the first configuration: the measuring stack imported, the device
         started, and what a first measurement does once per process (the device's copy bandwidth,
-        its L2 flush buffer, NVML, versions) done. ``{"worker", "device", "stamps", "cpus"}``: where
+        its L2 flush buffer, NVML, versions, Triton's first compile) done. ``{"worker", "device", "stamps", "cpus"}``: where
         it runs, and the facts of its device a compile-ahead compiles for (None: none to compile
         for), and the two below. Only a
         failed import raises; a device that fails here fails its measurements, which say why.
@@ -645,6 +669,10 @@ def _warm_up(device: str, measure, stamps: dict) -> None:
         stamps["warm_flush"] = time.time()
         dev.copy_bandwidth_gbps()
         stamps["warm_copy_bandwidth"] = time.time()
+        from workbench.sweep.first_compile import first_launch
+
+        first_launch(dev.torch_device)
+        stamps["warm_first_compile"] = time.time()
 
 
 def kill_actor(ray, actor) -> None:
@@ -699,6 +727,17 @@ class CompileWorker:
             prepare_compiler()  # while the target may not be known yet
         except Exception:  # noqa: BLE001 - its first compile imports again, and says what failed
             pass
+
+    def warm_up(self, facts: dict) -> float | None:
+        """Pay Triton's once-per-process compile costs for ``facts``' target before the first
+        configuration (:func:`workbench.sweep.first_compile.first_compile`); its milliseconds, or
+        None where it failed (the first configuration pays them then, as without this)."""
+        from workbench.sweep.first_compile import first_compile
+
+        try:
+            return first_compile(facts)
+        except Exception:  # noqa: BLE001 - best effort, like every compile-ahead
+            return None
 
     def compile(self, task, facts: dict) -> dict:
         from workbench.sweep.compile_ahead import compile_task
