@@ -1,11 +1,16 @@
 """A process's first Triton compile, paid before its first configuration.
 
 Triton's first compile in a process costs more than any later one, whatever the kernel: it
-hashes Triton's own library into its cache key (a read of a 500 MB file), starts its backend and
-LLVM and asks ``ptxas`` for its version, all once. On a measuring actor that first compile lands
-in its first configuration's time, with its GPU idle; on a compile worker, in the first
-configuration it compiles ahead. Both pay it here instead, in their warm-up, on the smallest
-kernel there is (``benchmarks/process_start.py`` times each once-per-process step).
+hashes Triton's own library into its cache key (``triton_key``: it reads the whole
+``libtriton.so``), starts its backend and LLVM and asks ``ptxas`` for its version, all once. On
+the lent H100 (``benchmarks/process_start.py``, Triton 3.6, medians of three fresh processes)
+``triton_key`` took 0.47 s and the smallest kernel's compile and launch after it 0.21 s; its
+second, 0.3 ms. A compile-ahead's stand-ins add torch's first meta-device op, which imports its
+symbolic-shapes machinery (sympy): 0.47 s of a 0.72 s first compile on this CPU machine.
+
+On a measuring actor that first compile lands in its first configuration's time, with its GPU
+idle; on a compile worker, in the first configuration it compiles ahead. Both pay it here
+instead, in their warm-up, on the smallest kernel there is.
 
 - :func:`first_launch`: compile and run it on a device (a measuring actor).
 - :func:`first_compile`: compile it for a device's facts, running nothing (a compile worker).
@@ -58,6 +63,8 @@ def first_compile(facts: dict) -> float:
     started = time.perf_counter()
     target, device = compile_target(facts)
     with compile_only(target, device, launchers=True):
-        x = torch.zeros(BLOCK)  # a CPU tensor compiles inside compile_only, and nothing runs
+        # On the meta device, as a compile-ahead's stand-ins: torch's first meta op imports its
+        # symbolic-shapes machinery (sympy), half a second once per process.
+        x = torch.empty_like(torch.zeros(BLOCK, device="meta"))
         launch(_add_one_kernel, x, (1,), x, BLOCK - 1, BLOCK=BLOCK)
     return (time.perf_counter() - started) * 1e3
