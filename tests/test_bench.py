@@ -65,3 +65,80 @@ def test_modes_check_outputs_and_gradients():
     assert fwd.passed and bwd.passed
     assert fwd.min_bytes < bwd.min_bytes
     assert fwd.compile_ms > 0 and fwd.wall_ms > 0
+
+
+def test_seeded_inputs_are_made_once_per_process_and_each_configuration_gets_a_copy():
+    """Two measure calls on one problem (two configurations of a sweep, a slider moved) make
+    its seeded inputs once; both pass their checks. Another seed makes them again."""
+    import dataclasses
+
+    import kernels
+    from workbench import measure as measuring
+
+    real = kernels.get("rms_norm")
+    made = []
+
+    def counted(prob, dtype, device, seed):
+        made.append(seed)
+        return real.make_inputs(prob, dtype, device, seed)
+
+    spec = dataclasses.replace(real, make_inputs=counted)
+    measuring.forget_inputs()
+    problem = {"rows": 3, "hidden": 37}
+    for block_m in (1, 2):
+        rec = measure(spec, "gpu_multirow", device="cpu", dtype="fp32", problem=problem,
+                      params={"BLOCK_SIZE_M": block_m}, quick=True, rep_ms=1, mode="full")  # fmt: skip
+        assert rec.passed and not rec.error
+    assert made == [0]
+    measure(spec, "gpu_multirow", device="cpu", dtype="fp32", problem=problem, seed=5, quick=True, rep_ms=1)
+    assert made == [0, 5]
+
+
+def test_a_configuration_writing_into_its_inputs_leaves_the_next_ones_as_made():
+    """Each configuration gets its own copy: writing into one changes neither the kept values nor
+    the next configuration's, which equal a fresh make."""
+    import kernels
+    from workbench import measure as measuring
+
+    spec = kernels.get("rms_norm")
+    shared = measuring._Shared("cpu", True, True, "record", measuring.Phases())
+    dev = measuring.get_device("cpu")
+    problem = spec.resolve_problem({"rows": 2, "hidden": 5}, quick=True)
+    measuring.forget_inputs()
+    first = shared.inputs(spec, problem, torch.float32, dev, 0)
+    with torch.no_grad():
+        first["x"].fill_(7.0)
+    second = shared.inputs(spec, problem, torch.float32, dev, 0)
+    fresh = spec.make_inputs(problem, torch.float32, torch.device("cpu"), 0)
+    assert torch.equal(second["x"], fresh["x"]) and second["x"].requires_grad
+    assert second["x"].data_ptr() != first["x"].data_ptr()
+
+
+def test_kept_inputs_beyond_the_limit_are_dropped_oldest_first(monkeypatch):
+    """Past ``MADE_LIMIT_BYTES`` the least recently used values go (the newest always stays);
+    one used again counts as recent."""
+    from workbench import measure as measuring
+
+    measuring.forget_inputs()
+    monkeypatch.setattr(measuring, "MADE_LIMIT_BYTES", 2 * 400)
+    made = []
+
+    def make(name, n=100):
+        def build():
+            made.append(name)
+            return {"x": torch.zeros(n)}  # 400 bytes
+
+        return build
+
+    measuring._made(("a",), make("a"))
+    measuring._made(("b",), make("b"))
+    measuring._made(("a",), make("a"))  # kept: a is now the most recent
+    measuring._made(("c",), make("c"))  # over the limit: b, the oldest, goes
+    assert made == ["a", "b", "c"]
+    measuring._made(("a",), make("a"))
+    measuring._made(("b",), make("b"))
+    assert made == ["a", "b", "c", "b"]
+    measuring._made(("huge",), make("huge", 10_000))  # alone over the limit: kept, the rest go
+    measuring._made(("huge",), make("huge", 10_000))
+    assert made[-1] == "huge" and made.count("huge") == 1
+    measuring.forget_inputs()

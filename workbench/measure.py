@@ -2,7 +2,8 @@
 
 The protocol (DESIGN.md, "Measuring"):
 
-1. Fresh random inputs from the spec (seeded), on the chosen device and dtype.
+1. Random inputs from the spec (seeded), on the chosen device and dtype: made once per problem
+   in a process and kept (:func:`_made`), each configuration timing its own fresh copy.
 2. Correctness first: the variant's outputs, and for backward modes its gradients for a seeded
    random incoming gradient, against the spec's reference run on the same inputs upcast to
    fp32 (fp64 on the CPU). Max abs / max rel error, NaN/Inf mismatches, pass per tensor.
@@ -32,6 +33,7 @@ import platform
 import sys
 import time
 import traceback
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -274,32 +276,64 @@ def prepared_call(
 @dataclass
 class _Shared:
     """What the configurations measured together share: the device and options, the phase
-    clock, and their random inputs, made once per (problem, dtype, seed) and copied to each
-    configuration (making the large norm inputs on the CPU cost a second apiece on the H100
-    machine; every configuration of a suite cell uses the same ones)."""
+    clock, and their random inputs and incoming gradients, made once per (problem, dtype, seed)
+    in this process (:func:`_made`) and copied to each configuration."""
 
     device: Any
     quick: bool
     check: bool
     on_error: str
     phases: Phases
-    made: dict = field(default_factory=dict)
 
     def inputs(self, spec: KernelSpec, prob: dict, torch_dtype, dev: Device, seed: int) -> dict:
-        key = ("inputs", repr(sorted(prob.items())), torch_dtype, dev.torch_device, seed)
-        if key not in self.made:
-            self.made[key] = spec.make_inputs(prob, torch_dtype, dev.torch_device, seed)
-        return {name: _copy(value) for name, value in self.made[key].items()}
+        key = ("inputs", spec.name, repr(sorted(prob.items())), torch_dtype, dev.torch_device, seed)
+        made = _made(key, lambda: spec.make_inputs(prob, torch_dtype, dev.torch_device, seed))
+        return {name: _copy(value) for name, value in made.items()}
 
     def grad_outputs(self, outputs: list, seed: int) -> list:
         """Seeded random incoming gradients, one per differentiable output."""
         key = ("grads", tuple((tuple(o.shape), o.dtype, o.device) for o in outputs), seed)
-        if key not in self.made:
+
+        def make():
             gen = torch.Generator(device="cpu").manual_seed(seed + 1)
-            self.made[key] = [
-                torch.randn(o.shape, generator=gen, dtype=torch.float32).to(o.device, o.dtype) for o in outputs
-            ]
-        return [_copy(g) for g in self.made[key]]
+            return [torch.randn(o.shape, generator=gen, dtype=torch.float32).to(o.device, o.dtype) for o in outputs]
+
+        return [_copy(g) for g in _made(key, make)]
+
+
+# Seeded inputs and gradients this process made, most recently used last (see _made).
+_MADE: OrderedDict = OrderedDict()
+MADE_LIMIT_BYTES = 1 << 30
+
+
+def _made(key: tuple, make: Callable[[], Any]):
+    """``make()``'s value for ``key``, made once and kept for later calls in this process.
+
+    Why: every configuration of a sweep or a notebook's slider is a measure call of its own on
+    the same problem, and the seeded inputs are the same each time; making the largest norm
+    inputs (4096 x 16384, random on the CPU, then copied to the device) took about a second
+    apiece on the H100 machine, longer than timing the configuration. Each configuration still
+    gets its own copy (:func:`_copy`). Kept: the most recently used values, dropped oldest first
+    while their tensors hold more than ``MADE_LIMIT_BYTES`` (the newest always stays: the call
+    that made it uses it)."""
+    if key in _MADE:
+        _MADE.move_to_end(key)
+        return _MADE[key]
+    value = _MADE[key] = make()
+    while len(_MADE) > 1 and sum(_tensor_bytes(v) for v in _MADE.values()) > MADE_LIMIT_BYTES:
+        _MADE.popitem(last=False)
+    return value
+
+
+def forget_inputs() -> None:
+    """Drop the inputs and gradients this process keeps for later measurements (their device
+    memory is freed once no configuration holds a copy)."""
+    _MADE.clear()
+
+
+def _tensor_bytes(value) -> int:
+    values = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
 
 
 def _copy(value):
