@@ -18,6 +18,7 @@ from testkit import H100_FACTS, HAVE_PTXAS
 import kernels
 from kernels import launch as launch_module
 from workbench.sweep.compile_ahead import compile_task, note_on_record
+from workbench.sweep.ray_executor import _CompileAhead, _Lanes
 from workbench.sweep.tasks import make_task, run_task
 
 H100 = H100_FACTS
@@ -198,20 +199,40 @@ def test_a_free_worker_takes_a_compiled_task_first_then_one_no_compiler_holds():
     """The Ray executor's choice for a free measuring actor: the first queued task whose
     compile-ahead finished (carrying its result), else the first no compile worker holds (it
     compiles that one itself), else none: it waits for a compile already under way."""
-    from collections import deque
-
-    from workbench.sweep.ray_executor import _CompileAhead
-
     tasks = [_task("rms_norm", "gpu_row", problem={"rows": rows, "hidden": 64}) for rows in (1, 2, 3)]
     ahead = _CompileAhead(ray=None, workers=[], facts=H100, limit_s=60, new_worker=None)
-    queue = deque(tasks)
+    queue = _Lanes(tasks, slots=1)
     ahead.calls = {"ref0": (tasks[0].key, None, 0.0), "ref1": (tasks[1].key, None, 0.0)}  # being compiled
     ahead.results = {tasks[1].key: {"ok": True, "kernels": []}}
-    first = ahead.pick(queue)
+    first = queue.take("actor", ahead)
     assert first.key == tasks[1].key and first.extra["compiled_ahead"] == {"ok": True, "kernels": []}
-    second = ahead.pick(queue)
+    second = queue.take("actor", ahead)
     assert second.key == tasks[2].key and "compiled_ahead" not in second.extra
-    assert ahead.pick(queue) is None and list(queue) == [tasks[0]]
+    assert queue.take("actor", ahead) is None and list(queue.feed_order()) == [tasks[0]]
+    assert queue.take("actor", ahead, wait=False) == tasks[0] and not queue  # a failed warm-up's record
+
+
+def test_each_actor_works_through_a_lane_of_its_own_then_takes_from_the_longest_others_back():
+    """Two slots: the queue in two contiguous lanes; each actor takes its lane's front (a
+    problem's configurations stay with one actor, which makes its inputs once), the
+    compile-ahead is fed the lanes' fronts in turn, and an actor whose lane is empty takes the
+    last task of the longest other lane. A lane whose actor is gone goes to the next actor."""
+    tasks = [_task("rms_norm", "gpu_row", problem={"rows": rows, "hidden": 64}) for rows in range(1, 8)]
+    queue = _Lanes(tasks, slots=2)
+    assert [t.key for t in queue.feed_order()] == [tasks[i].key for i in (0, 3, 1, 4, 2, 5, 6)]
+    assert queue.take("a", None) == tasks[0] and queue.take("b", None) == tasks[3]
+    assert queue.take("a", None) == tasks[1] and queue.take("a", None) == tasks[2]
+    assert queue.take("a", None) == tasks[6]  # a's lane is empty: the back of b's
+    assert queue.take("b", None) == tasks[4]
+    queue.release("b")
+    assert queue.take("c", None) == tasks[5] and not queue  # b's lane, taken over by c
+    ahead = _CompileAhead(ray=None, workers=[], facts=H100, limit_s=60, new_worker=None)
+    queue = _Lanes(tasks[:4], slots=2)
+    ahead.results = {tasks[3].key: {"ok": True, "kernels": []}}
+    assert queue.take("a", ahead) == tasks[0]  # its own lane first, compiled or not
+    assert queue.take("a", ahead).key == tasks[1].key
+    assert queue.take("a", ahead).key == tasks[3].key  # then the other lane's back
+    assert len(queue) == 1
 
 
 def _fake_gpus(monkeypatch, *props):

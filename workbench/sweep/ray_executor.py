@@ -30,10 +30,11 @@
   (:func:`tasks.use_host_triton_cache`).
 - Compile-ahead (``compile_workers``): CPU-side actors (no GPU asked for, none touched, run at a
   lower priority) compile queued configurations for the measuring device
-  (:mod:`workbench.sweep.compile_ahead`) into the same Triton cache, while the GPUs measure. A
-  measuring actor that frees up takes the first queued configuration whose compile-ahead has
-  finished (ok or not), else the first that no compile worker holds (and compiles it itself),
-  else waits for the compile in flight, which started earlier than it could. Which device to
+  (:mod:`workbench.sweep.compile_ahead`) into the same Triton cache, while the GPUs measure, in
+  the order the measuring actors will reach them. A measuring actor that frees up takes, from its
+  lane (below), the first configuration whose compile-ahead has finished (ok or not), else the
+  first that no compile worker holds (and compiles it itself), else waits for the compile in
+  flight, which started earlier than it could. Which device to
   compile for: ``compile_target``, else what the driver knows before any measuring actor is up
   (:func:`workbench.sweep.compile_ahead.driver_target`: ``WORKBENCH_COMPILE_TARGET``, or the
   driver's own GPUs with an embedded Ray), else the first measuring actor's. The first measuring
@@ -50,6 +51,9 @@
 - CPUs (``place_cpus``, an embedded Ray on GPUs): each measuring actor moves onto physical cores
   of its own, and the compile workers onto the rest (:mod:`workbench.sweep.cpus`), so the
   compile-ahead's work does not slow the host side of a measurement (host and call times).
+- Lanes (:class:`_Lanes`): each measuring actor works through a contiguous share of the queue of
+  its own, so it makes the inputs of only its share's problems; one that runs out takes from the
+  back of the longest other share.
 - No retries: a configuration is never retried blindly. A call past ``timeout_s`` is recorded as
   timed out and its actor killed (a new one takes its place); an actor that dies (``os._exit``, a
   signal, a device abort, out of memory) is recorded as ``worker died`` with Ray's reason, and
@@ -278,7 +282,7 @@ class RayExecutor(Executor):
         for actor in pool.idle:
             clock.idle(actor)
         root = triton_cache_root()
-        queue = deque(dataclasses.replace(t, triton_cache_root=root) for t in tasks)
+        queue = _Lanes([dataclasses.replace(t, triton_cache_root=root) for t in tasks], self.slots)
         # generator -> [task, started at (None until the worker says so), worker, actor]
         pending: dict = {}
         begun, self.drained_s = time.monotonic(), None
@@ -290,18 +294,19 @@ class RayExecutor(Executor):
                 if not cancelled:
                     self._grow(pool, len(queue) + len(pending), root, device)  # replace retired actors
                 if ahead is not None and not cancelled:
-                    ahead.feed(queue)
-                while queue and not cancelled and pool.idle:
-                    task = ahead.pick(queue) if ahead is not None else queue.popleft()
-                    if task is None:  # every queued one is being compiled ahead: wait for one
-                        break
-                    actor = pool.idle.popleft()
+                    ahead.feed(queue.feed_order())
+                for actor in list(pool.idle) if queue and not cancelled else []:
+                    task = queue.take(actor, ahead)
+                    if task is None:  # its next ones are being compiled ahead: it waits for one
+                        continue
+                    pool.idle.remove(actor)
                     sent = time.time()  # before the call: the actor may start it before .remote() returns
                     gen = actor.run.options(num_returns="streaming").remote(task)
                     pending[gen] = [task, None, None, actor]
                     clock.sent(gen, actor, sent)
                     if not queue:
                         self.drained_s = time.monotonic() - begun
+                        break
                 waiting = list(pending)
                 if queue and not cancelled:
                     waiting += list(pool.starting) + (ahead.refs() if ahead is not None else [])
@@ -310,9 +315,11 @@ class RayExecutor(Executor):
                 ready, _ = ray.wait(waiting, num_returns=1, timeout=self.poll_s)
                 for ref in ready:
                     if ref in pool.starting:
+                        actor = pool.starting[ref]
                         failed = self._warmed_up(pool, ref, ahead)
                         if failed is not None and queue:  # the configuration it would have run says why
-                            task = self._take(queue, ahead)
+                            task = queue.take(actor, ahead, wait=False)
+                            queue.release(actor)
                             yield _as_queued(task), self._error(task, failed)
                         continue
                     if ref not in pending:
@@ -329,8 +336,9 @@ class RayExecutor(Executor):
                     if kind == "record":
                         pool.idle.append(entry[3])
                         clock.idle(entry[3])
-                    else:  # the actor died or its call broke: a fresh one takes its place
+                    else:  # the actor died or its call broke: a fresh one takes its place (and its lane)
                         self._retire(pool, entry[3])
+                        queue.release(entry[3])
                     yield _as_queued(entry[0]), value
                 if self.timeout_s is not None:
                     now = time.monotonic()
@@ -338,6 +346,7 @@ class RayExecutor(Executor):
                         if t0 is not None and now - t0 > self.timeout_s:
                             pending.pop(gen)
                             self._retire(pool, actor)
+                            queue.release(actor)
                             yield (
                                 _as_queued(task),
                                 error_record(
@@ -402,13 +411,6 @@ class RayExecutor(Executor):
             self._warm_compilers(facts)
         elif ahead.facts != facts:
             ahead.retarget(facts)
-
-    @staticmethod
-    def _take(queue: deque, ahead: "_CompileAhead | None"):
-        """The queued task a free actor would take (the first one where every queued one is being
-        compiled)."""
-        task = ahead.pick(queue) if ahead is not None else None
-        return task if task is not None else queue.popleft()
 
     def _compile_ahead(self, device: str, root: str) -> "_CompileAhead | None":
         """This run's compile-ahead (None when it has no compile workers, or nothing to compile
@@ -752,11 +754,72 @@ def _as_queued(task):
     return dataclasses.replace(task, extra={k: v for k, v in task.extra.items() if k != "compiled_ahead"})
 
 
+class _Lanes:
+    """A run's queued tasks, one lane per measuring slot: lane ``i`` holds the ``i``-th
+    contiguous share of them, in their order.
+
+    Why: a sweep queues each problem's configurations together, and a measuring process makes a
+    problem's inputs once (:mod:`workbench.measure` keeps them). Taking turns from one queue,
+    every actor made every problem's inputs: on the 2xH200, making those of RMSNorm 4096 x 16384
+    on the CPU cost about 0.5 s each time. Working through a share of its own, an actor makes
+    only its share's, and a problem's configurations are mostly timed on one device. An actor takes from the front of its lane (the first lane no other actor
+    holds, or the longest); one whose lane is empty takes from the back of the longest other
+    lane, which its owner reaches last. One slot: one lane, the queue's order."""
+
+    def __init__(self, tasks: list, slots: int):
+        count = max(1, min(slots, len(tasks)))
+        cuts = [len(tasks) * i // count for i in range(count + 1)]
+        self.lanes = [deque(tasks[cuts[i] : cuts[i + 1]]) for i in range(count)]
+        self.owners: dict = {}  # actor -> its lane's index
+
+    def __len__(self) -> int:
+        return sum(len(lane) for lane in self.lanes)
+
+    def __bool__(self) -> bool:
+        return any(self.lanes)
+
+    def feed_order(self):
+        """Every queued task in the order the actors will reach them: the lanes' fronts in turn."""
+        for depth in range(max(len(lane) for lane in self.lanes)):
+            for lane in self.lanes:
+                if depth < len(lane):
+                    yield lane[depth]
+
+    def release(self, actor) -> None:
+        """``actor`` is gone: its lane waits for the actor that takes its place."""
+        self.owners.pop(actor, None)
+
+    def _lane_of(self, actor) -> deque:
+        if actor not in self.owners:
+            held = set(self.owners.values())
+            free = [i for i in range(len(self.lanes)) if i not in held]
+            self.owners[actor] = free[0] if free else max(range(len(self.lanes)), key=lambda i: len(self.lanes[i]))
+        return self.lanes[self.owners[actor]]
+
+    def take(self, actor, ahead: "_CompileAhead | None", wait: bool = True):
+        """The task ``actor`` runs next, out of the queue (with its compile-ahead result), or None
+        while the compile-ahead holds every one it could take (``wait`` False: take one anyway)."""
+        lane = self._lane_of(actor)
+        backwards = not lane
+        if backwards:
+            lane = max(self.lanes, key=len)
+        order = list(reversed(lane)) if backwards else list(lane)
+        index = ahead.pick(order) if ahead is not None else 0
+        if index is None:
+            if wait:
+                return None
+            index = 0
+        task = order[index]
+        del lane[len(lane) - 1 - index if backwards else index]
+        return ahead.attach(task) if ahead is not None else task
+
+
 class _CompileAhead:
     """One run's compile-ahead: its compile workers, the calls in flight, the results by task key.
 
     ``feed`` gives idle compile workers the first queued tasks none has had; ``pick`` chooses the
-    task a free measuring actor takes (see the module docstring); ``collect`` files a finished
+    task a free measuring actor takes (see the module docstring) and ``attach`` gives it its
+    compile-ahead's result; ``collect`` files a finished
     call; ``expire`` gives up calls past ``limit_s`` (their worker is replaced); ``retarget``
     starts again for other device facts. ``source``: where ``facts`` came from (the summary's
     ``target``)."""
@@ -778,11 +841,13 @@ class _CompileAhead:
         """The keys of the tasks being compiled now."""
         return {key for key, _worker, _sent in self.calls.values()}
 
-    def feed(self, queue) -> None:
+    def feed(self, tasks) -> None:
+        """Give idle compile workers the first of ``tasks`` (in the order the measuring actors
+        will take them) that none has had."""
         if self.facts is None or not self.idle:
             return
         busy = self.compiling()
-        for task in queue:
+        for task in tasks:
             if not self.idle:
                 break
             if task.key in self.results or task.key in busy:
@@ -794,22 +859,26 @@ class _CompileAhead:
     def refs(self) -> list:
         return list(self.calls)
 
-    def pick(self, queue):
+    def pick(self, tasks) -> int | None:
+        """Which of ``tasks`` (queued, in a free measuring actor's order of preference) it takes,
+        as an index: the first whose compile-ahead finished, else the first no compile worker
+        holds (the actor compiles it itself), else None (it waits for a compile under way)."""
         first_free = None
         busy = self.compiling()
-        for i, task in enumerate(queue):
-            result = self.results.get(task.key)
-            if result is not None:
-                del queue[i]
-                self.taken += 1
-                return dataclasses.replace(task, extra={**task.extra, "compiled_ahead": result})
+        for i, task in enumerate(tasks):
+            if task.key in self.results:
+                return i
             if first_free is None and task.key not in busy:
                 first_free = i
-        if first_free is None:
-            return None
-        task = queue[first_free]
-        del queue[first_free]
-        return task
+        return first_free
+
+    def attach(self, task):
+        """``task`` as sent to its measuring actor: with its compile-ahead's result, if any."""
+        result = self.results.get(task.key)
+        if result is None:
+            return task
+        self.taken += 1
+        return dataclasses.replace(task, extra={**task.extra, "compiled_ahead": result})
 
     def collect(self, ref) -> None:
         key, worker, _sent = self.calls.pop(ref)
