@@ -12,10 +12,10 @@ again (drift). Per process and phase it reports configurations per second and, p
 configuration, the median ratio to its own "alone" time of the task's wall time, its host time
 and its call time (kernel time for reference).
 
-Why: in the 2xH200 scaling run the same configurations took 5.8% longer summed over the two
-actors than on one GPU, with host times 14% higher, while the compile-ahead was long done. This
-separates what two measuring processes do to each other on the host from what Ray and the
-compile-ahead add.
+Why: in a warm 2xH200 scaling run (bd2a53c) the same configurations took 5.8% longer summed over
+the two actors than on one GPU, with host times 14% higher. This separates what two measuring
+processes do to each other on the host from what Ray, the compile-ahead and the order of the
+queue add.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ hashes Triton's own library into its cache key (``triton_key``: it reads the who
 the lent H100 (``benchmarks/process_start.py``, Triton 3.6, medians of three fresh processes)
 ``triton_key`` took 0.47 s and the smallest kernel's compile and launch after it 0.21 s; its
 second, 0.3 ms. A compile-ahead's stand-ins add torch's first meta-device op, which imports its
-symbolic-shapes machinery (sympy): 0.47 s of a 0.72 s first compile on this CPU machine.
+symbolic-shapes machinery (sympy): 0.47 s of a 0.72 s first compile on the CPU-only
+development machine (Triton 3.9).
 
 On a measuring actor that first compile lands in its first configuration's time, with its GPU
 idle; on a compile worker, in the first configuration it compiles ahead. Both pay it here

@@ -16,9 +16,9 @@
   :meth:`RayExecutor.close` (a tune's rounds reuse them: imports and CUDA start once).
 - A run starts every actor it needs at once (no more than it has configurations), each with a
   warm-up call (:meth:`DeviceWorker.ready`: imports, CUDA start, the device's facts, the
-  once-per-process parts of a first measurement, and Triton's first compile), and hands an actor its first configuration
-  only when that call returns: chosen then, not when the actor was asked for, so it can be one
-  compiled ahead meanwhile. An actor whose warm-up fails is replaced, and the configuration it
+  once-per-process parts of a first measurement, and Triton's first compile), and hands an
+  actor its first configuration only when that call returns: chosen then, not when the actor
+  was asked for, so it can be one compiled ahead meanwhile. An actor whose warm-up fails is replaced, and the configuration it
   would have taken is recorded with why (as if the failure had happened inside its call).
   :meth:`RayExecutor.warm_up` starts them (and the compile workers) before any run instead: a
   session that sweeps several times pays their start once, outside its sweeps.
@@ -295,7 +295,9 @@ class RayExecutor(Executor):
                     self._grow(pool, len(queue) + len(pending), root, device)  # replace retired actors
                 if ahead is not None and not cancelled:
                     ahead.feed(queue.feed_order())
-                for actor in list(pool.idle) if queue and not cancelled else []:
+                for actor in list(pool.idle):
+                    if not queue or cancelled:
+                        break
                     task = queue.take(actor, ahead)
                     if task is None:  # its next ones are being compiled ahead: it waits for one
                         continue
@@ -306,7 +308,6 @@ class RayExecutor(Executor):
                     clock.sent(gen, actor, sent)
                     if not queue:
                         self.drained_s = time.monotonic() - begun
-                        break
                 waiting = list(pending)
                 if queue and not cancelled:
                     waiting += list(pool.starting) + (ahead.refs() if ahead is not None else [])
