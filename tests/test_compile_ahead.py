@@ -10,6 +10,7 @@ into the Triton cache. A compile-ahead that fails never changes a record's measu
 from __future__ import annotations
 
 import types
+from collections import deque
 
 import pytest
 import torch
@@ -414,3 +415,22 @@ def test_compile_workers_grow_with_the_gpus_and_leave_cpus_to_the_measuring_acto
     assert [default_compile_workers(32, gpus) for gpus in (1, 2, 4)] == [8, 12, 14]
     assert default_compile_workers(128, 8) == 36 and default_compile_workers(8, 2) == 3
     assert default_compile_workers(2, 1) == 1  # always one
+
+
+def test_four_lanes_share_the_queue_and_an_idle_actor_takes_from_the_longest():
+    """Any number of slots (the 4-GPU run of issue 27): 10 tasks in 4 contiguous lanes of 2, 3,
+    2 and 3; each actor keeps to its own; the compile-ahead is fed the fronts in turn; an actor
+    whose lane runs out takes the back of the longest other lane, and every task is taken once."""
+    tasks = [_task("rms_norm", "gpu_row", problem={"rows": rows, "hidden": 64}) for rows in range(1, 11)]
+    queue = _Lanes(tasks, slots=4)
+    assert [len(lane) for lane in queue.lanes] == [2, 3, 2, 3]
+    assert [t.key for t in queue.feed_order()][:4] == [tasks[i].key for i in (0, 2, 5, 7)]
+    actors = ["a", "b", "c", "d"]
+    assert [queue.take(x, None) for x in actors] == [tasks[i] for i in (0, 2, 5, 7)]
+    assert queue.take("a", None) == tasks[1]
+    assert queue.take("a", None) == tasks[4]  # a's lane is empty: b's and d's hold 2, b's gives its last
+    taken = [tasks[i] for i in (0, 2, 5, 7, 1, 4)]
+    while queue:
+        taken.append(queue.take(actors[len(taken) % 4], None))
+    assert sorted(t.key for t in taken) == sorted(t.key for t in tasks)
+    assert _Lanes(tasks[:2], slots=4).lanes == [deque([tasks[0]]), deque([tasks[1]])]  # no empty lanes
