@@ -34,18 +34,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
-def child(slot: int, slots: int, every: int, pinned: bool) -> int:
-    """One measuring process: pin, compile every configuration once, print ``ready``; then for
-    each ``run SECONDS`` line on stdin, measure round and round for that long and print one JSON
-    line of ``[key, wall s, host ms, call ms, kernel ms]`` rows."""
-    cpus = None
-    if pinned:
-        from workbench.sweep.cpus import Placement, physical_cores, pin
+def child(slots: int, every: int, pinned: bool) -> int:
+    """One measuring process (its GPU: the one ``CUDA_VISIBLE_DEVICES`` names): pin it as a
+    sweep's measuring actor is pinned, compile every configuration once, print ``ready``; then
+    for each ``run SECONDS`` line on stdin, measure round and round for that long and print one
+    JSON line of ``[key, wall s, host ms, call ms, kernel ms]`` rows."""
+    from workbench.sweep.cpus import Placement, physical_cores, pin_to_slot
 
-        placement = Placement.plan(slots, physical_cores())
-        cpus = placement.for_slot(slot) if placement is not None else None
-        if cpus is not None:
-            pin(cpus)
+    cpus = pin_to_slot(Placement.plan(slots, physical_cores())) if pinned else None
     from sweep_scaling import plan, tasks_for
 
     from workbench.sweep.tasks import run_task
@@ -95,10 +91,10 @@ def main(argv=None) -> int:
     parser.add_argument("--every", type=int, default=8, help="every k-th configuration of the sweep")
     parser.add_argument("--shared-cpus", action="store_true", help="leave the processes unpinned")
     parser.add_argument("--out", type=Path, help="folder for concurrent_measure.json")
-    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child is not None:
-        return child(args.child, args.gpus, args.every, not args.shared_cpus)
+    if args.child:
+        return child(args.gpus, args.every, not args.shared_cpus)
     if args.gpus is None:
         import torch
 
@@ -109,7 +105,7 @@ def main(argv=None) -> int:
     procs = []
     for slot in range(args.gpus):
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(slot))
-        cmd = [sys.executable, __file__, "--child", str(slot), "--gpus", str(args.gpus), "--every", str(args.every)]
+        cmd = [sys.executable, __file__, "--child", "--gpus", str(args.gpus), "--every", str(args.every)]
         cmd += ["--shared-cpus"] if args.shared_cpus else []
         procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env))
     ready = [json.loads(p.stdout.readline()) for p in procs]

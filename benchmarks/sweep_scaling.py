@@ -34,8 +34,9 @@ whether its first call found its kernels.
 
 ``--compare`` prints, per run: configurations, failed, sweep time, configurations/s, the
 speedup over the 1-GPU run, and the session's time and speed-up; whether both runs recorded the
-same configurations; and per shape whether the best configuration agrees (the same one, or the two bests' kernel-time intervals
-overlap in either run: "within noise"). Writes OUT/scaling.json and OUT/report.html.
+same configurations; and per shape whether the best configuration agrees (the same one, or the
+two bests' kernel-time intervals overlap in either run: "within noise"). Writes OUT/scaling.json
+and OUT/report.html.
 """
 
 from __future__ import annotations

@@ -54,18 +54,18 @@ def test_pin_to_the_cpus_it_already_has_keeps_them():
 
 
 def test_a_measuring_actor_moves_to_its_slots_cpus(monkeypatch):
-    """_pin_to_slot: the slot is the index Ray made visible; its CPUs are pinned and reported;
+    """pin_to_slot: the slot is the index Ray made visible; its CPUs are pinned and reported;
     no placement, or no index, leaves the process where it is."""
-    from workbench.sweep.ray_executor import _pin_to_slot
+    from workbench.sweep.cpus import pin_to_slot
 
     pinned = []
     monkeypatch.setattr(cpus_module, "pin", lambda cpus: pinned.append(tuple(cpus)) or True)
     plan = Placement(slots=((0, 8), (1, 9)), compile=(2, 3, 10, 11))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
-    assert _pin_to_slot(plan) == [1, 9] and pinned == [(1, 9)]
-    assert _pin_to_slot(None) is None
+    assert pin_to_slot(plan) == [1, 9] and pinned == [(1, 9)]
+    assert pin_to_slot(None) is None
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-8d1c9e0a")
-    assert _pin_to_slot(plan) is None and len(pinned) == 1
+    assert pin_to_slot(plan) is None and len(pinned) == 1
 
 
 def test_the_executor_plans_a_placement_for_its_own_gpus_only(monkeypatch):

@@ -70,8 +70,8 @@ class HMM:
     transition layer's GPU tiles (``TILE_M``, ``TILE_K``, ``BLOCK_B``, ``PROGRAM_M``) or the NPU
     tiles (``TILE_M``, ``TILE_K``, ``BLOCK_B``, ``GRID``); ``EDGES`` says how both sum layers find
     their edges (edges.py; "auto": computed on the GPU, gathered on the NPU). ``precision``: the
-    transition layer's ``tl.dot`` input precision on the GPU (``gpu.PRECISIONS``), forward and backward (from batch 16
-    the rule's tiles take the dot forms); the NPU computes in fp32.
+    transition layer's ``tl.dot`` input precision on the GPU (``gpu.PRECISIONS``), forward and
+    backward (from batch 16 the rule's tiles take the dot forms); the NPU computes in fp32.
     """
 
     def __init__(

@@ -15,7 +15,7 @@ their SMT siblings, where the host has them); the compile processes share the re
   processes would keep fewer cores than the measuring ones take) gets no placement: every
   process may use every CPU, as without it.
 - :func:`pin`: this process onto a set of CPUs (``os.sched_setaffinity``; False where the OS has
-  none).
+  none); :func:`pin_to_slot`: a measuring process onto its slot's CPUs in a placement.
 """
 
 from __future__ import annotations
@@ -121,3 +121,13 @@ def device_slot(visible: str | None = None) -> int | None:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES") or os.environ.get("ASCEND_RT_VISIBLE_DEVICES") or ""
     first = visible.split(",")[0].strip()
     return int(first) if first.isdigit() else None
+
+
+def pin_to_slot(placement: Placement | None) -> list[int] | None:
+    """This measuring process onto the CPUs of its slot (:func:`device_slot`) in ``placement``;
+    the CPUs, or None where it stays where it was (no placement, no slot index, no affinity)."""
+    if placement is None:
+        return None
+    slot = device_slot()
+    cpus = placement.for_slot(slot) if slot is not None else None
+    return sorted(cpus) if cpus and pin(cpus) else None

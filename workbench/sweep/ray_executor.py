@@ -18,8 +18,9 @@
   warm-up call (:meth:`DeviceWorker.ready`: imports, CUDA start, the device's facts, the
   once-per-process parts of a first measurement, and Triton's first compile), and hands an
   actor its first configuration only when that call returns: chosen then, not when the actor
-  was asked for, so it can be one compiled ahead meanwhile. An actor whose warm-up fails is replaced, and the configuration it
-  would have taken is recorded with why (as if the failure had happened inside its call).
+  was asked for, so it can be one compiled ahead meanwhile. An actor whose warm-up fails is
+  replaced, and the configuration it would have taken is recorded with why (as if the failure
+  had happened inside its call).
   :meth:`RayExecutor.warm_up` starts them (and the compile workers) before any run instead: a
   session that sweeps several times pays their start once, outside its sweeps.
 - :attr:`RayExecutor.timeline`: when each actor was asked for, started its process, finished each
@@ -34,8 +35,8 @@
   the order the measuring actors will reach them. A measuring actor that frees up takes, from its
   lane (below), the first configuration whose compile-ahead has finished (ok or not), else the
   first that no compile worker holds (and compiles it itself), else waits for the compile in
-  flight, which started earlier than it could. Which device to
-  compile for: ``compile_target``, else what the driver knows before any measuring actor is up
+  flight, which started earlier than it could. Which device to compile for:
+  ``compile_target``, else what the driver knows before any measuring actor is up
   (:func:`workbench.sweep.compile_ahead.driver_target`: ``WORKBENCH_COMPILE_TARGET``, or the
   driver's own GPUs with an embedded Ray), else the first measuring actor's. The first measuring
   actor to report its device checks it: where its facts differ, the compile-ahead switches to
@@ -518,9 +519,10 @@ class Timeline:
 
     An actor's ``asked`` (the driver made it), ``process`` (its process started), ``init`` (the
     actor object was made), ``imported`` / ``device`` / ``warm_*`` / ``warmed`` (the steps of its
-    warm-up), ``seen`` (the driver took it as ready) and ``cpus`` (where it runs, when placed). A task's ``idle`` (its actor was free), ``sent``,
-    ``started`` (the actor began it) and ``arrived`` (its record reached the driver). Actors are
-    numbered in the order they were first asked for, across runs."""
+    warm-up), ``seen`` (the driver took it as ready) and ``cpus`` (where it runs, when placed). A
+    task's ``idle`` (its actor was free), ``sent``, ``started`` (the actor began it) and
+    ``arrived`` (its record reached the driver). Actors are numbered in the order they were first
+    asked for, across runs."""
 
     def __init__(self):
         self._numbers: dict = {}
@@ -533,8 +535,7 @@ class Timeline:
         self._idle, self._calls = {}, {}
 
     def close(self) -> dict:
-        data = self._data or {"kind": "run", "begun": time.time(), "actors": {}, "tasks": []}
-        self._data = None
+        data, self._data = self._events(), None
         return {**data, "actors": list(data["actors"].values())}
 
     def _number(self, actor) -> int:
@@ -596,17 +597,19 @@ class DeviceWorker:
     def ready(self, cache_root: str | None, device: str, placement=None) -> dict:
         """Warm up before the first configuration: the measuring stack imported, the device
         started, and what a first measurement does once per process (the device's copy bandwidth,
-        its L2 flush buffer, NVML, versions, Triton's first compile) done. ``{"worker", "device", "stamps", "cpus"}``: where
-        it runs, and the facts of its device a compile-ahead compiles for (None: none to compile
-        for), and the two below. Only a
-        failed import raises; a device that fails here fails its measurements, which say why.
+        its L2 flush buffer, NVML, versions, Triton's first compile) done.
+        ``{"worker", "device", "stamps", "cpus"}``: where it runs, the facts of its device a
+        compile-ahead compiles for (None: none to compile for), and the two below. Only a failed
+        import raises; a device that fails here fails its measurements, which say why.
         ``"stamps"``: when (``time.time()``) the process started, this actor was made, and each
         step of the warm-up ended (imports, the device's start, the rest: ``warmed``, and its own
         steps ``warm_*``), for the run's timeline. ``placement``
         (:class:`workbench.sweep.cpus.Placement`): first, the process moves to its slot's CPUs
         (``"cpus"``: those, or None where it stayed where it was)."""
+        from workbench.sweep.cpus import pin_to_slot
+
         stamps = {"process": process_start_time(), "init": self.born}
-        cpus = _pin_to_slot(placement)
+        cpus = pin_to_slot(placement)
         use_host_triton_cache(cache_root)
         import workbench.measure
         from workbench.sweep.compile_ahead import device_facts
@@ -630,17 +633,6 @@ class DeviceWorker:
         use_host_triton_cache(task.triton_cache_root)
         yield {_STARTED: True, "worker": worker_info(), "at": time.time()}
         yield run_task(task)
-
-
-def _pin_to_slot(placement) -> list[int] | None:
-    """This measuring process onto its slot's CPUs in ``placement``; the CPUs, or None."""
-    if placement is None:
-        return None
-    from workbench.sweep.cpus import device_slot, pin
-
-    slot = device_slot()
-    cpus = placement.for_slot(slot) if slot is not None else None
-    return sorted(cpus) if cpus and pin(cpus) else None
 
 
 def process_start_time() -> float | None:
@@ -763,9 +755,10 @@ class _Lanes:
     problem's inputs once (:mod:`workbench.measure` keeps them). Taking turns from one queue,
     every actor made every problem's inputs: on the 2xH200, making those of RMSNorm 4096 x 16384
     on the CPU cost about 0.5 s each time. Working through a share of its own, an actor makes
-    only its share's, and a problem's configurations are mostly timed on one device. An actor takes from the front of its lane (the first lane no other actor
-    holds, or the longest); one whose lane is empty takes from the back of the longest other
-    lane, which its owner reaches last. One slot: one lane, the queue's order."""
+    only its share's, and a problem's configurations are mostly timed on one device. An actor
+    takes from the front of its lane (the first lane no other actor holds, or the longest); one
+    whose lane is empty takes from the back of the longest other lane, which its owner reaches
+    last. One slot: one lane, the queue's order."""
 
     def __init__(self, tasks: list, slots: int):
         count = max(1, min(slots, len(tasks)))
@@ -804,14 +797,15 @@ class _Lanes:
         backwards = not lane
         if backwards:
             lane = max(self.lanes, key=len)
-        order = list(reversed(lane)) if backwards else list(lane)
-        index = ahead.pick(order) if ahead is not None else 0
+        index = ahead.pick(reversed(lane) if backwards else lane) if ahead is not None else 0
         if index is None:
             if wait:
                 return None
             index = 0
-        task = order[index]
-        del lane[len(lane) - 1 - index if backwards else index]
+        if backwards:
+            index = len(lane) - 1 - index
+        task = lane[index]
+        del lane[index]
         return ahead.attach(task) if ahead is not None else task
 
 
@@ -820,9 +814,8 @@ class _CompileAhead:
 
     ``feed`` gives idle compile workers the first queued tasks none has had; ``pick`` chooses the
     task a free measuring actor takes (see the module docstring) and ``attach`` gives it its
-    compile-ahead's result; ``collect`` files a finished
-    call; ``expire`` gives up calls past ``limit_s`` (their worker is replaced); ``retarget``
-    starts again for other device facts. ``source``: where ``facts`` came from (the summary's
+    compile-ahead's result; ``collect`` files a finished call; ``expire`` gives up calls past
+    ``limit_s`` (their worker is replaced); ``retarget`` starts again for other device facts. ``source``: where ``facts`` came from (the summary's
     ``target``)."""
 
     def __init__(self, ray, workers: list, facts: dict | None, limit_s: float, new_worker, source: str = "given"):
