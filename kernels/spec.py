@@ -267,6 +267,18 @@ class KernelSpec:
                 return v
         raise ValueError(f"{self.name} has no variant {name!r}; variants: {', '.join(v.name for v in self.variants)}")
 
+    def start_prebuilds(self, device_kind: str) -> list[str]:
+        """Start the ``prebuild`` of every variant that can run on ``device_kind`` (a peer's
+        compiles, in background processes) and return their names; a second call starts nothing
+        new. A suite, a report or a notebook's Session calls it first, so that work overlaps
+        whatever is measured before the peer's first call instead of stalling it."""
+        started = []
+        for var in self.variants:
+            if var.prebuild is not None and var.unavailable_reason(device_kind) is None:
+                var.prebuild()
+                started.append(var.name)
+        return started
+
     def knob(self, name: str) -> Knob:
         for k in self.knobs:
             if k.name == name:

@@ -8,8 +8,8 @@ model; the model learns its view here (``Session.view``), never by importing it.
 """
 
 from widgets.explorer import Explorer
-from widgets.session import Session
+from widgets.session import Session, default_results_dir, quick_for
 
 Session.view = Explorer
 
-__all__ = ["Session", "Explorer"]
+__all__ = ["Session", "Explorer", "quick_for", "default_results_dir"]

@@ -3,19 +3,19 @@
 A notebook is a ``parameters`` cell followed by calls on one Session::
 
     # cell tagged "parameters" (papermill overrides these)
-    device = "auto"; dtype = "bf16"; quick = False; headless = False; out_dir = "."
+    device = "auto"; dtype = "bf16"; quick = None; headless = False; out_dir = None
 
     from widgets import Session
     s = Session("rms_norm", device=device, dtype=dtype, quick=quick, headless=headless, out_dir=out_dir)
     s.explorer()        # live: shows the Explorer (controls + live figures); headless: shows nothing, returns None
-    values = [256, 1000, 4096] if not quick else [128, 300]
+    values = [256, 1000, 4096] if not s.quick else [128, 300]
     df = s.sweep("hidden", values)                  # every variant runnable here, speed figure, DataFrame
     df = s.sweep("BLOCK_SIZE", [512, 1024, 2048], variants=["gpu_row"], mode="full")
     grid = s.sweep2d("BLOCK_SIZE", [256, 512, 1024], "BLOCK_SIZE_M", [1, 4, 16],
                      variant="gpu_multirow", metric="gbps")   # heatmap, failed cells marked, best outlined
     s.memory()                                      # peak MB per variant beside the bytes the problem must move
     s.correctness(mode="full")                      # every output and gradient against the reference
-    s.finish()          # <family>_records.csv/.json into out_dir; AssertionError if any check failed
+    s.finish()          # <family>_records.csv/.json into out_dir (default results/); AssertionError if any check failed
 
 Also: ``s.measure(variant, problem, params, mode)`` (one configuration, a Record),
 ``s.runnable()`` / ``s.unavailable()`` (what can run here, and why not), ``s.best`` (the best
@@ -27,7 +27,9 @@ Rules every method follows:
 
 - Problems start from the spec's knob defaults (``spec.quick`` sizes with ``quick=True``) and are
   overridden by ``problem=`` and then by the swept value. Sweep *values* are the notebook's
-  choice: keep them small when ``quick`` is set (``values = [...] if not quick else [...]``).
+  choice: keep them small when ``s.quick`` is set (``values = [...] if not s.quick else [...]``).
+  ``quick=None`` (the notebooks' default) means small sizes on the CPU, where the kernels run in
+  the Triton interpreter, and full sizes on a device; the session says so in one printed line.
 - ``variants=None`` means every variant of the family that can run on this device; variants that
   cannot (``Variant.unavailable_reason(device.kind)``, e.g. ``torch_compile`` on the CPU, a peer
   library not installed) are skipped with a printed note, also when named explicitly.
@@ -79,7 +81,7 @@ from workbench.sweep.plan import (
     with_axis,
 )
 
-__all__ = ["Session"]
+__all__ = ["Session", "quick_for", "default_results_dir"]
 
 Progress = Callable[[int, int, str], None]
 
@@ -92,12 +94,16 @@ class Session:
     family: a registered family name (``kernels.families()``) or a :class:`KernelSpec`.
     device: ``"auto"`` (cuda, then npu, then cpu), ``"cuda"``, ``"npu"`` or ``"cpu"``.
     dtype: ``"fp32"``, ``"fp16"`` or ``"bf16"`` (the default for every method).
-    quick: problems default to ``spec.quick`` (small sizes for the CPU interpreter).
+    quick: problems default to ``spec.quick`` (small sizes for the CPU interpreter); ``None``:
+        on where the device is the CPU (the interpreter), off on a device.
     headless: no widgets at all (papermill / reports): no Explorer, no progress bar, no buttons.
-    out_dir: where ``finish()`` writes ``<family>_records.csv`` and ``<family>_records.json``.
+    out_dir: where ``finish()`` writes ``<family>_records.csv`` and ``<family>_records.json``;
+        ``None``: ``results/`` beside the default store (:func:`default_results_dir`), which git
+        ignores, so running a notebook leaves the checkout clean.
     store: a :class:`workbench.store.Store`, a path to a SQLite file, ``None`` for the default
         store, or ``False`` for none.
-    rep_ms: timing budget per configuration (default 20 on the CPU interpreter, 100 on devices).
+    rep_ms: timing budget per configuration (default 20 on the CPU interpreter, 50 on devices as in
+        the H100 suite; sampling stops earlier once the interval is within ±2%).
     problem: overrides of the starting problem (knob name -> value).
     """
 
@@ -110,9 +116,9 @@ class Session:
         family: str | KernelSpec,
         device: str | Device = "auto",
         dtype: str = "bf16",
-        quick: bool = False,
+        quick: bool | None = False,
         headless: bool = False,
-        out_dir: str | Path = ".",
+        out_dir: str | Path | None = None,
         *,
         store: Store | str | Path | bool | None = None,
         rep_ms: float | None = None,
@@ -124,12 +130,21 @@ class Session:
         self.dtype = dtype_name(dtype)
         if self.dtype not in self.spec.dtypes:
             raise ValueError(f"dtype={dtype!r} is not supported by {self.spec.name}; use {', '.join(self.spec.dtypes)}")
-        self.quick = bool(quick)
+        self.quick = quick_for(self.device, quick)
+        if self.device.kind == "cpu":  # say which sizes, and why, where a reader may expect others
+            print(
+                "CPU: the Triton interpreter at small sizes (quick); a GPU runs the full sizes"
+                if self.quick
+                else "CPU: the Triton interpreter at full sizes (quick=False): expect minutes per sweep"
+            )
         self.headless = bool(headless)
-        self.out_dir = Path(out_dir)
+        self.out_dir = Path(out_dir) if out_dir is not None else default_results_dir()
         self.seed = seed
-        self.rep_ms = rep_ms if rep_ms is not None else (20.0 if self.device.kind == "cpu" else 100.0)
+        self.rep_ms = rep_ms if rep_ms is not None else (20.0 if self.device.kind == "cpu" else 50.0)
         self.problem: dict = self.spec.resolve_problem(problem, quick=self.quick)
+        # A peer's one-off builds (PyJuice's nvcc extensions) start now, in the background, as
+        # the suite's do: the notebook's first sweeps overlap them instead of waiting on them.
+        self.prebuilding = self.spec.start_prebuilds(self.device.kind)
         if store is False:
             self.store = None
         elif store is None or store is True:
@@ -844,6 +859,20 @@ def default_store_path() -> Path:
     if (root / "pyproject.toml").exists() and os.access(root, os.W_OK):
         return root / "results" / "workbench.sqlite"
     return DEFAULT_PATH
+
+
+def quick_for(device: str | Device, quick: bool | None) -> bool:
+    """Whether a notebook runs its small sizes: ``quick`` when given, else on the CPU (the Triton
+    interpreter runs a kernel's programs one by one in Python: full sizes would take hours)."""
+    if quick is not None:
+        return bool(quick)
+    return get_device(device).kind == "cpu"
+
+
+def default_results_dir() -> Path:
+    """Where a notebook's records go when it names no ``out_dir``: the folder of the default
+    store (``results/`` of the checkout, which git ignores), never the notebooks' folder."""
+    return default_store_path().parent
 
 
 def _progress_bar(total: int, label: str):

@@ -196,10 +196,7 @@ def start_prebuilds(targets, device_kind: str) -> list[str]:
     before the peer's first call instead of stalling it. Returns the variants started."""
     started = []
     for family in dict.fromkeys(t.family for t in targets):
-        for var in get(family).variants:
-            if var.prebuild is not None and var.unavailable_reason(device_kind) is None:
-                var.prebuild()
-                started.append(f"{family}/{var.name}")
+        started += [f"{family}/{name}" for name in get(family).start_prebuilds(device_kind)]
     return started
 
 
