@@ -10,7 +10,7 @@ HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/
 TORCH_SPEC ?= $(if $(HAS_GPU),torch>=2.4,torch==2.13.0)
 PYTEST_ARGS ?=
 
-.PHONY: lab report test lint bench env npu-check
+.PHONY: lab report test lint bench env npu-check notebook-filter
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -20,13 +20,28 @@ $(VENV)/.installed: pyproject.toml
 
 env: $(VENV)/.installed
 
-lab: $(VENV)/.installed
+# Notebooks are versioned by their cells' sources: git reads a notebook through nbstripout
+# (.gitattributes), which drops outputs, execution counts and what a run or a save writes into
+# the metadata, so running a notebook and saving it leaves `git status` clean; an edited cell
+# shows. Configured in this clone's .git/config (a clone without it sees the files as they are).
+NB_STRIP = "$(abspath $(PY))" -m nbstripout --keep-id
+NB_EXTRA_KEYS = metadata.language_info.codemirror_mode metadata.language_info.file_extension \
+  metadata.language_info.mimetype metadata.language_info.nbconvert_exporter \
+  metadata.language_info.pygments_lexer metadata.language_info.version metadata.papermill \
+  cell.metadata.papermill cell.metadata.trusted cell.metadata.editable cell.metadata.deletable
+notebook-filter:
+	@if git rev-parse --git-dir >/dev/null 2>&1; then \
+	  git config filter.nbstripout.clean '$(NB_STRIP)' && git config filter.nbstripout.smudge cat && \
+	  git config filter.nbstripout.extrakeys '$(NB_EXTRA_KEYS)' && \
+	  git config diff.ipynb.textconv '$(NB_STRIP) -t'; fi
+
+lab: $(VENV)/.installed notebook-filter
 	$(VENV)/bin/workbench lab
 
 report: $(VENV)/.installed
 	$(VENV)/bin/workbench report --device auto --quick --out reports/latest
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed notebook-filter
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS)

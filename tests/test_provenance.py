@@ -117,3 +117,50 @@ def test_a_history_less_copy_names_the_claimed_commit_only_when_its_code_hashes_
     assert provenance.version_of(copy, claimed=claim) == second
     with pytest.raises(ValueError, match="commit it before claiming it"):
         provenance.claim(copy)
+
+
+def _notebook(cells, outputs=()):
+    import json
+
+    nb = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "execution_count": None,
+                "id": f"c{i}",
+                "metadata": {},
+                "outputs": list(outputs),
+                "source": src,
+            }
+            for i, src in enumerate(cells)
+        ],
+        "metadata": {"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    return json.dumps(nb, indent=1) + "\n"
+
+
+def test_a_notebook_run_and_saved_is_not_code_that_changed_but_an_edited_cell_is(checkout):
+    (checkout / "notebooks").mkdir()
+    path = checkout / "notebooks" / "n.ipynb"
+    path.write_text(_notebook(["x = 1", "print(x)"]))
+    _git(checkout, "add", "-A")
+    _git(checkout, "commit", "-qm", "notebook")
+    head = _head(checkout)
+    # Run and saved: outputs, counts and metadata written, the cells' sources as they were.
+    ran = _notebook(["x = 1", "print(x)"], outputs=[{"name": "stdout", "output_type": "stream", "text": "1\n"}])
+    ran = ran.replace('"execution_count": null', '"execution_count": 3').replace(
+        '"metadata": {}', '"metadata": {"a": 1}'
+    )
+    path.write_text(ran)
+    assert provenance.changed_files(checkout) == []
+    assert provenance.version_of(checkout) == head
+    # A cell edited: the notebook is code that changed; the hash follows the cells, not the outputs.
+    path.write_text(_notebook(["x = 2", "print(x)"]))
+    edited = provenance.version_of(checkout)
+    assert provenance.changed_files(checkout) == ["notebooks/n.ipynb"] and edited.startswith(head + "-dirty+")
+    path.write_text(
+        _notebook(["x = 2", "print(x)"], outputs=[{"name": "stdout", "output_type": "stream", "text": "2\n"}])
+    )
+    assert provenance.version_of(checkout) == edited

@@ -10,7 +10,10 @@ Every record, ``environment.json`` and report names :func:`code_version`:
 
 "Code" is what can change a number: the three packages, the benchmark scripts, the notebooks
 and the project file. Reports and results written into the tree while a suite runs do not
-make it dirty.
+make it dirty. A notebook's code is its cells' sources (with each cell's type and tags): its
+outputs, execution counts and metadata, which running and saving it rewrite, are not code, so a
+notebook run and saved in JupyterLab leaves the version clean and an edited cell does not.
+(``make notebook-filter`` makes git itself see notebooks the same way, through nbstripout.)
 
 A copy of the tree without its history (the GPU machine's: its ``.git`` may be an older one)
 can still name its commit, checked rather than trusted: ``WORKBENCH_CODE_CLAIM=<commit>:<hash>``,
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import functools
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -47,7 +51,19 @@ def _git(root: Path, *args: str) -> subprocess.CompletedProcess | None:
 def changed_files(root: Path = ROOT) -> list[str]:
     """Code files (repository-relative) that differ from HEAD: modified, deleted, or untracked
     and not ignored."""
-    out = _git(root, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--", *CODE_PATHS)
+    # Without the notebook filter: git would start nbstripout once per notebook whose file changed
+    # on disk (about a second each, in every measuring process); the cells are compared below.
+    out = _git(
+        root,
+        "-c",
+        "filter.nbstripout.clean=cat",
+        "status",
+        "--porcelain=v1",
+        "-z",
+        "--untracked-files=all",
+        "--",
+        *CODE_PATHS,
+    )
     if out is None:
         return []
     paths = []
@@ -61,17 +77,62 @@ def changed_files(root: Path = ROOT) -> list[str]:
         status, path = entry[:2], entry[3:]
         if "R" in status or "C" in status:
             i += 1  # a rename's source path follows; the new path is the one that runs
+        if status.strip() == "M" and path.endswith(".ipynb") and not _notebook_code_changed(root, path):
+            continue  # outputs or metadata only: the notebook was run, not edited
         paths.append(path)
     return sorted(set(paths))
 
 
+def notebook_code(data: bytes) -> bytes | None:
+    """A notebook's code as bytes: each cell's type, tags and source, in order; None where
+    ``data`` is not a notebook (it is then compared as it is)."""
+    try:
+        cells = json.loads(data.decode("utf-8"))["cells"]
+        code = [
+            [c.get("cell_type"), sorted((c.get("metadata") or {}).get("tags") or []), _source(c.get("source"))]
+            for c in cells
+        ]
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
+        return None
+    return json.dumps(code, ensure_ascii=False).encode("utf-8")
+
+
+def _source(source) -> str:
+    return "".join(source) if isinstance(source, list) else str(source or "")
+
+
+def _notebook_code_changed(root: Path, path: str) -> bool:
+    """Whether the cells of a modified notebook differ from HEAD's (True when either side cannot
+    be read as a notebook)."""
+    head = _git(root, "show", f"HEAD:{path}")
+    try:
+        now = (Path(root) / path).read_bytes()
+    except OSError:
+        return True
+    if head is None:
+        return True
+    before, after = notebook_code(head.stdout), notebook_code(now)
+    return before is None or after is None or before != after
+
+
+def _code_bytes(path: Path) -> bytes:
+    """What of a file counts as code: a notebook's cells (:func:`notebook_code`), else its bytes."""
+    data = path.read_bytes()
+    if path.suffix == ".ipynb":
+        code = notebook_code(data)
+        if code is not None:
+            return code
+    return data
+
+
 def tree_hash(paths: list[str], root: Path = ROOT, digits: int = 8) -> str:
-    """``digits`` hex digits over the paths and contents of ``paths`` (a deleted file counts as such)."""
+    """``digits`` hex digits over the paths and code (:func:`_code_bytes`) of ``paths`` (a deleted
+    file counts as such)."""
     digest = hashlib.sha256()
     for rel in sorted(paths):
         digest.update(rel.encode("utf-8", "surrogateescape") + b"\0")
         try:
-            digest.update((Path(root) / rel).read_bytes())
+            digest.update(_code_bytes(Path(root) / rel))
         except OSError:
             digest.update(b"<deleted>")
         digest.update(b"\0")
