@@ -7,6 +7,8 @@
 #   bash benchmarks/gpu_run.sh suite h100 --only rms_norm_forward  # workbench bench --suite ... into $RES/<suite>
 #   bash benchmarks/gpu_run.sh profile --only host                 # benchmarks/profile_calls.py
 #   bash benchmarks/gpu_run.sh tune --only rms_forward             # benchmarks/tune_tiles.py
+#   bash benchmarks/gpu_run.sh report --only rms_norm              # workbench report --device cuda into $RES/notebooks
+#                                                                  # (carry the notebook wheels: WITH_NOTEBOOKS=1 pack_wheels.sh)
 #   bash benchmarks/gpu_run.sh run python3 some_script.py ...      # anything else, output kept
 # Steps chain with "+": gpu_run.sh tests "block_sparse" + suite h100 --only hmm_chain
 # Records name the code that ran: the machine's copy has no history of its own (its .git may be
@@ -18,9 +20,9 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}
 export RES=${RES:-/tmp/res}  # exported: a "run bash -c ..." step may write under $RES
 mkdir -p "$OUT" "$RES"
-if ls .whl/*-site.tar.xz >/dev/null 2>&1; then  # trees repacked to fit a call (benchmarks/pack_ray.sh)
+if ls .whl/*-site.tar.xz >/dev/null 2>&1; then  # trees repacked to fit a call (pack_ray.sh, pack_notebooks.sh)
   mkdir -p /tmp/site && for t in .whl/*-site.tar.xz; do tar -C /tmp/site -xJf "$t"; done \
-    && export PYTHONPATH=/tmp/site
+    && export PYTHONPATH=/tmp/site JUPYTER_PATH=/tmp/site/share/jupyter
 fi
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -61,8 +63,10 @@ step() {
              | tee -a "$RES/suite_$suite.txt" | tail -${SUITE_TAIL:-60} ;;
     profile) timeout "$t" python3 benchmarks/profile_calls.py --out "$RES" "$@" 2>&1 | tee -a "$RES/profile.txt" | tail -80 ;;
     tune) timeout "$t" python3 benchmarks/tune_tiles.py --out "$RES" "$@" 2>&1 | tee -a "$RES/tune.txt" | tail -80 ;;
+    report) timeout "$t" python3 -m workbench report --device cuda --out "${REPORT_OUT:-$RES/notebooks}" "$@" 2>&1 \
+              | tee -a "$RES/report.txt" | tail -40 ;;
     run) timeout "$t" "$@" 2>&1 | tee -a "$RES/run.txt" | tail -80 ;;
-    *) echo "gpu_run.sh: unknown step '$name' (tests, suite, profile, tune, run)"; return 2 ;;
+    *) echo "gpu_run.sh: unknown step '$name' (tests, suite, profile, tune, report, run)"; return 2 ;;
   esac
 }
 

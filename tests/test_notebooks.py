@@ -106,11 +106,18 @@ def test_report_html_is_self_contained(report):
         if page.name == "index.html":
             continue
         assert 'class="jp-InputPrompt' not in text and '<div class="highlight' not in text, f"{page.name} shows code"
-        assert text.count("embedded for offline use") == 1  # plotly.js once per page
+        # plotly.js once for the whole report, beside the pages, loaded before the first figure
+        assert text.count('src="plotly.min.js"') == 1 and "embedded for offline use" not in text
+        shown = re.sub(r"<script.*?</script>", "", text, flags=re.S)
+        assert "$$" not in shown and "\\[" not in shown, f"{page.name} shows raw LaTeX"
         stem = page.stem
         if stem in kernels.families():
             first_plot = text.find("Plotly.newPlot(")
-            assert first_plot > text.find("embedded for offline use") > 0
+            assert first_plot > text.find('src="plotly.min.js"') > 0
+            assert "CPU: the Triton interpreter at small sizes" in shown, f"{page.name} does not say its sizes"
+    assert (out / "plotly.min.js").stat().st_size > 1_000_000
+    fused = (out / "fused_add_rms_norm.html").read_text()
+    assert re.search(r'<math[^>]*display="block"', fused), "the fused notebook's formula is not MathML"
 
 
 def test_notebook_fails_when_a_kernel_is_wrong(tmp_path):

@@ -151,7 +151,8 @@ class Explorer:
         self.w_checks = W.HTML(value="")
         # the why panel: compile facts of the configuration on display, Nsight Compute's counters
         # on demand (the button shows only where ncu is installed and the device is CUDA)
-        self.w_why = W.HTML(value="", layout=W.Layout(min_width="320px", max_width="560px"))
+        # beside the speed figure where the window is wide enough, below it where not (never cut off)
+        self.w_why = W.HTML(value="", layout=W.Layout(min_width="320px", max_width="100%", overflow="auto"))
         self._ncu = ncu.find_ncu()
         self.w_profile = W.Button(
             description="Profile this configuration",
@@ -212,7 +213,10 @@ class Explorer:
             ]
         )
         why_box = W.VBox([self.w_why, W.HBox([self.w_profile, self.w_profile_status])])
-        speed_row = W.HBox([w for w in (self.speed_fig, why_box) if isinstance(w, W.Widget)])
+        speed_row = W.HBox(
+            [w for w in (self.speed_fig, why_box) if isinstance(w, W.Widget)],
+            layout=W.Layout(flex_flow="row wrap", align_items="flex-start", width="100%"),
+        )
         figs = W.VBox([speed_row] + ([self.memory_fig] if isinstance(self.memory_fig, W.Widget) else []))
         self.widget = W.VBox(
             [
@@ -564,13 +568,13 @@ class Explorer:
             order=[v.name for v in self.spec.variants],
             highlight=cfg["variant"],
             title=f"{self.spec.title} {cfg['mode']} {cfg['dtype']} on {cfg['device']}: speed vs {axis}"
-            + (f"<br><sup>{html.escape(cfg['variant'])} at {html.escape(tiles)}</sup>" if tiles else ""),
+            + (F.sub_lines(f"{cfg['variant']} at {tiles}") if tiles else ""),
         )
         _update_figure(self.speed_fig, speed)
         memory = F.memory_figure(
             [rec] + peers,
             order=[v.name for v in self.spec.variants],
-            title=f"memory ({cfg['mode']}): " + F.mapping_str(rec.problem),
+            title=f"memory ({cfg['mode']})" + F.sub_lines(F.mapping_str(rec.problem)),
         )
         _update_figure(self.memory_fig, memory)
 
@@ -901,8 +905,10 @@ def _update_figure(target, new: go.Figure) -> None:
 
 def _status_html(text: str, busy: bool = False, failed: bool = False) -> str:
     color = "#b00" if failed else ("#555" if busy else "#222")
+    # wraps at the window's edge (and inside a long token), so the whole line is always in view
     return (
-        f'<div class="wb-status" style="font-family:monospace;font-size:12px;color:{color}">{html.escape(text)}</div>'
+        f'<div class="wb-status" style="font-family:monospace;font-size:12px;color:{color};'
+        f'white-space:normal;overflow-wrap:anywhere">{html.escape(text)}</div>'
     )
 
 

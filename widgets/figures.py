@@ -150,7 +150,9 @@ def speed_figure(
     for r in ok:
         if r.get("x_value") is not None and r.get("x_value") not in xs_all:
             xs_all.append(r.get("x_value"))
-    numeric_x = bool(xs_all) and all(_is_number(x) for x in xs_all)
+    # One point on a numeric axis would draw a meaningless range around it (299-301,
+    # 16.777215M-16.77217M): a single value is shown as one category, labelled exactly.
+    numeric_x = len(xs_all) > 1 and all(_is_number(x) for x in xs_all)
     if numeric_x:
         xs_all = sorted(set(xs_all))
     categories = [str(x) for x in xs_all]
@@ -371,16 +373,36 @@ def memory_figure(records: Iterable[Any], *, order: Sequence[str] = (), title: s
         kinds = sorted({rows[n].get("device_kind") or "?" for n in shown})
         notes.append(f"peak memory unavailable on {', '.join(kinds)} (no allocator statistics); not invented")
     problem = rows[shown[0]].get("problem") if shown else {}
-    head = title or "memory: " + ", ".join(f"{k}={v}" for k, v in (problem or {}).items())
+    head = title or "memory" + sub_lines(", ".join(f"{k}={v}" for k, v in (problem or {}).items()))
+    parts = [head] + [f"<sup>{n}</sup>" for n in notes]
+    top = _title_top(parts, 80)
     fig.update_layout(
-        title=dict(text="<br>".join([head] + [f"<sup>{n}</sup>" for n in notes])),
+        title=dict(text="<br>".join(parts)),
         barmode="group",
         yaxis_title="MB",
         template="plotly_white",
-        height=380,
-        margin=dict(t=80, l=60, r=20, b=60),
+        height=380 + top - 80,
+        margin=dict(t=top, l=60, r=20, b=60),
     )
     return fig
+
+
+def sub_lines(text: str, width: int = 80) -> str:
+    """``text`` as subtitle lines of a plotly title (``<br><sup>…</sup>`` each, at most about
+    ``width`` characters, broken after a comma or a space): plotly never wraps a title, and a
+    long one is cut at the figure's edge."""
+    import html
+
+    lines, line = [], ""
+    for word in text.split(" "):
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    if line:
+        lines.append(line)
+    return "".join(f"<br><sup>{html.escape(part)}</sup>" for part in lines)
 
 
 def heatmap_figure(

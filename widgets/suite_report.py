@@ -89,7 +89,10 @@ def ratio_table_html(rows: list[dict], missing: dict | None = None, facts: dict 
     head += ["threshold"]
     head += ["precision, max error", "status"]
     head += ["informative", "note"]
+    # Thirteen columns are wider than a notebook page: the table scrolls sideways in its own box
+    # (the page around it stays put) and the long text columns wrap, so no column is cut off.
     out = [
+        '<div class="wb-ratios-box" style="overflow-x:auto;max-width:100%">'
         '<table class="wb-ratios" style="border-collapse:collapse;font-size:12px;font-family:monospace">',
         "<tr>" + "".join(f"<th {_CELL.format('left')}>{h}</th>" for h in head) + "</tr>",
     ]
@@ -138,10 +141,12 @@ def ratio_table_html(rows: list[dict], missing: dict | None = None, facts: dict 
         for i, (text, align) in enumerate(cells):
             style = _CELL.format(align)
             if head[i] == "status":
-                style = style[:-1] + f';background:{colour};font-weight:bold;max-width:28em"'
+                style = style[:-1] + f';background:{colour};font-weight:bold;min-width:9em;max-width:24em"'
+            elif head[i] in ("regs/spills/occ", "informative", "note", "precision, max error"):
+                style = style[:-1] + ';min-width:8em;max-width:20em"'
             tds.append(f"<td {style}>{html.escape(str(text))}</td>")
         out.append(f'<tr class="status-{html.escape(r["status"].replace(" ", "-"))}">' + "".join(tds) + "</tr>")
-    out.append("</table>")
+    out.append("</table></div>")
     return "".join(out)
 
 
@@ -323,7 +328,9 @@ def headline_rows(run: dict) -> list[dict]:
     return [r for r in run["rows"] if r.get("kind") != "defaults"]
 
 
-def _wrap(text: str, width: int = 24) -> str:
+def _wrap(text: str, width: int = 24, lines_at_most: int | None = None) -> str:
+    """``text`` broken into lines of about ``width`` characters (``<br>``), cut to
+    ``lines_at_most`` lines with an ellipsis (the full title is in the table below the chart)."""
     words, lines, line = text.split(), [], ""
     for w in words:
         if line and len(line) + 1 + len(w) > width:
@@ -331,7 +338,11 @@ def _wrap(text: str, width: int = 24) -> str:
             line = w
         else:
             line = f"{line} {w}".strip()
-    return "<br>".join(lines + [line])
+    lines.append(line)
+    if lines_at_most is not None and len(lines) > lines_at_most:
+        lines = lines[:lines_at_most]
+        lines[-1] = lines[-1].rstrip(",;:") + " …"
+    return "<br>".join(lines)
 
 
 def _groups(rows: list[dict]) -> list[tuple[str, list[dict]]]:
@@ -342,35 +353,53 @@ def _groups(rows: list[dict]) -> list[tuple[str, list[dict]]]:
     return [(short_title(g[0]["title"]), g) for g in out.values()]
 
 
-def _facets(groups: list[tuple[str, list]], y_title: str, log: bool = False, height: int = 440) -> go.Figure:
-    """One column per target (width by its number of sizes), y shared; x is the size."""
+FACETS_PER_ROW = 6  # at about 1100 px a facet is then ~170 px wide: room for a title of three short lines
+_FACET_HEIGHT = 210  # px of plot per row of facets
+_FACET_GAP = 112  # px between rows: the upper row's size ticks and axis title, then the lower row's titles
+_TITLES_ABOVE = 58  # px a first-row facet title takes above its plot (three lines at 11 px)
+
+
+def _facets(groups: list[tuple[str, list]], y_title: str, log: bool = False) -> tuple[go.Figure, list[tuple[int, int]]]:
+    """One facet per target, up to :data:`FACETS_PER_ROW` in a row and as many rows as needed,
+    each titled with its target (wrapped) and its x axis the size; returns the figure and each
+    group's (row, col). A wide suite (the H100's 18 targets) gets three rows instead of 18
+    narrow columns whose titles overlap."""
     from plotly.subplots import make_subplots
 
     n = len(groups)
-    widths = [max(len(g), 3) for _, g in groups]  # room for a short target's title
+    cols = max(1, min(n, FACETS_PER_ROW))
+    rows = max(1, -(-n // cols))
+    top, bottom = 150, 70
+    height = top + bottom + rows * _FACET_HEIGHT + (rows - 1) * _FACET_GAP
     fig = make_subplots(
-        rows=1,
-        cols=n,
+        rows=rows,
+        cols=cols,
         shared_yaxes=True,
-        column_widths=[w / sum(widths) for w in widths],
-        subplot_titles=[_wrap(t) for t, _ in groups],
-        horizontal_spacing=min(0.02, 0.9 / max(n - 1, 1)),
+        subplot_titles=[_wrap(t, 31, lines_at_most=3) for t, _ in groups],
+        horizontal_spacing=0.035,
+        vertical_spacing=_FACET_GAP / (height - top - bottom),
     )
     for ann in fig.layout.annotations:
         ann.font = dict(size=11)
-    for i, (_, rows) in enumerate(groups, start=1):
-        axis = rows[0].get("x_name", "") if rows and isinstance(rows[0], dict) else ""
-        fig.update_xaxes(type="category", title_text=axis, title_font=dict(size=11), row=1, col=i)
-    fig.update_yaxes(title_text=y_title, row=1, col=1)
+    places = [(i // cols + 1, i % cols + 1) for i in range(n)]
+    for (_, g), (r, c) in zip(groups, places):
+        axis = g[0].get("x_name", "") if g and isinstance(g[0], dict) else ""
+        fig.update_xaxes(
+            type="category", title_text=axis, title_font=dict(size=11), tickfont=dict(size=10), row=r, col=c
+        )
+    for r in range(1, rows + 1):
+        fig.update_yaxes(title_text=y_title, row=r, col=1)
     if log:
         fig.update_yaxes(type="log")
     fig.update_layout(
         template="plotly_white",
         height=height,
-        legend=dict(orientation="h", y=-0.2, x=0),
-        margin=dict(t=110, l=60, r=20, b=90),
+        # between the figure's title and the first row's facet titles
+        legend=dict(orientation="h", yanchor="bottom", y=1 + _TITLES_ABOVE / (height - top - bottom), x=0),
+        title=dict(y=1 - 12 / height, yanchor="top"),
+        margin=dict(t=top, l=60, r=20, b=bottom),
     )
-    return fig
+    return fig, places
 
 
 def headline_figure(run: dict) -> go.Figure | None:
@@ -380,8 +409,8 @@ def headline_figure(run: dict) -> go.Figure | None:
     if not rows:
         return None
     groups = _groups(rows)
-    fig = _facets(groups, "ratio (log scale)", log=True, height=460)
-    for i, (_, g) in enumerate(groups, start=1):
+    fig, places = _facets(groups, "ratio (log scale)", log=True)
+    for i, ((_, g), (row, col)) in enumerate(zip(groups, places), start=1):
         x = [str(r["x"]) for r in g]
         fig.add_trace(
             go.Scatter(
@@ -410,8 +439,8 @@ def headline_figure(run: dict) -> go.Figure | None:
                 hovertemplate=f"{g[0]['x_name']}=%{{x}}<br>ratio %{{customdata[1]}} vs %{{customdata[0]}}<br>"
                 "%{customdata[2]} %{customdata[3]}<extra></extra>",
             ),
-            row=1,
-            col=i,
+            row=row,
+            col=col,
         )
         need = [r.get("min_ratio") for r in g]
         if any(v is not None for v in need):
@@ -426,8 +455,8 @@ def headline_figure(run: dict) -> go.Figure | None:
                     marker=dict(symbol="line-ew-open", size=20, color="#111", line=dict(width=2)),
                     hovertemplate="threshold %{y:g}<extra></extra>",
                 ),
-                row=1,
-                col=i,
+                row=row,
+                col=col,
             )
     present = {r["status"] for r in rows}
     for status, colour in list(VERDICT_MARKERS.items()) + [("not judged", NOT_JUDGED)]:
@@ -438,7 +467,6 @@ def headline_figure(run: dict) -> go.Figure | None:
     fig.add_hline(y=1.0, line=dict(color="#888", dash="dot", width=1), row="all", col="all")
     fig.update_layout(
         title=dict(text="Ours against the best peer: ratio = peer time / our time (above 1: ours is faster)"),
-        legend=dict(orientation="h", y=-0.22, x=0),
     )
     return fig
 
@@ -486,8 +514,8 @@ def bandwidth_figure(run: dict) -> go.Figure | None:
         return None
     groups = _groups([row for row, _, _ in cells])
     by = {(row["target"], str(row["x"])): (o, p) for row, o, p in cells}
-    fig = _facets(groups, "GB/s")
-    for i, (_, g) in enumerate(groups, start=1):
+    fig, places = _facets(groups, "GB/s")
+    for i, ((_, g), (row, col)) in enumerate(zip(groups, places), start=1):
         x = [str(r["x"]) for r in g]
         pairs = [by[(r["target"], str(r["x"]))] for r in g]
         fig.add_trace(
@@ -499,8 +527,8 @@ def bandwidth_figure(run: dict) -> go.Figure | None:
                 showlegend=i == 1,
                 marker_color="#1f77b4",
             ),
-            row=1,
-            col=i,
+            row=row,
+            col=col,
         )
         fig.add_trace(
             go.Bar(
@@ -513,8 +541,8 @@ def bandwidth_figure(run: dict) -> go.Figure | None:
                 customdata=[r.get("peer") or "-" for r in g],
                 hovertemplate="%{customdata}: %{y:.0f} GB/s<extra></extra>",
             ),
-            row=1,
-            col=i,
+            row=row,
+            col=col,
         )
     copy = sorted(o["copy_bw_gbps"] for _, o, _ in cells if o.get("copy_bw_gbps"))
     if copy:
@@ -562,8 +590,8 @@ def kernel_call_figure(run: dict) -> go.Figure | None:
         return None
     groups = _groups([row for row, _ in unique])
     by = {(row["target"], str(row["x"])): o for row, o in unique}
-    fig = _facets(groups, "µs (log scale)", log=True)
-    for i, (_, g) in enumerate(groups, start=1):
+    fig, places = _facets(groups, "µs (log scale)", log=True)
+    for i, ((_, g), (row, col)) in enumerate(zip(groups, places), start=1):
         x = [str(r["x"]) for r in g]
         recs = [by[(r["target"], str(r["x"]))] for r in g]
         for name, key, colour in (
@@ -579,8 +607,8 @@ def kernel_call_figure(run: dict) -> go.Figure | None:
                     showlegend=i == 1,
                     marker_color=colour,
                 ),
-                row=1,
-                col=i,
+                row=row,
+                col=col,
             )
     fig.update_layout(title=dict(text="Ours: kernel time against call time"), barmode="group")
     return fig

@@ -10,7 +10,8 @@ HTML, the executed notebook and its records, and ``all_records.csv`` with every 
 
 The HTML is self-contained: plotly.js is embedded once per page, figures draw with
 ``window.Plotly`` and nbconvert's require.js, MathJax, mermaid and widget-manager scripts (all
-loaded from CDNs) are left out, so the report opens offline.
+loaded from CDNs) are left out, so the report opens offline; the Markdown cells' LaTeX is
+converted to MathML (:mod:`workbench.mathml`), which the browser draws itself.
 
 Notebooks run on the Python interpreter running this command: the ``python3`` kernel name is
 pointed at ``sys.executable`` through a temporary kernelspec on ``JUPYTER_PATH``.
@@ -35,6 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from workbench.mathml import markdown_with_mathml
 from workbench.reader import scrub_paths
 
 KERNEL_NAME = "python3"
@@ -43,9 +45,13 @@ KERNEL_NAME = "python3"
 # replaced: plotly.js goes inline (once), the rest is dropped.
 TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 {%- block html_head_js -%}
+{%- if resources.plotly_src -%}
+<script type="text/javascript" src="{{ resources.plotly_src }}"></script><!-- plotly.js {{ resources.plotly_version }}, one copy beside the pages for offline use -->
+{%- else -%}
 <script type="text/javascript">/* plotly.js {{ resources.plotly_version }}, embedded for offline use */
 {{ resources.plotly_js }}
 </script>
+{%- endif -%}
 {%- endblock html_head_js -%}
 {%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
 {%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
@@ -102,7 +108,7 @@ def kernel_env(store: str | Path | None = None, root: str | Path | None = None):
             json.dumps(
                 {
                     "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                    "display_name": "Python 3 (workbench)",
+                    "display_name": "Python 3 (ipykernel)",  # as ipykernel names it: saving keeps the committed metadata
                     "language": "python",
                 }
             )
@@ -150,10 +156,29 @@ def execute_notebook(
     )
 
 
+PLOTLY_FILE = "plotly.min.js"  # a report of several pages keeps one copy of plotly.js beside them
+
+
+def write_plotly_js(folder: Path) -> str:
+    """Write plotly.js into ``folder`` (:data:`PLOTLY_FILE`) for pages that load it from there; returns its name."""
+    from plotly.offline import get_plotlyjs
+
+    (Path(folder) / PLOTLY_FILE).write_text(get_plotlyjs(), encoding="utf-8")
+    return PLOTLY_FILE
+
+
 def notebook_to_html(
-    nb_path: Path, html_path: Path, *, show_code: bool = False, title: str | None = None, scrub: bool = True
+    nb_path: Path,
+    html_path: Path,
+    *,
+    show_code: bool = False,
+    title: str | None = None,
+    scrub: bool = True,
+    plotly_src: str | None = None,
 ) -> Path:
-    """Executed notebook -> self-contained HTML (plotly.js inline, no CDN scripts).
+    """Executed notebook -> HTML that opens offline (no CDN scripts): plotly.js embedded in the
+    page, or, with ``plotly_src``, loaded from that file beside it (:func:`write_plotly_js`:
+    a report of six pages then holds one 4.6 MB copy instead of six).
 
     A reader's page by default: no code cells, no ``In [ ]`` prompts, the parameters cells left out
     (``show_code=True`` keeps the code), and no path of this machine in the text (:func:`scrub_paths`)."""
@@ -171,6 +196,9 @@ def notebook_to_html(
     if not show_code:
         hidden = {"parameters", "injected-parameters"}
         nb.cells = [c for c in nb.cells if not hidden & set(c.get("metadata", {}).get("tags", []))]
+    for cell in nb.cells:  # MathJax is left out (a CDN script): formulas go as MathML instead
+        if cell.cell_type == "markdown":
+            cell.source = markdown_with_mathml(cell.source)
     exporter = HTMLExporter(
         extra_loaders=[DictLoader({"workbench.html.j2": TEMPLATE})],
         exclude_input=not show_code,
@@ -181,7 +209,8 @@ def notebook_to_html(
     body, _ = exporter.from_notebook_node(
         nb,
         resources={
-            "plotly_js": get_plotlyjs(),
+            "plotly_src": plotly_src,
+            "plotly_js": "" if plotly_src else get_plotlyjs(),
             "plotly_version": plotly.__version__,
             "metadata": {"name": title or nb_path.stem},
         },
@@ -296,8 +325,11 @@ def build_report(
     paths = find_notebooks(notebooks_dir, only)
     if not paths:
         raise ValueError(f"no notebooks in {notebooks_dir}")
-    params = {"device": device, "quick": bool(quick), "headless": True, "out_dir": str(out)}
-    run_one = lambda p: _run_one(p, out, params, timeout, notebooks_dir, log, show_code)  # noqa: E731
+    paths = _prebuild_first(paths, device, log)
+    # quick=None lets each notebook choose: small sizes on the CPU interpreter, full sizes on a device.
+    params = {"device": device, "quick": True if quick else None, "headless": True, "out_dir": str(out)}
+    plotly_src = write_plotly_js(out)
+    run_one = lambda p: _run_one(p, out, params, timeout, notebooks_dir, log, show_code, plotly_src)  # noqa: E731
     if dtype:
         params["dtype"] = dtype
     store = os.environ.get("WORKBENCH_STORE") or str(out / "workbench.sqlite")
@@ -323,7 +355,33 @@ def build_report(
     return {"index": index, "results": results, "ok": ok}
 
 
-def _run_one(path: Path, out: Path, params: dict, timeout, notebooks_dir: Path, log, show_code: bool = False) -> dict:
+def _prebuild_first(paths: list[Path], device: str, log) -> list[Path]:
+    """Start the one-off builds of every family with a notebook here (a peer's compiles, in
+    background processes: ``KernelSpec.start_prebuilds``) and put those families' notebooks
+    last, so the builds run while the other notebooks do; the order is otherwise kept."""
+    import kernels
+    from workbench.device import get_device
+
+    kind = get_device(device).kind
+    building = set()
+    for path in paths:
+        if path.stem in kernels.families() and kernels.get(path.stem).start_prebuilds(kind):
+            building.add(path.stem)
+    if building:
+        log(f"report: building {', '.join(sorted(building))}'s peers in the background; their notebooks run last")
+    return sorted(paths, key=lambda p: p.stem in building)
+
+
+def _run_one(
+    path: Path,
+    out: Path,
+    params: dict,
+    timeout,
+    notebooks_dir: Path,
+    log,
+    show_code: bool = False,
+    plotly_src: str | None = None,
+) -> dict:
     """Execute one notebook, export its HTML, summarise its records; never raises."""
     executed = out / path.name
     t0 = time.perf_counter()
@@ -337,12 +395,19 @@ def _run_one(path: Path, out: Path, params: dict, timeout, notebooks_dir: Path, 
     if executed.exists():
         try:
             _scrub_notebook(executed, out)
-            html_name = notebook_to_html(executed, out / html_name_for(path), show_code=show_code).name
+            page = notebook_to_html(executed, out / html_name_for(path), show_code=show_code, plotly_src=plotly_src)
+            html_name = page.name
         except Exception as exc:
             error = (error + "\n" if error else "") + f"HTML export failed: {exc}"
     summary = _records_summary(out / f"{path.stem}_records.json")
-    log(f"{path.name}: {'ok' if error is None else 'FAILED'} in {seconds:.1f} s")
+    slowest = slowest_cells(executed) if executed.exists() else []
+    where = "; ".join(f"{c['seconds']:.0f} s {c['cell']}" for c in slowest)
+    log(
+        f"{path.name}: {'ok' if error is None else 'FAILED'} in {seconds:.1f} s"
+        + (f" (slowest: {where})" if where else "")
+    )
     return {
+        "slowest": slowest,
         "notebook": path.name,
         "ok": error is None,
         "error": error,
@@ -353,6 +418,24 @@ def _run_one(path: Path, out: Path, params: dict, timeout, notebooks_dir: Path, 
         "json": f"{path.stem}_records.json" if (out / f"{path.stem}_records.json").exists() else None,
         **summary,
     }
+
+
+def slowest_cells(executed: Path, n: int = 3) -> list[dict]:
+    """Where a notebook's time went: its ``n`` slowest code cells as papermill timed them
+    (``metadata.papermill.duration``), each {"cell": "#<index> <first line>", "seconds"}."""
+    try:
+        cells = json.loads(Path(executed).read_text(encoding="utf-8"))["cells"]
+    except (OSError, ValueError, KeyError):
+        return []
+    timed = []
+    for i, cell in enumerate(cells):
+        duration = ((cell.get("metadata") or {}).get("papermill") or {}).get("duration")
+        if cell.get("cell_type") != "code" or not isinstance(duration, (int, float)) or duration < 0.05:
+            continue
+        source = "".join(cell.get("source") or "").strip()
+        first = next((line for line in source.splitlines() if line.strip() and not line.startswith("#")), "")
+        timed.append({"cell": f"#{i} {first[:60]}", "seconds": round(float(duration), 1)})
+    return sorted(timed, key=lambda c: -c["seconds"])[:n]
 
 
 def html_name_for(path: Path) -> str:
@@ -476,7 +559,8 @@ def _standing_chart_html(rows: list[dict]) -> str:
         legend=dict(orientation="h", y=1.08, x=0),
         margin=dict(t=90, l=60, r=20, b=140),
     )
-    return pio.to_html(fig, include_plotlyjs=True, full_html=False, div_id="wb-headline-chart")
+    # plotly.js comes from the report's one copy (PLOTLY_FILE, loaded in the index page's head)
+    return pio.to_html(fig, include_plotlyjs=False, full_html=False, div_id="wb-headline-chart")
 
 
 def _index_summary(out: Path, results: list[dict], env: dict) -> Path:
@@ -491,6 +575,8 @@ def _index_summary(out: Path, results: list[dict], env: dict) -> Path:
             "passed": r.get("passed", "-"),
             "wrong": r.get("wrong", "-"),
             "could not run": r.get("errors", "-"),
+            "time": f"{r['seconds']} s",
+            "slowest cells": "; ".join(f"{c['cell']} {c['seconds']} s" for c in r.get("slowest") or []) or "-",
             "page": f"[{r['html']}]({r['html']})" if r.get("html") else "-",
         }
         for r in results
@@ -499,7 +585,9 @@ def _index_summary(out: Path, results: list[dict], env: dict) -> Path:
         out,
         title="Kernel Workbench report: every family notebook, run headless",
         headline=[f"- {line}" for line in _headline(results, env)],
-        table=reader.md_table(rows, ["notebook", "status", "records", "passed", "wrong", "could not run", "page"]),
+        table=reader.md_table(
+            rows, ["notebook", "status", "time", "records", "passed", "wrong", "could not run", "slowest cells", "page"]
+        ),
         figures=None,
         figures_note="the figures are in each notebook's page",
         html_name="index.html",
@@ -521,9 +609,11 @@ def _index_html(results: list[dict], env: dict, params: dict, records: list[dict
         if "records" in r:
             checks = f"{r['passed']} passed, {r['wrong']} wrong, {r['errors']} could not run"
         err = f'<pre style="color:#b00;white-space:pre-wrap">{esc(r["error"])}</pre>' if r["error"] else ""
+        slow = "<br>".join(f"{esc(c['cell'])}: {c['seconds']} s" for c in r.get("slowest") or []) or "-"
         rows.append(
             "<tr>"
             f"<td>{link(r['html'], r['notebook'])}</td><td>{status}{err}</td><td>{r['seconds']} s</td>"
+            f'<td style="font-size:12px">{slow}</td>'
             f"<td>{r.get('records', '-')}</td><td>{checks}</td>"
             f"<td>{link(r['executed'], 'ipynb')} {link(r['csv'], 'csv')} {link(r['json'], 'json')}</td>"
             "</tr>"
@@ -532,6 +622,7 @@ def _index_html(results: list[dict], env: dict, params: dict, records: list[dict
     headline = "".join(f"<li>{esc(line)}</li>" for line in _headline(results, env))
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Kernel Workbench report</title>
+<script type="text/javascript" src="{PLOTLY_FILE}"></script>
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 2em; }}
 table {{ border-collapse: collapse; margin-bottom: 1.5em; }}
@@ -542,7 +633,7 @@ td, th {{ border: 1px solid #ccc; padding: 4px 8px; text-align: left; vertical-a
 <ul class="wb-headline" style="font-size:15px;line-height:1.5">{headline}</ul>
 {_standing_chart_html(standing_rows(records or []))}
 <h2>Notebooks</h2>
-<table><tr><th>notebook</th><th>status</th><th>time</th><th>records</th><th>checks</th><th>files</th></tr>
+<table><tr><th>notebook</th><th>status</th><th>time</th><th>slowest cells</th><th>records</th><th>checks</th><th>files</th></tr>
 {"".join(rows)}
 </table>
 <p>Every record: <a href="all_records.csv">all_records.csv</a>; a short summary: <a href="summary.md">summary.md</a>.
@@ -659,7 +750,8 @@ def _gate(folder: Path, records: list[dict], baseline, pct, baseline_dir):
 
 
 def lab_main(argv) -> int:
-    """Open JupyterLab on notebooks/ (kernels run this interpreter; records go to results/)."""
+    """Open JupyterLab on notebooks/ (kernels run this interpreter; records go to results/; a save
+    that changed only a notebook's outputs leaves ``git status`` clean)."""
     from workbench.cli import Parser
 
     parser = Parser(prog="workbench lab", description="Open JupyterLab on notebooks/ with the workbench kernel.")
@@ -669,7 +761,10 @@ def lab_main(argv) -> int:
     parser.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
     args, extra = parser.parse_known_args(argv)
     nb_dir = Path(args.notebooks).resolve() if args.notebooks else default_notebooks_dir().resolve()
-    cmd = [sys.executable, "-m", "jupyterlab", f"--notebook-dir={nb_dir}"]
+    from workbench.notebook_git import HOOK
+
+    # the post-save hook keeps `git status` clean when a save changed only outputs (workbench/notebook_git.py)
+    cmd = [sys.executable, "-m", "jupyterlab", f"--notebook-dir={nb_dir}", f"--ContentsManager.post_save_hook={HOOK}"]
     if args.port:
         cmd.append(f"--port={args.port}")
     if args.no_browser:

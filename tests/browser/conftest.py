@@ -1,4 +1,6 @@
-"""Fixtures of the browser suite: one JupyterLab server, one headless Chromium, one live notebook.
+"""Fixtures of the browser suite: a throwaway checkout, one JupyterLab server on its notebooks, one
+headless Chromium; every notebook run there at its defaults (Run All, Save), the RMSNorm one kept
+open for the Explorer tests.
 
 The suite needs Debian's ``chromium`` and Playwright's Python package (no Playwright browser
 download). Without them every test here is skipped with the reason; with
@@ -11,9 +13,9 @@ and the tail of JupyterLab's log are written to ``results/browser/<test>/`` (or
 
 from __future__ import annotations
 
+import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import labkit  # noqa: E402
 
-NOTEBOOK = labkit.REPO / "notebooks" / "rms_norm.ipynb"
+EXPLORER_NOTEBOOK = "rms_norm.ipynb"  # the notebook whose live Explorer the tests drive
+WIDTH = 1280  # px: the window the issue's layout targets name
+RUN_ALL_TIMEOUT = 240  # s for one notebook's Run All (each takes well under 90 s here)
 
 
 def artifacts_root() -> Path:
@@ -53,18 +57,21 @@ def browser_pieces():
 
 
 @pytest.fixture(scope="session")
-def lab(browser_pieces, tmp_path_factory):
+def checkout(browser_pieces, tmp_path_factory):
+    """A throwaway git checkout of this working tree (tracked and untracked-but-not-ignored
+    files, committed once) with the notebook filter configured by ``make notebook-filter``, as
+    ``make lab`` does: the notebooks run there, so whatever a run writes lands in that tree and
+    ``git status`` there says whether running and saving them leaves a checkout clean."""
+    return labkit.copy_checkout(tmp_path_factory.mktemp("checkout"))
+
+
+@pytest.fixture(scope="session")
+def lab(checkout):
     """JupyterLab on a free localhost port, random token, temporary settings / runtime /
-    workspace dirs, serving a directory that holds a copy of the notebook with CPU + quick
-    parameters injected. Shut down at the end of the session, whatever happened."""
-    root = tmp_path_factory.mktemp("lab")
-    nb_dir = root / "notebooks"
-    nb_dir.mkdir()
-    out = root / "out"
-    labkit.prepare_notebook(
-        NOTEBOOK, nb_dir, {"device": "cpu", "dtype": "bf16", "quick": True, "headless": False, "out_dir": str(out)}
-    )
-    server = labkit.Lab(nb_dir, root / "server", env={"WORKBENCH_STORE": str(root / "store.sqlite")})
+    workspace dirs, serving the checkout copy's notebooks/ with their kernels importing that
+    copy (so the default store and records go to its results/). Shut down at the end of the
+    session, whatever happened."""
+    server = labkit.Lab(checkout / "notebooks", checkout.parent / "server", env={"PYTHONPATH": str(checkout)})
     try:
         server.start()
     except Exception:
@@ -109,21 +116,50 @@ def save_artifacts(page, console: list[str], lab, folder: Path) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def notebook(lab, chromium):
-    """The notebook open in JupyterLab and run (Run > Run All Cells) on the CPU at quick sizes."""
-    page = chromium.new_page(viewport={"width": 1400, "height": 1000})
-    nb = labkit.NotebookPage(page, lab, NOTEBOOK.name)
-    t0 = time.monotonic()
-    try:
-        nb.open()
-        nb.kernel_pids_at_start = lab.kernel_pids()
-        lab.remember_kernels()
-        nb.run_all()
-        nb.prompts = nb.wait_all_ran(timeout=300)
-    except Exception as exc:
-        saved = save_artifacts(page, nb.console, lab, artifacts_root() / "notebook-setup")
-        raise RuntimeError(f"{exc}\nbrowser artifacts:\n" + "\n".join(saved)) from exc
-    nb.run_s = time.monotonic() - t0
+def run_all(lab, chromium, checkout):
+    """Every notebook opened in JupyterLab at its defaults (no parameter injected: on this CPU
+    machine that is the interpreter at small sizes), Run > Run All Cells, then File > Save, one
+    after another as a person would. Returns {"runs": {name: labkit.RunAll}, "git_status",
+    "version", "rms_norm": its still-open NotebookPage (the Explorer tests drive it)}. The other
+    notebooks' kernels are shut down once they have run."""
+    runs: dict[str, labkit.RunAll] = {}
+    kept = None
+    for path in labkit.notebooks_of(checkout):
+        page = chromium.new_page(viewport={"width": WIDTH, "height": 1000})
+        nb = labkit.NotebookPage(page, lab, path.name)
+        try:
+            runs[path.name] = nb.run_all_and_save(timeout=RUN_ALL_TIMEOUT)
+        except Exception as exc:
+            saved = save_artifacts(page, nb.console, lab, artifacts_root() / f"run-all-{path.stem}")
+            raise RuntimeError(f"{path.name}: {exc}\nbrowser artifacts:\n" + "\n".join(saved)) from exc
+        if path.name == EXPLORER_NOTEBOOK:
+            kept = nb
+            kept.prompts = runs[path.name].prompts
+        else:
+            lab.shutdown_kernel_of(path.name)
+            page.close()
+    if kept is not None:  # the other kernels are shut down: the Explorer's is the one left
+        kept.kernel_pids_at_start = lab.kernel_pids()
+    times = {name: round(r.seconds, 1) for name, r in runs.items()}
+    root = artifacts_root()
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "run_all_times.json").write_text(json.dumps(times, indent=1) + "\n")
+    print(f"\nRun All at the defaults in JupyterLab, seconds: {times} (total {sum(times.values()):.1f})")
+    yield {
+        "runs": runs,
+        "git_status": labkit.git_status(checkout),
+        "version": labkit.code_version_of(checkout),
+        "rms_norm": kept,
+    }
+    if kept is not None:
+        kept.page.close()
+
+
+@pytest.fixture(scope="session")
+def notebook(run_all):
+    """The RMSNorm notebook as Run All left it, open in the page (the Explorer live)."""
+    nb = run_all["rms_norm"]
+    assert nb is not None, "the RMSNorm notebook was not run"
     yield nb
     try:  # a picture of the Explorer as the suite left it (kept for the record)
         root = artifacts_root()
@@ -131,7 +167,6 @@ def notebook(lab, chromium):
         nb.page.locator(".wb-explorer").first.screenshot(path=str(root / "explorer.png"), timeout=10_000)
     except Exception:
         pass
-    page.close()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -9,11 +9,13 @@ Used by the browser tests (``tests/browser/``) and by ``benchmarks/browser_laten
   of their own).
 - :func:`launch_chromium` drives Debian's ``chromium`` through Playwright's Python API
   (``executable_path``; Playwright's own browser downloads are never used).
-- :func:`prepare_notebook` copies a notebook with a cell of parameters injected after its
-  ``parameters`` cell (as papermill does), so a live run never edits the checkout's notebook.
-- :class:`NotebookPage` runs the notebook through JupyterLab's menus and reads / sets the
-  Explorer's controls the way a person does (select, keyboard on sliders, typing, clicking),
-  finding them by the Explorer's CSS hooks (``wb-control-<name>``, ``wb-speed`` …).
+- :func:`copy_checkout` makes a throwaway git checkout of this working tree with the notebook
+  filter configured (``make notebook-filter``), so notebooks can be run and saved there and
+  ``git status`` asked what the run left behind; :func:`prepare_notebook` copies one notebook
+  with a cell of parameters injected after its ``parameters`` cell (as papermill does).
+- :class:`NotebookPage` runs a notebook through JupyterLab's menus (Run All, then Save) and
+  reads / sets the Explorer's controls the way a person does (select, keyboard on sliders,
+  typing, clicking), finding them by the Explorer's CSS hooks (``wb-control-<name>``, ``wb-speed`` …).
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+SAVE_HOOK = "workbench.notebook_git.refresh_index_after_save"  # workbench.notebook_git.HOOK
 CHROMIUM_FLAGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -76,6 +80,69 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# --- the checkout copy -----------------------------------------------------------------------
+def _git(cwd: Path, *args: str) -> str:
+    out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args)} failed in {cwd}: {out.stderr.strip()}")
+    return out.stdout
+
+
+def copy_checkout(dst: Path) -> Path:
+    """``dst/repo``: this working tree's files (tracked, and untracked but not ignored) committed
+    in a new git repository, then the notebook filter configured by ``make notebook-filter`` (with
+    this Python's nbstripout) and the tree renormalised through it. Raises when renormalising
+    changes a file: a committed notebook would then show as modified after any save."""
+    repo = Path(dst) / "repo"
+    names = [n for n in _git(REPO, "ls-files", "-z", "--cached", "--others", "--exclude-standard").split("\0") if n]
+    for name in names:
+        src = REPO / name
+        if src.is_file():
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, repo / name)
+    ident = ["-c", "user.name=browser-tests", "-c", "user.email=tests@localhost", "-c", "commit.gpgsign=false"]
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, *ident, "commit", "-q", "-m", "copy of the working tree")
+    make = subprocess.run(
+        ["make", "-s", "notebook-filter", f"PY={sys.executable}"], cwd=repo, capture_output=True, text=True, timeout=60
+    )
+    if make.returncode != 0:
+        raise RuntimeError(f"make notebook-filter failed: {make.stdout}{make.stderr}")
+    _git(repo, "add", "--renormalize", ".")
+    changed = git_status(repo)
+    if changed:
+        raise RuntimeError(
+            "committed notebooks differ from their filtered form (run `make notebook-filter` and "
+            f"`git add --renormalize notebooks`): {changed}"
+        )
+    return repo
+
+
+def git_status(repo: Path) -> list[str]:
+    """``git status --porcelain`` lines (untracked files included): [] for a clean tree."""
+    return [line for line in _git(repo, "status", "--porcelain", "--untracked-files=all").splitlines() if line]
+
+
+def code_version_of(repo: Path) -> str:
+    """What :func:`workbench.provenance.version_of` names the copy's code."""
+    out = subprocess.run(
+        [sys.executable, "-m", "workbench.provenance"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+    )
+    return out.stdout.strip() or out.stderr.strip()
+
+
+def notebooks_of(repo: Path) -> list[Path]:
+    """Every notebook in the copy's notebooks/, the index first."""
+    found = sorted((Path(repo) / "notebooks").glob("*.ipynb"))
+    return sorted(found, key=lambda p: (p.stem != "index", p.stem))
 
 
 # --- the notebook copy -----------------------------------------------------------------------
@@ -198,6 +265,7 @@ class Lab:
             f"--ServerApp.root_dir={self.root_dir}",
             f"--LabApp.user_settings_dir={dirs['settings']}",
             f"--LabApp.workspaces_dir={dirs['workspaces']}",
+            f"--ContentsManager.post_save_hook={SAVE_HOOK}",  # as `workbench lab` starts it
         ]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             cmd.append("--allow-root")
@@ -250,6 +318,13 @@ class Lab:
         if self.proc is None or self.proc.poll() is not None:
             return set()
         return set(_children(self.proc.pid))
+
+    def shutdown_kernel_of(self, relpath: str) -> None:
+        """End the session (and its kernel) of the notebook at ``relpath``, through the REST API."""
+        self.remember_kernels()
+        for session in self.api("/api/sessions") or []:
+            if session.get("path") == relpath or session.get("path", "").endswith("/" + relpath):
+                self.api(f"/api/sessions/{session['id']}", method="DELETE")
 
     def remember_kernels(self) -> None:
         """Note the server's current child processes (its kernels, in sessions of their own)."""
@@ -338,6 +413,18 @@ _PLOT_JS = """
 """
 
 
+@dataclass
+class RunAll:
+    """What a notebook showed after Run All and Save."""
+
+    seconds: float  # from Run All to every cell done
+    prompts: list[str]
+    tracebacks: list[str] = field(default_factory=list)
+    widget_errors: list[str] = field(default_factory=list)
+    page_errors: list[str] = field(default_factory=list)
+    saved: bool = False
+
+
 class NotebookPage:
     """One notebook open in JupyterLab, with Explorer helpers. ``page`` is a Playwright Page."""
 
@@ -388,6 +475,40 @@ class NotebookPage:
         """Run > Run All Cells, through the menu bar as a person would."""
         self.page.get_by_role("menuitem", name="Run", exact=True).click()
         self.page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+
+    def save(self, timeout: float = 30) -> bool:
+        """File > Save (Ctrl+S in the notebook), then wait until the tab no longer shows unsaved
+        changes; True when it did."""
+        self.page.get_by_role("menuitem", name="File", exact=True).click()
+        # the item's accessible name carries its shortcut: find it by its label
+        self.page.locator(
+            ".lm-Menu-item", has=self.page.locator(".lm-Menu-itemLabel", has_text="Save Notebook")
+        ).filter(has_not_text="As").first.click()
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.page.locator(".lm-TabBar-tab.jp-mod-dirty, .jp-mod-dirty").count() == 0:
+                return True
+            time.sleep(0.2)
+        return False
+
+    def run_all_and_save(self, timeout: float = 240) -> RunAll:
+        """Open the notebook, Run All, wait until every cell ran (or execution stopped), read what
+        the page shows, then save it."""
+        self.open()
+        self.lab.remember_kernels()
+        t0 = time.monotonic()
+        self.run_all()
+        prompts = self.wait_all_ran(timeout=timeout)
+        seconds = time.monotonic() - t0
+        run = RunAll(
+            seconds=seconds,
+            prompts=prompts,
+            tracebacks=self.tracebacks(),
+            widget_errors=self.widget_errors(),
+            page_errors=self.page_errors(),
+        )
+        run.saved = self.save()
+        return run
 
     def cells_state(self) -> list[str]:
         """Each code cell's prompt: '[3]:' ran, '[*]:' running or queued, '[ ]:' not run."""

@@ -1,8 +1,9 @@
 """The live RMSNorm Explorer in a real JupyterLab, driven through headless Chromium.
 
-One notebook run serves the module (session fixture ``notebook``): the tests run in file order
-and each sets the controls it needs, through the page only (select, arrow keys on a slider's
-handle, typing, clicking), then reads what the page shows.
+The notebook as Run All at its defaults left it serves the module (session fixture ``notebook``,
+a 1280 px window): the tests run in file order and each sets the controls it needs, through the
+page only (select, arrow keys on a slider's handle, typing, clicking), then reads what the page
+shows.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from labkit import NotebookPage
 import kernels
 
 SPEC = kernels.get("rms_norm")
-QUICK = SPEC.quick  # the notebook's CPU sizes: rows=37, hidden=300
+QUICK = SPEC.quick  # the notebook's CPU sizes at its defaults: rows=37, hidden=300
 WAIT = 45  # seconds for one relaunch or sweep to show (an interpreter run takes ~1-2 s)
 
 
@@ -105,6 +106,32 @@ def test_notebook_runs_live_and_the_controls_render(notebook):
     use_variant(nb, "gpu_row")
     assert nb.page.locator(".wb-explorer .wb-control-BLOCK_SIZE_M").count() == 0
     assert not nb.page_errors(), nb.page_errors()
+
+
+def _fits(nb: NotebookPage, css: str) -> dict:
+    """Where an Explorer element sits against the notebook's visible area (scrolled into view)."""
+    nb.page.locator(f".wb-explorer {css}").first.scroll_into_view_if_needed()
+    return nb.page.locator(f".wb-explorer {css}").first.evaluate(
+        """e => {
+          const r = e.getBoundingClientRect();
+          const panel = (e.closest('.jp-WindowedPanel-outer') || e.closest('.jp-Notebook')).getBoundingClientRect();
+          return {left: r.left, right: r.right, panel_left: panel.left, panel_right: panel.right,
+                  scroll_width: e.scrollWidth, client_width: e.clientWidth, text: e.textContent};
+        }"""
+    )
+
+
+def test_status_line_and_why_panel_are_fully_visible_at_1280_px(notebook):
+    nb = notebook
+    assert nb.page.viewport_size["width"] == 1280
+    wait_shown(nb, nb.dropdown("variant")["value"], "BLOCK_SIZE=" + nb.slider_value("BLOCK_SIZE"))
+    for css in (".wb-status", ".wb-why-panel"):
+        box = _fits(nb, css)
+        assert box["text"].strip(), f"{css} is empty"
+        assert box["scroll_width"] <= box["client_width"] + 1, f"{css} overflows its box: {box}"
+        assert box["panel_left"] - 1 <= box["left"] and box["right"] <= box["panel_right"] + 1, (
+            f"{css} reaches past the notebook's edge: {box}"
+        )
 
 
 def test_block_size_change_relaunches_and_redraws(notebook):

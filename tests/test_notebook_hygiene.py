@@ -1,0 +1,155 @@
+"""What running a notebook leaves behind, and what a reader of its HTML sees.
+
+- The committed notebooks are already in the form the nbstripout filter gives them, so saving
+  one after a run changes nothing git keeps.
+- After a save that changed only outputs, the post-save hook of ``workbench lab`` refreshes
+  git's index entry (``git status`` clean); an edited cell stays visible as a change.
+- LaTeX in Markdown becomes MathML outside code, so an offline page shows no raw ``$$``.
+- A notebook run on the CPU picks its small sizes and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workbench import notebook_git
+from workbench.mathml import markdown_with_mathml
+
+ROOT = Path(__file__).resolve().parent.parent
+needs_git = pytest.mark.skipif(shutil.which("git") is None or shutil.which("make") is None, reason="needs git, make")
+
+
+def _git(root: Path, *args: str) -> str:
+    out = subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=root, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+@pytest.fixture
+def filtered_repo(tmp_path):
+    """A git repository with this project's Makefile and .gitattributes and the notebook filter
+    configured by ``make notebook-filter`` (this Python's nbstripout)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for name in ("Makefile", ".gitattributes"):
+        shutil.copy(ROOT / name, repo / name)
+    _git(repo, "init", "-q")
+    make = subprocess.run(["make", "-s", "notebook-filter", f"PY={sys.executable}"], cwd=repo, capture_output=True)
+    assert make.returncode == 0, make.stderr
+    return repo
+
+
+def _notebook(sources, outputs=False) -> str:
+    cells = []
+    for i, src in enumerate(sources):
+        cell = {
+            "cell_type": "code",
+            "execution_count": None,
+            "id": f"c{i}",
+            "metadata": {},
+            "outputs": [],
+            "source": src,
+        }
+        if outputs:
+            cell["execution_count"] = i + 1
+            cell["outputs"] = [{"name": "stdout", "output_type": "stream", "text": f"out {i} " * 50}]
+        cells.append(cell)
+    meta = {"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}}
+    meta["language_info"] = {"name": "python"}
+    if outputs:  # what a kernel and a save write
+        meta["language_info"].update(version="3.11.7", mimetype="text/x-python", file_extension=".py")
+        meta["widgets"] = {"state": {}}
+    nb = {"cells": cells, "metadata": meta, "nbformat": 4, "nbformat_minor": 5}
+    return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+@needs_git
+def test_committed_notebooks_are_already_what_the_filter_makes_them(filtered_repo):
+    keys = _git(filtered_repo, "config", "filter.nbstripout.extrakeys").strip()
+    assert "metadata.language_info.version" in keys
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        out = subprocess.run(
+            [sys.executable, "-m", "nbstripout", "--keep-id", "--extra-keys", keys, "-t", str(path)],
+            capture_output=True,
+            text=True,
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == path.read_text(encoding="utf-8"), (
+            f"{path.name} is not in its filtered form: run `make notebook-filter` and `git add --renormalize notebooks`"
+        )
+
+
+@needs_git
+def test_a_save_that_changed_only_outputs_leaves_git_status_clean(filtered_repo):
+    nb = filtered_repo / "n.ipynb"
+    nb.write_text(_notebook(["x = 1", "print(x)"]))
+    _git(filtered_repo, "add", "-A")
+    _git(filtered_repo, "commit", "-qm", "notebook")
+    nb.write_text(_notebook(["x = 1", "print(x)"], outputs=True))  # Run All, then Save
+    assert _git(filtered_repo, "diff", "--stat").strip() == ""  # the filter sees no change ...
+    assert _git(filtered_repo, "status", "--porcelain").strip() == "M n.ipynb"  # ... but the size did
+    notebook_git.refresh_index_after_save(model={"type": "notebook"}, os_path=str(nb))
+    assert _git(filtered_repo, "status", "--porcelain").strip() == ""
+    assert _git(filtered_repo, "diff", "--cached", "--stat").strip() == ""  # nothing was staged
+
+    nb.write_text(_notebook(["x = 2", "print(x)"], outputs=True))  # an edited cell
+    assert notebook_git.refresh_index(nb) is False
+    assert _git(filtered_repo, "status", "--porcelain").strip() == "M n.ipynb"
+    assert _git(filtered_repo, "diff", "--cached", "--stat").strip() == ""  # the edit was not staged
+
+
+def test_the_save_hook_never_fails_a_save(tmp_path):
+    outside = tmp_path / "loose.ipynb"  # not in a git checkout
+    outside.write_text(_notebook(["x = 1"]))
+    notebook_git.refresh_index_after_save(model={"type": "notebook"}, os_path=str(outside))
+    notebook_git.refresh_index_after_save(model={"type": "file"}, os_path=str(tmp_path / "gone.txt"))
+    notebook_git.refresh_index_after_save(model=None, os_path=None)
+
+
+def test_latex_outside_code_becomes_mathml():
+    text = "A `$x$` in code, $$s = x + r$$ shown, inline $y^2$; costs $5 and $6.\n```\n$$z$$\n```\n\\(q\\)"
+    out = markdown_with_mathml(text)
+    assert "`$x$`" in out and "```\n$$z$$\n```" in out  # code untouched
+    assert out.count('display="block"') == 1 and out.count('display="inline"') == 2
+    assert "costs $5 and $6" in out  # dollars that are not math stay dollars
+    assert "$$s" not in out and "$y^2$" not in out and "\\(q\\)" not in out
+
+
+def test_unreadable_latex_shows_as_code_not_raw_dollars():
+    out = markdown_with_mathml("$$\\begin{nonsense}x$$")
+    assert "$$" not in out and "<code>" in out
+
+
+def test_a_cpu_session_picks_small_sizes_and_says_so(capsys):
+    from widgets import Session, default_results_dir, quick_for
+
+    assert quick_for("cpu", None) is True and quick_for("cpu", False) is False and quick_for("cpu", True) is True
+    s = Session("rms_norm", device="cpu", quick=None, headless=True, store=False)
+    assert s.quick and s.problem["hidden"] == s.spec.quick["hidden"]
+    assert "CPU: the Triton interpreter at small sizes" in capsys.readouterr().out
+    assert s.out_dir == default_results_dir() and s.out_dir != ROOT / "notebooks"  # records never beside the notebooks
+
+
+def test_a_single_point_sweep_draws_its_value_not_a_range():
+    from widgets import figures as F
+
+    rec = {
+        "variant": "gpu_row",
+        "backend": "gpu",
+        "x_value": 16777216,
+        "ms_p50": 1.0,
+        "ms_p20": 0.9,
+        "ms_p80": 1.1,
+        "error": None,
+    }
+    fig = F.speed_figure([rec], "numel")
+    assert fig.layout.xaxis.type == "category"
+    assert [str(x) for x in fig.data[-1].x] == ["16777216"]
