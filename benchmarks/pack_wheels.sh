@@ -10,8 +10,7 @@
 #   WITH_WIDGETS=1 bash benchmarks/pack_wheels.sh   # + plotly, ipywidgets and what they import (about 14 MB more):
 #                                                   # explorer_latency.py and the reports' figures on the GPU machine
 #   WITH_TUNE=1 bash benchmarks/pack_wheels.sh      # + Optuna and what `import optuna` loads (workbench tune --strategy bayes)
-#   WITH_NOTEBOOKS=1 bash benchmarks/pack_wheels.sh # + the notebook stack with every dependency (papermill, nbconvert,
-#                                                   # ipykernel, ipywidgets, plotly, latex2mathml; about 32 MB):
+#   bash benchmarks/pack_notebooks.sh               # the notebook stack and the peers as one .tar.xz (about 14 MB):
 #                                                   # `workbench report` (gpu_run.sh's report step) on the GPU machine
 #   bash benchmarks/pack_ray.sh [DEST=.whl]         # Ray too, for sweeps (about 41 MB more)
 set -euo pipefail
@@ -35,11 +34,5 @@ for w in $WHEELS; do
   $PIP download -q --no-deps --only-binary=:all: --python-version "$PYVER" --implementation cp \
     "${platforms[@]}" -d "$DEST" "$w"
 done
-# The notebook stack resolved with its dependencies: what the image lacks is more than its
-# direct names (nbconvert alone pulls a dozen), and the rest is small.
-if [ "${WITH_NOTEBOOKS:-0}" = 1 ]; then
-  $PIP download -q --only-binary=:all: --python-version "$PYVER" --implementation cp "${platforms[@]}" -d "$DEST" \
-    papermill nbconvert ipykernel ipywidgets plotly latex2mathml
-fi
 ls -la "$DEST"
 du -ch "$DEST"/*.whl | tail -1

@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 from workbench.mathml import markdown_with_mathml
+from workbench.phases import process_age_s
 from workbench.reader import scrub_paths
 
 KERNEL_NAME = "python3"
@@ -346,12 +347,20 @@ def build_report(
         all_rows.extend(r.pop("rows", []))
     write_csv(all_rows, out / "all_records.csv")
     env = environment(device)
+    age = process_age_s()  # the pages are written in a second or two more
+    env["wall_s"] = {
+        "notebooks": round(sum(r["seconds"] for r in results), 1),
+        "from_process_start": None if age is None else round(age, 1),
+    }
     (out / "environment.json").write_text(json.dumps(env, indent=1, default=str))
     index = out / "index.html"
     index.write_text(scrub_paths(_index_html(results, env, params, all_rows), [out]), encoding="utf-8")
     _index_summary(out, results, env)
     ok = all(r["ok"] for r in results)
-    log(f"report: {index} ({sum(r['ok'] for r in results)}/{len(results)} notebooks ok)")
+    log(
+        f"report: {index} ({sum(r['ok'] for r in results)}/{len(results)} notebooks ok"
+        + (f", {age:.1f} s from the process's start)" if age is not None else ")")
+    )
     return {"index": index, "results": results, "ok": ok}
 
 
@@ -465,6 +474,16 @@ def _headline(results: list[dict], env: dict) -> list[str]:
         + (" (a tile that does not fit is reported, not an error)." if errors else "."),
         ("Notebooks: all ran." if not failed else f"Notebooks FAILED: {', '.join(failed)}."),
     ]
+    wall = env.get("wall_s") or {}
+    if wall.get("notebooks") is not None:
+        lines.append(
+            f"Wall time: {wall['notebooks']:.0f} s running the notebooks"
+            + (
+                f", {wall['from_process_start']:.0f} s from the process's start."
+                if wall.get("from_process_start")
+                else "."
+            )
+        )
     if env.get("device_kind") == "cpu":
         lines.append(
             "On the CPU, Triton kernels run in the Triton interpreter: times are interpreter wall times, "
