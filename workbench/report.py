@@ -531,8 +531,17 @@ def standing_rows(records: list[dict]) -> list[dict]:
                 "ratio_lo": lo,
                 "ratio_hi": hi,
                 "status": "not comparable" if cpu else verdict(lo, hi, 1.0),
+                "problem": o.get("problem") or {},
             }
         )
+    # Two problems can share a label (a correctness problem at other rows, the product layer at
+    # the same batch): those labels name what differs from the first problem that had it.
+    first: dict[str, dict] = {}
+    for r in rows:
+        seen = first.setdefault(r["label"], r["problem"])
+        if seen is not r["problem"]:
+            diff = {k: v for k, v in r["problem"].items() if seen.get(k) != v}
+            r["label"] += " (" + ", ".join(f"{k}={v}" for k, v in diff.items()) + ")"
     return rows
 
 
@@ -547,37 +556,42 @@ def _standing_chart_html(rows: list[dict]) -> str:
     import plotly.graph_objects as go
     import plotly.io as pio
 
+    # One row per problem, its label on the left and the ratio along a log axis: forty labels
+    # side by side would stand on end and squeeze the plot to a strip.
+    labels = [r["label"] for r in rows]
     fig = go.Figure()
     fig.add_trace(
         go.Scatter(
-            x=[r["label"] for r in rows],
-            y=[r["ratio"] for r in rows],
+            y=labels,
+            x=[r["ratio"] for r in rows],
             mode="markers",
             showlegend=False,
-            marker=dict(size=10, color=[_STANDING_COLOURS.get(r["status"], "#9e9e9e") for r in rows]),
-            error_y=dict(
+            marker=dict(size=9, color=[_STANDING_COLOURS.get(r["status"], "#9e9e9e") for r in rows]),
+            error_x=dict(
                 type="data",
                 array=[(r["ratio_hi"] or r["ratio"]) - r["ratio"] for r in rows],
                 arrayminus=[r["ratio"] - (r["ratio_lo"] or r["ratio"]) for r in rows],
                 color="#555",
             ),
             customdata=[[r["ours"], r["peer"], r["status"]] for r in rows],
-            hovertemplate="%{x}<br>ratio %{y:.3g}: %{customdata[0]} vs %{customdata[1]}<br>%{customdata[2]}<extra></extra>",
+            hovertemplate="%{y}<br>ratio %{x:.3g}: %{customdata[0]} vs %{customdata[1]}<br>%{customdata[2]}<extra></extra>",
         )
     )
     for status in [s for s in ("MET", "within noise", "MISSED", "not comparable") if s in {r["status"] for r in rows}]:
         name = {"MET": "ours faster", "MISSED": "ours slower"}.get(status, status)
         colour = _STANDING_COLOURS.get(status, "#9e9e9e")
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name, marker=dict(size=10, color=colour)))
-    fig.add_hline(y=1.0, line=dict(color="#888", dash="dot"))
+    fig.add_vline(x=1.0, line=dict(color="#888", dash="dot"))
     fig.update_layout(
-        title="Ours against the fastest peer: ratio = peer time / our time (above 1: ours is faster)",
-        yaxis=dict(title="ratio (log scale)", type="log"),
+        title="Ours against the fastest peer: ratio = peer time / our time (right of 1: ours is faster)",
+        xaxis=dict(title="ratio (log scale)", type="log"),
+        yaxis=dict(type="category", categoryorder="array", categoryarray=labels[::-1], tickfont=dict(size=11)),
         template="plotly_white",
-        height=440,
-        legend=dict(orientation="h", y=1.08, x=0),
-        margin=dict(t=90, l=60, r=20, b=140),
+        height=150 + 17 * len(rows),
+        legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0),
+        margin=dict(t=90, l=20, r=20, b=50),
     )
+    fig.update_yaxes(automargin=True)
     # plotly.js comes from the report's one copy (PLOTLY_FILE, loaded in the index page's head)
     return pio.to_html(fig, include_plotlyjs=False, full_html=False, div_id="wb-headline-chart")
 
@@ -658,7 +672,7 @@ td, th {{ border: 1px solid #ccc; padding: 4px 8px; text-align: left; vertical-a
 <p>Every record: <a href="all_records.csv">all_records.csv</a>; a short summary: <a href="summary.md">summary.md</a>.
 Parameters: {esc(param_text)}.</p>
 <h2>Environment</h2>
-{reader.environment_html(env)}
+{reader.environment_html({k: v for k, v in env.items() if k != "wall_s"})}
 </body></html>
 """
 

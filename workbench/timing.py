@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Callable, Mapping, Protocol, Sequence
 
@@ -428,12 +429,16 @@ class ProfilerKernelSampler:
         from torch.profiler import ProfilerActivity, profile
 
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(self.calls):
-                if self.flush is not None:
-                    self.flush()
-                self.fn()
-            torch.cuda.synchronize()
+        with warnings.catch_warnings():
+            # torch warns (once, as a session starts) that its events are cleared at its end: here
+            # each session is one sample, read before the next starts
+            warnings.filterwarnings("ignore", message=".*Profiler clears events")
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(self.calls):
+                    if self.flush is not None:
+                        self.flush()
+                    self.fn()
+                torch.cuda.synchronize()
         device_ops = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
         device_ops.sort(key=lambda e: e.time_range.start)
         us = [e.time_range.elapsed_us() for e in device_ops]

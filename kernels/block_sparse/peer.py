@@ -21,8 +21,11 @@ Nothing here is imported unless PyJuice is installed and asked for.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import os
+import warnings
 import weakref
 
 import torch
@@ -101,6 +104,24 @@ def _use_kernel_time_pick() -> None:
         pyjuice_kernels.autotune = pick_by_kernel_time
 
 
+@contextlib.contextmanager
+def _quiet():
+    """Hold back what PyJuice prints while it builds a circuit ("Compiling N TensorCircuit
+    layers...", tqdm bars on stderr) and torch's warning about unchecked sparse invariants:
+    a notebook or a suite log would otherwise show them as red error blocks. An exception
+    raised inside still propagates, with the held-back text in its notes."""
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
+            yield
+    except Exception as exc:
+        held = (out.getvalue() + err.getvalue()).strip()
+        if held and hasattr(exc, "add_note"):
+            exc.add_note(f"PyJuice printed:\n{held[-2000:]}")
+        raise
+
+
 class PyJuiceHMM:
     """PyJuice's HMM with the parameters of one of ours (``kernels.block_sparse.hmm.HMM``)."""
 
@@ -117,7 +138,8 @@ class PyJuiceHMM:
             beta=E.detach().float().cpu(),
             gamma=pi.detach().float().cpu(),
         )
-        self.pc = juice.compile(root)
+        with _quiet():  # its per-layer progress bars and a sparse-tensor warning, not news to a reader
+            self.pc = juice.compile(root)
         self.pc.to(torch.device(device))
         self.T, self.L, self.V = T, L, V
         self._graph_recorded: set = set()
