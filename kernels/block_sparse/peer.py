@@ -128,17 +128,17 @@ class PyJuiceHMM:
     def __init__(self, T: int, L: int, V: int, A, E, pi, block_size: int, device="cuda"):
         juice = _require()
         _use_kernel_time_pick()  # before the first forward, where PyJuice's autotune runs
-        root = juice.structures.HMM(
-            T,
-            L,
-            V,
-            homogeneous=True,
-            block_size=block_size,
-            alpha=A.detach().float().cpu(),
-            beta=E.detach().float().cpu(),
-            gamma=pi.detach().float().cpu(),
-        )
         with _quiet():  # its per-layer progress bars and a sparse-tensor warning, not news to a reader
+            root = juice.structures.HMM(
+                T,
+                L,
+                V,
+                homogeneous=True,
+                block_size=block_size,
+                alpha=A.detach().float().cpu(),
+                beta=E.detach().float().cpu(),
+                gamma=pi.detach().float().cpu(),
+            )
             self.pc = juice.compile(root)
         self.pc.to(torch.device(device))
         self.T, self.L, self.V = T, L, V
