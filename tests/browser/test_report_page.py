@@ -57,3 +57,38 @@ def test_report_page_opens_offline_headline_chart_first_and_no_code(chromium):
     assert first["chartTop"] < 1000, "the headline chart is not on the first screen"
     assert code == 0, "code cells are visible"
     assert "records_dir =" not in text and "import " not in text and "In [" not in text
+
+
+def _overlap(a, b) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def test_report_headline_labels_do_not_overlap_and_the_status_column_is_in_view(chromium):
+    """At 1280 px: the headline chart's title and its facets' titles never cover one another (18
+    facets side by side did), and the ratio table's status column is on the screen (the wide
+    columns after it scroll inside the table's own box)."""
+    page = chromium.new_page(viewport={"width": 1280, "height": 1000})
+    try:
+        page.goto(REPORT.as_uri(), wait_until="load", timeout=60_000)
+        page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
+        seen = page.evaluate(
+            """() => {
+              const plot = document.querySelectorAll('.js-plotly-plot')[0];
+              const labels = [...plot.querySelectorAll('.annotation-text, .gtitle')].map(e => {
+                const r = e.getBoundingClientRect();
+                return [r.left, r.top, r.right, r.bottom, e.textContent];
+              });
+              const status = [...document.querySelectorAll('table.wb-ratios th')].find(e => e.textContent === 'status');
+              const box = document.querySelector('.wb-ratios-box');
+              return {labels, status_right: status.getBoundingClientRect().right, width: window.innerWidth,
+                      box_overflow: box ? getComputedStyle(box).overflowX : null};
+            }"""
+        )
+    finally:
+        page.close()
+    labels = seen["labels"]
+    assert len(labels) > 10, labels
+    clashes = [(a[4], b[4]) for i, a in enumerate(labels) for b in labels[i + 1 :] if _overlap(a, b)]
+    assert not clashes, f"chart labels overlap: {clashes[:5]}"
+    assert seen["status_right"] <= seen["width"], seen
+    assert seen["box_overflow"] == "auto", seen
