@@ -1,10 +1,12 @@
 """Did a refactor change the GPU code? Compile a family's kernels at two revisions and compare PTX.
 
     python benchmarks/ptx_diff.py --base b3d9906 --family block_sparse --sizes 1,8,16,64 --problem precision=ieee,tf32
+    python benchmarks/ptx_diff.py --base HEAD --family rms_norm --variant npu --sizes 1024,8192
 
 No GPU needed: each side compiles for an H100 (sm_90, Triton's own ptxas) through the
 compile-ahead path (:func:`workbench.sweep.compile_ahead.compile_task`: the family's default
-variant, forward and backward, at each size), in a process of its own with its own Triton cache;
+variant or ``--variant``, with ``--param`` tiles, forward and backward, at each size), in a
+process of its own with its own Triton cache;
 the base revision runs from a temporary git worktree, so it must have that path (8c4298a or
 later). Each kernel's PTX is compared with its debug information (source locations, temporary
 labels, debug sections) stripped: identical instructions mean the timings measured at the base
@@ -38,14 +40,15 @@ def dump(args) -> int:
     from workbench.sweep.tasks import make_task
 
     spec = get(args.family)
-    variant = spec.tuning.variant if spec.tuning is not None else spec.variants[0].name
+    variant = args.variant or (spec.tuning.variant if spec.tuning is not None else spec.variants[0].name)
+    params = {name: typed_value(value) for name, value in (kv.split("=", 1) for kv in args.param)}
     knobs = dict(kv.split("=", 1) for kv in args.problem)
-    axes = {name: values.split(",") for name, values in knobs.items()}
+    axes = {name: [typed_value(v) for v in values.split(",")] for name, values in knobs.items()}
     out = {}
     for size, combo in itertools.product(args.sizes.split(","), itertools.product(*axes.values())):
         problem = {spec.axis: int(size), **dict(zip(axes, combo))}
         task = make_task(spec, variant, device="cuda", dtype=args.dtype or spec.dtypes[0], mode="full",
-                         problem=problem, params={})  # fmt: skip
+                         problem=problem, params=params)  # fmt: skip
         result = compile_task(task, H100)
         if not result["ok"]:
             print(f"{problem}: not compiled: {result['error']}", file=sys.stderr)
@@ -54,6 +57,14 @@ def dump(args) -> int:
         out[case] = {k["name"]: k["hash"] for k in result["kernels"] if k.get("hash")}
     Path(args.dump).write_text(json.dumps(out))
     return 0
+
+
+def typed_value(text: str):
+    """A value given as text, read as JSON where it is (``64``, ``0.5``, ``true``), else the text."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def instructions(cache: str, kernel_hash: str) -> list[str]:
@@ -74,7 +85,8 @@ def instructions(cache: str, kernel_hash: str) -> list[str]:
 def compile_side(code: Path, args, work: Path, name: str) -> tuple[dict, str]:
     cache, out = str(work / f"cache-{name}"), work / f"{name}.json"
     cmd = [sys.executable, str(Path(__file__).resolve()), "--dump", str(out), "--family", args.family,
-           "--sizes", args.sizes, "--dtype", args.dtype or ""] + [x for kv in args.problem for x in ("--problem", kv)]  # fmt: skip
+           "--sizes", args.sizes, "--dtype", args.dtype or "", "--variant", args.variant or ""]  # fmt: skip
+    cmd += [x for kv in args.problem for x in ("--problem", kv)] + [x for kv in args.param for x in ("--param", kv)]
     env = dict(os.environ, TRITON_CACHE_DIR=cache, PYTHONPATH=str(code))
     subprocess.run(cmd, cwd=code, env=env, check=True)
     return json.loads(out.read_text()), cache
@@ -87,6 +99,8 @@ def main(argv=None) -> int:
     p.add_argument("--sizes", default="1,8,16,64", help="values of the family's axis (block_sparse: batch)")
     p.add_argument("--problem", action="append", default=[], help="KNOB=v1,v2: more problem values (repeatable)")
     p.add_argument("--dtype", default=None)
+    p.add_argument("--variant", default=None, help="one of the family's variants (default: its tuned or first)")
+    p.add_argument("--param", action="append", default=[], help="TILE=value: a variant parameter (repeatable)")
     p.add_argument("--dump", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.dump:

@@ -45,7 +45,7 @@ from kernels.rms_norm.gpu import (
     rms_norm_backward,
     with_tuned_forward,
 )
-from kernels.rms_norm.tile_math import normalized, weighted
+from kernels.rms_norm.tile_math import load_input, normalized, row_rstd, weighted
 from kernels.runtime import device_of
 from kernels.tiling import cdiv
 
@@ -88,15 +88,10 @@ def _fused_add_rms_norm_forward_kernel(
     mask = row_mask[:, None] & col_mask[None, :]
     offsets = rows.to(tl.int64)[:, None] * row_stride + cols[None, :]
 
-    x = tl.load(X_ptr + offsets, mask=mask, other=0.0)
-    r = tl.load(R_ptr + offsets, mask=mask, other=0.0)
-    # The sum is rounded to x's dtype once: the stored residual stream and the normalised value
-    # are the same numbers, as in the unfused `s = x + r; y = norm(s)`.
-    s = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype)
-    tl.store(S_ptr + offsets, s, mask=mask)
-
-    sf = s.to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(sf * sf, axis=1) / n_cols + eps)
+    # s rounded to its dtype (x's) once and stored: the residual stream and the normalised value
+    # are the same numbers.
+    s = load_input(X_ptr, R_ptr, S_ptr, offsets, mask, True, False)
+    rstd = row_rstd(s, n_cols, eps, True)
     y = weighted(normalized(s, rstd, CASTING_MODE), W_ptr, cols, col_mask, offset, HAS_WEIGHT)
     tl.store(RSTD_ptr + rows, rstd, mask=row_mask)
     tl.store(Y_ptr + offsets, y.to(Y_ptr.dtype.element_ty), mask=mask)

@@ -25,11 +25,12 @@ sizes, but at benchmark sizes the row overflowed the 192 KB Unified Buffer (UB).
 The grid is the number of vector cores: program ``p`` visits row blocks ``p, p + GRID, …``, a
 grid-stride loop whose stride in rows is ``GRID x BLOCK_SIZE_M``.
 
-What is shared with RMSNorm's NPU kernels: the per-tile arithmetic (:mod:`kernels.rms_norm.tile_math`)
-and the whole backward (RMSNorm's backward kernel on the saved s, with its ``HAS_DS`` switch).
-The forward stays its own kernel: it adds and stores s (in the chunked form, pass 2 reads s back),
-and its untiled form loads the weight row once per program, so its Unified Buffer plan differs
-from RMSNorm's and is calibrated separately (``ub_calibration.json``).
+What is shared with RMSNorm's NPU kernels: the per-tile arithmetic and the chunked form's two
+passes (:mod:`kernels.rms_norm.tile_math`, with ``ADD_RESIDUAL``), and the whole backward
+(RMSNorm's backward kernel on the saved s, with its ``HAS_DS`` switch). The forward stays its own
+kernel: it adds and stores s (in the chunked form, pass 2 reads s back), and its untiled form
+loads the weight row once per program, so its Unified Buffer plan differs from RMSNorm's and is
+calibrated separately (``ub_calibration.json``).
 
 triton-ascend rules kept here: padding zeroed by ``tl.load(..., other=0)`` (the vector unit
 cannot compare integers, so ``tl.where`` over a tile mask becomes scalar code; ``USE_WHERE=True``
@@ -56,7 +57,15 @@ import triton.language as tl
 from kernels.launch import launch
 from kernels.rms_norm import npu as rms_norm_npu
 from kernels.rms_norm.gpu import CASTING_CODES, default_num_warps
-from kernels.rms_norm.tile_math import normalized, weighted
+from kernels.rms_norm.tile_math import (
+    block_rows,
+    chunked_forward,
+    load_input,
+    normalized,
+    row_rstd,
+    tile_offsets,
+    weight_row,
+)
 from kernels.runtime import device_of
 from kernels.spec import NpuCompileCase
 
@@ -96,52 +105,21 @@ def _fused_add_rms_norm_forward_npu_kernel(
     if not CHUNKED:
         # One weight row serves every row block this program visits.
         col_mask = cols < n_cols
-        if HAS_WEIGHT:
-            w = offset + tl.load(W_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+        w = weight_row(W_ptr, cols, col_mask, offset, HAS_WEIGHT)
     for block in range(pid, n_blocks, n_programs):
-        rows = block * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
-        row_mask = rows < n_rows
+        rows, row_mask = block_rows(block, n_rows, BLOCK_SIZE_M)
         if CHUNKED:
-            # Pass 1: s = x + r chunk by chunk, stored, and the sum of squares of the stored s.
-            sum_sq = tl.zeros([BLOCK_SIZE_M], dtype=tl.float32)
-            for start in range(0, n_cols, BLOCK_SIZE_N):
-                c = start + cols
-                mask = row_mask[:, None] & (c < n_cols)[None, :]
-                offs = rows[:, None] * n_cols + c[None, :]
-                if USE_WHERE:
-                    x = tl.where(mask, tl.load(X_ptr + offs, mask=mask), 0.0)
-                    r = tl.where(mask, tl.load(R_ptr + offs, mask=mask), 0.0)
-                else:
-                    x = tl.load(X_ptr + offs, mask=mask, other=0.0)
-                    r = tl.load(R_ptr + offs, mask=mask, other=0.0)
-                s = (x.to(tl.float32) + r.to(tl.float32)).to(S_ptr.dtype.element_ty)
-                tl.store(S_ptr + offs, s, mask=mask)
-                sf = s.to(tl.float32)
-                sum_sq += tl.sum(sf * sf, axis=1)
-            rstd = 1.0 / tl.sqrt(sum_sq / n_cols + eps)
-            # Pass 2: read back the s chunks this program just stored (same addresses, same tile
-            # shape) and normalise them.
-            for start in range(0, n_cols, BLOCK_SIZE_N):
-                c = start + cols
-                c_mask = c < n_cols
-                mask = row_mask[:, None] & c_mask[None, :]
-                offs = rows[:, None] * n_cols + c[None, :]
-                s = tl.load(S_ptr + offs, mask=mask, other=0.0)
-                y = weighted(normalized(s, rstd, CASTING_MODE), W_ptr, c, c_mask, offset, HAS_WEIGHT)
-                tl.store(Y_ptr + offs, y.to(Y_ptr.dtype.element_ty), mask=mask)
+            # Pass 1 adds and stores s = x + r chunk by chunk and sums the squares of the stored
+            # s; pass 2 reads back the s chunks this program just stored (same addresses, same
+            # tile shape) and normalises them.
+            rstd = chunked_forward(
+                Y_ptr, X_ptr, R_ptr, S_ptr, W_ptr, rows, row_mask, cols, n_cols, eps, offset, CASTING_MODE, HAS_WEIGHT,
+                True, USE_WHERE, BLOCK_SIZE_M, BLOCK_SIZE_N,
+            )  # fmt: skip
         else:
-            mask = row_mask[:, None] & col_mask[None, :]
-            offs = rows[:, None] * n_cols + cols[None, :]
-            if USE_WHERE:
-                x = tl.where(mask, tl.load(X_ptr + offs, mask=mask), 0.0)
-                r = tl.where(mask, tl.load(R_ptr + offs, mask=mask), 0.0)
-            else:
-                x = tl.load(X_ptr + offs, mask=mask, other=0.0)
-                r = tl.load(R_ptr + offs, mask=mask, other=0.0)
-            s = (x.to(tl.float32) + r.to(tl.float32)).to(S_ptr.dtype.element_ty)
-            tl.store(S_ptr + offs, s, mask=mask)
-            sf = s.to(tl.float32)
-            rstd = 1.0 / tl.sqrt(tl.sum(sf * sf, axis=1) / n_cols + eps)
+            mask, offs = tile_offsets(rows, row_mask, cols, col_mask, n_cols, False)
+            s = load_input(X_ptr, R_ptr, S_ptr, offs, mask, True, USE_WHERE)
+            rstd = row_rstd(s, n_cols, eps, False)
             y = normalized(s, rstd, CASTING_MODE)
             if HAS_WEIGHT:  # the weight row loaded once per program (above)
                 y = y * w[None, :]

@@ -54,7 +54,17 @@ import triton.language as tl
 
 from kernels import tuned_tables
 from kernels.launch import launch
-from kernels.rms_norm.tile_math import backward_tile, normalized, weighted
+from kernels.rms_norm.tile_math import (
+    accumulate,
+    backward_rows,
+    backward_tile,
+    load_v_dy,
+    normalized,
+    row_rstd,
+    store_dx,
+    weight_row,
+    weighted,
+)
 from kernels.runtime import current_stream_handle, device_of
 from kernels.tiling import cdiv, is_power_of_two, next_power_of_2
 
@@ -106,10 +116,8 @@ def _rms_norm_forward_kernel(
     offsets = rows.to(tl.int64)[:, None] * row_stride + cols[None, :]
 
     x = tl.load(X_ptr + offsets, mask=mask, other=0.0)
-    # Arithmetic in fp32 (this also keeps the CPU interpreter, whose bf16 arithmetic is
-    # unreliable, exact); tile_math says where each casting mode rounds.
-    xf = x.to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(xf * xf, axis=1) / n_cols + eps)
+    # Arithmetic in fp32; tile_math says where each casting mode rounds.
+    rstd = row_rstd(x, n_cols, eps, True)
     y = weighted(normalized(x, rstd, CASTING_MODE), W_ptr, cols, col_mask, offset, HAS_WEIGHT)
     tl.store(RSTD_ptr + rows, rstd, mask=row_mask)
     tl.store(Y_ptr + offsets, y.to(Y_ptr.dtype.element_ty), mask=mask)
@@ -146,26 +154,10 @@ def _rms_norm_backward_kernel(
     n_programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_SIZE)
     col_mask = cols < n_cols
-    w = offset
-    if HAS_WEIGHT:
-        w = offset + tl.load(W_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
-    dw_acc = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
-
-    n_tiles = tl.cdiv(n_rows, BLOCK_SIZE_M)
-    for tile in range(pid, n_tiles, n_programs):
-        rows = tile * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
-        row_mask = rows < n_rows
-        mask = row_mask[:, None] & col_mask[None, :]
-        offsets = rows.to(tl.int64)[:, None] * row_stride + cols[None, :]
-        x = tl.load(X_ptr + offsets, mask=mask, other=0.0)
-        dy = tl.load(DY_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-        rstd = tl.load(RSTD_ptr + rows, mask=row_mask, other=0.0)
-        dx, dw = backward_tile(x, dy, w, rstd, rstd, n_cols, CASTING_MODE, HAS_WEIGHT, True)
-        if HAS_DS:
-            dx += tl.load(DS_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-        tl.store(DX_ptr + offsets, dx.to(DX_ptr.dtype.element_ty), mask=mask)
-        dw_acc += dw
-
+    dw_acc = backward_rows(
+        DX_ptr, DY_ptr, DS_ptr, X_ptr, W_ptr, RSTD_ptr, RSTD_ptr, pid, n_programs, cols, col_mask, row_stride, n_rows,
+        n_cols, offset, CASTING_MODE, HAS_WEIGHT, HAS_DS, True, BLOCK_SIZE, BLOCK_SIZE_M,
+    )  # fmt: skip
     if HAS_WEIGHT:
         _store_dw(
             dw_acc,
@@ -282,16 +274,12 @@ def _rms_norm_backward_chunked_kernel(
             col_mask = cols < n_cols
             mask = row_mask[:, None] & col_mask[None, :]
             offsets = row_offsets + cols[None, :]
-            x = tl.load(X_ptr + offsets, mask=mask, other=0.0)
-            dy = tl.load(DY_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-            w = offset
-            if HAS_WEIGHT:
-                w = offset + tl.load(W_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+            x, dy = load_v_dy(X_ptr, DY_ptr, offsets, mask)
+            w = weight_row(W_ptr, cols, col_mask, offset, HAS_WEIGHT)
             dx, dw = backward_tile(x, dy, w, rstd, dot, n_cols, CASTING_MODE, HAS_WEIGHT, False)
-            tl.store(DX_ptr + offsets, dx.to(DX_ptr.dtype.element_ty), mask=mask)
+            store_dx(DX_ptr, DX_ptr, offsets, mask, dx, False)
             if HAS_WEIGHT:
-                part = tl.load(partial_row + cols, mask=col_mask, other=0.0)
-                tl.store(partial_row + cols, part + dw, mask=col_mask)
+                accumulate(partial_row + cols, dw, col_mask)
 
     if HAS_WEIGHT:
         if DW_ATOMIC:
@@ -350,9 +338,7 @@ def _row_dot(
         mask = row_mask[:, None] & col_mask[None, :]
         x = tl.load(X_ptr + row_offsets + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         m = tl.load(DY_ptr + row_offsets + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        if HAS_WEIGHT:
-            m = m * (offset + tl.load(W_ptr + cols, mask=col_mask, other=0.0).to(tl.float32))[None, :]
-        acc += tl.sum(m * x, axis=1)
+        acc += tl.sum(weighted(m, W_ptr, cols, col_mask, offset, HAS_WEIGHT) * x, axis=1)
     return acc * rstd / n_cols
 
 
@@ -384,23 +370,10 @@ def _rms_norm_backward_columns_kernel(
     n_row_programs = tl.num_programs(0)
     cols = tl.program_id(1) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     col_mask = cols < n_cols
-    w = offset
-    if HAS_WEIGHT:
-        w = offset + tl.load(W_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
-    dw_acc = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
-    n_tiles = tl.cdiv(n_rows, BLOCK_SIZE_M)
-    for tile in range(pid_r, n_tiles, n_row_programs):
-        rows = tile * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
-        row_mask = rows < n_rows
-        mask = row_mask[:, None] & col_mask[None, :]
-        offsets = rows.to(tl.int64)[:, None] * row_stride + cols[None, :]
-        x = tl.load(X_ptr + offsets, mask=mask, other=0.0)
-        dy = tl.load(DY_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-        rstd = tl.load(RSTD_ptr + rows, mask=row_mask, other=0.0)
-        dot = tl.load(DOT_ptr + rows, mask=row_mask, other=0.0)
-        dx, dw = backward_tile(x, dy, w, rstd, dot, n_cols, CASTING_MODE, HAS_WEIGHT, False)
-        tl.store(DX_ptr + offsets, dx.to(DX_ptr.dtype.element_ty), mask=mask)
-        dw_acc += dw
+    dw_acc = backward_rows(
+        DX_ptr, DY_ptr, DX_ptr, X_ptr, W_ptr, RSTD_ptr, DOT_ptr, pid_r, n_row_programs, cols, col_mask, row_stride,
+        n_rows, n_cols, offset, CASTING_MODE, HAS_WEIGHT, False, False, BLOCK_SIZE, BLOCK_SIZE_M,
+    )  # fmt: skip
     if HAS_WEIGHT:
         n_programs = n_row_programs * tl.num_programs(1)
         _store_dw(

@@ -36,7 +36,20 @@ import triton.language as tl
 
 from kernels.launch import launch
 from kernels.rms_norm.gpu import CASTING_CODES
-from kernels.rms_norm.tile_math import backward_tile, normalized, weighted
+from kernels.rms_norm.tile_math import (
+    accumulate,
+    backward_tile,
+    block_rows,
+    chunked_forward,
+    load_v_dy,
+    load_zeroed,
+    normalized,
+    row_rstd,
+    store_dx,
+    tile_offsets,
+    weight_row,
+    weighted,
+)
 from kernels.runtime import device_of
 from kernels.tiling import cdiv, is_power_of_two, next_power_of_2
 
@@ -68,41 +81,18 @@ def _rms_norm_forward_npu_kernel(
     n_blocks = tl.cdiv(n_rows, BLOCK_SIZE_M)
     cols = tl.arange(0, BLOCK_SIZE_N)
     for block in range(pid, n_blocks, n_programs):
-        rows = block * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
-        row_mask = rows < n_rows
+        rows, row_mask = block_rows(block, n_rows, BLOCK_SIZE_M)
         if CHUNKED:
-            # Pass 1: sum of squares over column chunks.
-            sum_sq = tl.zeros([BLOCK_SIZE_M], dtype=tl.float32)
-            for start in range(0, n_cols, BLOCK_SIZE_N):
-                c = start + cols
-                mask = row_mask[:, None] & (c < n_cols)[None, :]
-                offs = rows[:, None] * n_cols + c[None, :]
-                if USE_WHERE:
-                    x = tl.where(mask, tl.load(X_ptr + offs, mask=mask), 0.0)
-                else:
-                    x = tl.load(X_ptr + offs, mask=mask, other=0.0)
-                xf = x.to(tl.float32)
-                sum_sq += tl.sum(xf * xf, axis=1)
-            rstd = 1.0 / tl.sqrt(sum_sq / n_cols + eps)
-            # Pass 2: normalise chunk by chunk.
-            for start in range(0, n_cols, BLOCK_SIZE_N):
-                c = start + cols
-                col_mask = c < n_cols
-                mask = row_mask[:, None] & col_mask[None, :]
-                offs = rows[:, None] * n_cols + c[None, :]
-                x = tl.load(X_ptr + offs, mask=mask, other=0.0)
-                y = weighted(normalized(x, rstd, CASTING_MODE), W_ptr, c, col_mask, offset, HAS_WEIGHT)
-                tl.store(Y_ptr + offs, y.to(Y_ptr.dtype.element_ty), mask=mask)
+            # Two passes over column chunks: the sum of squares, then normalise (x read twice).
+            rstd = chunked_forward(
+                Y_ptr, X_ptr, X_ptr, X_ptr, W_ptr, rows, row_mask, cols, n_cols, eps, offset, CASTING_MODE, HAS_WEIGHT,
+                False, USE_WHERE, BLOCK_SIZE_M, BLOCK_SIZE_N,
+            )  # fmt: skip
         else:
             col_mask = cols < n_cols
-            mask = row_mask[:, None] & col_mask[None, :]
-            offs = rows[:, None] * n_cols + cols[None, :]
-            if USE_WHERE:
-                x = tl.where(mask, tl.load(X_ptr + offs, mask=mask), 0.0)
-            else:
-                x = tl.load(X_ptr + offs, mask=mask, other=0.0)
-            xf = x.to(tl.float32)
-            rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, axis=1) / n_cols + eps)
+            mask, offs = tile_offsets(rows, row_mask, cols, col_mask, n_cols, False)
+            x = load_zeroed(X_ptr, offs, mask, USE_WHERE)
+            rstd = row_rstd(x, n_cols, eps, False)
             y = weighted(normalized(x, rstd, CASTING_MODE), W_ptr, cols, col_mask, offset, HAS_WEIGHT)
             tl.store(Y_ptr + offs, y.to(Y_ptr.dtype.element_ty), mask=mask)
         tl.store(RSTD_ptr + rows, rstd, mask=row_mask)
@@ -136,59 +126,40 @@ def _rms_norm_backward_npu_kernel(
     cols = tl.arange(0, BLOCK_SIZE_N)
     if CHUNKED:
         for block in range(pid, n_blocks, n_programs):
-            rows = block * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
-            row_mask = rows < n_rows
+            rows, row_mask = block_rows(block, n_rows, BLOCK_SIZE_M)
             rstd = tl.load(RSTD_ptr + rows, mask=row_mask, other=0.0)
             # Pass 1: mean(m * xhat) per row, chunk by chunk.
             dot = tl.zeros([BLOCK_SIZE_M], dtype=tl.float32)
             for start in range(0, n_cols, BLOCK_SIZE_N):
                 c = start + cols
                 col_mask = c < n_cols
-                mask = row_mask[:, None] & col_mask[None, :]
-                offs = rows[:, None] * n_cols + c[None, :]
+                mask, offs = tile_offsets(rows, row_mask, c, col_mask, n_cols, False)
                 xhat = tl.load(X_ptr + offs, mask=mask, other=0.0).to(tl.float32) * rstd[:, None]
                 m = tl.load(DY_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-                if HAS_WEIGHT:
-                    m = m * (offset + tl.load(W_ptr + c, mask=col_mask, other=0.0).to(tl.float32))[None, :]
-                dot += tl.sum(m * xhat, axis=1)
+                dot += tl.sum(weighted(m, W_ptr, c, col_mask, offset, HAS_WEIGHT) * xhat, axis=1)
             dot = dot / n_cols
             # Pass 2: dx, and this program's dw partial updated in place (one owner per row).
             for start in range(0, n_cols, BLOCK_SIZE_N):
                 c = start + cols
                 col_mask = c < n_cols
-                mask = row_mask[:, None] & col_mask[None, :]
-                offs = rows[:, None] * n_cols + c[None, :]
-                x = tl.load(X_ptr + offs, mask=mask, other=0.0)
-                dy = tl.load(DY_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-                w = offset
-                if HAS_WEIGHT:
-                    w = offset + tl.load(W_ptr + c, mask=col_mask, other=0.0).to(tl.float32)
+                mask, offs = tile_offsets(rows, row_mask, c, col_mask, n_cols, False)
+                x, dy = load_v_dy(X_ptr, DY_ptr, offs, mask)
+                w = weight_row(W_ptr, c, col_mask, offset, HAS_WEIGHT)
                 dx, dw = backward_tile(x, dy, w, rstd, dot, n_cols, CASTING_MODE, HAS_WEIGHT, False)
-                if HAS_DS:
-                    dx += tl.load(DS_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-                tl.store(DX_ptr + offs, dx.to(DX_ptr.dtype.element_ty), mask=mask)
+                store_dx(DX_ptr, DS_ptr, offs, mask, dx, HAS_DS)
                 if HAS_WEIGHT:
-                    partial_ptr = DW_partial_ptr + pid * n_cols + c
-                    acc = tl.load(partial_ptr, mask=col_mask, other=0.0)
-                    tl.store(partial_ptr, acc + dw, mask=col_mask)
+                    accumulate(DW_partial_ptr + pid * n_cols + c, dw, col_mask)
     else:
         col_mask = cols < n_cols
-        w = offset
-        if HAS_WEIGHT:
-            w = offset + tl.load(W_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+        w = weight_row(W_ptr, cols, col_mask, offset, HAS_WEIGHT)
         dw_acc = tl.zeros([BLOCK_SIZE_N], dtype=tl.float32)
         for block in range(pid, n_blocks, n_programs):
-            rows = block * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
-            row_mask = rows < n_rows
-            mask = row_mask[:, None] & col_mask[None, :]
-            offs = rows[:, None] * n_cols + cols[None, :]
+            rows, row_mask = block_rows(block, n_rows, BLOCK_SIZE_M)
+            mask, offs = tile_offsets(rows, row_mask, cols, col_mask, n_cols, False)
             rstd = tl.load(RSTD_ptr + rows, mask=row_mask, other=0.0)
-            x = tl.load(X_ptr + offs, mask=mask, other=0.0)
-            dy = tl.load(DY_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+            x, dy = load_v_dy(X_ptr, DY_ptr, offs, mask)
             dx, dw = backward_tile(x, dy, w, rstd, rstd, n_cols, CASTING_MODE, HAS_WEIGHT, True)
-            if HAS_DS:
-                dx += tl.load(DS_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-            tl.store(DX_ptr + offs, dx.to(DX_ptr.dtype.element_ty), mask=mask)
+            store_dx(DX_ptr, DS_ptr, offs, mask, dx, HAS_DS)
             dw_acc += dw
         if HAS_WEIGHT:
             tl.store(DW_partial_ptr + pid * n_cols + cols, dw_acc, mask=col_mask)
