@@ -211,7 +211,7 @@ def compile_ahead_summary(result, executor) -> dict:
     seconds, overlapped with measuring, so no part of the wall time), plus how many records'
     first call found every kernel compiled ahead (``first_call_cached``) and that first call's
     seconds summed over them (``cached_first_call_s``). Empty without compile-ahead."""
-    from workbench.sweep.compile_ahead import first_call_cached
+    from workbench.sweep.compile_note import first_call_cached
 
     summary = dict(executor.compile_ahead)
     if not summary:
@@ -238,7 +238,7 @@ ACTOR_STEPS = (
 
 def timeline_summary(warm_up: dict, run: dict) -> dict:
     """Where a run's time went, in seconds, from the executor's timelines
-    (:class:`~workbench.sweep.ray_executor.Timeline`) of its warm-up (empty without ``--warm``)
+    (:class:`~workbench.sweep.timeline.Timeline`) of its warm-up (empty without ``--warm``)
     and its sweep:
 
     - ``actors``: per measuring actor, each step of its start after the one before (``asked`` by
@@ -356,7 +356,7 @@ def time_split(result, executor, startup_s: float, sweep_s: float) -> dict:
 
 
 def _best(records):
-    from workbench.sweep.report import config_of, record_ms, shape_of
+    from workbench.reports.sweep import config_of, record_ms, shape_of
 
     by_shape = {}
     for r in records:
@@ -367,7 +367,7 @@ def _best(records):
 
 
 def _overlap(a: dict, b: dict) -> bool:
-    from workbench.sweep.report import record_ms
+    from workbench.reports.sweep import record_ms
 
     lo_a, hi_a = a.get("kernel_lo_ms") or record_ms(a), a.get("kernel_hi_ms") or record_ms(a)
     lo_b, hi_b = b.get("kernel_lo_ms") or record_ms(b), b.get("kernel_hi_ms") or record_ms(b)
@@ -375,8 +375,8 @@ def _overlap(a: dict, b: dict) -> bool:
 
 
 def compare(args) -> int:
-    from workbench.sweep.compile_ahead import first_call_cached
-    from workbench.sweep.report import write_report
+    from workbench.reports.sweep import write_report
+    from workbench.sweep.compile_note import first_call_cached
 
     root = Path(args.compare)
     runs = {}

@@ -18,8 +18,10 @@ from testkit import H100_FACTS, HAVE_PTXAS
 
 import kernels
 from kernels import launch as launch_module
-from workbench.sweep.compile_ahead import compile_task, note_on_record
-from workbench.sweep.ray_executor import _CompileAhead, _Lanes
+from workbench.sweep.compile_ahead import compile_task
+from workbench.sweep.compile_ahead_driver import CompileAhead
+from workbench.sweep.compile_note import note_on_record
+from workbench.sweep.lanes import Lanes
 from workbench.sweep.tasks import make_task, run_task
 
 H100 = H100_FACTS
@@ -201,8 +203,8 @@ def test_a_free_worker_takes_a_compiled_task_first_then_one_no_compiler_holds():
     compile-ahead finished (carrying its result), else the first no compile worker holds (it
     compiles that one itself), else none: it waits for a compile already under way."""
     tasks = [_task("rms_norm", "gpu_row", problem={"rows": rows, "hidden": 64}) for rows in (1, 2, 3)]
-    ahead = _CompileAhead(ray=None, workers=[], facts=H100, limit_s=60, new_worker=None)
-    queue = _Lanes(tasks, slots=1)
+    ahead = CompileAhead(ray=None, workers=[], facts=H100, limit_s=60, new_worker=None)
+    queue = Lanes(tasks, slots=1)
     ahead.calls = {"ref0": (tasks[0].key, None, 0.0), "ref1": (tasks[1].key, None, 0.0)}  # being compiled
     ahead.results = {tasks[1].key: {"ok": True, "kernels": []}}
     first = queue.take("actor", ahead)
@@ -219,7 +221,7 @@ def test_each_actor_works_through_a_lane_of_its_own_then_takes_from_the_longest_
     compile-ahead is fed the lanes' fronts in turn, and an actor whose lane is empty takes the
     last task of the longest other lane. A lane whose actor is gone goes to the next actor."""
     tasks = [_task("rms_norm", "gpu_row", problem={"rows": rows, "hidden": 64}) for rows in range(1, 8)]
-    queue = _Lanes(tasks, slots=2)
+    queue = Lanes(tasks, slots=2)
     assert [t.key for t in queue.feed_order()] == [tasks[i].key for i in (0, 3, 1, 4, 2, 5, 6)]
     assert queue.take("a", None) == tasks[0] and queue.take("b", None) == tasks[3]
     assert queue.take("a", None) == tasks[1] and queue.take("a", None) == tasks[2]
@@ -227,8 +229,8 @@ def test_each_actor_works_through_a_lane_of_its_own_then_takes_from_the_longest_
     assert queue.take("b", None) == tasks[4]
     queue.release("b")
     assert queue.take("c", None) == tasks[5] and not queue  # b's lane, taken over by c
-    ahead = _CompileAhead(ray=None, workers=[], facts=H100, limit_s=60, new_worker=None)
-    queue = _Lanes(tasks[:4], slots=2)
+    ahead = CompileAhead(ray=None, workers=[], facts=H100, limit_s=60, new_worker=None)
+    queue = Lanes(tasks[:4], slots=2)
     ahead.results = {tasks[3].key: {"ok": True, "kernels": []}}
     assert queue.take("a", ahead) == tasks[0]  # its own lane first, compiled or not
     assert queue.take("a", ahead).key == tasks[1].key
@@ -298,8 +300,6 @@ def test_retarget_drops_what_was_compiled_for_the_other_target():
     (their workers replaced), results dropped, and the queue is compiled again for its facts."""
     from collections import deque
 
-    from workbench.sweep.ray_executor import _CompileAhead
-
     killed, made = [], []
 
     class Worker:
@@ -313,7 +313,7 @@ def test_retarget_drops_what_was_compiled_for_the_other_target():
 
     fake_ray = types.SimpleNamespace(kill=lambda actor, no_restart: killed.append(actor.name))
     tasks = [_task("rms_norm", "gpu_row", problem={"rows": rows, "hidden": 64}) for rows in (1, 2, 3)]
-    ahead = _CompileAhead(fake_ray, [Worker("w0")], H100, 60, new_worker, source="driver")
+    ahead = CompileAhead(fake_ray, [Worker("w0")], H100, 60, new_worker, source="driver")
     queue = deque(tasks)
     ahead.feed(queue)  # the driver's target: compiling from the start
     assert list(ahead.calls) == [("w0", tasks[0].key, H100["name"])]
@@ -410,7 +410,7 @@ def test_host_utilities_are_built_for_cuda_only(fake_nvidia):
 
 
 def test_compile_workers_grow_with_the_gpus_and_leave_cpus_to_the_measuring_actors():
-    from workbench.sweep.ray_executor import default_compile_workers
+    from workbench.sweep.compile_ahead_driver import default_compile_workers
 
     assert [default_compile_workers(32, gpus) for gpus in (1, 2, 4)] == [8, 12, 14]
     assert default_compile_workers(128, 8) == 36 and default_compile_workers(8, 2) == 3
@@ -422,7 +422,7 @@ def test_four_lanes_share_the_queue_and_an_idle_actor_takes_from_the_longest():
     2 and 3; each actor keeps to its own; the compile-ahead is fed the fronts in turn; an actor
     whose lane runs out takes the back of the longest other lane, and every task is taken once."""
     tasks = [_task("rms_norm", "gpu_row", problem={"rows": rows, "hidden": 64}) for rows in range(1, 11)]
-    queue = _Lanes(tasks, slots=4)
+    queue = Lanes(tasks, slots=4)
     assert [len(lane) for lane in queue.lanes] == [2, 3, 2, 3]
     assert [t.key for t in queue.feed_order()][:4] == [tasks[i].key for i in (0, 2, 5, 7)]
     actors = ["a", "b", "c", "d"]
@@ -433,4 +433,4 @@ def test_four_lanes_share_the_queue_and_an_idle_actor_takes_from_the_longest():
     while queue:
         taken.append(queue.take(actors[len(taken) % 4], None))
     assert sorted(t.key for t in taken) == sorted(t.key for t in tasks)
-    assert _Lanes(tasks[:2], slots=4).lanes == [deque([tasks[0]]), deque([tasks[1]])]  # no empty lanes
+    assert Lanes(tasks[:2], slots=4).lanes == [deque([tasks[0]]), deque([tasks[1]])]  # no empty lanes

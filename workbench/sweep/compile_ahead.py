@@ -18,10 +18,10 @@ Triton disk cache that worker reads, and nothing runs; the worker's first call t
   function that needs values fails there, and the call is made again on CPU tensors holding the
   same values (still nothing runs: inside ``compile_only`` CPU launches compile too). Each
   kernel's host launcher is built too where Triton builds one per signature (3.6).
-- :func:`note_on_record`: the record's ``compile_facts["compiled_ahead"]``: what was compiled
-  ahead, and whether every kernel of the first call was (``first_call_cached``, read back by
-  :func:`first_call_cached`), so the record's ``compile_ms`` reads as the cache load it was. A compile-ahead that failed changes nothing
-  else: the worker compiles as it always did.
+
+What a measured record notes of its compile-ahead is :mod:`workbench.sweep.compile_note`; the
+driver's side of a run's compile-ahead (which worker compiles what, which task a measuring actor
+takes) is :mod:`workbench.sweep.compile_ahead_driver`.
 """
 
 from __future__ import annotations
@@ -32,8 +32,6 @@ import os
 import time
 
 from workbench.sweep.tasks import SweepTask, register_family, worker_info
-
-NOTE = "compiled_ahead"
 
 
 def device_facts(device: str) -> dict | None:
@@ -236,37 +234,3 @@ def _stand_in(value, where: str):
         return value
     copy = value.detach().to("meta") if where == "meta" else value.detach().clone()
     return copy.requires_grad_(value.requires_grad)
-
-
-def first_call_cached(record: dict) -> bool:
-    """True when the record's first call found every kernel compiled ahead (its note says so)."""
-    return bool(((record.get("compile_facts") or {}).get(NOTE) or {}).get("first_call_cached"))
-
-
-def note_on_record(body: dict, ahead: dict) -> dict:
-    """The record dict with ``compile_facts["compiled_ahead"]``: ``ok``, the inputs it compiled
-    on, its milliseconds, the kernels, where it ran, ``error`` when it failed, and
-    ``first_call_cached``: True when every kernel the first call launched had been compiled ahead
-    (so ``compile_ms`` is a cache load plus one run), False when one had not, None when the
-    record names no kernel hashes (the interpreter, or compile facts not read)."""
-    body = dict(body)
-    facts = dict(body.get("compile_facts") or {})
-    first_call = [k.get("hash") for k in facts.get("kernels") or []]
-    ahead_hashes = {k.get("hash") for k in ahead.get("kernels") or [] if k.get("hash")}
-    cached = None
-    if first_call and all(first_call):
-        cached = bool(ahead.get("ok")) and all(h in ahead_hashes for h in first_call)
-    worker = ahead.get("worker") or {}
-    note = {
-        "ok": bool(ahead.get("ok")),
-        "inputs": ahead.get("inputs"),
-        "ms": round(float(ahead.get("ms") or 0.0), 1),
-        "kernels": [k.get("name") for k in ahead.get("kernels") or []],
-        "worker": f"{worker.get('host', '?')}:{worker.get('pid', '?')}",
-        "first_call_cached": cached,
-    }
-    if ahead.get("error"):
-        note["error"] = ahead["error"]
-    facts[NOTE] = note
-    body["compile_facts"] = facts
-    return body

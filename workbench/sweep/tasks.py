@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.sweep.compile_note import note_on_record
+
 ERROR_TIMEOUT = "timed out"
 ERROR_CRASH = "worker died"
 
@@ -63,10 +65,10 @@ class SweepTask:
 def task_key(
     variant: str, device: str, dtype: str, mode: str, problem: dict, params: dict, l2: str = "cold", tables: bool = True
 ) -> str:
-    """The configuration key as text (the JSON of :func:`workbench.sweep.plan.config_key`; a
+    """The configuration key as text (the JSON of :func:`workbench.sweep.config.config_key`; a
     warm-L2 timing, or one with the tuned tables off, is another measurement of the same
     configuration, so its key says so)."""
-    from workbench.sweep.plan import config_key
+    from workbench.sweep.config import config_key
 
     key = config_key(variant, device, dtype, mode, problem, params)
     if l2 != "cold":
@@ -98,7 +100,7 @@ def make_task(
     then records why), keyed like the notebook Session's cache. ``tables=False``: measured with
     the tuned tables off (what the family's rule gives where a table has an entry)."""
     from kernels.spec import FAMILY_MODULES, dtype_name
-    from workbench.sweep.plan import resolve_config
+    from workbench.sweep.config import resolve_config
 
     var = spec.variant(variant) if isinstance(variant, str) else variant
     prob, prm, _ = resolve_config(spec, var, problem, params, quick)
@@ -161,7 +163,7 @@ def run_task(task: SweepTask, spec=None) -> dict:
     KernelSpec when the caller holds it (in-process; a family that is not registered). A task
     with ``tables`` False is measured inside :func:`kernels.tuned_tables.disabled`. A task whose
     ``extra["compiled_ahead"]`` holds a compile-ahead's result gets it noted on its record
-    (:func:`workbench.sweep.compile_ahead.note_on_record`)."""
+    (:func:`workbench.sweep.compile_note.note_on_record`)."""
     use_host_triton_cache(task.triton_cache_root)
     register_family(task)
     from kernels import tuned_tables
@@ -188,8 +190,6 @@ def run_task(task: SweepTask, spec=None) -> dict:
     body = rec.to_dict()
     ahead = task.extra.get("compiled_ahead")
     if ahead is not None:
-        from workbench.sweep.compile_ahead import note_on_record
-
         body = note_on_record(body, ahead)
     return stamp(body, task, worker_info())
 

@@ -1,0 +1,155 @@
+"""The Ray actors of a sweep, as plain classes (the executor wraps them with ``ray.remote``).
+
+- :class:`DeviceWorker`, the measuring actor: one process that keeps the device Ray gave it when
+  it started. Its warm-up call (:meth:`DeviceWorker.ready`: imports, CUDA start, the device's
+  facts, the once-per-process parts of a first measurement, and Triton's first compile,
+  :mod:`workbench.sweep.first_compile`) comes before its first configuration; then it measures
+  one configuration per call (:meth:`DeviceWorker.run`), first saying it started (an item
+  keyed :data:`STARTED_KEY`: the driver's timeout counts from there).
+- :class:`CompileWorker`, a compile-ahead actor: a CPU-side process that asks for no GPU and
+  touches none, runs at a lower priority, and compiles one configuration per call
+  (:func:`workbench.sweep.compile_ahead.compile_task`). Its first act, before it imports torch,
+  is to build Triton's host utilities module into the host's cache; once the target is known it
+  pays Triton's first compile (:meth:`CompileWorker.warm_up`).
+- :func:`kill_actor`: how the driver ends either kind.
+
+Both kinds on one host share one Triton cache folder (:func:`workbench.sweep.tasks.use_host_triton_cache`)
+and, where placed (:class:`workbench.sweep.cpus.Placement`), run on CPUs of their own.
+:class:`workbench.sweep.ray_executor.RayExecutor` starts, feeds and replaces them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from workbench.sweep.tasks import run_task, use_host_triton_cache, worker_info
+from workbench.sweep.timeline import process_start_time
+
+# The key of the item a measuring call yields before its record: "this configuration started".
+STARTED_KEY = "__workbench_task_started__"
+COMPILE_NICENESS = 10  # compile-ahead yields the CPUs to the measuring actors' host work
+
+
+def kill_actor(ray, actor) -> None:
+    """Kill a Ray actor for good; one already dead is left as it is."""
+    try:
+        ray.kill(actor, no_restart=True)
+    except Exception:  # noqa: BLE001 - already dead
+        pass
+
+
+class DeviceWorker:
+    """The Ray actor: one process that keeps the device Ray gave it when it started, and
+    measures one configuration per call."""
+
+    def __init__(self):
+        self.born = time.time()
+
+    def ready(self, cache_root: str | None, device: str, placement=None) -> dict:
+        """Warm up before the first configuration: the measuring stack imported, the device
+        started, and what a first measurement does once per process (the device's copy bandwidth,
+        its L2 flush buffer, NVML, versions, Triton's first compile) done.
+        ``{"worker", "device", "stamps", "cpus"}``: where it runs, the facts of its device a
+        compile-ahead compiles for (None: none to compile for), and the two below. Only a failed
+        import raises; a device that fails here fails its measurements, which say why.
+        ``"stamps"``: when (``time.time()``) the process started, this actor was made, and each
+        step of the warm-up ended (imports, the device's start, the rest: ``warmed``, and its own
+        steps ``warm_*``), for the run's timeline. ``placement``
+        (:class:`workbench.sweep.cpus.Placement`): first, the process moves to its slot's CPUs
+        (``"cpus"``: those, or None where it stayed where it was)."""
+        from workbench.sweep.cpus import pin_to_slot
+
+        stamps = {"process": process_start_time(), "init": self.born}
+        cpus = pin_to_slot(placement)
+        use_host_triton_cache(cache_root)
+        import workbench.measure
+        from workbench.sweep.compile_ahead import device_facts
+
+        stamps["imported"] = time.time()
+        try:
+            facts = device_facts(device)
+        except Exception:  # noqa: BLE001 - no compile-ahead check then
+            facts = None
+        stamps["device"] = time.time()
+        try:
+            _warm_up(device, workbench.measure, stamps)
+        except Exception:  # noqa: BLE001 - the first measurement does it again, and says what failed
+            pass
+        stamps["warmed"] = time.time()
+        return {"worker": worker_info(), "device": facts, "stamps": stamps, "cpus": cpus}
+
+    def run(self, task):
+        """Say "started" (the timeout counts from here; ``at``: when, for the timeline), then
+        give the record."""
+        use_host_triton_cache(task.triton_cache_root)
+        yield {STARTED_KEY: True, "worker": worker_info(), "at": time.time()}
+        yield run_task(task)
+
+
+def _warm_up(device: str, measure, stamps: dict) -> None:
+    """What a measurement on ``device`` does first, once per process, done ahead of it; when each
+    step ended goes into ``stamps`` (``warm_<step>``)."""
+    from workbench.provenance import code_version
+
+    measure.versions()
+    code_version()
+    stamps["warm_versions"] = time.time()
+    dev = measure.get_device(device)
+    if dev.kind != "cpu":
+        dev.state()
+        stamps["warm_state"] = time.time()
+        dev.flush_l2()
+        stamps["warm_flush"] = time.time()
+        dev.copy_bandwidth_gbps()
+        stamps["warm_copy_bandwidth"] = time.time()
+        from workbench.sweep.first_compile import first_launch
+
+        first_launch(dev.torch_device)
+        stamps["warm_first_compile"] = time.time()
+
+
+class CompileWorker:
+    """The Ray actor of a compile-ahead: a CPU-side process that asks for no GPU and touches
+    none, and compiles one configuration per call into its host's Triton cache."""
+
+    def __init__(self, cache_root: str | None, cpus=None):
+        """``cpus``: the CPUs it runs on (a :class:`workbench.sweep.cpus.Placement`'s compile
+        CPUs, away from the measuring actors'; None: any)."""
+        if cpus:
+            from workbench.sweep.cpus import pin
+
+            pin(cpus)
+        try:
+            os.nice(COMPILE_NICENESS)
+        except OSError:
+            pass
+        use_host_triton_cache(cache_root)
+        from workbench.sweep.compile_ahead import build_host_utilities, prepare_compiler
+
+        # First, before torch's import: the measuring actors of the host, still importing it,
+        # then load Triton's host utilities instead of each building them.
+        try:
+            build_host_utilities()
+        except Exception:  # noqa: BLE001 - no CUDA driver library here: each measuring actor builds its own
+            pass
+        try:
+            prepare_compiler()  # while the target may not be known yet
+        except Exception:  # noqa: BLE001 - its first compile imports again, and says what failed
+            pass
+
+    def warm_up(self, facts: dict) -> float | None:
+        """Pay Triton's once-per-process compile costs for ``facts``' target before the first
+        configuration (:func:`workbench.sweep.first_compile.first_compile`); its milliseconds, or
+        None where it failed (the first configuration pays them then, as without this)."""
+        from workbench.sweep.first_compile import first_compile
+
+        try:
+            return first_compile(facts)
+        except Exception:  # noqa: BLE001 - best effort, like every compile-ahead
+            return None
+
+    def compile(self, task, facts: dict) -> dict:
+        from workbench.sweep.compile_ahead import compile_task
+
+        return compile_task(task, facts)

@@ -1,0 +1,173 @@
+"""The driver's side of a Ray sweep's compile-ahead: which compile worker compiles what, and
+which queued configuration a free measuring actor takes.
+
+Compile workers (:class:`workbench.sweep.actors.CompileWorker`: CPU-side actors, no GPU asked
+for, none touched, run at a lower priority) compile queued configurations for the measuring
+device (:mod:`workbench.sweep.compile_ahead`) into the host's Triton cache while the GPUs
+measure, in the order the measuring actors will reach them (:meth:`workbench.sweep.lanes.Lanes.feed_order`).
+A measuring actor that frees up takes, from its lane, the first configuration whose
+compile-ahead has finished (ok or not), else the first that no compile worker holds (and
+compiles it itself), else waits for the compile in flight, which started earlier than it could.
+Best effort: a configuration that could not be compiled ahead is compiled by its measuring
+actor as before; its record notes what the compile-ahead did
+(:func:`workbench.sweep.compile_note.note_on_record`).
+
+- :class:`CompileAhead`: one run's compile workers, their calls in flight and results.
+- :func:`default_compile_workers`: how many compile workers a host gets.
+- :func:`as_queued`: a task without the compile-ahead result attached to it, as it was queued.
+
+:class:`workbench.sweep.ray_executor.RayExecutor` makes one :class:`CompileAhead` per run,
+keeps its workers from run to run, and decides which device's facts it compiles for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import deque
+
+from workbench.sweep.actors import kill_actor
+
+COMPILE_TIMEOUT_S = 300.0  # a compile-ahead past this (or the executor's timeout) is given up
+
+
+def default_compile_workers(cpus: int, slots: int) -> int:
+    """Compile workers for a host of ``cpus`` CPUs measuring on ``slots`` GPUs: 4 per GPU and 4
+    more, at most half the CPUs the measuring actors leave (the rest stay theirs), at least 1.
+
+    Why per GPU: a compile is about 0.75 s of one CPU and a measurement about 0.2 s of a GPU (the
+    208-configuration scaling sweep on H100s), so each GPU measuring keeps about 4 compile workers
+    busy. With 8 for two GPUs the compile-ahead fell behind at a sweep's start (whose first
+    configurations no one had compiled yet) and the measuring actors compiled 10 configurations
+    themselves, 4 s of GPU time idle in a 29 s sweep."""
+    return max(1, min(4 * slots + 4, (cpus - slots) // 2))
+
+
+def as_queued(task):
+    """The task as it was queued (without the compile-ahead result the executor added)."""
+    if "compiled_ahead" not in task.extra:
+        return task
+    return dataclasses.replace(task, extra={k: v for k, v in task.extra.items() if k != "compiled_ahead"})
+
+
+class CompileAhead:
+    """One run's compile-ahead: its compile workers, the calls in flight, the results by task key.
+
+    ``feed`` gives idle compile workers the first queued tasks none has had; ``pick`` chooses the
+    task a free measuring actor takes (see the module docstring) and ``attach`` gives it its
+    compile-ahead's result; ``collect`` files a finished call; ``expire`` gives up calls past
+    ``limit_s`` (their worker is replaced); ``retarget`` starts again for other device facts.
+    ``source``: where ``facts`` came from (the summary's ``target``)."""
+
+    def __init__(self, ray, workers: list, facts: dict | None, limit_s: float, new_worker, source: str = "given"):
+        self.ray = ray
+        self.workers = list(workers)
+        self.idle = deque(self.workers)
+        self.facts = facts
+        self.source = source
+        self.retargeted = False
+        self.limit_s = limit_s
+        self.new_worker = new_worker
+        self.calls: dict = {}  # ref -> (task key, worker, sent at)
+        self.results: dict = {}  # task key -> compile_task's result
+        self.taken = 0  # tasks measured with a compile-ahead result
+
+    def compiling(self) -> set:
+        """The keys of the tasks being compiled now."""
+        return {key for key, _worker, _sent in self.calls.values()}
+
+    def feed(self, tasks) -> None:
+        """Give idle compile workers the first of ``tasks`` (in the order the measuring actors
+        will take them) that none has had."""
+        if self.facts is None or not self.idle:
+            return
+        busy = self.compiling()
+        for task in tasks:
+            if not self.idle:
+                break
+            if task.key in self.results or task.key in busy:
+                continue
+            worker = self.idle.popleft()
+            ref = worker.compile.remote(task, self.facts)
+            self.calls[ref] = (task.key, worker, time.monotonic())
+
+    def refs(self) -> list:
+        return list(self.calls)
+
+    def pick(self, tasks) -> int | None:
+        """Which of ``tasks`` (queued, in a free measuring actor's order of preference) it takes,
+        as an index: the first whose compile-ahead finished, else the first no compile worker
+        holds (the actor compiles it itself), else None (it waits for a compile under way)."""
+        first_free = None
+        busy = self.compiling()
+        for i, task in enumerate(tasks):
+            if task.key in self.results:
+                return i
+            if first_free is None and task.key not in busy:
+                first_free = i
+        return first_free
+
+    def attach(self, task):
+        """``task`` as sent to its measuring actor: with its compile-ahead's result, if any."""
+        result = self.results.get(task.key)
+        if result is None:
+            return task
+        self.taken += 1
+        return dataclasses.replace(task, extra={**task.extra, "compiled_ahead": result})
+
+    def collect(self, ref) -> None:
+        key, worker, _sent = self.calls.pop(ref)
+        try:
+            self.results[key] = self.ray.get(ref)
+            self.idle.append(worker)
+        except self.ray.exceptions.RayError as exc:  # the compile worker died: a new one replaces it
+            self.results[key] = _failed(f"compile worker lost: {type(exc).__name__}")
+            self._replace(worker)
+
+    def expire(self) -> None:
+        now = time.monotonic()
+        for ref, (key, worker, sent) in list(self.calls.items()):
+            if now - sent > self.limit_s:
+                self.calls.pop(ref)
+                self.results[key] = _failed(f"no result after {self.limit_s:g} s; its compile worker was replaced")
+                self._replace(worker)
+
+    def retarget(self, facts: dict) -> None:
+        """Compile for ``facts`` from now on: what was compiled, or is being compiled, for the
+        old target is dropped (those calls' workers are replaced), and compiled again."""
+        self.facts, self.source, self.retargeted = facts, "actor", True
+        self.results.clear()
+        for _key, worker, _sent in list(self.calls.values()):
+            self._replace(worker)
+        self.calls.clear()
+
+    def _replace(self, worker) -> None:
+        kill_actor(self.ray, worker)
+        fresh = self.new_worker()
+        self.workers = [fresh if w is worker else w for w in self.workers]
+        self.idle.append(fresh)
+
+    def finish(self) -> list:
+        """The workers to keep for the next run; those still compiling are killed (their
+        configurations were measured, or the run was cut short)."""
+        for _key, worker, _sent in list(self.calls.values()):
+            self._replace(worker)
+        self.calls.clear()
+        return self.workers
+
+    def summary(self) -> dict:
+        done = list(self.results.values())
+        return {
+            "workers": len(self.workers),
+            "target": self.source,
+            "retargeted": self.retargeted,
+            "compiled": sum(1 for r in done if r.get("ok")),
+            "failed": sum(1 for r in done if not r.get("ok")),
+            "measured_after": self.taken,
+            "busy_s": sum(float(r.get("ms") or 0.0) for r in done) / 1e3,
+            "launchers_built": sum(1 for r in done for k in r.get("kernels") or [] if k.get("launcher_ms") is not None),
+        }
+
+
+def _failed(why: str) -> dict:
+    return {"ok": False, "inputs": None, "kernels": [], "ms": 0.0, "error": why, "worker": {}}

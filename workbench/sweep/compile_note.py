@@ -1,0 +1,51 @@
+"""The note a compile-ahead leaves on a measured record: ``compile_facts["compiled_ahead"]``.
+
+- :func:`note_on_record`: what was compiled ahead (:func:`workbench.sweep.compile_ahead.compile_task`'s
+  result), and whether every kernel of the first call was (``first_call_cached``), so the
+  record's ``compile_ms`` reads as the cache load it was. :func:`workbench.sweep.tasks.run_task`
+  writes it on the record of a task whose ``extra["compiled_ahead"]`` holds such a result. A
+  compile-ahead that failed changes nothing else: the worker compiles as it always did.
+- :func:`first_call_cached`: that flag read back from a record (benchmarks/sweep_scaling.py).
+
+Plain dicts in and out, no imports: both the task runner (:mod:`workbench.sweep.tasks`) and
+the compile-ahead (:mod:`workbench.sweep.compile_ahead`, which imports the task runner) stand
+above it.
+"""
+
+from __future__ import annotations
+
+NOTE = "compiled_ahead"
+
+
+def first_call_cached(record: dict) -> bool:
+    """True when the record's first call found every kernel compiled ahead (its note says so)."""
+    return bool(((record.get("compile_facts") or {}).get(NOTE) or {}).get("first_call_cached"))
+
+
+def note_on_record(body: dict, ahead: dict) -> dict:
+    """The record dict with ``compile_facts["compiled_ahead"]``: ``ok``, the inputs it compiled
+    on, its milliseconds, the kernels, where it ran, ``error`` when it failed, and
+    ``first_call_cached``: True when every kernel the first call launched had been compiled ahead
+    (so ``compile_ms`` is a cache load plus one run), False when one had not, None when the
+    record names no kernel hashes (the interpreter, or compile facts not read)."""
+    body = dict(body)
+    facts = dict(body.get("compile_facts") or {})
+    first_call = [k.get("hash") for k in facts.get("kernels") or []]
+    ahead_hashes = {k.get("hash") for k in ahead.get("kernels") or [] if k.get("hash")}
+    cached = None
+    if first_call and all(first_call):
+        cached = bool(ahead.get("ok")) and all(h in ahead_hashes for h in first_call)
+    worker = ahead.get("worker") or {}
+    note = {
+        "ok": bool(ahead.get("ok")),
+        "inputs": ahead.get("inputs"),
+        "ms": round(float(ahead.get("ms") or 0.0), 1),
+        "kernels": [k.get("name") for k in ahead.get("kernels") or []],
+        "worker": f"{worker.get('host', '?')}:{worker.get('pid', '?')}",
+        "first_call_cached": cached,
+    }
+    if ahead.get("error"):
+        note["error"] = ahead["error"]
+    facts[NOTE] = note
+    body["compile_facts"] = facts
+    return body

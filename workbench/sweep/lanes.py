@@ -1,0 +1,77 @@
+"""The Ray executor's queue: one lane per measuring actor, each a contiguous share of the tasks.
+
+:class:`Lanes` decides which queued configuration a free measuring actor of
+:class:`workbench.sweep.ray_executor.RayExecutor` runs next (with the compile-ahead's say,
+:meth:`workbench.sweep.compile_ahead_driver.CompileAhead.pick`), and in which order the
+compile-ahead is fed (:meth:`Lanes.feed_order`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from workbench.sweep.compile_ahead_driver import CompileAhead
+
+
+class Lanes:
+    """A run's queued tasks, one lane per measuring slot: lane ``i`` holds the ``i``-th
+    contiguous share of them, in their order.
+
+    Why: a sweep queues each problem's configurations together, and a measuring process makes a
+    problem's inputs once (:mod:`workbench.measure` keeps them). Taking turns from one queue,
+    every actor made every problem's inputs: on the 2xH200, making those of RMSNorm 4096 x 16384
+    on the CPU cost about 0.5 s each time. Working through a share of its own, an actor makes
+    only its share's, and a problem's configurations are mostly timed on one device. An actor
+    takes from the front of its lane (the first lane no other actor holds, or the longest); one
+    whose lane is empty takes from the back of the longest other lane, which its owner reaches
+    last. One slot: one lane, the queue's order."""
+
+    def __init__(self, tasks: list, slots: int):
+        count = max(1, min(slots, len(tasks)))
+        cuts = [len(tasks) * i // count for i in range(count + 1)]
+        self.lanes = [deque(tasks[cuts[i] : cuts[i + 1]]) for i in range(count)]
+        self.owners: dict = {}  # actor -> its lane's index
+
+    def __len__(self) -> int:
+        return sum(len(lane) for lane in self.lanes)
+
+    def __bool__(self) -> bool:
+        return any(self.lanes)
+
+    def feed_order(self):
+        """Every queued task in the order the actors will reach them: the lanes' fronts in turn."""
+        for depth in range(max(len(lane) for lane in self.lanes)):
+            for lane in self.lanes:
+                if depth < len(lane):
+                    yield lane[depth]
+
+    def release(self, actor) -> None:
+        """``actor`` is gone: its lane waits for the actor that takes its place."""
+        self.owners.pop(actor, None)
+
+    def _lane_of(self, actor) -> deque:
+        if actor not in self.owners:
+            held = set(self.owners.values())
+            free = [i for i in range(len(self.lanes)) if i not in held]
+            self.owners[actor] = free[0] if free else max(range(len(self.lanes)), key=lambda i: len(self.lanes[i]))
+        return self.lanes[self.owners[actor]]
+
+    def take(self, actor, ahead: CompileAhead | None, wait: bool = True):
+        """The task ``actor`` runs next, out of the queue (with its compile-ahead result), or None
+        while the compile-ahead holds every one it could take (``wait`` False: take one anyway)."""
+        lane = self._lane_of(actor)
+        backwards = not lane
+        if backwards:
+            lane = max(self.lanes, key=len)
+        index = ahead.pick(reversed(lane) if backwards else lane) if ahead is not None else 0
+        if index is None:
+            if wait:
+                return None
+            index = 0
+        if backwards:
+            index = len(lane) - 1 - index
+        task = lane[index]
+        del lane[index]
+        return ahead.attach(task) if ahead is not None else task
