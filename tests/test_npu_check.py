@@ -206,7 +206,7 @@ def npu_env():
 
 
 def _check(tmp_path, *args):
-    from workbench.npu_check import main
+    from workbench.cli.npu_check import main
 
     out = tmp_path / "out"
     code = main(["--out", str(out), "--jobs", "1", *args])

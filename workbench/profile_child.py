@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sys
 
-from workbench.cli import one_line
+from workbench.errors import one_line
 
 WARM_CALLS = 3
 ERROR_MARK = "workbench-profile-child-error:"

@@ -10,9 +10,10 @@ enough to know whether a configuration compiles, overflows the UB, or uses somet
 triton-ascend rejects.
 
 How: :mod:`.env` builds or reuses a separate virtualenv with triton-ascend (it replaces
-``triton``); :mod:`.worker` runs inside it (``--jobs`` processes, cases sharded between them),
+``triton``); :mod:`.worker` runs inside it (``jobs`` processes, cases sharded between them),
 compiles every :class:`kernels.spec.NpuCompileCase` that the families' ``npu.npu_compile_cases()``
-return, and :mod:`.classify` reads the verdict. This module prints the table and writes CSV/JSON.
+return, and :mod:`.classify` reads the verdict. :func:`run_check` does all of it for a
+:class:`CheckOptions` and writes CSV/JSON; :mod:`workbench.cli.npu_check` prints the table.
 
 Exit codes: 0 every default configuration is OK; 1 a default configuration is not OK (or a
 family's NPU module cannot be loaded, or a worker died); 2 usage; 3 could not check (the
@@ -28,9 +29,9 @@ import os
 import platform
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 EXIT_OK = 0
@@ -62,7 +63,8 @@ CSV_COLUMNS = (
 )
 
 
-def _families(requested: str) -> list[str]:
+def families_of(requested: str) -> list[str]:
+    """The families a comma list names (every family for an empty one); ValueError for an unknown one."""
     import kernels
 
     known = kernels.families()
@@ -231,115 +233,104 @@ def run_workers(
     return rows, notes, problems
 
 
-def main(argv=None) -> int:
-    from workbench.cli import Parser  # argparse errors as one line, exit 2
+@dataclass
+class CheckOptions:
+    """What ``workbench npu-check`` asks for (its options, one field each)."""
 
-    parser = Parser(prog="workbench npu-check", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--family", default="", help="comma list (default: every family)")
-    parser.add_argument("--defaults-only", action="store_true", help="only the families' default configurations")
-    parser.add_argument(
-        "--match", action="append", default=[], help="only cases whose name contains this text (repeatable: any)"
-    )
-    parser.add_argument("--out", default="results/npu_check", help="folder for npu_check.csv / .json and logs")
-    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="parallel compile processes")
-    parser.add_argument(
-        "--venv", default=None, help="triton-ascend virtualenv (default $WORKBENCH_NPU_VENV or .npu-venv)"
-    )
-    parser.add_argument("--wheels", default=None, help="wheel cache (default ~/.cache/kernel-workbench/npu-wheels)")
-    parser.add_argument("--no-download", action="store_true", help="build the environment from the wheel cache only")
-    parser.add_argument("--install-timeout", type=float, default=480.0, help="seconds allowed to build the environment")
-    parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed for all compiles")
-    parser.add_argument("--case-timeout", type=float, default=300.0, help="seconds allowed for one bishengir-compile")
-    parser.add_argument(
-        "--cases", default=None, help="MODULE:FUNC that returns the cases (instead of npu_compile_cases)"
-    )
-    parser.add_argument(
-        "--calibrate", default=None, metavar="FAMILY", help="sweep ub_calibration_cases, record the boundary"
-    )
-    parser.add_argument("--keep", action="store_true", help="keep the .ttir/.ttadapter files under --out")
-    parser.add_argument(
-        "--warn-unchecked", action="store_true", help="exit 0 with a warning when it could not check (CI)"
-    )
-    parser.add_argument("--quiet", action="store_true", help="print only failures and the summary")
-    args = parser.parse_args(argv)
+    families: list[str]
+    out: Path
+    defaults_only: bool = False
+    match: list[str] = field(default_factory=list)
+    jobs: int = 2
+    venv: Path | None = None
+    wheels: Path | None = None
+    download: bool = True
+    install_timeout: float = 480.0
+    timeout: float = 900.0
+    case_timeout: float = 300.0
+    cases: str | None = None  # MODULE:FUNC providing the cases
+    calibrate: bool = False  # sweep the one family's ub_calibration_cases and record the boundary
+    keep: bool = False
 
+
+@dataclass
+class CheckOutcome:
+    rows: list[dict]
+    notes: list[dict]
+    problems: list[str]
+    summary: dict
+    versions: dict
+    calibration: Path | None = None
+
+    @property
+    def failed_defaults(self) -> list[dict]:
+        return [r for r in self.rows if r.get("default") and r.get("verdict") != "OK"]
+
+    @property
+    def ok(self) -> bool:
+        return not (self.failed_defaults or [n for n in self.notes if n.get("error")] or self.problems)
+
+
+class Unchecked(RuntimeError):
+    """The triton-ascend environment could not be built or reused: nothing was compiled."""
+
+
+def run_check(options: CheckOptions, log=print) -> CheckOutcome:
+    """Build or reuse the environment, compile every case, classify, write ``npu_check.csv`` /
+    ``.json`` (and the calibration with ``calibrate``) into ``options.out``; ``log`` gets the
+    progress lines. :class:`Unchecked` when the environment cannot be had."""
     from workbench.npu_check import env as npu_env
 
     t0 = time.perf_counter()
-    if args.calibrate:
-        families = _families(args.calibrate)
-        if len(families) != 1:
-            print("npu-check: --calibrate takes one family", file=sys.stderr)
-            return EXIT_USAGE
-        cases_provider = f"kernels.{families[0]}.npu:ub_calibration_cases"
-    else:
-        families = _families(args.family)
-        cases_provider = args.cases
-    out_dir = Path(args.out)
+    families = options.families
+    cases_provider = f"kernels.{families[0]}.npu:ub_calibration_cases" if options.calibrate else options.cases
+    out_dir = Path(options.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-
-    print(f"npu-check: families {', '.join(families)}; preparing the triton-ascend environment …", flush=True)
+    log(f"npu-check: families {', '.join(families)}; preparing the triton-ascend environment …")
     with open(out_dir / "env.log", "a") as env_log:
         try:
             env = npu_env.ensure_env(
-                Path(args.venv) if args.venv else None,
-                Path(args.wheels) if args.wheels else None,
-                download=not args.no_download,
-                timeout=args.install_timeout,
+                options.venv,
+                options.wheels,
+                download=options.download,
+                timeout=options.install_timeout,
                 log=env_log,
             )
         except npu_env.EnvUnavailable as exc:
-            print(f"npu-check: COULD NOT CHECK — {exc} (log: {out_dir / 'env.log'})", file=sys.stderr)
-            if args.warn_unchecked:
-                print("npu-check: WARNING: NPU kernels were not compiled this time (registry or install problem)")
-                return EXIT_OK
-            return EXIT_UNCHECKED
+            raise Unchecked(f"{exc} (log: {out_dir / 'env.log'})") from exc
     versions = _versions(env.python)
     how = f"built in {env.seconds:.0f} s" if env.built else "reused"
-    print(f"npu-check: environment {env.venv} ({how}): " + ", ".join(f"{k} {v}" for k, v in versions.items()))
+    log(f"npu-check: environment {env.venv} ({how}): " + ", ".join(f"{k} {v}" for k, v in versions.items()))
 
-    work = Path(tempfile.mkdtemp(prefix="npu-check-", dir=out_dir if args.keep else None))
+    work = Path(tempfile.mkdtemp(prefix="npu-check-", dir=out_dir if options.keep else None))
     t1 = time.perf_counter()
     rows, notes, problems = run_workers(
         env.python,
         families,
         work,
-        max(1, args.jobs),
-        defaults_only=args.defaults_only,
-        match=args.match,
+        max(1, options.jobs),
+        defaults_only=options.defaults_only,
+        match=options.match,
         cases=cases_provider,
-        case_timeout=args.case_timeout,
-        total_timeout=args.timeout,
-        keep=args.keep,
+        case_timeout=options.case_timeout,
+        total_timeout=options.timeout,
+        keep=options.keep,
     )
     compile_seconds = time.perf_counter() - t1
     for shard_log in work.glob("shard*.log"):
         shutil.copy(shard_log, out_dir / f"worker-{shard_log.name}")
-    if not args.keep:
+    if not options.keep:
         shutil.rmtree(work, ignore_errors=True)
 
     from workbench.npu_check.classify import UB_BITS_910B
 
     rows = [_annotate(r, r.get("available_bits") or UB_BITS_910B) for r in rows]
-    shown = rows if not args.quiet else [r for r in rows if r.get("default") and r.get("verdict") != "OK"]
-    if shown:
-        print(format_table(shown))
-    for note in notes:
-        print(f"npu-check: {note['family']}: {'ERROR: ' if note.get('error') else ''}{note['message']}")
-    for problem in problems:
-        print(f"npu-check: ERROR: {problem}")
-    errors = [r for r in rows if r.get("verdict") == "compile error"]
-    for r in errors:
-        print(f"npu-check: compile error in {r['family']} / {r['case']}: {r.get('message', '')}")
-
-    failed_defaults = [r for r in rows if r.get("default") and r.get("verdict") != "OK"]
-    failed_notes = [n for n in notes if n.get("error")]
     counts = {v: sum(1 for r in rows if r.get("verdict") == v) for v in ("OK", "UB overflow", "compile error")}
     disagree = [r for r in rows if r.get("model_agrees") is False]
     summary = {
         "cases": len(rows),
         "defaults": sum(1 for r in rows if r.get("default")),
-        "failed_defaults": len(failed_defaults),
+        "failed_defaults": sum(1 for r in rows if r.get("default") and r.get("verdict") != "OK"),
         **{k.replace(" ", "_").lower(): v for k, v in counts.items()},
         "model_disagreements": len(disagree),
         "compile_seconds": round(compile_seconds, 1),
@@ -357,22 +348,9 @@ def main(argv=None) -> int:
     }
     (out_dir / "npu_check.json").write_text(json.dumps(payload, indent=1, default=str))
     write_csv(rows, out_dir / "npu_check.csv")
-    if args.calibrate:
+    outcome = CheckOutcome(rows, notes, problems, summary, versions)
+    if options.calibrate:
         from workbench.npu_check.calibration import write_calibration
 
-        path = write_calibration(families[0], rows, versions)
-        print(f"npu-check: calibration written to {path}")
-
-    print(
-        f"\nnpu-check: {summary['cases']} cases ({summary['defaults']} default): {counts['OK']} OK, "
-        f"{counts['UB overflow']} UB overflow, {counts['compile error']} compile error; "
-        f"UB model disagrees on {len(disagree)}; compiles {compile_seconds:.0f} s, total {summary['total_seconds']:.0f} s "
-        f"-> {out_dir / 'npu_check.csv'}, {out_dir / 'npu_check.json'}\n"
-        "legend: [D] default configuration (must be OK); verdict* fits only single-buffered; pred = UB model's "
-        "prediction (OVF overflow, ok fits), ! = the compiler disagrees with the model"
-    )
-    if failed_defaults or failed_notes or problems:
-        for r in failed_defaults:
-            print(f"npu-check: FAIL default {r['family']} / {r['case']}: {r.get('verdict')} {r.get('message', '')}")
-        return EXIT_FAILED
-    return EXIT_OK
+        outcome.calibration = write_calibration(families[0], rows, versions)
+    return outcome

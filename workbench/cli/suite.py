@@ -7,22 +7,27 @@ import json
 import time
 from pathlib import Path
 
-from workbench import gate
 from workbench import suites as S
-from workbench.cli import Parser, _split, check_budget, check_output_path, format_row
+from workbench.cli.args import Parser, check_budget, check_output_path, split_list
+from workbench.cli.tables import format_row
 from workbench.device import get_device
 from workbench.phases import process_age_s
+from workbench.reports import gate
+from workbench.reports.suite import suite_environment
 from workbench.store import Store
 
 
-def suite_main(argv) -> int:
+def main(argv) -> int:
     """Run a suite's targets (module docstring)."""
     parser = Parser(
         prog="workbench bench --suite",
-        description="Run a benchmark suite (targets with thresholds) and write its report.",
+        description="Run a benchmark suite: every target (a family, mode and sizes; ours against every "
+        "installed peer, with a threshold) measured side by side, then the ratio table with a verdict per "
+        "cell, and the files and report.html in --out.",
+        epilog=EXAMPLES,
     )
     parser.add_argument("--suite", required=True, help=f"one of {', '.join(S.SUITES)}")
-    parser.add_argument("--device", default="auto")
+    parser.add_argument("--device", default="auto", help="auto (cuda, then npu, then cpu), cuda, npu or cpu")
     parser.add_argument("--out", default=None, help="output folder (default reports/<suite>/)")
     parser.add_argument(
         "--rep-ms", type=float, default=None, help="timing budget per measurement (default: the suite's)"
@@ -49,7 +54,7 @@ def suite_main(argv) -> int:
     args = parser.parse_args(argv)
     check_budget(args.rep_ms)
     suite = S.get_suite(args.suite)
-    only = _split(args.only)
+    only = split_list(args.only)
     for name in only:
         suite.target(name)
     pct = gate.check_pct(args.fail_on_regression, args.baseline is not None)
@@ -127,6 +132,14 @@ def suite_main(argv) -> int:
     return status
 
 
+EXAMPLES = """examples:
+  workbench bench --suite smoke --device cpu --out /tmp/smoke        # the suite path at tiny sizes (CI)
+  workbench bench --suite h100 --out reports/h100                    # every H100 target, peers beside ours
+  workbench bench --suite h100 --only rms_norm_forward,fused_full    # some targets
+  workbench bench --suite h100 --out reports/h100 --resume           # a long suite in parts
+  workbench bench --suite h100 --baseline reports/h100 --fail-on-regression 5   # the CI gate"""
+
+
 def _shown(path) -> str | None:
     """A folder as the report names it: relative to here when it is under here, else its name."""
     if path is None:
@@ -141,39 +154,20 @@ def _shown(path) -> str | None:
 def _write_html(out, show_code: bool = False) -> int:
     """report.html from the files just written; a missing papermill / nbconvert skips it (0),
     a report that fails to render is an error (1)."""
-    from workbench import report
+    from workbench.reports.notebooks import html_unavailable_reason
+    from workbench.reports.suite import render_suite_report
 
-    reason = report.html_unavailable_reason()
+    reason = html_unavailable_reason()
     if reason:
         print(f"\nreport.html: skipped ({reason}); the tables and CSV / JSON files are written")
         return 0
     try:
-        path = report.render_suite_report(out, show_code=show_code)
+        path = render_suite_report(out, show_code=show_code)
     except Exception as exc:  # noqa: BLE001 - the measurements are on disk already; say what broke
         print(f"\nreport.html: FAILED ({type(exc).__name__}: {str(exc)[:2000]})")
         return 1
     print(f"\nreport.html: {path}")
     return 0
-
-
-def suite_environment(device, suite, argv) -> dict:
-    """The report's environment block (``workbench.report.environment``)
-    plus the suite, the command, installed peer versions and the device's copy bandwidth."""
-    from workbench.report import environment
-
-    env = environment(device)
-    env["suite"] = suite.name
-    from workbench.reader import scrub_command
-
-    env["command"] = "workbench bench " + scrub_command(argv)
-    for dist, version in S.peer_versions().items():
-        env[dist] = version
-    try:
-        bw = device.copy_bandwidth_gbps()
-    except Exception as exc:  # noqa: BLE001
-        bw = f"not measured ({exc})"
-    env["copy_bw_gbps"] = round(bw, 1) if isinstance(bw, float) else (bw if bw is not None else "n/a (CPU)")
-    return env
 
 
 def _us(v) -> str:

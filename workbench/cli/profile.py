@@ -15,20 +15,45 @@ Bad input, no ncu, the profiler not allowed (ERR_NVGPUCTRPERM), a child that out
 
 from __future__ import annotations
 
-from workbench.cli import Parser, UsageError, check_budget
-from workbench.sweep.cli import checked_dtypes, checked_param, param_axes, problem_axes
+from workbench.cli.args import (
+    Parser,
+    UsageError,
+    check_budget,
+    checked_dtypes,
+    checked_param,
+    family,
+    param_axes,
+    problem_axes,
+)
+
+DESCRIPTION = """Nsight Compute counters for one configuration's kernels: per kernel, DRAM throughput
+(% of peak), L2 hit rate, achieved and theoretical occupancy, SM throughput and the top warp-stall
+reasons. Then, unless --no-record, the configuration is measured as workbench bench measures it
+and its record is stored with the counters beside its compile facts. No ncu, the profiler not
+allowed (ERR_NVGPUCTRPERM) or a child past --timeout-s: one line, exit 2; a wrong result: exit 1."""
+
+EXAMPLES = """examples:
+  workbench profile rms_norm --variant gpu_row --problem hidden=4096 --device cuda
+  workbench profile rms_norm --variant gpu_multirow --problem rows=4096,hidden=16384 \\
+      --param BLOCK_SIZE=16384 --param num_warps=16 --no-record"""
 
 
 def build_parser() -> Parser:
-    p = Parser(prog="workbench profile", description=__doc__.split("\n\n")[0])
-    p.add_argument("family")
-    p.add_argument("--variant", default=None, help="default: the family's first GPU variant")
+    p = Parser(
+        prog="workbench profile",
+        description=DESCRIPTION,
+        epilog=EXAMPLES,
+    )
+    p.add_argument("family", help="the kernel family (workbench list shows them)")
+    p.add_argument(
+        "--variant", default=None, help="one of our gpu / npu variants (default: the family's first GPU variant)"
+    )
     p.add_argument("--param", action="append", default=[], help="tile NAME=VALUE (repeatable)")
     p.add_argument("--problem", action="append", default=[], help="problem knobs k=v,… (one value each)")
     p.add_argument("--device", default="cuda", help="cuda (Nsight Compute profiles CUDA kernels only)")
-    p.add_argument("--dtype", default=None)
-    p.add_argument("--mode", default="forward")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", default=None, help="one dtype (default: bf16 where the family has it)")
+    p.add_argument("--mode", default="forward", help="one of the variant's modes")
+    p.add_argument("--seed", type=int, default=0, help="seed of the configuration's random inputs")
     p.add_argument("--quick", action="store_true", help="the family's small problem sizes")
     p.add_argument("--ncu", default=None, help="the ncu executable (default: PATH, then the usual install places)")
     p.add_argument("--timeout-s", type=float, default=180.0, help="time limit for ncu and its child")
@@ -79,19 +104,17 @@ def _one(values: list, option: str, name: str):
     return values[0]
 
 
-def profile_main(argv) -> int:
-    import kernels
+def main(argv) -> int:
     from workbench import ncu
 
     args = build_parser().parse_args(argv)
-    if args.family not in kernels.families():
-        raise UsageError(f"unknown kernel family {args.family!r}; families: {', '.join(kernels.families())}")
+    family(args.family)
     if args.device.split(":")[0] != "cuda":
         raise UsageError(f"--device {args.device}: Nsight Compute profiles CUDA kernels only; use --device cuda")
     if not args.timeout_s > 0:
         raise UsageError(f"--timeout-s {args.timeout_s:g}: give a positive number of seconds")
     check_budget(args.rep_ms)
-    spec = kernels.get(args.family)
+    spec = family(args.family)
     config = configuration(spec, args)
     exe = ncu.require_ncu(args.ncu)
     tiles = ", ".join(f"{k}={v}" for k, v in {**config["problem"], **config["params"]}.items())

@@ -23,29 +23,51 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from workbench.cli import Parser, UsageError, _split, check_output_path
-from workbench.sweep.cli import add_executor_options, executor_of
+from workbench.cli.args import (
+    Parser,
+    UsageError,
+    add_executor_options,
+    check_output_path,
+    executor_of,
+    family,
+    positive,
+    split_list,
+)
+
+DESCRIPTION = """Search a family's tiles per size on a device and write the tuned table. It measures the
+family's tune grid (its variant, tile values and sizes) with the sweep engine, picks one
+configuration per size and writes the candidate table to OUT/tuned/<device>.json, the records to
+OUT/records.sqlite, .csv and .json, and the tune report to OUT/report.html and summary.md.
+Without --write it prints the difference from the installed table (kernels/FAMILY/tuned/); with
+it, it installs the candidate there, keeping the installed table's other sizes. A configuration
+with a wrong result: exit 1, and nothing is installed."""
+
+EXAMPLES = """examples:
+  workbench tune rms_norm --device cpu                                  # the path at the interpreter's sizes
+  workbench tune rms_norm --device cuda                                 # the full grid, diff against the table
+  workbench tune block_sparse --sizes 1,16,64 --strategy bayes --trials 40 --executor ray
+  workbench tune rms_norm --write                                       # install kernels/rms_norm/tuned/<gpu>.json"""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="workbench tune", description=__doc__.split("\n\n")[0])
-    p.add_argument("family")
-    p.add_argument("--device", default="cuda", help="cuda | npu | cpu (the interpreter, quick sizes)")
+    p = Parser(prog="workbench tune", description=DESCRIPTION, epilog=EXAMPLES)
+    p.add_argument("family", help="the kernel family (workbench list shows them)")
+    p.add_argument("--device", default="cuda", help="cuda, npu, or cpu (the interpreter at quick sizes)")
     add_executor_options(p, isolate=False)
     p.add_argument("--sizes", default=None, help="comma list of the tune knob's values (default: the family's)")
-    p.add_argument("--strategy", default="grid", help="grid | random | bayes (Optuna TPE)")
-    p.add_argument("--seed", type=int, default=0, help="the random and bayes strategies' seed")
+    p.add_argument("--strategy", default="grid", help="grid (every configuration), random, or bayes (Optuna's TPE)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random and bayes strategies")
     p.add_argument("--trials", type=int, default=None, help="random / bayes: configurations per size")
     p.add_argument("--budget-s", type=float, default=None, help="stop asking for configurations after N s")
-    p.add_argument("--rep-ms", type=float, default=None, help="timing budget per configuration")
-    p.add_argument("--out", default=None, help="folder (default results/tune/FAMILY-DEVICE)")
+    p.add_argument(
+        "--rep-ms",
+        type=float,
+        default=None,
+        help="timing budget per configuration, ms (default: 5 on cpu, 100 on a device)",
+    )
+    p.add_argument("--out", default=None, help="folder (default: results/tune/FAMILY-DEVICE)")
     p.add_argument("--write", action="store_true", help="install the table into kernels/FAMILY/tuned/")
     return p
-
-
-def _positive(value, option: str):
-    if value is not None and not value > 0:
-        raise UsageError(f"{option} {value:g}: must be a positive number")
 
 
 def _sizes(space, text: str | None) -> tuple:
@@ -53,7 +75,7 @@ def _sizes(space, text: str | None) -> tuple:
         return space.sizes
     knob = space.spec.knob(space.tuning.knob)
     try:
-        values = tuple(knob.validate(knob.parse(v)) for v in _split(text))
+        values = tuple(knob.validate(knob.parse(v)) for v in split_list(text))
     except ValueError as exc:
         raise UsageError(f"--sizes: {exc}") from None
     if not values:
@@ -76,24 +98,24 @@ def _host_device(kind: str, executor: str, address: str | None):
         raise
 
 
-def tune_main(argv) -> int:
+def main(argv) -> int:
     import dataclasses
 
     import kernels
     from kernels import tuned_tables
     from workbench.measure import versions
     from workbench.provenance import code_version
-    from workbench.reader import scrub_command
+    from workbench.reports import tune as report
+    from workbench.reports.reader import scrub_command
     from workbench.store import Store, write_csv, write_json
     from workbench.sweep.engine import STORE_NAME, TerminalBar
-    from workbench.tune import report, table
+    from workbench.tune import table
     from workbench.tune.run import TuneOptions, run_tune
     from workbench.tune.search import STRATEGIES, import_optuna
     from workbench.tune.space import Space
 
     args = build_parser().parse_args(argv)
-    if args.family not in kernels.families():
-        raise UsageError(f"unknown kernel family {args.family!r}; families: {', '.join(kernels.families())}")
+    family(args.family)
     if args.device not in ("cuda", "npu", "cpu"):
         raise UsageError(f"--device {args.device}: use cuda, npu or cpu")
     if args.strategy not in STRATEGIES:
@@ -101,7 +123,7 @@ def tune_main(argv) -> int:
     if args.strategy == "bayes":
         import_optuna()
     for value, option in ((args.budget_s, "--budget-s"), (args.rep_ms, "--rep-ms")):
-        _positive(value, option)
+        positive(value, option)
     if args.trials is not None and args.trials < 1:
         raise UsageError(f"--trials {args.trials}: must be at least 1")
     space = Space.of(kernels.get(args.family), quick=args.device == "cpu")

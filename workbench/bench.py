@@ -1,0 +1,68 @@
+"""A family measured over the product of its sizes, dtypes, modes and variants (``workbench bench``).
+
+:func:`run_bench` measures every configuration a :class:`BenchPlan` names, one after another in
+this process (:func:`workbench.measure.measure`), appends each record to the store as it is
+made and hands it to ``on_record`` (the command line prints a line per record). A configuration
+that cannot run is a record with its error, never an exception.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+
+@dataclass
+class BenchPlan:
+    """What to measure: problem knob values to cross (``axes``), dtypes, modes, variants and the
+    tile overrides each variant having that tile takes."""
+
+    spec: Any  # kernels.spec.KernelSpec
+    device: Any  # workbench.device.Device
+    dtypes: list[str]
+    modes: list[str]
+    variants: list[str]
+    axes: dict[str, list] = field(default_factory=dict)
+    overrides: dict[str, Any] = field(default_factory=dict)
+    quick: bool = False
+    rep_ms: float = 100.0
+
+    def configurations(self):
+        """(dtype, mode, problem, variant name, params) in the order they are measured."""
+        names = list(self.axes)
+        for dtype, mode in itertools.product(self.dtypes, self.modes):
+            for values in itertools.product(*[self.axes[n] for n in names]) if names else [()]:
+                problem = dict(zip(names, values))
+                for vname in self.variants:
+                    var = self.spec.variant(vname)
+                    params = {k: v for k, v in self.overrides.items() if any(p.name == k for p in var.params)}
+                    yield dtype, mode, problem, vname, params
+
+    def count(self) -> int:
+        return sum(1 for _ in self.configurations())
+
+
+def run_bench(plan: BenchPlan, store, on_record: Callable | None = None) -> list:
+    """Measure every configuration of ``plan`` (module docstring); returns the records in order."""
+    from workbench.measure import measure
+
+    records = []
+    for dtype, mode, problem, vname, params in plan.configurations():
+        rec = measure(
+            plan.spec,
+            plan.spec.variant(vname),
+            device=plan.device,
+            dtype=dtype,
+            mode=mode,
+            problem=problem,
+            params=params,
+            quick=plan.quick,
+            rep_ms=plan.rep_ms,
+            store=store,
+            on_error="record",
+        )
+        records.append(rec)
+        if on_record is not None:
+            on_record(rec)
+    return records

@@ -1,0 +1,26 @@
+"""``workbench list``: the kernel families, their variants and problem knobs."""
+
+from __future__ import annotations
+
+from workbench.cli.args import Parser
+
+
+def main(argv) -> int:
+    import kernels
+
+    Parser(
+        prog="workbench list",
+        description="List every registered kernel family: its title, variants and problem knobs.",
+        epilog="example:\n  workbench list",
+    ).parse_args(argv)
+    status = 0
+    for name in kernels.families():
+        try:
+            spec = kernels.get(name)
+        except Exception as exc:  # a broken family must not hide the others
+            print(f"{name:22s} (cannot load: {type(exc).__name__}: {exc})")
+            status = 1
+            continue
+        print(f"{name:22s} {spec.title}: {', '.join(v.name for v in spec.variants)}")
+        print(f"{'':22s} knobs: {', '.join(k.name for k in spec.knobs)}; modes: {', '.join(spec.modes)}")
+    return status

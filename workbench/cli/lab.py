@@ -1,0 +1,57 @@
+"""``workbench lab``: JupyterLab on the notebooks, with the workbench's kernel and save hook."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from workbench.cli.args import Parser
+
+
+def main(argv) -> int:
+    """Open JupyterLab on notebooks/ (kernels run this interpreter; records go to results/; a save
+    that changed only a notebook's outputs leaves ``git status`` clean)."""
+    from workbench.reports.notebooks import default_notebooks_dir, kernel_env
+
+    parser = Parser(
+        prog="workbench lab",
+        description="Open JupyterLab on notebooks/: kernels run this Python, records go to results/, and a save "
+        "that changed only a notebook's outputs leaves git status clean. Other options go to JupyterLab.",
+        epilog="examples:\n  workbench lab\n  workbench lab --port 8890 --no-browser\n  workbench lab --dry-run",
+    )
+    parser.add_argument("--notebooks", default=None, help="notebooks folder (default: ./notebooks)")
+    parser.add_argument("--port", type=int, default=None, help="the port JupyterLab listens on (default: its own)")
+    parser.add_argument("--no-browser", action="store_true", help="do not open a browser")
+    parser.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
+    args, extra = parser.parse_known_args(argv)
+    nb_dir = Path(args.notebooks).resolve() if args.notebooks else default_notebooks_dir().resolve()
+    from workbench.notebook_git import HOOK
+
+    # the post-save hook keeps `git status` clean when a save changed only outputs (workbench/notebook_git.py)
+    cmd = [sys.executable, "-m", "jupyterlab", f"--notebook-dir={nb_dir}", f"--ContentsManager.post_save_hook={HOOK}"]
+    if args.port:
+        cmd.append(f"--port={args.port}")
+    if args.no_browser:
+        cmd.append("--no-browser")
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")
+    cmd += extra
+    store = os.environ.get("WORKBENCH_STORE") or str(nb_dir.parent / "results" / "workbench.sqlite")
+    if args.dry_run:
+        print(" ".join(cmd))
+        print(f"WORKBENCH_STORE={store}")
+        return 0
+    if shutil.which("jupyter") is None and not _has_module("jupyterlab"):
+        print("workbench lab: jupyterlab is not installed (pip install jupyterlab)", file=sys.stderr)
+        return 2
+    with kernel_env(store, root=nb_dir.parent):
+        return subprocess.call(cmd)
+
+
+def _has_module(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None

@@ -1,0 +1,132 @@
+"""``workbench report``: run the notebooks headless into a report, re-render a suite run's report
+from its files, or gate a run's records (the CI gate)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from workbench.cli.args import Parser, check_output_path
+from workbench.reports.reader import scrub_paths
+
+DESCRIPTION = """Run every notebook in notebooks/ headless (papermill) and write an HTML report that opens
+offline: index.html (a headline, a ratio chart, a row per notebook), a page per notebook, the
+executed notebooks, each family's records and summary.md. Given a run's folder instead, re-render
+a suite run's report.html from its files, or with --check gate its records: exit 1 on a wrong
+result, and with --baseline on a regression beyond the noise."""
+
+EXAMPLES = """examples:
+  workbench report --device cpu --quick --out reports/latest      # every notebook on the CPU, small sizes
+  workbench report --device cuda --out reports/gpu                 # a GPU report at full sizes
+  workbench report --only rms_norm --show-code                     # one notebook, code kept in the page
+  workbench report reports/h100                                    # re-render a suite run's report.html
+  workbench report reports/h100 --check                            # the CI gate: exit 1 on a wrong result
+  workbench report out --check --baseline reports/h100 --fail-on-regression 5"""
+
+
+def main(argv) -> int:
+    """``workbench report``: run the notebooks into a report (``--out``), or, given a run's folder,
+    re-render its report from its files (``workbench report DIR``) or gate it (``--check``)."""
+    from workbench.reports import gate
+    from workbench.reports.notebook_report import build_report
+    from workbench.reports.notebooks import html_unavailable_reason
+    from workbench.reports.suite import render_suite_report
+
+    parser = Parser(prog="workbench report", description=DESCRIPTION, epilog=EXAMPLES)
+    parser.add_argument(
+        "dir",
+        nargs="?",
+        default=None,
+        help="a run's folder (a suite run, or notebook records): re-render its report, or with --check gate it",
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 on a wrong result (and, with --baseline, a regression)"
+    )
+    parser.add_argument("--baseline", default=None, help="an earlier run's folder to compare each cell of ours with")
+    parser.add_argument(
+        "--fail-on-regression",
+        type=float,
+        default=None,
+        metavar="PCT",
+        help="fail when a cell is slower than --baseline by more than PCT percent beyond the noise interval",
+    )
+    parser.add_argument("--show-code", action="store_true", help="keep the notebooks' code in the HTML pages")
+    parser.add_argument("--device", default="auto", help="auto, cuda, npu or cpu (passed to every notebook)")
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes everywhere (without it: small on the CPU, full on a device)"
+    )
+    parser.add_argument("--out", default=None, help="folder of a notebook run (default: reports/latest)")
+    parser.add_argument("--dtype", default=None, help="override every notebook's dtype parameter, e.g. fp16")
+    parser.add_argument("--notebooks", default=None, help="notebooks folder (default: ./notebooks)")
+    parser.add_argument("--only", default="", help="comma list of notebook names, e.g. rms_norm,index (default: all)")
+    parser.add_argument("--timeout", type=int, default=1200, help="seconds a cell may run")
+    parser.add_argument("--jobs", type=int, default=1, help="notebooks run at once (default 1: timings undisturbed)")
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        raise ValueError(f"--jobs {args.jobs}: give 1 or more notebooks at once")
+    if args.timeout < 1:
+        raise ValueError(f"--timeout {args.timeout}: give a number of seconds of 1 or more")
+    pct = gate.check_pct(args.fail_on_regression, args.baseline is not None)
+    baseline = gate.load_records(args.baseline, "--baseline") if args.baseline else None
+    if args.dir is not None:
+        if args.out is not None:
+            raise ValueError(
+                "give either a run's folder DIR (re-render or --check it) or --out DIR (run the notebooks), not both"
+            )
+        folder = Path(args.dir)
+        records = gate.load_records(folder, "workbench report")
+        if args.check or baseline is not None:
+            result = _gate(folder, records, baseline, pct, args.baseline)
+            if args.check:
+                return 0 if result.ok else 1
+        if not (folder / "suite.json").exists():
+            raise ValueError(
+                f"{folder} is not a suite run (no suite.json): only a suite's report re-renders from its files; "
+                "run the notebooks again with `workbench report --out DIR`, or gate this folder with --check"
+            )
+        reason = html_unavailable_reason()
+        if reason:
+            raise ValueError(f"cannot render report.html: {reason}")
+        path = render_suite_report(folder, show_code=args.show_code)
+        print(f"report: {path} and {path.parent / 'summary.md'}")
+        return 0
+    only = [t.strip() for t in args.only.split(",") if t.strip()] or None
+    from workbench.device import get_device
+
+    get_device(args.device)  # a device that is not here: say so once, before any notebook runs
+    out = Path(args.out or "reports/latest")
+    check_output_path(out, "--out", folder=True)
+    result = build_report(
+        out,
+        device=args.device,
+        quick=args.quick,
+        dtype=args.dtype,
+        notebooks_dir=Path(args.notebooks) if args.notebooks else None,
+        only=only,
+        timeout=args.timeout,
+        jobs=args.jobs,
+        show_code=args.show_code,
+    )
+    status = 0 if result["ok"] else 1
+    if args.check or baseline is not None:
+        verdict = _gate(out, gate.load_records(out, "--out"), baseline, pct, args.baseline)
+        if args.check and not verdict.ok:
+            status = 1
+    return status
+
+
+def _gate(folder: Path, records: list[dict], baseline, pct, baseline_dir):
+    """Check ``folder``'s records (and compare them with ``baseline``); print the verdict."""
+    from workbench.reports import gate
+
+    result = gate.check(
+        records,
+        baseline,
+        pct,
+        failures=gate.load_failures(folder),
+        baseline_name=scrub_paths(str(baseline_dir)) if baseline_dir else None,
+    )
+    if baseline is not None:
+        print(result.table() or "no cell of ours in common with the baseline")
+        gate.write(result, folder)
+    print(result.message())
+    return result
