@@ -115,12 +115,12 @@ def test_a_configuration_writing_into_its_inputs_leaves_the_next_ones_as_made():
 
 
 def test_kept_inputs_beyond_the_limit_are_dropped_oldest_first(monkeypatch):
-    """Past ``MADE_LIMIT_BYTES`` the least recently used values go (the newest always stays);
+    """Past ``kept_inputs.LIMIT_BYTES`` the least recently used values go (the newest always stays);
     one used again counts as recent."""
-    from workbench import measure as measuring
+    from workbench import kept_inputs
 
-    measuring.forget_inputs()
-    monkeypatch.setattr(measuring, "MADE_LIMIT_BYTES", 2 * 400)
+    kept_inputs.forget_inputs()
+    monkeypatch.setattr(kept_inputs, "LIMIT_BYTES", 2 * 400)
     made = []
 
     def make(name, n=100):
@@ -130,15 +130,15 @@ def test_kept_inputs_beyond_the_limit_are_dropped_oldest_first(monkeypatch):
 
         return build
 
-    measuring._made(("a",), make("a"))
-    measuring._made(("b",), make("b"))
-    measuring._made(("a",), make("a"))  # kept: a is now the most recent
-    measuring._made(("c",), make("c"))  # over the limit: b, the oldest, goes
+    kept_inputs.kept(("a",), make("a"))
+    kept_inputs.kept(("b",), make("b"))
+    kept_inputs.kept(("a",), make("a"))  # kept: a is now the most recent
+    kept_inputs.kept(("c",), make("c"))  # over the limit: b, the oldest, goes
     assert made == ["a", "b", "c"]
-    measuring._made(("a",), make("a"))
-    measuring._made(("b",), make("b"))
+    kept_inputs.kept(("a",), make("a"))
+    kept_inputs.kept(("b",), make("b"))
     assert made == ["a", "b", "c", "b"]
-    measuring._made(("huge",), make("huge", 10_000))  # alone over the limit: kept, the rest go
-    measuring._made(("huge",), make("huge", 10_000))
+    kept_inputs.kept(("huge",), make("huge", 10_000))  # alone over the limit: kept, the rest go
+    kept_inputs.kept(("huge",), make("huge", 10_000))
     assert made[-1] == "huge" and made.count("huge") == 1
-    measuring.forget_inputs()
+    kept_inputs.forget_inputs()

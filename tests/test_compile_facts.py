@@ -175,7 +175,7 @@ def test_npu_variant_records_carry_the_unified_buffer_model():
 
 
 def test_unified_buffer_use_reads_alike_in_the_brief_the_warning_and_the_hover():
-    from widgets.why import hover_text
+    from workbench.reports.why import hover_text
 
     facts = {"kernels": [], "ub_bytes": 200 * 1024 + 512, "ub_capacity_bytes": 192 * 1024}
     assert compile_facts.brief(facts) == "UB 200.5 / 192 KB"

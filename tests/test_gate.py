@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from workbench import gate
 from workbench.cli import main
 from workbench.phases import Phases
+from workbench.reports import gate
 from workbench.suites import RatioRow
 from workbench.suites.context import SuiteRun
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from workbench import notebook_git
-from workbench.mathml import markdown_with_mathml
+from workbench.reports.mathml import markdown_with_mathml
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_git = pytest.mark.skipif(shutil.which("git") is None or shutil.which("make") is None, reason="needs git, make")
@@ -139,7 +139,7 @@ def test_a_cpu_session_picks_small_sizes_and_says_so(capsys):
 
 
 def test_a_single_point_sweep_draws_its_value_not_a_range():
-    from widgets import figures as F
+    from workbench.reports import figures as F
 
     rec = {
         "variant": "gpu_row",

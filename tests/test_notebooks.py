@@ -11,7 +11,10 @@ import nbformat
 import pytest
 
 import kernels
-from workbench.report import build_report, execute_notebook, find_notebooks, kernel_env, lab_main, report_main
+from workbench.cli.lab import main as lab_main
+from workbench.cli.report import main as report_main
+from workbench.reports.notebook_report import build_report
+from workbench.reports.notebooks import execute_notebook, find_notebooks, kernel_env
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 # The report's notebooks (suite.ipynb opts out: tests/test_suites.py runs it through the suite command).

@@ -74,7 +74,7 @@ def test_outside_a_checkout_the_version_is_empty(tmp_path):
 
 def test_records_and_the_environment_name_this_process_code_version():
     from workbench.measure import measure
-    from workbench.report import environment
+    from workbench.reports.environment import environment
 
     rec = measure("scalar_ops", "materialized", device="cpu", dtype="fp32", problem={"numel": 8}, rep_ms=1, warmup_ms=0)
     assert rec.commit == provenance.code_version()
@@ -82,7 +82,7 @@ def test_records_and_the_environment_name_this_process_code_version():
 
 
 def test_the_report_headline_says_which_code_it_measured():
-    from widgets.suite_report import code_line
+    from workbench.reports.suite import code_line
 
     clean = {"records": [{"commit": "abc1234"}, {"commit": "abc1234"}]}
     assert code_line(clean) == "Code: commit abc1234, every record."

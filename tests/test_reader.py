@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from widgets import suite_report as R
-from workbench import reader
+from workbench.reports import reader
+from workbench.reports import suite as R
 
 COPY_BW = 3000.0
 
@@ -170,7 +170,7 @@ def test_local_paths_are_scrubbed(tmp_path):
 
 
 def test_the_report_shows_the_baseline_comparison(tmp_path):
-    from workbench import gate
+    from workbench.reports import gate
 
     run = synthetic_run(tmp_path)
     slower = [dict(r, kernel_ms=r["kernel_ms"] * 1.5) for r in run["records"]]

@@ -7,8 +7,8 @@ import pytest
 
 import kernels
 from workbench.measure import measure
+from workbench.reports import sweep as sweep_report
 from workbench.roofline import roofline_figure
-from workbench.sweep import report as sweep_report
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +93,7 @@ def test_rooflines_keep_each_device_to_its_own_roofs():
 
 
 def test_suite_ratio_table_has_the_facts_column():
-    from widgets.suite_report import ours_facts, ratio_table_html
+    from workbench.reports.suite import ours_facts, ratio_table_html
 
     rec = measure("rms_norm", "gpu_row", device="cpu", dtype="fp32", quick=True, rep_ms=2).to_dict()
     run = {"targets": [{"name": "t", "ours": "gpu_row", "records": [0]}], "records": [rec]}

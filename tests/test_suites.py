@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 import kernels
-from workbench import reader
 from workbench import suites as S
 from workbench.cli import main
-from workbench.report import find_notebooks
+from workbench.reports import reader
+from workbench.reports.notebooks import find_notebooks
 from workbench.suites import (
     MET,
     MISSED,
@@ -361,9 +361,9 @@ def test_bench_suite_smoke_end_to_end(tmp_path, capsys):
 
 
 def test_bench_suite_without_html_tools(tmp_path, capsys, monkeypatch):
-    from workbench import report
+    from workbench.reports import notebooks
 
-    monkeypatch.setattr(report, "html_unavailable_reason", lambda: "papermill not installed (pip install papermill)")
+    monkeypatch.setattr(notebooks, "html_unavailable_reason", lambda: "papermill not installed (pip install papermill)")
     out = tmp_path / "o"
     args = ["bench", "--suite", "smoke", "--device", "cpu", "--only", "block_sparse_forward", "--out", str(out)]
     rc = main(args + ["--store", str(tmp_path / "r.sqlite")])
@@ -528,7 +528,7 @@ def test_the_warm_block_sparse_targets_are_kept_apart_from_the_cold_ones():
 
 def test_a_suite_report_names_the_card_that_ran_it_when_it_is_not_the_suites():
     """The h200 suite run on an H100 (a device call for an H200 can get one) says so in its title."""
-    from widgets.suite_report import display_title
+    from workbench.reports.suite import display_title
 
     on_h100 = display_title({"suite": "h200", "device_name": "NVIDIA H100 80GB HBM3"})
     assert on_h100.endswith("— run on an NVIDIA H100 80GB HBM3, not an H200")

@@ -17,9 +17,9 @@ from testkit import HAVE_PTXAS
 import kernels
 from kernels.spec import FAMILY_MODULES
 from workbench.store import Store
-from workbench.sweep.engine import Progress, plan_tasks, run_sweep
+from workbench.sweep.actors import DeviceWorker
+from workbench.sweep.engine import Progress, run_sweep
 from workbench.sweep.executors import IsolateExecutor, LocalExecutor
-from workbench.sweep.ray_executor import DeviceWorker
 from workbench.sweep.tasks import ERROR_CRASH, ERROR_TIMEOUT, make_task
 
 ray = pytest.importorskip("ray", reason="the distributed extra (ray) is not installed")
@@ -124,7 +124,7 @@ def test_ray_with_compile_workers_records_every_configuration_once(ray_executor,
 def own_executor(ray_executor):
     """The module's executor with no actors and no target known yet (one Ray instance of 2 CPUs
     has no room for a second executor's actors); put back as it was afterwards."""
-    from workbench.sweep.ray_executor import kill_actor
+    from workbench.sweep.actors import kill_actor
 
     names = ("compile_workers", "compile_target", "_target", "_target_source", "_target_checked", "_actor_class")
     saved = {name: getattr(ray_executor, name) for name in names}
@@ -190,12 +190,12 @@ def test_the_first_actor_gives_the_target_where_the_driver_cannot_tell_and_corre
 
     from workbench.sweep import compile_ahead
     from workbench.sweep.compile_ahead import TARGET_ENV
-    from workbench.sweep.ray_executor import _CompileAhead
+    from workbench.sweep.compile_ahead_driver import CompileAhead
 
     monkeypatch.delenv(TARGET_ENV, raising=False)
     monkeypatch.setattr(compile_ahead, "visible_device_facts", lambda device: None)
     assert own_executor._known_target("cuda") == (None, "actor")
-    ahead = _CompileAhead(ray, [], None, 60, None, source="actor")
+    ahead = CompileAhead(ray, [], None, 60, None, source="actor")
     own_executor._check_target(ahead, H100_FACTS)
     assert ahead.facts == H100_FACTS and not ahead.retargeted
     assert own_executor._known_target("cuda") == (H100_FACTS, "actor")  # the next run knows it at once
@@ -208,13 +208,13 @@ def test_the_first_actor_gives_the_target_where_the_driver_cannot_tell_and_corre
     own_executor._target = None
     assert own_executor._known_target("cuda") == (None, "actor")
     own_executor._target, own_executor._target_source = h200, "driver"
-    ahead = _CompileAhead(ray, [], h200, 60, None, source="driver")
+    ahead = CompileAhead(ray, [], h200, 60, None, source="driver")
     own_executor._check_target(ahead, H100_FACTS)
     assert ahead.facts == H100_FACTS and ahead.retargeted
     assert own_executor._known_target("cuda") == (H100_FACTS, "actor")
 
     own_executor.compile_target, own_executor._target_checked = h200, False
-    ahead = _CompileAhead(ray, [], h200, 60, None)
+    ahead = CompileAhead(ray, [], h200, 60, None)
     own_executor._check_target(ahead, H100_FACTS)
     assert ahead.facts == h200 and own_executor._known_target("cuda") == (h200, "given")
 
@@ -347,15 +347,24 @@ def test_isolate_executor_records_crashes_and_timeouts(fault_family, tmp_path):
     assert errors[3].startswith(ERROR_TIMEOUT)
 
 
-def test_plan_tasks_dedupes_and_keys_match_the_session():
+def test_a_planned_sweep_measures_each_configuration_once_and_knows_its_cache():
+    """A request with a repeated value plans one task per configuration; points a cache holds
+    are found, not measured; every point's key is the session's key for that configuration."""
     from kernels.spec import get
-    from workbench.sweep.plan import line_plan
+    from workbench.sweep.config import config_key, resolve_config
+    from workbench.sweep.plan import Measuring, SweepRequest, plan_sweep
 
     spec = get("rms_norm")
     var = spec.variant("gpu_row")
-    plan, _ = line_plan(spec, [var], "BLOCK_SIZE", [128, 128, 256], {"rows": 4, "hidden": 64})
-    tasks = plan_tasks(spec, plan, device="cpu", dtype="fp32", mode="forward", axis="BLOCK_SIZE", quick=True)
-    assert len(tasks) == 2 and tasks[0].params["BLOCK_SIZE"] == 128
+    measuring = Measuring(spec, "cpu", "fp32", spec.resolve_problem({"rows": 4, "hidden": 64}, quick=True))
+    request = SweepRequest("BLOCK_SIZE", [128, 128, 256], variants=["gpu_row"])
+    plan = plan_sweep(request, [var], measuring)
+    assert len(plan.items) == 3 and len(plan.tasks) == 2 and plan.tasks[0].params["BLOCK_SIZE"] == 128
+    assert plan.slots[plan.tasks[0].key] == [0, 1]
+    prob, prm, _ = resolve_config(spec, var, measuring.problem, {"BLOCK_SIZE": 256}, False)
+    assert plan.keys[2] == config_key("gpu_row", "cpu", "fp32", "forward", prob, prm)
+    cached = plan_sweep(request, [var], measuring, known={plan.keys[2]: "a record"}.get)
+    assert cached.found == {2: "a record"} and len(cached.tasks) == 1
 
 
 # --- the command line --------------------------------------------------------------------
@@ -432,7 +441,7 @@ def test_cli_without_ray_says_how_to_install(monkeypatch, tmp_path, capsys):
 
 
 def test_report_groups_by_device_and_stands_alone(tmp_path):
-    from workbench.sweep.report import best_by_device, write_report
+    from workbench.reports.sweep import best_by_device, write_report
 
     base = dict(kernel="k", mode="forward", dtype="bf16", problem={"n": 1}, passed=True, error=None)
     recs = [

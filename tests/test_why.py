@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from widgets import Explorer, Session, why
-from widgets import figures as F
+from widgets import Explorer, Session
 from workbench.measure import measure
+from workbench.reports import figures as F
+from workbench.reports import why
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ncu"
 

@@ -12,7 +12,7 @@ from kernels.spec import KernelSpec, Knob, Param, Variant
 from widgets import Explorer, Session
 from widgets.core import ResultCache
 from workbench.store import Store
-from workbench.sweep.plan import config_key
+from workbench.sweep.config import config_key
 
 
 # --- a toy family: nothing in widgets/ may need to know it ----------------------------------

@@ -20,7 +20,7 @@ copy bandwidth, peak memory, UB estimate where the spec has one), a speed figure
 p20-p80 band along the chosen x axis for the current variant with peers overlaid and the
 copy-bandwidth bound), a memory figure (peak MB per variant beside the bytes the problem must
 move), and a correctness table (every output and gradient). Beside the speed figure, the why
-panel (:mod:`widgets.why`): the configuration's compile facts per kernel (registers, spills,
+panel (:mod:`workbench.reports.why`): the configuration's compile facts per kernel (registers, spills,
 shared memory, occupancy and its limit; UB bytes for NPU kernels; "unavailable" in the
 interpreter) with a warning line for spills or an occupancy limit, and, where ncu is installed
 and the device is CUDA, a "Profile this configuration" button that runs Nsight Compute in a
@@ -62,13 +62,14 @@ import plotly.graph_objects as go
 
 from kernels.runtime import kinds_present
 from kernels.spec import KernelSpec
-from widgets import figures as F
-from widgets import why
 from widgets.controls import Worker, knob_widget, param_widget, parse_values
-from widgets.core import short_reason
 from widgets.session import Session
 from workbench import ncu
-from workbench.sweep.plan import axis_kind, default_values, with_axis
+from workbench.reports import checks, why
+from workbench.reports import figures as F
+from workbench.reports.text import short_reason
+from workbench.sweep.config import with_axis
+from workbench.sweep.plan import SweepRequest, axis_kind, default_values
 
 __all__ = ["Explorer"]
 
@@ -557,7 +558,7 @@ class Explorer:
         peers = self._peer_records(sess, cfg)
         # the caption names the configuration that ran, so the table is never read as another's
         ran = f"{rec.variant} {F.mapping_str(rec.params)}".strip()
-        self.w_checks.value = f"<b>correctness</b> of {html.escape(ran)}" + F.checks_html([rec] + peers)
+        self.w_checks.value = f"<b>correctness</b> of {html.escape(ran)}" + checks.checks_html([rec] + peers)
         axis = self.w_xaxis.value or self.spec.axis
         # the title names the tiles the figure is drawn at (all but the axis)
         tiles = F.mapping_str({k: v for k, v in cfg["params"].items() if k != axis})
@@ -590,7 +591,7 @@ class Explorer:
             self.w_status.value = _status_html(f"{rec.variant}: this configuration cannot run (see below)")
         else:
             self.w_error.value = ""
-            text = F.status_text(
+            text = checks.status_text(
                 rec, cached=bool(self.last_cached), ub_bytes=self._ub(rec), elapsed_s=self.last_latency_s
             )
             self.w_status.value = _status_html(text, failed=rec.passed is False)
@@ -760,22 +761,27 @@ class Explorer:
                 base_params = {cfg["variant"]: cfg["params"]}
                 metric = self.w_metric.value if self.w_metric.value != "ms" else "gbps"
                 if y_axis:
-                    var, rows, xs, ys = sess._grid_rows(
+                    request = SweepRequest(
                         x_axis,
                         x_values,
                         y_axis,
                         y_values,
-                        cfg["variant"],
-                        cfg["mode"],
-                        {k: v for k, v in cfg["problem"].items() if k not in (x_axis, y_axis)},
-                        base_params,
-                        cfg["dtype"],
-                        progress,
-                        self._sweep_cancel,
-                        self.executor,
-                        self.executor_options,
-                        lambda rows: self.partial_heatmap(rows, x_axis, x_values, y_axis, y_values, metric),
+                        variants=cfg["variant"],
+                        mode=cfg["mode"],
+                        problem={k: v for k, v in cfg["problem"].items() if k not in (x_axis, y_axis)},
+                        params=base_params,
+                        dtype=cfg["dtype"],
+                        executor=self.executor,
+                        executor_options=self.executor_options,
                     )
+                    swept = sess.run_sweep(
+                        request,
+                        progress=progress,
+                        cancel=self._sweep_cancel,
+                        on_rows=lambda rows: self.partial_heatmap(rows, x_axis, x_values, y_axis, y_values, metric),
+                    )
+                    rows, var = swept.rows, swept.plan.variants[0]
+                    xs, ys = swept.plan.x_values, swept.plan.y_values
                     fig, best = F.heatmap_figure(
                         rows, x_axis, xs, y_axis, ys, metric, title=f"{var.name}: {y_axis} x {x_axis}"
                     )
@@ -795,7 +801,7 @@ class Explorer:
                         if self.best
                         else "no passing cell"
                     )
-                    failures = F.failures_table(rows, [x_axis, y_axis])
+                    failures = checks.failures_table(rows, [x_axis, y_axis])
                 else:
                     names = [cfg["variant"]]
                     if self.w_peers.value and axis_kind(self.spec, x_axis, [var0]) == "knob":
@@ -804,24 +810,23 @@ class Explorer:
                             for n in sess.runnable(cfg["mode"])
                             if n != cfg["variant"] and self.spec.variant(n).is_peer
                         ]
-                    rows, _ = sess._line_rows(
+                    request = SweepRequest(
                         x_axis,
                         x_values,
-                        names,
-                        cfg["mode"],
-                        {k: v for k, v in cfg["problem"].items() if k != x_axis},
-                        base_params,
-                        cfg["dtype"],
-                        progress,
-                        self._sweep_cancel,
-                        self.executor,
-                        self.executor_options,
+                        variants=names,
+                        mode=cfg["mode"],
+                        problem={k: v for k, v in cfg["problem"].items() if k != x_axis},
+                        params=base_params,
+                        dtype=cfg["dtype"],
+                        executor=self.executor,
+                        executor_options=self.executor_options,
                     )
+                    rows = sess.run_sweep(request, progress=progress, cancel=self._sweep_cancel).rows
                     with self._hold():
                         if x_axis in self.w_xaxis.options:
                             self.w_xaxis.value = x_axis
                     self._render_current()
-                    failures = F.failures_table(rows, [x_axis])
+                    failures = checks.failures_table(rows, [x_axis])
                 from workbench.store import records_frame
 
                 self.sweep_frame = records_frame(rows)

@@ -61,25 +61,20 @@ from __future__ import annotations
 import os
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from kernels.spec import KernelSpec, Variant, dtype_name, get
-from widgets import figures as F
-from widgets.core import ResultCache, short_reason
+from widgets.core import ResultCache
 from workbench.device import Device, get_device
 from workbench.measure import Record, measure, measure_many
+from workbench.reports import checks
+from workbench.reports import figures as F
+from workbench.reports.text import short_reason
 from workbench.store import DEFAULT_PATH, Store, records_frame, write_csv, write_json
-from workbench.sweep.plan import (
-    PlanItem,
-    config_key,
-    grid_plan,
-    has_axis,
-    line_plan,
-    resolve_config,
-    split_params,
-    with_axis,
-)
+from workbench.sweep.config import config_key, resolve_config, with_axis
+from workbench.sweep.plan import Measuring, SweepPlan, SweepRequest, has_axis, plan_sweep, split_params
 
 __all__ = ["Session", "quick_for", "default_results_dir"]
 
@@ -335,48 +330,33 @@ class Session:
         goes through the one sweep engine (:mod:`workbench.sweep.engine`): this process writes
         the store; a configuration that crashes or hangs its worker is an error record.
         """
-        values = list(values) if values is not None else None
-        rows, values = self._line_rows(
-            axis, values, variants, mode, problem, params, dtype, progress, cancel, executor, executor_options
+        request = SweepRequest(
+            axis,
+            None if values is None else list(values),
+            variants=variants,
+            mode=mode,
+            problem=problem,
+            params=params,
+            dtype=dtype,
+            executor=executor,
+            executor_options=executor_options,
         )
+        swept = self.run_sweep(request, progress=progress, cancel=cancel)
+        rows = swept.rows
         fig = F.speed_figure(
             rows,
             axis,
             metric,
             order=[v.name for v in self.spec.variants],
-            x_order=values,
+            x_order=swept.plan.x_values,
             title=title or self._title(f"speed vs {axis}", mode, dtype, problem, exclude=(axis,)),
         )
         if show:
             self._show(fig)
-        failures = F.failures_table(rows, [axis])
+        failures = checks.failures_table(rows, [axis])
         if show and failures:
             self._show_failures(failures)
         return records_frame(rows)
-
-    def _line_rows(
-        self,
-        axis,
-        values,
-        variants,
-        mode,
-        problem,
-        params,
-        dtype,
-        progress=None,
-        cancel=None,
-        executor="local",
-        executor_options=None,
-        on_rows=None,
-    ):
-        """Measure a 1-D sweep; returns (records with the swept x, the values)."""
-        self._check_mode(mode)
-        chosen = self._variants(variants, mode)
-        plan, values = line_plan(self.spec, chosen, axis, values, problem, params)
-        rows = self._run_plan(
-            plan, axis, mode, dtype, progress, cancel, f"sweep {axis}", executor, executor_options, on_rows
-        )
-        return rows, values
 
     def sweep2d(
         self,
@@ -407,25 +387,25 @@ class Session:
         grid's records (row-major over y then x) with ``df.attrs["best"]``. ``executor``: as for
         :meth:`sweep`; with an Explorer shown, its heatmap fills in as the results arrive.
         """
+        request = SweepRequest(
+            x_axis,
+            list(x_values),
+            y_axis,
+            list(y_values),
+            variants=variant,
+            mode=mode,
+            problem=problem,
+            params=params,
+            dtype=dtype,
+            executor=executor,
+            executor_options=executor_options,
+        )
         on_rows = None
         if self._explorer is not None and hasattr(self._explorer, "partial_heatmap"):
             on_rows = lambda rows: self._explorer.partial_heatmap(rows, x_axis, x_values, y_axis, y_values, metric)
-        var, rows, x_values, y_values = self._grid_rows(
-            x_axis,
-            x_values,
-            y_axis,
-            y_values,
-            variant,
-            mode,
-            problem,
-            params,
-            dtype,
-            progress,
-            cancel,
-            executor,
-            executor_options,
-            on_rows,
-        )
+        swept = self.run_sweep(request, progress=progress, cancel=cancel, on_rows=on_rows)
+        rows, var = swept.rows, swept.plan.variants[0]
+        x_values, y_values = swept.plan.x_values, swept.plan.y_values
         fig, best = F.heatmap_figure(
             rows,
             x_axis,
@@ -450,7 +430,7 @@ class Session:
             }
         if show:
             self._show(fig)
-            failures = F.failures_table(rows, [x_axis, y_axis])
+            failures = checks.failures_table(rows, [x_axis, y_axis])
             if failures:
                 self._show_failures(failures)
             if self.best is not None:
@@ -459,161 +439,82 @@ class Session:
         df.attrs["best"] = self.best
         return df
 
-    def _grid_rows(
+    def run_sweep(
         self,
-        x_axis,
-        x_values,
-        y_axis,
-        y_values,
-        variant,
-        mode,
-        problem,
-        params,
-        dtype,
-        progress=None,
-        cancel=None,
-        executor="local",
-        executor_options=None,
-        on_rows=None,
-    ):
-        """Measure a 2-D sweep; returns (variant, records row-major over y then x, x values, y values)."""
-        self._check_mode(mode)
-        if variant is None:
+        request: SweepRequest,
+        *,
+        progress: Progress | None = None,
+        cancel: threading.Event | None = None,
+        on_rows: Callable[[list], None] | None = None,
+    ) -> Swept:
+        """Measure a :class:`~workbench.sweep.plan.SweepRequest` (what :meth:`sweep`, :meth:`sweep2d`
+        and the Explorer's sweep panel ask for): plan it once against this session's device,
+        dtype, problem and cache, measure what the cache lacks through the sweep engine (records go
+        to the store and the cache as they arrive) and return the rows with their plan. Draws
+        nothing: the callers do. ``progress(done, total, text)`` replaces the progress bar."""
+        from workbench.sweep.engine import run_plan
+
+        self._check_mode(request.mode)
+        plan = plan_sweep(request, self._sweep_variants(request), self._measuring(), known=self.cache.get)
+        bar, quiet = None, progress is not None  # a caller with its own progress prints its own summary
+        if progress is None and not self.headless:
+            bar = _progress_bar(len(plan.items), request.label)
+            progress = lambda done, total, text: _show_progress(bar, done, total)  # noqa: E731
+        t0 = time.perf_counter()
+
+        def measured(task, rec) -> None:
+            key = plan.keys[plan.slots[task.key][0]]
+            self.cache.put(key, rec)
+            self.measured += 1
+
+        rows = run_plan(
+            plan,
+            self._executor(request.executor, request.executor_options),
+            self.store,
+            on_record=measured,
+            on_rows=on_rows,
+            progress=progress,
+            cancel=cancel,
+        )
+        self.records.extend(rows)
+        if bar is not None:
+            bar.bar_style = "success"
+        if not quiet:
+            failed = sum(1 for r in rows if r.error)
+            wrong = sum(1 for r in rows if r.error is None and r.passed is False)
+            print(
+                f"{request.label}: {len(rows)} configurations ({len(rows) - plan.cached} measured, "
+                f"{plan.cached} cached), {failed} could not run, {wrong} failed their check, "
+                f"{time.perf_counter() - t0:.1f} s"
+            )
+        return Swept(rows, plan)
+
+    def _measuring(self) -> Measuring:
+        return Measuring(self.spec, self.device.kind, self.dtype, dict(self.problem), self.seed, self.rep_ms)
+
+    def _sweep_variants(self, request: SweepRequest) -> list[Variant]:
+        """The variants a request sweeps here: every runnable one of those named (notes printed for
+        the others); for a grid, the one named or the first of ours having both axes."""
+        if not request.is_grid:
+            return self._variants(request.variants, request.mode)
+        if request.variants is None:
+            axes = (request.axis, request.y_axis)
             candidates = [
                 v
-                for v in self._variants(None, mode, note=False)
-                if all(has_axis(self.spec, v, a) for a in (x_axis, y_axis))
+                for v in self._variants(None, request.mode, note=False)
+                if all(has_axis(self.spec, v, a) for a in axes)
             ]
             ours = [v for v in candidates if not v.is_peer]
             if not (ours or candidates):
-                raise ValueError(f"no variant runnable on {self.device.kind} has both {x_axis} and {y_axis}")
-            var = (ours or candidates)[0]
-        else:
-            found = self._variants([variant], mode)
-            if not found:
-                raise ValueError(f"variant {variant!r} cannot run here: {self.unavailable().get(variant, mode)}")
-            var = found[0]
-        x_values, y_values = list(x_values), list(y_values)
-        plan = grid_plan(self.spec, var, x_axis, x_values, y_axis, y_values, problem, params)
-        rows = self._run_plan(
-            plan,
-            x_axis,
-            mode,
-            dtype,
-            progress,
-            cancel,
-            f"sweep {x_axis} x {y_axis}",
-            executor,
-            executor_options,
-            on_rows,
-        )
-        return var, rows, x_values, y_values
-
-    def _run_plan(
-        self,
-        plan: list[PlanItem],
-        axis,
-        mode,
-        dtype,
-        progress,
-        cancel,
-        label,
-        executor="local",
-        executor_options=None,
-        on_rows=None,
-    ) -> list[Record]:
-        """Measure a plan through the sweep engine: cached configurations are reused, the rest
-        run on ``executor``; records arrive (and go to the store and the cache) as they finish.
-        Returns the records in plan order (only the finished ones when cancelled)."""
-        from workbench.sweep.engine import run_sweep
-        from workbench.sweep.tasks import as_record, make_task
-
-        bar = None
-        if progress is None and not self.headless:
-            bar = _progress_bar(len(plan), label)
-        t0 = time.perf_counter()
-        dt = dtype_name(dtype or self.dtype)
-        found: dict[int, Record] = {}
-        tasks, slots, keys = [], {}, {}
-        for i, item in enumerate(plan):
-            prob, prm, _ = resolve_config(
-                self.spec, item.variant, {**self.problem, **dict(item.problem or {})}, item.params, False
-            )
-            key = config_key(item.variant.name, self.device.kind, dt, mode, prob, prm)
-            hit = self.cache.get(key)
-            if hit is not None:
-                found[i] = hit
-                continue
-            task = make_task(
-                self.spec,
-                item.variant,
-                device=self.device.kind,
-                dtype=dt,
-                mode=mode,
-                problem=prob,
-                params=prm,
-                seed=self.seed,
-                rep_ms=self.rep_ms,
-                warmup_ms=min(25.0, self.rep_ms),
-            )
-            if task.key not in slots:
-                tasks.append(task)
-                keys[task.key] = key
-            slots.setdefault(task.key, []).append(i)
-        hits = len(found)
-
-        def rows_so_far() -> list[Record]:
-            out = []
-            for i, item in enumerate(plan):
-                if i in found:
-                    rec = found[i]
-                    x = item.x if item.x is not None else rec.problem.get(axis, rec.params.get(axis))
-                    out.append(with_axis(rec, axis, x))
-            return out
-
-        def note(done: int, text: str) -> None:
-            if progress is not None:
-                progress(done, len(plan), f"{label}: {text}")
-            elif bar is not None:
-                bar.value = done
-                bar.description = f"{done}/{len(plan)}"
-
-        def arrived(task, body) -> None:
-            rec = as_record(body)
-            self.cache.put(keys[task.key], rec)
-            self.measured += 1
-            for i in slots[task.key]:
-                found[i] = rec
-            note(len(found), f"{task.variant} {F.mapping_str(rec.params)} {F.mapping_str(rec.problem)}")
-            if on_rows is not None:
-                on_rows(rows_so_far())
-
-        note(len(found), "starting")
-        if tasks and not (cancel is not None and cancel.is_set()):
-            run_sweep(
-                tasks,
-                self._executor(executor, executor_options),
-                self.store,
-                resume=False,  # the session's cache decides what to reuse
-                on_record=arrived,
-                cancel=cancel,
-            )
-        rows = rows_so_far()
-        self.records.extend(rows)
-        if progress is not None:
-            progress(len(rows), len(plan), f"{label}: done")
-        if bar is not None:
-            bar.value = len(rows)
-            bar.description = f"{len(rows)}/{len(plan)}"
-            bar.bar_style = "success"
-        failed = sum(1 for r in rows if r.error)
-        wrong = sum(1 for r in rows if r.error is None and r.passed is False)
-        if progress is None:
-            print(
-                f"{label}: {len(rows)} configurations ({len(rows) - hits} measured, {hits} cached), "
-                f"{failed} could not run, {wrong} failed their check, {time.perf_counter() - t0:.1f} s"
-            )
-        return rows
+                raise ValueError(
+                    f"no variant runnable on {self.device.kind} has both {request.axis} and {request.y_axis}"
+                )
+            return [(ours or candidates)[0]]
+        name = request.variants if isinstance(request.variants, str) else list(request.variants)[0]
+        found = self._variants([name], request.mode)
+        if not found:
+            raise ValueError(f"variant {name!r} cannot run here: {self.unavailable().get(name, request.mode)}")
+        return found[:1]
 
     def _executor(self, executor, options: Mapping | None):
         """The executor a sweep runs on: ``"local"`` (holding the session's lock), ``"isolate"``,
@@ -708,10 +609,10 @@ class Session:
             recs.append(rec)
             self.records.append(with_axis(rec, self.spec.axis, rec.problem.get(self.spec.axis)))
         if show:
-            F.show_html(f"<b>{self._title('correctness', mode, dtype, problem)}</b>" + F.checks_html(recs))
+            F.show_html(f"<b>{self._title('correctness', mode, dtype, problem)}</b>" + checks.checks_html(recs))
         rows = []
         for r in recs:
-            rows.extend(F.checks_rows(r))
+            rows.extend(checks.checks_rows(r))
             if r.error:
                 rows.append({"variant": r.variant, "tensor": "-", "pass": False, "error": short_reason(r.error)})
         return pd.DataFrame(rows)
@@ -844,6 +745,20 @@ class Session:
             f"Session({self.family!r}, device={self.device.kind!r}, dtype={self.dtype!r}, quick={self.quick}, "
             f"headless={self.headless}, records={len(self.records)})"
         )
+
+
+@dataclass
+class Swept:
+    """A sweep's rows (records at the swept axis, in plan order) and the plan that made them."""
+
+    rows: list[Record]
+    plan: SweepPlan
+
+
+def _show_progress(bar, done: int, total: int) -> None:
+    bar.max = max(total, 1)
+    bar.value = done
+    bar.description = f"{done}/{total}"
 
 
 def default_store_path() -> Path:

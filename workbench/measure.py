@@ -33,7 +33,6 @@ import platform
 import sys
 import time
 import traceback
-from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -45,6 +44,7 @@ from kernels.spec import DTYPES, KernelSpec, Variant, as_tuple, dtype_name, get
 from kernels.testing import TensorCheck, compare
 from workbench import compile_facts, device_state
 from workbench.device import Device, check_l2, get_device
+from workbench.kept_inputs import forget_inputs, kept, own_copy  # noqa: F401 - forget_inputs: public here too
 from workbench.phases import Phases
 from workbench.provenance import code_version
 from workbench.timing import DEFAULT_REL_WIDTH
@@ -287,8 +287,8 @@ class _Shared:
 
     def inputs(self, spec: KernelSpec, prob: dict, torch_dtype, dev: Device, seed: int) -> dict:
         key = ("inputs", spec.name, repr(sorted(prob.items())), torch_dtype, dev.torch_device, seed)
-        made = _made(key, lambda: spec.make_inputs(prob, torch_dtype, dev.torch_device, seed))
-        return {name: _copy(value) for name, value in made.items()}
+        made = kept(key, lambda: spec.make_inputs(prob, torch_dtype, dev.torch_device, seed))
+        return {name: own_copy(value) for name, value in made.items()}
 
     def grad_outputs(self, outputs: list, seed: int) -> list:
         """Seeded random incoming gradients, one per differentiable output."""
@@ -298,49 +298,7 @@ class _Shared:
             gen = torch.Generator(device="cpu").manual_seed(seed + 1)
             return [torch.randn(o.shape, generator=gen, dtype=torch.float32).to(o.device, o.dtype) for o in outputs]
 
-        return [_copy(g) for g in _made(key, make)]
-
-
-# Seeded inputs and gradients this process made, most recently used last (see _made).
-_MADE: OrderedDict = OrderedDict()
-MADE_LIMIT_BYTES = 1 << 30
-
-
-def _made(key: tuple, make: Callable[[], Any]):
-    """``make()``'s value for ``key``, made once and kept for later calls in this process.
-
-    Why: every configuration of a sweep or a notebook's slider is a measure call of its own on
-    the same problem, and the seeded inputs are the same each time; making the largest norm
-    inputs (4096 x 16384, random on the CPU, then copied to the device) took about a second
-    apiece on the H100 machine, longer than timing the configuration. Each configuration still
-    gets its own copy (:func:`_copy`). Kept: the most recently used values, dropped oldest first
-    while their tensors hold more than ``MADE_LIMIT_BYTES`` (the newest always stays: the call
-    that made it uses it)."""
-    if key in _MADE:
-        _MADE.move_to_end(key)
-        return _MADE[key]
-    value = _MADE[key] = make()
-    while len(_MADE) > 1 and sum(_tensor_bytes(v) for v in _MADE.values()) > MADE_LIMIT_BYTES:
-        _MADE.popitem(last=False)
-    return value
-
-
-def forget_inputs() -> None:
-    """Drop the inputs and gradients this process keeps for later measurements (their device
-    memory is freed once no configuration holds a copy)."""
-    _MADE.clear()
-
-
-def _tensor_bytes(value) -> int:
-    values = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
-    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
-
-
-def _copy(value):
-    """A tensor's own copy (its grad flag kept: a configuration may write into its inputs)."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone().requires_grad_(value.requires_grad)
-    return value
+        return [own_copy(g) for g in kept(key, make)]
 
 
 @dataclass
@@ -570,7 +528,7 @@ def _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, record, shared: _S
 def _facts(launches, dev, spec, var, prob, prm, dt) -> dict:
     """The compile facts of the first call's launches, with the milliseconds reading them took
     (``collect_ms``); ``WORKBENCH_COMPILE_FACTS=0`` turns reading them off (to measure what they
-    cost: ``benchmarks/explorer_latency.py --facts off``)."""
+    cost: ``benchmarks/diagnostics/explorer_latency.py --facts off``)."""
     if os.environ.get(compile_facts.ENV_SWITCH, "1").strip().lower() in ("0", "off", "false", "no"):
         return {"available": False, "reason": f"not read ({compile_facts.ENV_SWITCH}=0)", "kernels": []}
     started = time.perf_counter()

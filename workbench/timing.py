@@ -412,7 +412,7 @@ class ProfilerKernelSampler:
     Each session ends with CUPTI torn down (``TEARDOWN_CUPTI=1`` for Kineto, unless the caller
     set the variable): left attached, as Kineto does by default, it slows every later CUDA call
     of the process, and the call and host timings of the same cell come after a session. On the
-    H100 (``benchmarks/call_breakdown.py --sessions-only``, 4096 x 1024 bf16) five sessions
+    H100 (``benchmarks/diagnostics/call_breakdown.py --sessions-only``, 4096 x 1024 bf16) five sessions
     left our forward+backward at 511 us of host time against 278 before, F.rms_norm's at 409
     against 130; torn down, 248 against 232 and 132 against 113. A session then costs about
     23 ms instead of 11.

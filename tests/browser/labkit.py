@@ -1,6 +1,6 @@
 """JupyterLab in headless Chromium: start a throwaway server, open a notebook, drive the Explorer.
 
-Used by the browser tests (``tests/browser/``) and by ``benchmarks/browser_latency.py``.
+Used by the browser tests (``tests/browser/``) and by ``benchmarks/diagnostics/browser_latency.py``.
 
 - :class:`Lab` starts ``jupyter lab`` (this Python's) on a free localhost port with a random
   token and temporary config / data / runtime / settings / workspace directories, waits until

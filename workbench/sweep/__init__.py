@@ -1,4 +1,8 @@
-"""Sweeps: plans derived from a KernelSpec (:mod:`.plan`), shared by the notebooks and the CLI,
-and the engine that runs them (:mod:`.engine`) on an executor: in-process, a subprocess per
-configuration (:mod:`.executors`) or Ray (:mod:`.ray_executor`), one task per configuration
-(:mod:`.tasks`); ``workbench sweep`` (:mod:`.cli`) and the sweep report (:mod:`.report`)."""
+"""Sweeps: a request planned against a KernelSpec (:mod:`.plan`, each configuration's identity in
+:mod:`.config`), shared by the notebooks and the command line, and the engine that runs a plan
+(:mod:`.engine`) on an executor: in-process, a subprocess per configuration (:mod:`.executors`)
+or Ray (:mod:`.ray_executor`, built from its actors :mod:`.actors`, the queue's lanes
+:mod:`.lanes`, a run's compile-ahead :mod:`.compile_ahead_driver` and its timeline
+:mod:`.timeline`), one task per configuration (:mod:`.tasks`; what a compile-ahead compiles,
+:mod:`.compile_ahead`, and notes on a record, :mod:`.compile_note`). ``workbench sweep`` is
+:mod:`workbench.cli.sweep`; the sweep report :mod:`workbench.reports.sweep`."""

@@ -1,16 +1,17 @@
-"""The sweep engine: plan -> tasks -> an executor -> records, with one writer and resume.
+"""The sweep engine: tasks -> an executor -> records, with one writer and resume.
 
-One engine serves the CLI (``workbench sweep``) and the notebook (``Session.sweep(...,
-executor=...)``):
+One engine serves the command line (``workbench sweep``, ``workbench tune``) and the notebooks
+(a Session's sweeps, the Explorer's sweep panel):
 
-- :func:`plan_tasks` turns a plan (:mod:`workbench.sweep.plan`) into :class:`SweepTask` s;
+- :func:`run_plan` measures what a :class:`~workbench.sweep.plan.SweepPlan` still needs and
+  returns its rows (each record at the swept axis, in plan order);
 - :func:`run_sweep` skips tasks whose key is already in the store (resume), hands the rest to
   an executor, and appends every record to the store *on the driver* as it arrives (the only
   writer: workers never open the store), calling ``on_record`` and ``progress`` each time;
 - :class:`Progress` is done / failed / remaining / ETA; :class:`TerminalBar` draws it.
 
 An out folder (``--out DIR``) holds ``records.sqlite`` (the store resume reads) and, after a
-run, ``records.csv``, ``records.json`` and ``report.html``.
+run, ``records.csv``, ``records.json`` and ``report.html`` (:func:`workbench.reports.sweep.write_outputs`).
 """
 
 from __future__ import annotations
@@ -20,10 +21,9 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from workbench.sweep.tasks import SweepTask, make_task
+from workbench.sweep.tasks import SweepTask
 
 STORE_NAME = "records.sqlite"
 
@@ -93,50 +93,6 @@ class TerminalBar:
             self.stream.write(p.line() + "\n")
             self.stream.flush()
             self._last = now
-
-
-def plan_tasks(
-    spec,
-    plan,
-    *,
-    device: str,
-    dtype: str,
-    mode: str,
-    axis: str | None = None,
-    seed: int = 0,
-    quick: bool = False,
-    rep_ms: float = 100.0,
-    warmup_ms: float = 25.0,
-    base_problem: dict | None = None,
-) -> list[SweepTask]:
-    """One task per plan item (``PlanItem`` or (variant, problem, params) triples), problems
-    over ``base_problem``; duplicates (same key) kept once, in plan order."""
-    out, seen = [], set()
-    for item in plan:
-        if hasattr(item, "variant"):
-            var, prob, prm, x = item.variant, item.problem, item.params, item.x
-        else:
-            var, prob, prm = item
-            x = None
-        task = make_task(
-            spec,
-            var,
-            device=device,
-            dtype=dtype,
-            mode=mode,
-            problem={**(base_problem or {}), **dict(prob or {})},
-            params=prm,
-            seed=seed,
-            quick=quick,
-            rep_ms=rep_ms,
-            warmup_ms=warmup_ms,
-            axis=axis,
-            x=x,
-        )
-        if task.key not in seen:
-            seen.add(task.key)
-            out.append(task)
-    return out
 
 
 def recorded_keys(store) -> set[str]:
@@ -270,24 +226,74 @@ def make_executor(
     raise ValueError(f"unknown executor {executor!r}; use local or ray")
 
 
-def write_outputs(out: Path, store, title: str = "Sweep") -> dict:
-    """records.csv / records.json / report.html of everything in the out folder's store."""
-    from workbench.store import write_csv, write_json
-    from workbench.sweep.report import write_report, write_summary
-
-    rows = store.records()
-    paths = {
-        "csv": write_csv(rows, out / "records.csv"),
-        "json": write_json(rows, out / "records.json"),
-        "report": write_report(rows, out / "report.html", title=title),
-        "summary": write_summary(rows, out, title=title),
-    }
-    return paths
-
-
 def dedupe_latest(records: Iterable[dict]) -> list[dict]:
     """One record per sweep key (the last one written), in first-seen order."""
     by_key: dict = {}
     for r in records:
         by_key[r.get("sweep_key") or id(r)] = r
     return list(by_key.values())
+
+
+def run_plan(
+    plan,
+    executor,
+    store=None,
+    *,
+    on_record: Callable | None = None,
+    on_rows: Callable[[list], None] | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
+    cancel: threading.Event | None = None,
+) -> list:
+    """Measure what a :class:`~workbench.sweep.plan.SweepPlan` still needs and return its rows:
+    every point's record (a copy whose ``axis`` / ``x_value`` say what was swept) in plan order,
+    only the finished ones when cancelled. Records go to ``store`` as they arrive (the driver is
+    the one writer); ``on_record(task, record)`` sees each, ``on_rows`` the rows so far (a
+    heatmap filling in), ``progress(done, total, text)`` the count."""
+    from workbench.sweep.tasks import as_record
+
+    request, found = plan.request, plan.found
+    total = len(plan.items)
+
+    def rows_so_far() -> list:
+        out = []
+        for i, item in enumerate(plan.items):
+            if i in found:
+                rec = found[i]
+                x = item.x if item.x is not None else rec.problem.get(request.axis, rec.params.get(request.axis))
+                out.append(_at_axis(rec, request.axis, x))
+        return out
+
+    def note(text: str) -> None:
+        if progress is not None:
+            progress(len(found), total, f"{request.label}: {text}")
+
+    def arrived(task, body) -> None:
+        rec = as_record(body)
+        for i in plan.slots[task.key]:
+            found[i] = rec
+        if on_record is not None:
+            on_record(task, rec)
+        note(" ".join([task.variant] + [f"{k}={v}" for k, v in {**task.params, **task.problem}.items()]))
+        if on_rows is not None:
+            on_rows(rows_so_far())
+
+    note("starting")
+    if plan.tasks and not (cancel is not None and cancel.is_set()):
+        run_sweep(plan.tasks, executor, store, resume=False, on_record=arrived, cancel=cancel)
+    rows = rows_so_far()
+    note("done")
+    return rows
+
+
+def _at_axis(record, axis: str, x):
+    """A copy of ``record`` whose x axis is the swept one (figures and CSV read x_name / x_value)."""
+    import dataclasses
+
+    return dataclasses.replace(
+        record,
+        axis=axis,
+        x_value=x,
+        problem=dict(record.problem),
+        params=dict(record.params),
+        checks=list(record.checks),
+    )

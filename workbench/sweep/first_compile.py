@@ -3,7 +3,7 @@
 Triton's first compile in a process costs more than any later one, whatever the kernel: it
 hashes Triton's own library into its cache key (``triton_key``: it reads the whole
 ``libtriton.so``), starts its backend and LLVM and asks ``ptxas`` for its version, all once. On
-the lent H100 (``benchmarks/process_start.py``, Triton 3.6, medians of three fresh processes)
+the lent H100 (``benchmarks/diagnostics/process_start.py``, Triton 3.6, medians of three fresh processes)
 ``triton_key`` took 0.47 s and the smallest kernel's compile and launch after it 0.21 s; its
 second, 0.3 ms. A compile-ahead's stand-ins add torch's first meta-device op, which imports its
 symbolic-shapes machinery (sympy): 0.47 s of a 0.72 s first compile on the CPU-only

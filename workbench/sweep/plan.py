@@ -1,8 +1,10 @@
 """Sweep plans: which configurations a 1-D or 2-D sweep measures, derived from a KernelSpec alone.
 
-A configuration is (variant, device, dtype, mode, problem, params) with the problem resolved
-against the spec's knobs and the params against the variant's tile Params, so ``{}`` and the
-explicit defaults are the same configuration (same :func:`config_key`).
+A sweep is asked for once, as a :class:`SweepRequest` (its axes and values, the variants, mode,
+problem, tile overrides, dtype and where it runs); :func:`plan_sweep` turns it into a
+:class:`SweepPlan` in one call: every point with its configuration's key (:mod:`.config`), the
+points a cache already holds, and one :class:`~workbench.sweep.tasks.SweepTask` per configuration
+still to measure; :func:`workbench.sweep.engine.run_plan` measures it and returns its rows.
 
 An axis is a problem knob (``"hidden"``, ``"rows"`` …) or a tile Param name (``"BLOCK_SIZE"`` …).
 Sweeping a tile Param sweeps the variants that have it; the others are measured once at the same
@@ -13,11 +15,11 @@ both forms mix. The notebook Session, the Explorer and ``workbench sweep`` all p
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from kernels.spec import KernelSpec, Variant
+from workbench.sweep.config import config_key, resolve_config
 
 
 @dataclass(frozen=True)
@@ -29,36 +31,6 @@ class PlanItem:
     problem: dict
     params: dict
     x: Any
-
-
-def _freeze(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return tuple(sorted((str(k), _freeze(v)) for k, v in value.items()))
-    if isinstance(value, (list, tuple)):
-        return tuple(_freeze(v) for v in value)
-    return value
-
-
-def config_key(variant: str, device: str, dtype: str, mode: str, problem: Mapping, params: Mapping) -> tuple:
-    """The key of one configuration (hashable, order-independent)."""
-    return (variant, device, dtype, mode, _freeze(problem), _freeze(params))
-
-
-def resolve_config(
-    spec: KernelSpec, variant: Variant, problem: Mapping | None, params: Mapping | None, quick: bool
-) -> tuple[dict, dict, str | None]:
-    """Problem and params resolved against the spec, or the raw ones plus the reason they are invalid."""
-    problem = dict(problem or {})
-    params = dict(params or {})
-    try:
-        problem = spec.resolve_problem(problem, quick=quick)
-    except ValueError as exc:
-        return problem, params, str(exc)
-    try:
-        params = variant.resolve_params(params)
-    except ValueError as exc:
-        return problem, params, str(exc)
-    return problem, params, None
 
 
 def has_axis(spec: KernelSpec, variant: Variant, axis: str) -> bool:
@@ -158,13 +130,114 @@ def grid_plan(
     return plan
 
 
-def with_axis(record, axis: str, x_value: Any):
-    """A copy of ``record`` whose x axis is the swept one (for figures and CSV x_name/x_value)."""
-    return dataclasses.replace(
-        record,
-        axis=axis,
-        x_value=x_value,
-        problem=dict(record.problem),
-        params=dict(record.params),
-        checks=list(record.checks),
-    )
+# --- a sweep asked for once, and its plan ----------------------------------------------------------
+@dataclass
+class SweepRequest:
+    """A 1-D sweep (``axis`` over ``values``) or, with ``y_axis``, a 2-D one of a single variant,
+    as a notebook, the Explorer or a script asks for it; built once and passed down unchanged.
+    ``variants``: names (None: every variant that can run here; a 2-D sweep takes one, or the
+    first of ours having both axes). ``problem`` and ``params`` as in the module docstring."""
+
+    axis: str
+    values: Sequence[Any] | None = None
+    y_axis: str | None = None
+    y_values: Sequence[Any] | None = None
+    variants: Sequence[str] | str | None = None
+    mode: str = "forward"
+    problem: Mapping | None = None
+    params: Mapping | None = None
+    dtype: str | None = None
+    executor: Any = "local"  # "local" | "isolate" | "ray" | an executor object
+    executor_options: Mapping | None = None
+
+    @property
+    def is_grid(self) -> bool:
+        return self.y_axis is not None
+
+    @property
+    def label(self) -> str:
+        return f"sweep {self.axis}" + (f" x {self.y_axis}" if self.is_grid else "")
+
+
+@dataclass(frozen=True)
+class Measuring:
+    """How a sweep's configurations are measured: the spec, the device kind, the dtype when the
+    request names none, the problem every point starts from, the seed and the timing budget."""
+
+    spec: KernelSpec
+    device: str
+    dtype: str
+    problem: Mapping
+    seed: int = 0
+    rep_ms: float = 100.0
+
+
+@dataclass
+class SweepPlan:
+    """A request planned: ``items`` in figure order (row-major over y then x for a grid), each
+    item's configuration ``keys``, the records a cache already held (``found``: item index ->
+    record) and the ``tasks`` still to measure, each answering the items in ``slots[task.key]``."""
+
+    request: SweepRequest
+    variants: list[Variant]
+    x_values: list
+    y_values: list
+    items: list[PlanItem]
+    keys: list[tuple]
+    found: dict = field(default_factory=dict)
+    tasks: list = field(default_factory=list)
+    slots: dict = field(default_factory=dict)
+
+    @property
+    def cached(self) -> int:
+        return len(self.found)
+
+
+def plan_sweep(
+    request: SweepRequest,
+    variants: Sequence[Variant],
+    measuring: Measuring,
+    known: Callable[[tuple], Any] | None = None,
+) -> SweepPlan:
+    """Plan ``request`` for ``variants`` (already checked to run here): the points, their keys,
+    what ``known(key)`` (a cache) already holds, and a task per configuration left to measure."""
+    from kernels.spec import dtype_name
+    from workbench.sweep.tasks import make_task
+
+    spec = measuring.spec
+    if request.is_grid:
+        x_values, y_values = list(request.values or []), list(request.y_values or [])
+        items = grid_plan(
+            spec, variants[0], request.axis, x_values, request.y_axis, y_values, request.problem, request.params
+        )
+    else:
+        items, x_values = line_plan(spec, variants, request.axis, request.values, request.problem, request.params)
+        y_values = []
+    dtype = dtype_name(request.dtype or measuring.dtype)
+    plan = SweepPlan(request, list(variants), list(x_values), y_values, items, keys=[])
+    for i, item in enumerate(items):
+        problem, params, _ = resolve_config(
+            spec, item.variant, {**measuring.problem, **dict(item.problem or {})}, item.params, False
+        )
+        key = config_key(item.variant.name, measuring.device, dtype, request.mode, problem, params)
+        plan.keys.append(key)
+        hit = known(key) if known is not None else None
+        if hit is not None:
+            plan.found[i] = hit
+            continue
+        task = make_task(
+            spec,
+            item.variant,
+            device=measuring.device,
+            dtype=dtype,
+            mode=request.mode,
+            problem=problem,
+            params=params,
+            seed=measuring.seed,
+            rep_ms=measuring.rep_ms,
+            warmup_ms=min(25.0, measuring.rep_ms),
+        )
+        if task.key not in plan.slots:
+            plan.tasks.append(task)
+        plan.slots.setdefault(task.key, []).append(i)
+    return plan

@@ -15,7 +15,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from workbench import reader
+from workbench.reports import reader
 from workbench.tune.pick import interval, kernel_ms
 from workbench.tune.table import tiles_of
 

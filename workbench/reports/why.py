@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from widgets.core import as_dict, mapping_str, short_reason
+from workbench.reports.text import as_dict, mapping_str, short_reason
 from workbench import compile_facts as CF
 from workbench.occupancy import limit_of_error
 

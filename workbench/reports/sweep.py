@@ -18,8 +18,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Iterable
 
-from workbench import compile_facts, reader
+from workbench import compile_facts
 from workbench.occupancy import limit_of_error
+from workbench.reports import reader
 from workbench.sweep.tasks import ERROR_CRASH, ERROR_TIMEOUT
 
 
@@ -260,3 +261,17 @@ def write_summary(records: Iterable[dict], out: str | Path, title: str = "Sweep"
         table=reader.md_table(rows, cols) if rows else "No configuration passed.",
         figures_note="the report.html beside this file holds the figure",
     )
+
+
+def write_outputs(out: Path, store, title: str = "Sweep") -> dict:
+    """records.csv / records.json / report.html of everything in the out folder's store."""
+    from workbench.store import write_csv, write_json
+
+    rows = store.records()
+    paths = {
+        "csv": write_csv(rows, out / "records.csv"),
+        "json": write_json(rows, out / "records.json"),
+        "report": write_report(rows, out / "report.html", title=title),
+        "summary": write_summary(rows, out, title=title),
+    }
+    return paths

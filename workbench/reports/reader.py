@@ -3,9 +3,9 @@ verdict counts and the Markdown summary (``summary.md``) written beside every HT
 
 Every report (``workbench report``, ``workbench bench --suite``, a sweep's) opens with a headline
 (what was measured, on what device, where ours stands), then its tables, then the environment.
-The figures live in :mod:`widgets.suite_report`; this module is what the command line and the
+The figures live in :mod:`workbench.reports.suite`; this module is what the command line and the
 notebooks share. A new report is: its HTML page (a notebook run by
-:func:`workbench.report.render_notebook_report`, code hidden) and :func:`write_summary`.
+:func:`workbench.reports.notebooks.render_notebook_report`, code hidden) and :func:`write_summary`.
 """
 
 from __future__ import annotations
