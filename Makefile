@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[dev,distributed]"
+	$(PY) -m pip install -q -e ".[lab,dev,distributed]"
 	touch $@
 
 env: $(VENV)/.installed
@@ -44,6 +44,7 @@ report: $(VENV)/.installed
 test: $(VENV)/.installed notebook-filter
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed

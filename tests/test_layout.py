@@ -1,45 +1,16 @@
-"""The three packages depend one way: widgets -> workbench -> kernels.
-
-A model imports ``kernels`` without the tool: no store, suite, plotly or pandas comes with it.
-"""
+"""What the layout promises beyond the import contracts (tests/test_layering.py): a model imports
+``kernels`` without the tool (no store, suite, plotly or pandas comes with it), and a family is
+one folder with its parts."""
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import kernels
 
 ROOT = Path(__file__).resolve().parent.parent
-# What each package may import of the others.
-ALLOWED = {"kernels": set(), "workbench": {"kernels"}, "widgets": {"kernels", "workbench"}}
-
-
-def _imported_packages(path: Path) -> set[str]:
-    """Top-level names of everything a module imports (at any depth, lazy imports included)."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module.split(".")[0])
-    return found
-
-
-@pytest.mark.parametrize("package", sorted(ALLOWED))
-def test_packages_import_only_downstream(package):
-    ours = set(ALLOWED)
-    wrong = []
-    for path in sorted((ROOT / package).rglob("*.py")):
-        bad = (_imported_packages(path) & ours) - ALLOWED[package] - {package}
-        if bad:
-            wrong.append(f"{path.relative_to(ROOT)} imports {', '.join(sorted(bad))}")
-    assert not wrong, "dependencies must run widgets -> workbench -> kernels:\n" + "\n".join(wrong)
 
 
 def test_importing_the_kernels_pulls_in_no_tool():
