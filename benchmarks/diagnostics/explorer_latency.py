@@ -1,8 +1,8 @@
 """How long an Explorer relaunch takes, cold (a new configuration: interpreter run on the CPU, JIT
 compile + measurement on a GPU) and warm (a configuration seen before: served from the cache).
 
-    python benchmarks/explorer_latency.py                      # device auto, rms_norm gpu_row, BLOCK_SIZE
-    python benchmarks/explorer_latency.py --device cpu --param num_warps
+    python benchmarks/diagnostics/explorer_latency.py                      # device auto, rms_norm gpu_row, BLOCK_SIZE
+    python benchmarks/diagnostics/explorer_latency.py --device cpu --param num_warps
 
 The Explorer is driven as a person drives it: a control's value is set, which runs its callback.
 Three times per change are reported:
@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def _valid_values(session, variant, param, problem, limit):
@@ -132,8 +132,8 @@ def main(argv=None) -> int:
         facts = [s[4] for s in samples if s[4] is not None and not s[3]]
         facts_txt = f"{statistics.median(facts):9.3f}" if facts else f"{'(cache)' if samples[0][3] else '-':>9s}"
         print(f"{label:28s} {len(samples):3d} {med:>11s} {lo:>9s} {hi:>9s} {cb:11.2f} {meas_txt} {facts_txt}")
-    from widgets.why import why_html
     from workbench.compile_facts import brief
+    from workbench.reports.why import why_html
 
     t = time.perf_counter()
     for _ in range(100):

@@ -1,8 +1,8 @@
 """Relaunch latency as a person sees it: from a key press on a tile slider in JupyterLab to the
 Explorer's speed figure redrawn with the new configuration, in headless Chromium.
 
-    python benchmarks/browser_latency.py                       # rms_norm gpu_row, BLOCK_SIZE, CPU
-    python benchmarks/browser_latency.py --values 2048,4096,8192,16384 --rounds 2
+    python benchmarks/diagnostics/browser_latency.py                       # rms_norm gpu_row, BLOCK_SIZE, CPU
+    python benchmarks/diagnostics/browser_latency.py --values 2048,4096,8192,16384 --rounds 2
 
 What it does: starts a throwaway JupyterLab (tests/browser/labkit.py), opens
 notebooks/rms_norm.ipynb with device / quick parameters injected, runs all cells (Run > Run All
@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "browser"))
 sys.path.insert(0, str(REPO))
 

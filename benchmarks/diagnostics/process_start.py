@@ -1,7 +1,7 @@
 """What a fresh measuring process pays once, step by step: where a sweep actor's start goes.
 
-    python benchmarks/process_start.py                       # every plan, 3 fresh processes each
-    python benchmarks/process_start.py --plans actor --repeats 5 --out /tmp/res/process-start
+    python benchmarks/diagnostics/process_start.py                       # every plan, 3 fresh processes each
+    python benchmarks/diagnostics/process_start.py --plans actor --repeats 5 --out /tmp/res/process-start
 
 Each plan is an order of steps run in a fresh Python process on one GPU, each step timed on its
 own (wall milliseconds). A step named twice shows what its second run costs, that is, how much of
@@ -33,7 +33,7 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 PLANS = {

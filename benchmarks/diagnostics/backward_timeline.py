@@ -1,7 +1,7 @@
 """Where the host time of one eager RMSNorm forward+backward goes, stamp by stamp.
 
-    python3 benchmarks/backward_timeline.py [--rows 4096] [--hidden 1024] [--calls 300]
-    bash benchmarks/gpu_run.sh run python3 benchmarks/backward_timeline.py   # on the GPU machine
+    python3 benchmarks/diagnostics/backward_timeline.py [--rows 4096] [--hidden 1024] [--calls 300]
+    bash benchmarks/gpu_run.sh run python3 benchmarks/diagnostics/backward_timeline.py   # on the GPU machine
 
 ``call_breakdown.py`` says how long a call takes; this says where inside it. Each call of
 ``torch.autograd.grad(f(x, w), (x, w), dy)`` is stamped (``perf_counter_ns``) before the
@@ -37,7 +37,7 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 import triton  # noqa: E402

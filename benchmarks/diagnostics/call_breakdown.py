@@ -2,8 +2,8 @@
 """Why an eager call costs what it costs: the same call under several timing protocols, in a
 fresh process and again after the suite's own measurement of the same cell.
 
-    python3 benchmarks/call_breakdown.py [--rows 4096] [--hidden 1024] [--out DIR]
-    bash benchmarks/gpu_run.sh run python3 benchmarks/call_breakdown.py    # on the GPU machine
+    python3 benchmarks/diagnostics/call_breakdown.py [--rows 4096] [--hidden 1024] [--out DIR]
+    bash benchmarks/gpu_run.sh run python3 benchmarks/diagnostics/call_breakdown.py    # on the GPU machine
 
 For RMSNorm forward and forward+backward (ours, F.rms_norm, and an empty autograd.Function as
 the floor of a Python autograd op), and two bare driver calls, each a median over many calls,
@@ -41,7 +41,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 

@@ -1,8 +1,8 @@
 # ruff: noqa: E731  (the lambdas are the calls being timed)
 """Host µs per eager call of each family, with the fast launch path on and off (issue 15).
 
-    python3 benchmarks/host_profile.py [--rows 64] [--calls 400] [--rounds 7] [--out DIR]
-    bash benchmarks/gpu_run.sh run python3 benchmarks/host_profile.py     # on the GPU machine
+    python3 benchmarks/diagnostics/host_profile.py [--rows 64] [--calls 400] [--rounds 7] [--out DIR]
+    bash benchmarks/gpu_run.sh run python3 benchmarks/diagnostics/host_profile.py     # on the GPU machine
 
 Host µs = wall time of ``--calls`` back-to-back calls (no synchronisation inside the loop) over
 their number. The problems are small (``--rows`` rows, hidden 1024) so that the GPU finishes each
@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 
