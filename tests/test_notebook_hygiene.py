@@ -89,21 +89,33 @@ def test_committed_notebooks_are_already_what_the_filter_makes_them(filtered_rep
 
 @needs_git
 def test_a_save_that_changed_only_outputs_leaves_git_status_clean(filtered_repo):
-    nb = filtered_repo / "n.ipynb"
+    (filtered_repo / "notebooks").mkdir()
+    nb = filtered_repo / "notebooks" / "n.ipynb"
     nb.write_text(_notebook(["x = 1", "print(x)"]))
     _git(filtered_repo, "add", "-A")
     _git(filtered_repo, "commit", "-qm", "notebook")
     nb.write_text(_notebook(["x = 1", "print(x)"], outputs=True))  # Run All, then Save
     assert _git(filtered_repo, "diff", "--stat").strip() == ""  # the filter sees no change ...
-    assert _git(filtered_repo, "status", "--porcelain").strip() == "M n.ipynb"  # ... but the size did
+    assert _git(filtered_repo, "status", "--porcelain").strip() == "M notebooks/n.ipynb"  # ... but the size did
     notebook_git.refresh_index_after_save(model={"type": "notebook"}, os_path=str(nb))
     assert _git(filtered_repo, "status", "--porcelain").strip() == ""
     assert _git(filtered_repo, "diff", "--cached", "--stat").strip() == ""  # nothing was staged
 
     nb.write_text(_notebook(["x = 2", "print(x)"], outputs=True))  # an edited cell
     assert notebook_git.refresh_index(nb) is False
-    assert _git(filtered_repo, "status", "--porcelain").strip() == "M n.ipynb"
+    assert _git(filtered_repo, "status", "--porcelain").strip() == "M notebooks/n.ipynb"
     assert _git(filtered_repo, "diff", "--cached", "--stat").strip() == ""  # the edit was not staged
+
+
+@needs_git
+def test_executed_notebooks_in_reports_keep_their_outputs(filtered_repo):
+    """The filter covers notebooks/ only: an executed notebook committed as a report result keeps
+    every output in git."""
+    (filtered_repo / "reports").mkdir()
+    nb = filtered_repo / "reports" / "run.ipynb"
+    nb.write_text(_notebook(["x = 1"], outputs=True))
+    _git(filtered_repo, "add", "-A")
+    assert '"output_type": "stream"' in _git(filtered_repo, "show", ":reports/run.ipynb")
 
 
 def test_the_save_hook_never_fails_a_save(tmp_path):

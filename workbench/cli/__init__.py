@@ -94,6 +94,9 @@ def main(argv=None) -> int:
     except ValueError as exc:  # UsageError and the library's own "what to change" errors
         print(f"workbench {name}: {one_line(exc)}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader stopped reading (`workbench list | head`): not an error of ours
+        sys.stderr.close()
+        return 141
     except OSError as exc:  # a path given on the command line that cannot be read or written
         where = f" {exc.filename!r}" if getattr(exc, "filename", None) else ""
         print(
