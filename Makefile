@@ -10,7 +10,7 @@ HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/
 TORCH_SPEC ?= $(if $(HAS_GPU),torch>=2.4,torch==2.13.0)
 PYTEST_ARGS ?=
 
-.PHONY: lab report test lint bench env npu-check notebook-filter
+.PHONY: lab report test lint bench env npu-check notebook-filter docs pictures
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -55,3 +55,11 @@ bench: $(VENV)/.installed
 # configuration that does not compile fails.
 npu-check: $(VENV)/.installed
 	$(VENV)/bin/workbench npu-check --defaults-only --warn-unchecked --out results/npu_check
+
+# The documentation (docs/, MkDocs): built offline into results/site, warnings as errors.
+docs: $(VENV)/.installed
+	$(VENV)/bin/mkdocs build --strict
+
+# The picture of the Explorer the README and the docs show, taken by the browser test.
+pictures: $(VENV)/.installed notebook-filter
+	WORKBENCH_UPDATE_PICTURES=1 $(PY) -m pytest -q tests/browser/test_explorer_in_lab.py -k picture

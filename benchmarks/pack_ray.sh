@@ -10,7 +10,7 @@
 #   bash benchmarks/pack_ray.sh [DEST=.whl]
 #   then: run(command="bash benchmarks/gpu_run.sh run python3 benchmarks/sweep_scaling.py ...", carry=[".whl"])
 #
-# GPU image (FACTS.md): python 3.12, torch 2.11, triton 3.6, numpy, pandas, scipy; torch brings
+# GPU image (as seen on the lent machines): python 3.12, torch 2.11, triton 3.6, numpy, pandas, scipy; torch brings
 # filelock, typing_extensions, jinja2, networkx, sympy, fsspec. SKIP lists what is there already.
 set -euo pipefail
 DEST=${1:-.whl}

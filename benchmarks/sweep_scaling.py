@@ -112,8 +112,9 @@ def tasks_for(items, device: str, rep_ms: float, quick: bool):
 
 
 def run(args) -> int:
+    from workbench.progress import Progress
     from workbench.store import Store, write_json
-    from workbench.sweep.engine import STORE_NAME, TerminalBar, opened, run_sweep
+    from workbench.sweep.engine import STORE_NAME, opened, run_sweep
     from workbench.sweep.ray_executor import RayExecutor
 
     out = Path(args.out) / f"gpus{args.gpus}"
@@ -138,7 +139,8 @@ def run(args) -> int:
             ex.warm_up(args.device)
             warm_up = ex.timeline
         started = time.perf_counter()
-        result = run_sweep(tasks, ex, store, progress=TerminalBar(every_s=30))
+        with Progress(len(tasks), "sweep") as shown:
+            result = run_sweep(tasks, ex, store, progress=shown.sweep(every_s=30))
         swept = time.perf_counter()
         timeline = ex.timeline
     done = time.perf_counter()

@@ -98,8 +98,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from workbench.device import get_device
+    from workbench.progress import Progress
     from workbench.store import Store, write_csv, write_json
-    from workbench.sweep.engine import STORE_NAME, TerminalBar, make_executor, run_sweep
+    from workbench.sweep.engine import STORE_NAME, make_executor, run_sweep
 
     device = get_device(args.device).kind
     sweeps = QUICK if args.quick else SWEEPS
@@ -116,7 +117,8 @@ def main(argv=None) -> int:
     executor = make_executor("local", isolate=args.isolate, timeout_s=args.timeout_s)
     tasks = [t for sweep in sweeps for t in tasks_of(sweep, device, args.quick, rep_ms)]
     print(f"why sweep: {len(tasks)} configurations on {device} -> {out}", flush=True)
-    run_sweep(tasks, executor, store, resume=True, progress=TerminalBar())
+    with Progress(len(tasks), "why sweep") as shown:
+        run_sweep(tasks, executor, store, resume=True, progress=shown.sweep())
     records = store.records()
     store.close()
     title = f"Why a tile is fast or slow ({device}{', quick sizes' if args.quick else ''})"

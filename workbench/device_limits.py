@@ -7,7 +7,7 @@ from the device itself (an H100 SXM has 132, an H100 PCIe 114). :func:`gpu_limit
 where both say something. Nothing here calls a device, so CPU tests can compute occupancy for an
 H100 from :func:`h100`.
 
-NPU: the Unified Buffer per core of an Ascend 910B (DESIGN.md, "NPU kernels").
+NPU: the Unified Buffer per core of an Ascend 910B (docs/npu-check.md, "The rules the NPU kernels follow").
 
 Peaks: the datasheet's DRAM bandwidth and dense FLOP/s per device name, for the roofline's
 ceiling beside the measured copy bandwidth.

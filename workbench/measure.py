@@ -1,6 +1,6 @@
 """measure(): run one configuration of one variant, check it, time it, and return one record.
 
-The protocol (DESIGN.md, "Measuring"):
+The protocol (docs/measuring.md and docs/architecture.md, "The measuring contract"):
 
 1. Random inputs from the spec (seeded), on the chosen device and dtype: made once per problem
    in a process and kept (:func:`_made`), each configuration timing its own fresh copy.

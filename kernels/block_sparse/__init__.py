@@ -5,7 +5,7 @@
                                         impl="auto", **tiles)
     prod = product_layer(node_mars, cids, block_size, impl="auto", **tiles)
 
-Math and layout: DESIGN.md and :mod:`.reference`. ``impl="gpu"`` runs :mod:`.gpu`, ``"npu"``
+Math and layout: docs/families.md and :mod:`.reference`. ``impl="gpu"`` runs :mod:`.gpu`, ``"npu"``
 runs :mod:`.npu` (grid = cores, grid-stride), ``"auto"`` the NPU kernels on an NPU and the GPU
 kernels elsewhere (the CPU runs either in the Triton interpreter). Tiles, as keyword arguments:
 

@@ -1,6 +1,6 @@
 """Block-sparse probabilistic-circuit layers on GPUs with Triton.
 
-Notation (DESIGN.md): ``element_mars [M, B]`` log-probabilities, batch innermost; ``G`` blocks of
+Notation (docs/families.md): ``element_mars [M, B]`` log-probabilities, batch innermost; ``G`` blocks of
 ``bs`` nodes; ``cids [G, K]`` child rows; ``pids [G, K]`` parameter offsets (node ``i`` of block
 ``g`` on edge ``k`` uses ``params[pids[g, k] + i]``).
 

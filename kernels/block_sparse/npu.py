@@ -1,7 +1,7 @@
 """Block-sparse probabilistic-circuit layers for Ascend NPUs, written to triton-ascend's rules.
 
 Same math as :mod:`kernels.block_sparse.gpu` (read that module's docstring first); this file
-only changes how the work is laid out, following DESIGN.md's "NPU kernels":
+only changes how the work is laid out, following the NPU rules (docs/npu-check.md):
 
 - Grid = number of vector cores (``Device.num_cores``; SMs on CUDA, a handful in the
   interpreter). Each kernel enumerates its work items — (block, node tile, batch tile) for the

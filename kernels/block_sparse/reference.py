@@ -1,6 +1,6 @@
 """Block-sparse probabilistic-circuit layers in plain PyTorch: the oracle for every kernel.
 
-Layout (DESIGN.md): values are log-probabilities with the batch innermost. A sum layer has ``G``
+Layout (docs/families.md): values are log-probabilities with the batch innermost. A sum layer has ``G``
 blocks of ``block_size`` nodes; block ``g`` has ``K`` edges, edge ``k`` reads child row
 ``cids[g, k]`` of ``element_mars [M, B]`` and, for node ``i`` of the block, the linear weight
 ``params[pids[g, k] + i]``::
@@ -12,7 +12,7 @@ children are all zero (every child -inf) is -inf, and its gradients are defined 
 "double where" below keeps autograd from producing 0 * inf = NaN through ``log(0)``.
 
 Autograd through :func:`sum_layer_reference` is the exact backward oracle. With ``C`` the edge
-flows ``F * p * exp(em - out)`` (DESIGN.md), for an incoming gradient ``F = d loss / d out``::
+flows ``F * p * exp(em - out)`` (docs/families.md), for an incoming gradient ``F = d loss / d out``::
 
     d loss / d element_mars = C summed over nodes, scattered to the child rows   (= element flows)
     d loss / d params[j]    = sum_b F * exp(em - out)  over the edges using j    (= param flows / p)

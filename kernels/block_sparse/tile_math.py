@@ -2,7 +2,7 @@
 
 Each helper is a ``@triton.jit`` function that the kernels of both files call (Triton inlines
 them; the interpreter runs them as they are), so the math exists once. What stays apart in
-``gpu.py`` / ``npu.py`` is only what DESIGN.md's NPU rules make different:
+``gpu.py`` / ``npu.py`` is only what the NPU rules (docs/npu-check.md) make different:
 
 - how work is handed out: program ids per tile on the GPU, grid = cores with a grid-stride
   loop over work items on the NPU;

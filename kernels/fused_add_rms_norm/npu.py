@@ -1,4 +1,4 @@
-"""Fused add + RMSNorm for Ascend NPUs, written to triton-ascend's rules (DESIGN.md, "NPU kernels").
+"""Fused add + RMSNorm for Ascend NPUs, written to triton-ascend's rules (docs/npu-check.md).
 
 The same kernels run as ordinary Triton on CUDA and in the CPU interpreter, where their results
 are tested; ``workbench npu-check`` compiles :func:`npu_compile_cases` for Ascend910B.

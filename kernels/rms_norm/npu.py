@@ -1,4 +1,4 @@
-"""RMSNorm for Ascend NPUs, written to triton-ascend's rules (DESIGN.md, "NPU kernels").
+"""RMSNorm for Ascend NPUs, written to triton-ascend's rules (docs/npu-check.md).
 
 The same kernels run as ordinary Triton on CUDA and in the CPU interpreter, which is where
 their results are tested; ``workbench npu-check`` compiles them for Ascend910B.

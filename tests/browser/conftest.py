@@ -161,12 +161,6 @@ def notebook(run_all):
     nb = run_all["rms_norm"]
     assert nb is not None, "the RMSNorm notebook was not run"
     yield nb
-    try:  # a picture of the Explorer as the suite left it (kept for the record)
-        root = artifacts_root()
-        root.mkdir(parents=True, exist_ok=True)
-        nb.page.locator(".wb-explorer").first.screenshot(path=str(root / "explorer.png"), timeout=10_000)
-    except Exception:
-        pass
 
 
 @pytest.hookimpl(hookwrapper=True)

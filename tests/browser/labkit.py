@@ -556,6 +556,26 @@ class NotebookPage:
                 .map(t => t.slice(0, 1000))"""
         )
 
+    def picture(self, path: Path, css: str = ".wb-explorer", height: int = 1500) -> Path:
+        """A PNG of the top of the element ``css`` as the page shows it: the window made tall
+        enough, the element scrolled to the top of the notebook, the shot clipped to it (an
+        element screenshot of a cell inside JupyterLab's scrolling notebook comes out grey)."""
+        size = self.page.viewport_size
+        self.page.set_viewport_size({"width": size["width"], "height": height})
+        try:
+            el = self.page.locator(css).first
+            el.evaluate("e => e.scrollIntoView({block: 'start'})")
+            time.sleep(1.0)  # plotly redraws at the new size
+            box = el.bounding_box()
+            panel = self.page.locator(".jp-NotebookPanel-notebook, .jp-Notebook").first.bounding_box()
+            bottom = min(box["y"] + box["height"], panel["y"] + panel["height"] if panel else height, height)
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            clip = {"x": box["x"], "y": max(box["y"], 0), "width": box["width"], "height": bottom - max(box["y"], 0)}
+            self.page.screenshot(path=str(path), clip=clip)
+        finally:
+            self.page.set_viewport_size(size)
+        return Path(path)
+
     # --- the Explorer ------------------------------------------------------------------------
     def control(self, name: str):
         return self.page.locator(f".wb-explorer .wb-control-{name}").first

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+import labkit
 from labkit import NotebookPage
 
 import kernels
@@ -236,3 +237,25 @@ def test_sweep_draws_its_heatmap_and_apply_best_sets_the_controls(notebook):
     assert nb.input_value(".wb-sweep-y-values") == "2, 8"
     assert all(r[-1] == "pass" for r in own_rows(state["checks"], "gpu_multirow"))
     assert not nb.page_errors(), nb.page_errors()
+
+
+def test_the_picture_of_the_explorer(notebook):
+    """The picture the README and the docs show, taken here so it shows the Explorer as it is:
+    written to docs/images/explorer.png with WORKBENCH_UPDATE_PICTURES=1 (make pictures), else
+    beside the browser artifacts."""
+    import os
+
+    from conftest import artifacts_root
+
+    nb = notebook
+    use_variant(nb, "gpu_multirow")
+    wait_shown(nb, "gpu_multirow", "BLOCK_SIZE=" + nb.slider_value("BLOCK_SIZE"))
+    folder = labkit.REPO / "docs" / "images" if os.environ.get("WORKBENCH_UPDATE_PICTURES") == "1" else artifacts_root()
+    path = nb.picture(folder / "explorer.png")
+    from PIL import Image
+
+    with Image.open(path) as image:
+        width, height = image.size
+        colours = image.convert("RGB").resize((32, 32)).getcolors(32 * 32)
+    assert width >= 700 and height >= 800, (width, height)
+    assert colours is None or len(colours) > 8, "the picture is one flat colour"

@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 
 from workbench.cli import args as A
-from workbench.cli.progress import Progress
 from workbench.cli.tables import format_row, format_table
+from workbench.progress import Progress
 
 EXAMPLES = """examples:
   workbench bench rms_norm --device cpu --quick                 # every variant at the interpreter's small sizes

@@ -5,14 +5,18 @@ from __future__ import annotations
 from workbench.cli.args import Parser
 
 
-def main(argv) -> int:
-    import kernels
-
-    Parser(
+def build_parser() -> Parser:
+    return Parser(
         prog="workbench list",
         description="List every registered kernel family: its title, variants and problem knobs.",
         epilog="example:\n  workbench list",
-    ).parse_args(argv)
+    )
+
+
+def main(argv) -> int:
+    import kernels
+
+    build_parser().parse_args(argv)
     status = 0
     for name in kernels.families():
         try:

@@ -11,11 +11,7 @@ from pathlib import Path
 from workbench.cli.args import Parser
 
 
-def main(argv) -> int:
-    """Open JupyterLab on notebooks/ (kernels run this interpreter; records go to results/; a save
-    that changed only a notebook's outputs leaves ``git status`` clean)."""
-    from workbench.reports.notebooks import default_notebooks_dir, kernel_env
-
+def build_parser() -> Parser:
     parser = Parser(
         prog="workbench lab",
         description="Open JupyterLab on notebooks/: kernels run this Python, records go to results/, and a save "
@@ -26,6 +22,15 @@ def main(argv) -> int:
     parser.add_argument("--port", type=int, default=None, help="the port JupyterLab listens on (default: its own)")
     parser.add_argument("--no-browser", action="store_true", help="do not open a browser")
     parser.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
+    return parser
+
+
+def main(argv) -> int:
+    """Open JupyterLab on notebooks/ (kernels run this interpreter; records go to results/; a save
+    that changed only a notebook's outputs leaves ``git status`` clean)."""
+    from workbench.reports.notebooks import default_notebooks_dir, kernel_env
+
+    parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     nb_dir = Path(args.notebooks).resolve() if args.notebooks else default_notebooks_dir().resolve()
     from workbench.notebook_git import HOOK

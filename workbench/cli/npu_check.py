@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from workbench.cli.args import Parser, UsageError
+from workbench.progress import Progress
 
 DESCRIPTION = """Compile every family's NPU kernels for an Ascend 910B with the real front end:
 triton-ascend lowers each kernel to Ascend IR and BiShengIR plans its Unified Buffer, on this CPU.
@@ -79,7 +80,9 @@ def main(argv=None) -> int:
         keep=args.keep,
     )
     try:
-        outcome = N.run_check(options, log=lambda line: print(line, flush=True))
+        with Progress(None, "npu-check") as shown:
+            shown.doing("preparing the triton-ascend environment, then compiling")
+            outcome = N.run_check(options, log=lambda line: shown.line(line, count=False))
     except N.Unchecked as exc:
         print(f"npu-check: COULD NOT CHECK — {exc}", file=sys.stderr)
         if args.warn_unchecked:

@@ -25,6 +25,7 @@ from workbench.cli.args import (
     param_axes,
     problem_axes,
 )
+from workbench.progress import Progress
 
 DESCRIPTION = """Nsight Compute counters for one configuration's kernels: per kernel, DRAM throughput
 (% of peak), L2 hit rate, achieved and theoretical occupancy, SM throughput and the top warp-stall
@@ -119,7 +120,9 @@ def main(argv) -> int:
     exe = ncu.require_ncu(args.ncu)
     tiles = ", ".join(f"{k}={v}" for k, v in {**config["problem"], **config["params"]}.items())
     print(f"profiling {spec.name}/{config['variant']} {tiles} with {exe} (up to {args.timeout_s:g} s)…", flush=True)
-    kernels_seen = ncu.profile(config, ncu=exe, timeout_s=args.timeout_s)
+    with Progress(None, "profile") as shown:
+        shown.doing(f"Nsight Compute on {config['variant']}")
+        kernels_seen = ncu.profile(config, ncu=exe, timeout_s=args.timeout_s)
     for kernel in kernels_seen:
         print("  " + ncu.summary_line(kernel))
     if args.no_record:

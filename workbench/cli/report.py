@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from workbench.cli.args import Parser, check_output_path
+from workbench.progress import Progress
 from workbench.reports.reader import scrub_paths
 
 DESCRIPTION = """Run every notebook in notebooks/ headless (papermill) and write an HTML report that opens
@@ -23,14 +24,7 @@ EXAMPLES = """examples:
   workbench report out --check --baseline reports/h100 --fail-on-regression 5"""
 
 
-def main(argv) -> int:
-    """``workbench report``: run the notebooks into a report (``--out``), or, given a run's folder,
-    re-render its report from its files (``workbench report DIR``) or gate it (``--check``)."""
-    from workbench.reports import gate
-    from workbench.reports.notebook_report import build_report
-    from workbench.reports.notebooks import html_unavailable_reason
-    from workbench.reports.suite import render_suite_report
-
+def build_parser() -> Parser:
     parser = Parser(prog="workbench report", description=DESCRIPTION, epilog=EXAMPLES)
     parser.add_argument(
         "dir",
@@ -60,6 +54,18 @@ def main(argv) -> int:
     parser.add_argument("--only", default="", help="comma list of notebook names, e.g. rms_norm,index (default: all)")
     parser.add_argument("--timeout", type=int, default=1200, help="seconds a cell may run")
     parser.add_argument("--jobs", type=int, default=1, help="notebooks run at once (default 1: timings undisturbed)")
+    return parser
+
+
+def main(argv) -> int:
+    """``workbench report``: run the notebooks into a report (``--out``), or, given a run's folder,
+    re-render its report from its files (``workbench report DIR``) or gate it (``--check``)."""
+    from workbench.reports import gate
+    from workbench.reports.notebook_report import build_report
+    from workbench.reports.notebooks import html_unavailable_reason
+    from workbench.reports.suite import render_suite_report
+
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.jobs < 1:
         raise ValueError(f"--jobs {args.jobs}: give 1 or more notebooks at once")
@@ -95,17 +101,20 @@ def main(argv) -> int:
     get_device(args.device)  # a device that is not here: say so once, before any notebook runs
     out = Path(args.out or "reports/latest")
     check_output_path(out, "--out", folder=True)
-    result = build_report(
-        out,
-        device=args.device,
-        quick=args.quick,
-        dtype=args.dtype,
-        notebooks_dir=Path(args.notebooks) if args.notebooks else None,
-        only=only,
-        timeout=args.timeout,
-        jobs=args.jobs,
-        show_code=args.show_code,
-    )
+    with Progress(None, "report") as shown:
+        result = build_report(
+            out,
+            device=args.device,
+            quick=args.quick,
+            dtype=args.dtype,
+            notebooks_dir=Path(args.notebooks) if args.notebooks else None,
+            only=only,
+            timeout=args.timeout,
+            jobs=args.jobs,
+            show_code=args.show_code,
+            log=lambda text: shown.line(text, count=not text.startswith("report:")),  # a line per notebook
+            on_start=lambda name: shown.doing(name),
+        )
     status = 0 if result["ok"] else 1
     if args.check or baseline is not None:
         verdict = _gate(out, gate.load_records(out, "--out"), baseline, pct, args.baseline)

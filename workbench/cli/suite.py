@@ -12,13 +12,13 @@ from workbench.cli.args import Parser, check_budget, check_output_path, split_li
 from workbench.cli.tables import format_row
 from workbench.device import get_device
 from workbench.phases import process_age_s
+from workbench.progress import Progress
 from workbench.reports import gate
 from workbench.reports.suite import suite_environment
 from workbench.store import Store
 
 
-def main(argv) -> int:
-    """Run a suite's targets (module docstring)."""
+def build_parser() -> Parser:
     parser = Parser(
         prog="workbench bench --suite",
         description="Run a benchmark suite: every target (a family, mode and sizes; ours against every "
@@ -51,6 +51,12 @@ def main(argv) -> int:
         metavar="PCT",
         help="exit 1 when a cell is slower than --baseline by more than PCT percent beyond the noise interval",
     )
+    return parser
+
+
+def main(argv) -> int:
+    """Run a suite's targets (module docstring)."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     check_budget(args.rep_ms)
     suite = S.get_suite(args.suite)
@@ -70,9 +76,12 @@ def main(argv) -> int:
         print("note: CPU times are Triton-interpreter (or CPU) wall times: ratios are not judged on the CPU")
     started = time.perf_counter()
 
+    targets = [t for t in suite.targets if not only or t.name in only]
+    shown = Progress(None, f"suite {suite.name}")
+
     def on_record(rec):
         tag = getattr(rec, "label", None)
-        print(f"{format_row(rec)}{f' [{tag}]' if tag else ''}  ({time.perf_counter() - started:.1f} s)", flush=True)
+        shown.line(f"{format_row(rec)}{f' [{tag}]' if tag else ''}  ({time.perf_counter() - started:.1f} s)")
 
     # --resume: the earlier run's targets are read before the first target rewrites the files.
     earlier = S.load_previous(suite, device.kind, out) if args.resume else None
@@ -83,11 +92,18 @@ def main(argv) -> int:
         S.write_files(S.combined(run, earlier, suite), suite, out)  # after every target: nothing is lost
         split = run.target_wall[target.name]
         parts = ", ".join(f"{k} {split[k]:.1f}" for k in ("setup", "compile", "check", "timing", "other"))
-        print(f"-- {target.name}: {split['wall']:.1f} s ({parts})  ({time.perf_counter() - started:.1f} s)", flush=True)
+        elapsed = time.perf_counter() - started
+        shown.line(f"-- {target.name}: {split['wall']:.1f} s ({parts})  ({elapsed:.1f} s)", count=False)
+        later = [t.name for t in targets][len(run.target_wall) :]
+        if later:
+            shown.doing(f"target {len(run.target_wall) + 1}/{len(targets)}: {later[0]}")
 
-    run = S.run_suite(
-        suite, device=device, store=store, rep_ms=args.rep_ms, only=only, on_record=on_record, on_target=on_target
-    )
+    if targets:
+        shown.doing(f"target 1/{len(targets)}: {targets[0].name}")
+    with shown:
+        run = S.run_suite(
+            suite, device=device, store=store, rep_ms=args.rep_ms, only=only, on_record=on_record, on_target=on_target
+        )
     measured_s = time.perf_counter() - started
     process_s = process_age_s()
     this_run_wall = dict(run.target_wall)

@@ -117,9 +117,10 @@ def build_plan(spec, args, device_kind: str):
 
 
 def main(argv) -> int:
+    from workbench.progress import Progress
     from workbench.reports.sweep import write_outputs
     from workbench.store import Store
-    from workbench.sweep.engine import STORE_NAME, TerminalBar, run_sweep
+    from workbench.sweep.engine import STORE_NAME, run_sweep
     from workbench.sweep.tasks import make_task
 
     args = build_parser().parse_args(argv)
@@ -157,7 +158,8 @@ def main(argv) -> int:
         flush=True,
     )
     try:
-        result = run_sweep(tasks, executor, store, resume=not args.no_resume, progress=TerminalBar())
+        with Progress(len(tasks), f"sweep {spec.name}") as shown:
+            result = run_sweep(tasks, executor, store, resume=not args.no_resume, progress=shown.sweep())
     except KeyboardInterrupt:
         print(f"interrupted: {len(store)} records in {out / STORE_NAME}; run again to resume", flush=True)
         raise

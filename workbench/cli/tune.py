@@ -104,11 +104,12 @@ def main(argv) -> int:
     import kernels
     from kernels import tuned_tables
     from workbench.measure import versions
+    from workbench.progress import Progress
     from workbench.provenance import code_version
     from workbench.reports import tune as report
     from workbench.reports.reader import scrub_command
     from workbench.store import Store, write_csv, write_json
-    from workbench.sweep.engine import STORE_NAME, TerminalBar
+    from workbench.sweep.engine import STORE_NAME
     from workbench.tune import table
     from workbench.tune.run import TuneOptions, run_tune
     from workbench.tune.search import STRATEGIES, import_optuna
@@ -147,7 +148,8 @@ def main(argv) -> int:
         flush=True,
     )
     try:
-        result = run_tune(space, options, executor, store, host, args.device, progress=TerminalBar())
+        with Progress(None, f"tune {args.family}") as shown:
+            result = run_tune(space, options, executor, store, host, args.device, progress=shown.sweep())
         rows = store.records()
     finally:
         store.close()

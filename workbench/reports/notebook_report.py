@@ -57,8 +57,10 @@ def build_report(
     jobs: int = 1,
     show_code: bool = False,
     log=print,
+    on_start=None,
 ) -> dict:
     """Execute the notebooks and write the report; returns {"index", "results", "ok"}.
+    ``log(text)`` gets a line per notebook run, ``on_start(name)`` hears a notebook starting.
 
     ``jobs > 1`` runs that many notebooks at once (each in its own kernel): faster, but their
     timings disturb each other, so keep 1 for reports whose numbers matter."""
@@ -74,7 +76,11 @@ def build_report(
     # quick=None lets each notebook choose: small sizes on the CPU interpreter, full sizes on a device.
     params = {"device": device, "quick": True if quick else None, "headless": True, "out_dir": str(out)}
     plotly_src = write_plotly_js(out)
-    run_one = lambda p: _run_one(p, out, params, timeout, notebooks_dir, log, show_code, plotly_src)  # noqa: E731
+    def run_one(path: Path) -> dict:
+        if on_start is not None:
+            on_start(path.name)
+        return _run_one(path, out, params, timeout, notebooks_dir, log, show_code, plotly_src)
+
     if dtype:
         params["dtype"] = dtype
     store = os.environ.get("WORKBENCH_STORE") or str(out / "workbench.sqlite")

@@ -8,7 +8,7 @@ One engine serves the command line (``workbench sweep``, ``workbench tune``) and
 - :func:`run_sweep` skips tasks whose key is already in the store (resume), hands the rest to
   an executor, and appends every record to the store *on the driver* as it arrives (the only
   writer: workers never open the store), calling ``on_record`` and ``progress`` each time;
-- :class:`Progress` is done / failed / remaining / ETA; :class:`TerminalBar` draws it.
+- :class:`Progress` is done / failed / remaining / ETA (:meth:`workbench.progress.Progress.sweep` shows it).
 
 An out folder (``--out DIR``) holds ``records.sqlite`` (the store resume reads) and, after a
 run, ``records.csv``, ``records.json`` and ``report.html`` (:func:`workbench.reports.sweep.write_outputs`).
@@ -17,7 +17,6 @@ run, ``records.csv``, ``records.json`` and ``report.html`` (:func:`workbench.rep
 from __future__ import annotations
 
 import contextlib
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -70,29 +69,6 @@ def _duration(s: float) -> str:
     if s < 3600:
         return f"{s // 60}m{s % 60:02d}s"
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
-
-
-class TerminalBar:
-    """Progress on stderr: one rewritten line on a terminal, a line every ``every_s`` otherwise."""
-
-    def __init__(self, stream=None, every_s: float = 10.0, width: int = 24):
-        self.stream = stream or sys.stderr
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.every_s, self.width = every_s, width
-        self._last = 0.0
-
-    def __call__(self, p: Progress, record: dict | None = None) -> None:
-        now = time.monotonic()
-        final = p.remaining == 0
-        if self.tty:
-            filled = int(self.width * p.done / max(p.total, 1))
-            bar = "#" * filled + "." * (self.width - filled)
-            self.stream.write(f"\r[{bar}] {p.line()}\x1b[K" + ("\n" if final else ""))
-            self.stream.flush()
-        elif final or now - self._last >= self.every_s or (record is not None and record.get("error")):
-            self.stream.write(p.line() + "\n")
-            self.stream.flush()
-            self._last = now
 
 
 def recorded_keys(store) -> set[str]:
