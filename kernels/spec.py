@@ -1,8 +1,9 @@
 """What a kernel family is, as data: problem knobs, variants, tile parameters, bytes, tolerances.
 
 The measuring tool (``workbench``), its CLI and every widget work from a :class:`KernelSpec`
-alone; a family registers one spec and needs nothing else from them. A new family is a folder
-with ``spec = KernelSpec(...)`` in its ``spec.py`` plus a line in :data:`FAMILY_MODULES`.
+alone; a family registers one spec and needs nothing else from them (:func:`register`: a
+built-in family's folder, an installed package's entry point, or a spec made at run time, for
+example by :func:`kernels.custom.family`).
 """
 
 from __future__ import annotations
@@ -231,7 +232,8 @@ class KernelSpec:
     - ``reference(inputs, problem)``: the PyTorch oracle; the harness calls it on inputs
       upcast to fp32 (fp64 on the CPU).
     - ``output_names``: names of the outputs, in the order ``run`` returns them.
-    - ``min_bytes(problem, mode, dtype)``: the fewest bytes the mode must move.
+    - ``min_bytes(problem, mode, dtype)``: the fewest bytes the mode must move (None: not known,
+      so no bandwidth figures).
     - ``axis``: the knob plots put on the x axis by default.
     - ``memory_bound``: the work is bound by memory traffic (reports chart GB/s against copy bandwidth).
     """
@@ -243,7 +245,7 @@ class KernelSpec:
     reference: Callable[..., Any]
     output_names: tuple[str, ...]
     variants: tuple[Variant, ...]
-    min_bytes: Callable[[Mapping[str, Any], str, str], int]
+    min_bytes: Callable[[Mapping[str, Any], str, str], int | None]
     axis: str
     modes: tuple[str, ...] = MODES
     dtypes: tuple[str, ...] = tuple(DTYPES)
@@ -260,6 +262,10 @@ class KernelSpec:
     flops: Callable[[Mapping[str, Any], str], int] | None = None
     # What ``workbench tune`` searches and the tuned tables hold (None: the family is not tuned).
     tuning: Tuning | None = None
+    # The module that defines the spec, which a worker process imports to find it (None: defined in
+    # a notebook cell or a script, so its sweeps run on the local executor only). A module path
+    # registered for the family (the built-ins', an entry point's) stands for it.
+    module: str | None = None
 
     def variant(self, name: str) -> Variant:
         for v in self.variants:
@@ -314,32 +320,124 @@ class KernelSpec:
 
 
 # --- registry ----------------------------------------------------------------------------
-# Family name -> module defining ``spec``; imported lazily so a broken family cannot break the rest.
-FAMILY_MODULES: dict[str, str] = {
+# A family is a KernelSpec registered under its name, found by a module path: "package.module"
+# (its ``spec``, or its ``spec`` submodule's) or "package.module:attribute". The four built-in
+# families are registered that way, as an installed package's families are (its entry points in
+# the group ENTRY_POINTS) and as a spec made at run time is (:func:`register`). Modules are
+# imported lazily, so a broken family cannot break the rest.
+ENTRY_POINTS = "kernel_workbench.families"
+BUILTIN: dict[str, str] = {
     "rms_norm": "kernels.rms_norm",
     "fused_add_rms_norm": "kernels.fused_add_rms_norm",
     "scalar_ops": "kernels.scalar_ops",
     "block_sparse": "kernels.block_sparse",
 }
+_REGISTRY: dict[str, str | KernelSpec] = {}  # name -> module path, or the spec registered at run time
+_FROM_ENTRY_POINTS: set[str] = set()
+_ENTRY_POINTS_READ = False
+
+
+def register(family: KernelSpec | str, name: str | None = None) -> str:
+    """Make ``family`` a registered family and return its name: a :class:`KernelSpec` (made in a
+    notebook cell or a module: :func:`kernels.custom.family`) or a module path
+    (``"pkg.module"`` or ``"pkg.module:attribute"``, the form an entry point gives).
+
+    A name held by a built-in family or an installed package's is refused (ValueError naming
+    who holds it); a spec registered at run time under a name registered at run time before
+    replaces it (a notebook cell run again)."""
+    _read_entry_points()
+    if isinstance(family, KernelSpec):
+        name = name or family.name
+    elif isinstance(family, str) and family.strip():
+        name = name or family.rpartition(":")[2].rpartition(".")[2]
+    else:
+        raise ValueError(f"register() takes a KernelSpec or a module path, not {type(family).__name__}")
+    held = _REGISTRY.get(name)
+    if held is not None and held is not family and held != family:
+        if name in BUILTIN or name in _FROM_ENTRY_POINTS or not isinstance(family, KernelSpec):
+            who = held if isinstance(held, str) else f"a spec registered at run time ({held.module or 'a notebook'})"
+            raise ValueError(f"family name {name!r} is already registered ({who}); give yours another name")
+    _REGISTRY[name] = family
+    return name
+
+
+def unregister(name: str) -> None:
+    """Forget a family registered at run time (tests; a notebook that is done with one)."""
+    if name in BUILTIN:
+        raise ValueError(f"{name!r} is a built-in family; it cannot be unregistered")
+    _REGISTRY.pop(name, None)
+
+
+def _read_entry_points() -> None:
+    """Register the families installed packages declare (group :data:`ENTRY_POINTS`), once."""
+    global _ENTRY_POINTS_READ
+    if _ENTRY_POINTS_READ:
+        return
+    _ENTRY_POINTS_READ = True
+    for name, path in BUILTIN.items():
+        _REGISTRY.setdefault(name, path)
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINTS):
+        if ep.name in _REGISTRY:
+            continue  # a built-in (this project's own entry points) or a duplicate: the first stands
+        _REGISTRY[ep.name] = ep.value
+        _FROM_ENTRY_POINTS.add(ep.name)
 
 
 def families() -> list[str]:
-    """Registered families whose package is present, in registry order."""
+    """Registered families whose code is present, in registration order (the built-ins first)."""
+    _read_entry_points()
     found = []
-    for name, module in FAMILY_MODULES.items():
-        if importlib.util.find_spec(module) is not None:
+    for name, entry in _REGISTRY.items():
+        if isinstance(entry, KernelSpec) or importlib.util.find_spec(entry.partition(":")[0]) is not None:
             found.append(name)
     return found
 
 
 def get(name: str) -> KernelSpec:
-    """The registered family's KernelSpec: ``spec`` in its ``spec.py`` (or, for a family that
-    keeps it there, in its package)."""
-    if name not in FAMILY_MODULES or name not in families():
+    """The registered family's KernelSpec."""
+    if name not in families():
         raise ValueError(f"unknown kernel family {name!r}; families: {', '.join(families())}")
-    package = FAMILY_MODULES[name]
-    module = package + ".spec" if importlib.util.find_spec(package + ".spec") is not None else package
-    return importlib.import_module(module).spec
+    entry = _REGISTRY[name]
+    if isinstance(entry, KernelSpec):
+        return entry
+    return _load(name, entry)
+
+
+def module_path(name: str) -> str | None:
+    """The module path a worker process imports to find family ``name`` (sweeps on ``isolate``
+    or Ray); None for a spec defined in a notebook cell or a script's ``__main__``, whose sweeps
+    run in the process that defined it (``executor="local"``)."""
+    _read_entry_points()
+    entry = _REGISTRY.get(name)
+    if isinstance(entry, KernelSpec):
+        return entry.module
+    return entry
+
+
+def _load(name: str, path: str) -> KernelSpec:
+    module_name, _, attr = path.partition(":")
+    if attr:
+        found = getattr(importlib.import_module(module_name), attr)
+    else:
+        sub = module_name + ".spec"
+        module = importlib.import_module(
+            sub if importlib.util.find_spec(module_name) and _has_submodule(sub) else module_name
+        )
+        found = getattr(module, "spec", None)
+        if not isinstance(found, KernelSpec) or found.name != name:  # a module holding several: the one named
+            found = next((v for v in vars(module).values() if isinstance(v, KernelSpec) and v.name == name), found)
+    if not isinstance(found, KernelSpec):
+        raise ValueError(f"family {name!r}: {path} holds no KernelSpec (found {type(found).__name__})")
+    return found
+
+
+def _has_submodule(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
 
 
 def as_tuple(outputs: Any) -> tuple:

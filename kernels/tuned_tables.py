@@ -88,11 +88,25 @@ def file_name(key: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", key).strip("_") + ".json"
 
 
+_PLACED: dict[str, Path] = {}  # family -> its tables' folder, for a family declared outside kernels/
+
+
+def place(family: str, folder: str | os.PathLike) -> None:
+    """Keep ``family``'s tables in ``folder`` (a family declared in a user's code keeps them beside
+    that code: :func:`kernels.custom.family`)."""
+    _PLACED[family] = Path(folder)
+    for cache in (_TABLES, _LOOKUPS):  # answers read from another folder no longer hold
+        for key in [k for k in cache if k[0] == family]:
+            del cache[key]
+
+
 def table_dir(family: str) -> Path:
     """Where ``family``'s tables live: ``$KERNELS_TUNED_DIR/<family>`` when that is set, else the
-    family's package folder ``kernels/<family>/tuned``."""
+    folder :func:`place` gave it, else the family's package folder ``kernels/<family>/tuned``."""
     root = os.environ.get("KERNELS_TUNED_DIR")
-    return Path(root) / family if root else _PACKAGE_ROOT / family / "tuned"
+    if root:
+        return Path(root) / family
+    return _PLACED.get(family) or _PACKAGE_ROOT / family / "tuned"
 
 
 def table_path(family: str, key: str) -> Path:

@@ -15,7 +15,7 @@ import pytest
 from testkit import HAVE_PTXAS
 
 import kernels
-from kernels.spec import FAMILY_MODULES
+from kernels.spec import unregister
 from workbench.store import Store
 from workbench.sweep.actors import DeviceWorker
 from workbench.sweep.engine import Progress, run_sweep
@@ -31,7 +31,7 @@ def fault_family():
 
     sweep_fault_family.register()
     yield kernels.get(sweep_fault_family.NAME)
-    FAMILY_MODULES.pop(sweep_fault_family.NAME, None)
+    unregister(sweep_fault_family.NAME)
 
 
 @pytest.fixture(scope="module")

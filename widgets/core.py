@@ -38,6 +38,11 @@ class ResultCache:
         with self._lock:
             self._data.pop(key, None)
 
+    def clear(self) -> None:
+        """Forget every record (a tuned table was installed: "auto" tiles may now mean others)."""
+        with self._lock:
+            self._data.clear()
+
     def records(self) -> list[Record]:
         with self._lock:
             return list(self._data.values())

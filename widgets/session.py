@@ -15,6 +15,7 @@ A notebook is a ``parameters`` cell followed by calls on one Session::
                      variant="gpu_multirow", metric="gbps")   # heatmap, failed cells marked, best outlined
     s.memory()                                      # peak MB per variant beside the bytes the problem must move
     s.correctness(mode="full")                      # every output and gradient against the reference
+    s.tune(install=True)                            # workbench tune in this process; "auto" then takes the table
     s.finish()          # <family>_records.csv/.json into out_dir (default results/); AssertionError if any check failed
 
 Also: ``s.measure(variant, problem, params, mode)`` (one configuration, a Record),
@@ -66,6 +67,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from kernels.spec import KernelSpec, Variant, dtype_name, get
+from kernels.spec import families as kernels_families
 from widgets.core import ResultCache
 from workbench.device import Device, get_device
 from workbench.measure import Record, measure, measure_many
@@ -456,6 +458,7 @@ class Session:
 
         self._check_mode(request.mode)
         plan = plan_sweep(request, self._sweep_variants(request), self._measuring(), known=self.cache.get)
+        cached = plan.cached  # before the run fills in the rest
         bar, quiet = None, progress is not None  # a caller with its own progress prints its own summary
         if progress is None and not self.headless:
             bar = _progress_bar(len(plan.items), request.label)
@@ -483,8 +486,8 @@ class Session:
             failed = sum(1 for r in rows if r.error)
             wrong = sum(1 for r in rows if r.error is None and r.passed is False)
             print(
-                f"{request.label}: {len(rows)} configurations ({len(rows) - plan.cached} measured, "
-                f"{plan.cached} cached), {failed} could not run, {wrong} failed their check, "
+                f"{request.label}: {len(rows)} configurations ({len(rows) - cached} measured, "
+                f"{cached} cached), {failed} could not run, {wrong} failed their check, "
                 f"{time.perf_counter() - t0:.1f} s"
             )
         return Swept(rows, plan)
@@ -519,15 +522,16 @@ class Session:
     def _executor(self, executor, options: Mapping | None):
         """The executor a sweep runs on: ``"local"`` (holding the session's lock), ``"isolate"``,
         ``"ray"`` (started once and kept for the session's later sweeps) or an executor object."""
-        from kernels.spec import FAMILY_MODULES
+        from kernels.spec import module_path
         from workbench.sweep.engine import make_executor
 
         if executor == "local" and not options:
             return make_executor("local", lock=self._lock, specs={self.spec.name: self.spec})
-        if self.spec.name not in FAMILY_MODULES:
+        if (module_path(self.spec.name) if self.spec.name in kernels_families() else self.spec.module) is None:
             raise ValueError(
-                f"{self.spec.name} is not a registered family (kernels.spec.FAMILY_MODULES): its sweeps run with "
-                "executor='local' only; other executors load the family by name in their workers"
+                f"{self.spec.name} is defined in a notebook cell or a script, which a worker process cannot import: "
+                "its sweeps run with executor='local' only; declare it in a module (a .py file on the path) for "
+                "'isolate' or 'ray'"
             )
         if not isinstance(executor, str):
             return executor
@@ -617,6 +621,61 @@ class Session:
                 rows.append({"variant": r.variant, "tensor": "-", "pass": False, "error": short_reason(r.error)})
         return pd.DataFrame(rows)
 
+    # --- tuning -----------------------------------------------------------------------------------
+    def tune(
+        self,
+        sizes: Sequence | None = None,
+        *,
+        strategy: str = "grid",
+        trials: int | None = None,
+        seed: int = 0,
+        rep_ms: float | None = None,
+        budget_s: float | None = None,
+        install: bool = False,
+        out: str | Path | None = None,
+    ):
+        """``workbench tune`` from a notebook: search the family's tune grid (``spec.tuning``) at
+        each size (default: the family's tune sizes, the quick ones when ``s.quick``) on this
+        device, in this process (so a family declared in a notebook cell tunes too), pick one
+        configuration per size, and write the candidate table, the records and the tune report
+        into ``out`` (default ``out_dir/tune-<family>-<device>``). Shows the per-size table and
+        returns the :class:`workbench.tune.job.Tuned` (``.table``, ``.diff``, ``.install()``).
+        ``install=True`` installs the table where the family keeps its tables, so its ``"auto"``
+        tiles take it from then on (not where a configuration gave a wrong result), and empties
+        the session's cache, so later sweeps measure the tuned tiles."""
+        import dataclasses
+
+        from workbench.reports import reader
+        from workbench.reports import tune as report
+        from workbench.tune.job import tune_family
+        from workbench.tune.run import TuneOptions
+        from workbench.tune.search import STRATEGIES
+        from workbench.tune.space import Space
+
+        if strategy not in STRATEGIES:
+            raise ValueError(f"strategy={strategy!r}: use one of {', '.join(STRATEGIES)}")
+        space = Space.of(self.spec, quick=self.quick)
+        if sizes is not None:
+            knob = self.spec.knob(space.tuning.knob)
+            values = tuple(knob.validate(v) for v in sizes)
+            field = "quick_sizes" if self.quick else "sizes"
+            space = dataclasses.replace(space, tuning=dataclasses.replace(space.tuning, **{field: values}))
+        rep_ms = rep_ms if rep_ms is not None else (5.0 if self.device.kind == "cpu" else self.rep_ms)
+        options = TuneOptions(strategy, seed, budget_s, trials, rep_ms)
+        out = Path(out) if out is not None else self.out_dir / f"tune-{self.family}-{self.device.kind}"
+        command = f"Session({self.family!r}, device={self.device.kind!r}).tune(strategy={strategy!r})"
+        tuned = tune_family(space, options, self._executor("local", None), self.device, self.device.kind, out,
+                            command=command)  # fmt: skip
+        paths = report.write_report(tuned.result, out, tuned.key, options, tuned.table, tuned.diff)
+        F.show_html(
+            f"<b>{self.spec.title}: tuned on {tuned.key}</b> ({len(tuned.result.records)} configurations, "
+            f"{tuned.result.wall_s:.1f} s; report {paths[0]})" + reader.table_html(report.size_rows(tuned.result))
+        )
+        if install:
+            print(f"installed {tuned.install()}")
+            self.cache.clear()  # "auto" tiles now take the table: measure them again
+        return tuned
+
     # --- the Explorer ---------------------------------------------------------------------------
     def explorer(self, variant: str | None = None, **kwargs):
         """Live: build and display the Explorer on this session (shared cache, store, records)
@@ -677,7 +736,9 @@ class Session:
         problems = []
         for r in wrong:
             bad = ", ".join(
-                f"{c['name']} max_abs={c['max_abs']:.3g} (atol {c['atol']:.3g})" for c in r.checks if not c["passed"]
+                c.get("note") or f"{c['name']} max_abs={c['max_abs']:.3g} (atol {c['atol']:.3g})"
+                for c in r.checks
+                if not c["passed"]
             )
             problems.append(
                 f"WRONG RESULT {r.variant} {r.mode} {r.dtype} {F.mapping_str(r.problem)} {F.mapping_str(r.params)}: {bad}"

@@ -363,7 +363,8 @@ def _prepare(spec, config, shared: _Shared) -> tuple[Record, _Prepared | None]:
         if var.tiles_source is not None:
             record.tiles_source = var.tiles_source(prob, prm, dev)
         step = _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, record, shared)
-        record.min_bytes = int(spec.min_bytes(prob, mode, dt))
+        moved = spec.min_bytes(prob, mode, dt)
+        record.min_bytes = None if moved is None else int(moved)  # None: the family declares no bytes
         return record, _Prepared(record, spec, dev, prob, step)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a readable record or a ValueError
         if on_error == "raise":

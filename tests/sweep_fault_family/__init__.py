@@ -13,7 +13,8 @@ import time
 
 import torch
 
-from kernels.spec import FAMILY_MODULES, KernelSpec, Knob, Param, Variant
+from kernels.spec import KernelSpec, Knob, Param, Variant
+from kernels.spec import register as register_family
 
 NAME = "sweep_faults"
 FAULTS = ("none", "raise", "exit", "signal", "hang")
@@ -64,4 +65,4 @@ spec = KernelSpec(
 
 
 def register() -> None:
-    FAMILY_MODULES[NAME] = __name__
+    register_family(__name__, name=NAME)

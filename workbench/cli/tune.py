@@ -102,16 +102,11 @@ def main(argv) -> int:
     import dataclasses
 
     import kernels
-    from kernels import tuned_tables
-    from workbench.measure import versions
     from workbench.progress import Progress
-    from workbench.provenance import code_version
     from workbench.reports import tune as report
     from workbench.reports.reader import scrub_command
-    from workbench.store import Store, write_csv, write_json
-    from workbench.sweep.engine import STORE_NAME
-    from workbench.tune import table
-    from workbench.tune.run import TuneOptions, run_tune
+    from workbench.tune.job import tune_family
+    from workbench.tune.run import TuneOptions
     from workbench.tune.search import STRATEGIES, import_optuna
     from workbench.tune.space import Space
 
@@ -134,58 +129,31 @@ def main(argv) -> int:
     out = Path(args.out or f"results/tune/{args.family}-{args.device}")
     check_output_path(out, "--out", folder=True)
     host = _host_device(args.device, args.executor, args.address)
-    key = tuned_tables.device_key(host) if getattr(host, "name", "?") != "?" else None
-    if key is not None:
-        table.read_installed(args.family, key)  # a bad installed table stops here, before measuring
     executor = executor_of(args)
     rep_ms = args.rep_ms if args.rep_ms is not None else (5.0 if args.device == "cpu" else 100.0)
     options = TuneOptions(args.strategy, args.seed, args.budget_s, args.trials, rep_ms)
-    out.mkdir(parents=True, exist_ok=True)
-    store = Store(out / STORE_NAME)
     print(
         f"tune {args.family}: {space.tuning.knob} = {', '.join(map(str, space.sizes))}; strategy {args.strategy}; "
         f"{executor.describe()} on {args.device} -> {out}",
         flush=True,
     )
-    try:
-        with Progress(None, f"tune {args.family}") as shown:
-            result = run_tune(space, options, executor, store, host, args.device, progress=shown.sweep())
-        rows = store.records()
-    finally:
-        store.close()
-    key = result.device_key or key
-    if key is None:
-        raise UsageError(f"no configuration of {args.family} ran on {args.device}; see {out / 'records.csv'}")
-    installed = table.read_installed(args.family, key)
-    provenance = {
-        "commit": code_version(),
-        **{k: versions()[k] for k in ("torch", "triton")},
-        "command": scrub_command(["workbench", "tune", *argv]),
-        "strategy": args.strategy,
-        "seed": args.seed,
-        "budget_s": args.budget_s,
-        "executor": executor.describe(),
-        "workers": result.workers,
-        "rep_ms": rep_ms,
-        "wall_s": round(result.wall_s, 1),
-    }
-    candidate = table.merge(installed, table.build_table(space, key, result.choices, provenance))
-    written = table.write_table(candidate, out / "tuned" / tuned_tables.file_name(key))
-    diff = table.diff_lines(installed, candidate)
-    write_csv(rows, out / "records.csv")
-    write_json(rows, out / "records.json")
-    paths = report.write_report(result, out, key, options, candidate, diff)
-    for line in report.size_rows(result):
+    with Progress(None, f"tune {args.family}") as shown:
+        tuned = tune_family(
+            space, options, executor, host, args.device, out,
+            command=scrub_command(["workbench", "tune", *argv]), progress=shown.sweep(),
+        )  # fmt: skip
+    paths = report.write_report(tuned.result, out, tuned.key, options, tuned.table, tuned.diff)
+    for line in report.size_rows(tuned.result):
         print("  " + ", ".join(f"{k}: {v}" for k, v in line.items()))
-    print("\n".join(diff))
-    print(f"wrote {written}, " + ", ".join(str(p) for p in paths))
-    if result.wrong:
-        print(f"{len(result.wrong)} configurations gave wrong results; the table was not installed")
+    print("\n".join(tuned.diff))
+    print(f"wrote {tuned.table_path}, " + ", ".join(str(p) for p in paths))
+    if tuned.wrong:
+        print(f"{len(tuned.wrong)} configurations gave wrong results; the table was not installed")
         return 1
     if args.write:
-        print(f"installed {table.install(candidate)}")
+        print(f"installed {tuned.install()}")
     else:
-        print(f"not installed (add --write to install it as {table.installed_path(args.family, key)})")
+        print(f"not installed (add --write to install it as {tuned.installed_path()})")
     return 0
 
 

@@ -74,6 +74,7 @@ def checks_rows(record: Any) -> list[dict]:
                 "rtol": c["rtol"],
                 "nan_inf_mismatch": c["nan_mismatch"],
                 "pass": bool(c["passed"]),
+                **({"note": c["note"]} if c.get("note") else {}),
             }
         )
     return rows

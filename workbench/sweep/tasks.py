@@ -9,7 +9,7 @@ Every record dict carries ``sweep_key`` (the configuration's key: what resume co
 ``host`` and ``worker`` (pid, GPUs it was given), besides the :class:`~workbench.measure.Record`
 fields. :func:`as_record` turns such a dict back into a Record.
 
-The family travels by name plus the module that registers it (``kernels.spec.FAMILY_MODULES``),
+The family travels by name plus the module that defines it (``kernels.spec.module_path``),
 so a family registered only in the driver (a plugin, or a test family) is found by the worker too.
 
 Run one task in a fresh process (the ``--isolate`` executor)::
@@ -99,7 +99,7 @@ def make_task(
     """A task with problem and params resolved against the spec (raw where invalid: the worker
     then records why), keyed like the notebook Session's cache. ``tables=False``: measured with
     the tuned tables off (what the family's rule gives where a table has an entry)."""
-    from kernels.spec import FAMILY_MODULES, dtype_name
+    from kernels.spec import dtype_name, module_path
     from workbench.sweep.config import resolve_config
 
     var = spec.variant(variant) if isinstance(variant, str) else variant
@@ -107,7 +107,7 @@ def make_task(
     dt = dtype_name(dtype)
     return SweepTask(
         family=spec.name,
-        family_module=FAMILY_MODULES.get(spec.name, ""),
+        family_module=module_path(spec.name) or spec.module or "",
         variant=var.name,
         device=device,
         dtype=dt,
@@ -151,10 +151,10 @@ def use_host_triton_cache(root: str | None) -> None:
 
 def register_family(task: SweepTask) -> None:
     """Make the task's family known to this process (a family registered only in the driver)."""
-    from kernels.spec import FAMILY_MODULES
+    from kernels.spec import families, register
 
-    if task.family not in FAMILY_MODULES and task.family_module:
-        FAMILY_MODULES[task.family] = task.family_module
+    if task.family not in families() and task.family_module:
+        register(task.family_module, name=task.family)
 
 
 def run_task(task: SweepTask, spec=None) -> dict:

@@ -1,0 +1,355 @@
+"""A kernel family declared where its code lives: a notebook cell or a package of one's own.
+
+The four built-in families write a :class:`~kernels.spec.KernelSpec` by hand (140-280 lines in
+their ``spec.py``). :func:`family` builds one from what a kernel engineer already has: the host
+function that launches the ``@triton.jit`` kernel, how to make inputs for a problem size, the
+tile values to explore and the PyTorch reference. Sensible defaults fill the rest: per-dtype
+tolerances, the modes, the axis plots use, the tune space. Then :func:`kernels.register` makes
+it a family like the others: ``workbench list``, ``bench``, ``sweep``, ``tune``, ``report``, the
+Explorer, the heatmaps and the why-view all work on it.
+
+::
+
+    @triton.jit
+    def softmax_kernel(X, Y, n_cols, BLOCK_SIZE: tl.constexpr): ...
+
+    def softmax(x, BLOCK_SIZE=1024, num_warps=4):
+        y = torch.empty_like(x)
+        launch(softmax_kernel, x)[(x.shape[0],)](x, y, x.shape[1], BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)
+        return y
+
+    spec = family("row_softmax", run=softmax, reference=lambda x: torch.softmax(x, -1),
+                  inputs=lambda rows, cols: {"x": torch.randn(rows, cols)},
+                  sizes={"rows": 4096, "cols": 1024},
+                  tiles={"BLOCK_SIZE": [256, 512, 1024, 2048, 4096], "num_warps": [1, 2, 4, 8]})
+    kernels.register(spec)
+
+What the pieces take:
+
+- ``run(**inputs, **tiles)`` returns the output (or a tuple of outputs). Launching through
+  :func:`launch` (``kernels.launch.launcher``) runs the kernel in the Triton interpreter on CPU
+  tensors and records each launch, so the why-view sees registers, spills and occupancy.
+- ``inputs(**sizes)`` returns a dict of tensors (on the CPU, in fp32 or any dtype): the harness
+  seeds the random generator first, then moves floating tensors to the device and dtype measured.
+  It may name only the sizes it uses. ``grads`` names the inputs that get a gradient (their
+  backward is checked against the reference's, through autograd; ``run`` must be differentiable).
+- ``reference(**inputs)`` is PyTorch on the same inputs (upcast to fp32, fp64 on the CPU).
+- ``sizes`` are the problem knobs (integers) and their defaults; ``quick`` their small values for
+  the CPU interpreter (default: the first size capped at 64, the others at 8, since the
+  interpreter runs a grid's programs one after another); the first size is the plots' x axis.
+- ``tiles``: each tile's values. A tile also takes ``"auto"``, its default: the entry of a tuned
+  table for this device and size where one was written by ``workbench tune --write`` or
+  ``Session.tune(install=True)`` (the nearest tuned size, within the table's range), else
+  ``defaults`` (else the first value); where ``check`` refuses those, the first combination in
+  the order declared that it accepts.
+- ``check(**sizes, **tiles)``: return a string (or raise ValueError) for a configuration that
+  cannot run, saying why; it becomes a failed cell, never an exception.
+- ``bytes(**sizes, itemsize)``: the fewest bytes the work must move (GB/s and % of the copy
+  bandwidth); ``flops(**sizes)`` the floating-point operations (the roofline).
+- ``peers``: other implementations to measure beside it (name -> function of the inputs).
+- ``tolerances``: ``{dtype: (atol, rtol)}`` over :data:`TOLERANCES` (a few units in the last
+  place of each dtype).
+- ``tables``: the folder of the family's tuned tables. Default: ``tuned/`` beside the module that
+  declared the family; for a notebook cell, ``tuned/`` in the notebook's working folder.
+  ``$KERNELS_TUNED_DIR`` (``<dir>/<name>/``) overrides both.
+
+A declaration that cannot work says so in one line (a :class:`ValueError`) when it is made: a
+tile the host function does not take, inputs that cannot be made, a reference that fails on them.
+A reference that returns the wrong shape is a failed check of every configuration, not a crash.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import os
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from kernels import tuned_tables
+from kernels.launch import launcher as launch
+from kernels.spec import MODES, KernelSpec, Knob, Param, Tuning, Variant, as_tuple, elem_bytes
+
+__all__ = ["family", "launch"]
+
+OURS = "ours"  # the variant of the declared kernel
+
+# (atol, rtol) per dtype: each output against the fp32 reference may differ by a few units in the
+# last place of its dtype (fp32: a reduction in another order). A family whose outputs reach the
+# tens, or that accumulates in its dtype, passes looser ones (``tolerances=``).
+TOLERANCES: dict[str, tuple[float, float]] = {"fp32": (1e-5, 1e-4), "fp16": (1e-3, 2e-3), "bf16": (1e-2, 1.6e-2)}
+
+
+def family(
+    name: str,
+    *,
+    run: Callable,
+    inputs: Callable[..., Mapping[str, torch.Tensor]],
+    reference: Callable,
+    sizes: Mapping[str, int],
+    tiles: Mapping[str, Sequence] | None = None,
+    defaults: Mapping[str, Any] | None = None,
+    quick: Mapping[str, int] | None = None,
+    check: Callable[..., Any] | None = None,
+    bytes: Callable[..., int] | None = None,  # noqa: A002 - the word a user writes
+    flops: Callable[..., int] | None = None,
+    peers: Mapping[str, Callable] | None = None,
+    grads: Sequence[str] = (),
+    outputs: Sequence[str] | None = None,
+    dtypes: Sequence[str] = ("fp32", "fp16", "bf16"),
+    tolerances: Mapping[str, tuple[float, float]] | None = None,
+    title: str | None = None,
+    doc: str = "",
+    tune_sizes: Sequence[int] | None = None,
+    tables: str | os.PathLike | None = None,
+) -> KernelSpec:
+    """A :class:`KernelSpec` for a kernel of one's own (the module docstring says what each piece
+    takes); ValueError, in one line, for a declaration that cannot work."""
+    if not name or not name.replace("_", "").isalnum():
+        raise ValueError(f"family name {name!r}: use letters, digits and underscores")
+    if not sizes:
+        raise ValueError(f"{name}: sizes names no problem knob; give at least one, e.g. sizes={{'rows': 4096}}")
+    tiles = {k: tuple(v) for k, v in (tiles or {}).items()}
+    defaults = dict(defaults or {})
+    _check_takes(name, "run", run, list(tiles))
+    for tile, values in tiles.items():
+        if not values:
+            raise ValueError(f"{name}: tile {tile} has no values")
+        if tile in defaults and defaults[tile] not in values:
+            raise ValueError(f"{name}: default {tile}={defaults[tile]!r} is not among its values {list(values)}")
+    quick = dict(quick or {k: min(int(v), 8 if i else 64) for i, (k, v) in enumerate(sizes.items())})
+    knobs = tuple(Knob(k, int(v), low=1, high=1 << 40, doc=f"{k} (a problem size)") for k, v in sizes.items())
+    grads = tuple(grads)
+    modes = ("forward", "backward", "full") if grads else ("forward",)
+    made = _sample(name, inputs, reference, {**dict(sizes), **quick}, grads)
+    output_names = tuple(outputs or [f"out{i}" if i else "out" for i in range(len(made))])
+    where, module = _declared_in()
+    params = tuple(Param(t, ("auto",) + v, "auto", doc=f"{t} (auto: the tuned table's, else {_first(t, v, defaults)})")
+                   for t, v in tiles.items())  # fmt: skip
+
+    def make_inputs(problem, dtype, device, seed):
+        torch.manual_seed(seed)
+        values = dict(_call_with(inputs, problem))
+        out = {}
+        for key, tensor in values.items():
+            if isinstance(tensor, torch.Tensor) and tensor.is_floating_point():
+                tensor = tensor.to(device=device, dtype=_torch_dtype(dtype))
+            elif isinstance(tensor, torch.Tensor):
+                tensor = tensor.to(device=device)
+            if key in grads:
+                tensor = tensor.detach().requires_grad_(True)
+            out[key] = tensor
+        return out
+
+    def resolved(problem, params, device) -> tuple[dict, str]:
+        """The tiles a configuration runs with, and where they came from."""
+        explicit = {k: v for k, v in params.items() if v != "auto"}
+        auto = [k for k, v in params.items() if v == "auto"]
+        if not auto:
+            return explicit, "explicit"
+        table = _table_choice(name, problem, device, {k: params[k] for k in tiles}, knobs[0].name)
+        if table:
+            chosen = {**explicit, **{k: table.get(k, _first(k, tiles[k], defaults)) for k in auto}}
+            if check is None or _refusal({**problem, **chosen}) is None:
+                return chosen, table["_source"]
+            # The nearest tuned size's tiles do not fit this size (a row longer than its tile).
+            source = f"declared defaults ({table['_source']} does not fit)"
+            return {**explicit, **_first_accepted(auto, explicit, problem)}, source
+        return {**explicit, **_first_accepted(auto, explicit, problem)}, "declared defaults"
+
+    def _first_accepted(auto: list[str], explicit: dict, problem) -> dict:
+        """The declared defaults for the ``auto`` tiles; where ``check`` refuses them, the first
+        combination of the tiles' values (in the order declared) that it accepts."""
+        first = {k: _first(k, tiles[k], defaults) for k in auto}
+        if check is None or _refusal({**problem, **explicit, **first}) is None:
+            return first
+        orders = [[first[k]] + [v for v in tiles[k] if v != first[k]] for k in auto]
+        for values in itertools.islice(itertools.product(*orders), 4096):
+            candidate = dict(zip(auto, values))
+            if _refusal({**problem, **explicit, **candidate}) is None:
+                return candidate
+        return first  # none passes: the check says why when the configuration is measured
+
+    def _refusal(values: Mapping) -> str | None:
+        """Why ``check`` refuses a configuration, or None."""
+        try:
+            verdict = _call_with(check, values)
+        except ValueError as exc:
+            return str(exc)
+        except Exception as exc:  # a check that breaks is the declaration's fault: say so
+            return f"{name}: check(...) raised {type(exc).__name__}: {exc}"
+        if isinstance(verdict, str):
+            return verdict
+        if verdict is False:
+            return f"{name}: check(...) refused {_items(values)}"
+        return None
+
+    def run_ours(inputs_, problem, **params):
+        device = next((t.device for t in inputs_.values() if isinstance(t, torch.Tensor)), torch.device("cpu"))
+        chosen, _ = resolved(problem, params, device)
+        return run(**inputs_, **chosen)
+
+    def check_ours(problem, params, dtype, device):
+        if check is None:
+            return
+        chosen, _ = resolved(problem, params, getattr(device, "torch_device", device))
+        reason = _refusal({**problem, **chosen})
+        if reason is not None:
+            raise ValueError(reason)
+
+    def source(problem, params, device):
+        return resolved(problem, params, getattr(device, "torch_device", device))[1]
+
+    variants = [
+        Variant(
+            OURS,
+            "gpu",
+            run_ours,
+            params=params,
+            devices=("cuda", "npu", "cpu"),
+            check=check_ours,
+            doc=f"{name}: the declared kernel ({getattr(run, '__name__', 'run')})",
+            tiles_source=source,
+        )
+    ]
+    for peer, fn in (peers or {}).items():
+        variants.append(
+            Variant(peer, "torch", lambda inputs_, problem, _fn=fn: _fn(**inputs_), doc=f"{peer} (a peer of {name})")
+        )
+
+    def min_bytes(problem, mode, dtype):
+        if bytes is None:
+            return None
+        return int(_call_with(bytes, {**problem, "itemsize": elem_bytes(dtype)}))
+
+    spec = KernelSpec(
+        name=name,
+        title=title or name.replace("_", " "),
+        knobs=knobs,
+        make_inputs=make_inputs,
+        reference=lambda inputs_, problem: reference(**inputs_),
+        output_names=output_names,
+        variants=tuple(variants),
+        min_bytes=min_bytes,
+        axis=knobs[0].name,
+        modes=tuple(m for m in MODES if m in modes),
+        dtypes=tuple(dtypes),
+        tolerances={**TOLERANCES, **dict(tolerances or {})},
+        quick=quick,
+        doc=doc or (inspect.getdoc(run) or "").split("\n\n")[0],
+        memory_bound=bytes is not None and flops is None,
+        flops=None if flops is None else (lambda problem, mode: int(_call_with(flops, problem))),
+        module=module,
+        tuning=Tuning(
+            variant=OURS,
+            knob=knobs[0].name,
+            sizes=tuple(tune_sizes or _tune_sizes(int(knobs[0].default))),
+            params={t: v for t, v in tiles.items()},
+            mode="forward",
+            dtype=dtypes[0] if "bf16" not in dtypes else "bf16",
+            quick_sizes=(quick[knobs[0].name],),
+            quick_problem=quick,
+        )
+        if tiles
+        else None,
+    )
+    # Installed tables go beside the declaring code, never into this repository's kernels/.
+    tuned_tables.place(name, Path(tables) if tables is not None else (where or Path.cwd()) / "tuned")
+    return spec
+
+
+# --- helpers ------------------------------------------------------------------------------------
+def _check_takes(name: str, what: str, fn: Callable, keywords: list[str]) -> None:
+    """``fn`` accepts each of ``keywords`` (or ``**kwargs``); ValueError naming what it takes."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return  # a builtin or C function: trust it
+    if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        return
+    missing = [k for k in keywords if k not in sig.parameters]
+    if missing:
+        raise ValueError(
+            f"{name}: {what} does not take the tile {', '.join(missing)}; its parameters: {', '.join(sig.parameters)}"
+        )
+
+
+def _call_with(fn: Callable, values: Mapping[str, Any]):
+    """``fn`` called with the values it names (all of them where it takes ``**kwargs``)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return fn(**values)
+    if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        return fn(**values)
+    return fn(**{k: v for k, v in values.items() if k in sig.parameters})
+
+
+def _sample(name, inputs, reference, problem, grads) -> tuple:
+    """Inputs and the reference's outputs at the quick sizes on the CPU: a declaration that cannot
+    make them fails here, in one line, rather than in every measurement."""
+    torch.manual_seed(0)
+    try:
+        made = _call_with(inputs, problem)
+    except Exception as exc:
+        raise ValueError(f"{name}: inputs({_items(problem)}) failed: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(made, Mapping) or not all(isinstance(v, torch.Tensor) for v in made.values()):
+        raise ValueError(f"{name}: inputs(...) must return a dict of tensors, got {type(made).__name__}")
+    missing = [g for g in grads if g not in made]
+    if missing:
+        raise ValueError(f"{name}: grads names {', '.join(missing)}, which inputs(...) does not make")
+    try:
+        out = reference(**{k: v.float() if v.is_floating_point() else v for k, v in made.items()})
+    except Exception as exc:
+        raise ValueError(f"{name}: reference(...) failed on the inputs: {type(exc).__name__}: {exc}") from exc
+    return as_tuple(out)
+
+
+def _items(values: Mapping) -> str:
+    return ", ".join(f"{k}={v}" for k, v in values.items())
+
+
+def _first(tile: str, values: Sequence, defaults: Mapping) -> Any:
+    return defaults.get(tile, values[0])
+
+
+def _torch_dtype(dtype) -> torch.dtype:
+    from kernels.spec import DTYPES, dtype_name
+
+    return DTYPES[dtype_name(dtype)]
+
+
+def _tune_sizes(default: int) -> list[int]:
+    """Four sizes around the default, a power of two apart each side."""
+    return sorted({max(1, default // 4), max(1, default // 2), default, default * 2})
+
+
+def _declared_in() -> tuple[Path | None, str | None]:
+    """The folder and the module of the code that called :func:`family`: the folder keeps its
+    tuned tables, a worker process imports the module. (None, None) for a notebook cell or an
+    interactive session (the tables then go to the working folder's ``tuned/``); a script's folder
+    with no module (its ``__main__`` cannot be imported)."""
+    frame = inspect.currentframe()
+    try:
+        caller = frame.f_back.f_back if frame and frame.f_back else None
+        if caller is None:
+            return None, None
+        path, module = caller.f_code.co_filename, caller.f_globals.get("__name__")
+    finally:
+        del frame
+    folder = Path(path).resolve().parent if path and not path.startswith("<") and os.path.exists(path) else None
+    if folder is not None and "ipykernel" in path:  # a notebook cell's code lives in a temporary file
+        folder = None
+    return folder, (None if module in (None, "__main__") else module)
+
+
+def _table_choice(name, problem, device, tiles, axis) -> dict:
+    """The tuned table's tiles for this device and size ({} when there is none), with '_source'."""
+    from kernels.runtime import device_info
+
+    found = tuned_tables.choose(name, tuned_tables.device_key(device_info(device)), problem[axis], tiles, list(tiles))
+    if found.tiles is None:
+        return {}
+    return {**found.tiles, "_source": found.source}
