@@ -232,13 +232,14 @@ class _WrongGradient(torch.autograd.Function):
         return dy, (dy * x).sum(0)
 
 
-@pytest.mark.parametrize(
-    "run, passes", [(lambda x, w, SCALE=1: x * w, True), (lambda x, w, SCALE=1: _WrongGradient.apply(x, w), False)]
-)
-def test_declared_gradients_are_checked_against_the_reference(registered, run, passes):
+GRADIENT_CASES = [(lambda x, w, SCALE=1: x * w, True), (lambda x, w, SCALE=1: _WrongGradient.apply(x, w), False)]
+
+
+@pytest.mark.parametrize("run, passes", GRADIENT_CASES)
+def test_declared_gradients_are_checked_against_the_reference(registered, run, passes, device, name="scaled_rows"):
     spec = registered(
         custom.family(
-            "scaled_rows",
+            name,
             run=run,
             reference=lambda x, w: x * w,
             inputs=lambda rows, cols: {"x": torch.randn(rows, cols), "w": torch.randn(cols)},
@@ -248,7 +249,7 @@ def test_declared_gradients_are_checked_against_the_reference(registered, run, p
         )
     )
     assert spec.modes == ("forward", "backward", "full")
-    rec = measure(spec, "ours", device="cpu", dtype="fp32", mode="full", rep_ms=1, warmup_ms=0)
+    rec = measure(spec, "ours", device=device, dtype="fp32", mode="full", rep_ms=1, warmup_ms=0)
     names = {c["name"]: c["passed"] for c in rec.checks}
     assert rec.error is None and set(names) == {"out", "dx", "dw"}, (rec.error, names)
     assert names == {"out": True, "dx": passes, "dw": True}
@@ -310,3 +311,32 @@ def test_the_tutorial_goes_from_its_kernel_to_the_explorer_in_15_lines_and_no_pa
             if path.is_file() and path.suffix in (".py", ".json", ".toml"):
                 text = path.read_text(errors="replace")
                 assert "my_softmax" not in text and "byo_softmax" not in text, path
+
+
+@pytest.fixture
+def fixture_softmax(monkeypatch):
+    """The fixture package's spec, imported from its source folder (no install)."""
+    monkeypatch.syspath_prepend(str(FIXTURE))
+    import workbench_softmax
+
+    return workbench_softmax.spec
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_the_fixture_softmax_matches_torch_on_fresh_inputs_at_odd_sizes(fixture_softmax, device, dtype):
+    sizes = [(1, 1), (3, 300), (5, 1000)] + ([(64, 16384), (4096, 1024)] if device == "cuda" else [])
+    for seed, (rows, cols) in enumerate(sizes, start=11):
+        rec = measure(fixture_softmax, "ours", device=device, dtype=dtype, problem={"rows": rows, "cols": cols},
+                      seed=seed, rep_ms=1, warmup_ms=0)  # fmt: skip
+        assert rec.error is None and rec.passed, (rows, cols, rec.error, rec.checks)
+        if device == "cuda":
+            assert rec.compile_facts.get("kernels"), rec.compile_facts  # the why-view saw the launch
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_a_declared_family_passes_and_its_gradients_are_checked(fixture_softmax, registered):
+    """The two tests above, on CUDA only (the GPU step runs the tests marked gpu)."""
+    for dtype in ("fp32", "fp16", "bf16"):
+        test_the_fixture_softmax_matches_torch_on_fresh_inputs_at_odd_sizes(fixture_softmax, "cuda", dtype)
+    for name, (run, passes) in zip(("right_grad", "wrong_grad"), GRADIENT_CASES):
+        test_declared_gradients_are_checked_against_the_reference(registered, run, passes, "cuda", name)
