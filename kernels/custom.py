@@ -46,7 +46,8 @@ What the pieces take:
   cannot run, saying why; it becomes a failed cell, never an exception.
 - ``bytes(**sizes, itemsize)``: the fewest bytes the work must move (GB/s and % of the copy
   bandwidth); ``flops(**sizes)`` the floating-point operations (the roofline).
-- ``peers``: other implementations to measure beside it (name -> function of the inputs).
+- ``peers``: other implementations to measure beside it (name -> function of the inputs, called
+  with them in the order ``inputs`` makes them: ``LigerSoftmaxFunction.apply`` works as it is).
 - ``tolerances``: ``{dtype: (atol, rtol)}`` over :data:`TOLERANCES` (a few units in the last
   place of each dtype).
 - ``tables``: the folder of the family's tuned tables. Default: ``tuned/`` beside the module that
@@ -150,6 +151,8 @@ def family(
         if not auto:
             return explicit, "explicit"
         table = _table_choice(name, problem, device, {k: params[k] for k in tiles}, knobs[0].name)
+        if table and set(table) == {"_source"}:  # an empty entry: the tune confirmed the rule below
+            return {**explicit, **_first_accepted(auto, explicit, problem)}, table["_source"]
         if table:
             chosen = {**explicit, **{k: table.get(k, _first(k, tiles[k], defaults)) for k in auto}}
             if check is None or _refusal({**problem, **chosen}) is None:
@@ -216,7 +219,10 @@ def family(
     ]
     for peer, fn in (peers or {}).items():
         variants.append(
-            Variant(peer, "torch", lambda inputs_, problem, _fn=fn: _fn(**inputs_), doc=f"{peer} (a peer of {name})")
+            # Positional, in the order inputs() makes them: an autograd Function's apply takes no keywords.
+            Variant(
+                peer, "torch", lambda inputs_, problem, _fn=fn: _fn(*inputs_.values()), doc=f"{peer} (a peer of {name})"
+            )
         )
 
     def min_bytes(problem, mode, dtype):

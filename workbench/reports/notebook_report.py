@@ -28,6 +28,7 @@ from workbench.reports.notebooks import (
     execute_notebook,
     find_notebooks,
     kernel_env,
+    records_family,
 )
 from workbench.reports.reader import scrub_paths
 
@@ -158,7 +159,8 @@ def _run_one(
             html_name = page.name
         except Exception as exc:
             error = (error + "\n" if error else "") + f"HTML export failed: {exc}"
-    summary = _records_summary(out / f"{path.stem}_records.json")
+    family = records_family(path)
+    summary = _records_summary(out / f"{family}_records.json")
     slowest = slowest_cells(executed) if executed.exists() else []
     where = "; ".join(f"{c['seconds']:.0f} s {c['cell']}" for c in slowest)
     log(
@@ -173,8 +175,8 @@ def _run_one(
         "seconds": round(seconds, 1),
         "html": html_name,
         "executed": path.name if executed.exists() else None,
-        "csv": f"{path.stem}_records.csv" if (out / f"{path.stem}_records.csv").exists() else None,
-        "json": f"{path.stem}_records.json" if (out / f"{path.stem}_records.json").exists() else None,
+        "csv": f"{family}_records.csv" if (out / f"{family}_records.csv").exists() else None,
+        "json": f"{family}_records.json" if (out / f"{family}_records.json").exists() else None,
         **summary,
     }
 

@@ -34,15 +34,27 @@ def default_notebooks_dir() -> Path:
     return here if here.is_dir() else repo_root() / "notebooks"
 
 
+def _workbench_metadata(path: Path) -> dict:
+    """The notebook's ``metadata.workbench`` ({} where it has none or cannot be read)."""
+    try:
+        meta = json.loads(Path(path).read_text(encoding="utf-8")).get("metadata", {})
+    except (OSError, ValueError):
+        return {}
+    return meta.get("workbench") or {}
+
+
 def in_report(path: Path) -> bool:
     """False for a notebook whose metadata says ``"workbench": {"report": false}`` (e.g.
     ``suite.ipynb``, which renders the files of ``workbench bench --suite`` and takes none of the
     report's parameters)."""
-    try:
-        meta = json.loads(Path(path).read_text(encoding="utf-8")).get("metadata", {})
-    except (OSError, ValueError):
-        return True
-    return bool((meta.get("workbench") or {}).get("report", True))
+    return bool(_workbench_metadata(path).get("report", True))
+
+
+def records_family(path: Path) -> str:
+    """The family whose ``<family>_records.json`` the notebook's ``Session.finish()`` writes: its
+    metadata's ``"workbench": {"family": ...}`` (the tutorial, ``your_kernel.ipynb``, names its family),
+    else the notebook's name."""
+    return str(_workbench_metadata(path).get("family") or Path(path).stem)
 
 
 def find_notebooks(directory: Path, only: list[str] | None = None) -> list[Path]:
