@@ -40,8 +40,8 @@ What the pieces take:
 - ``tiles``: each tile's values. A tile also takes ``"auto"``, its default: the entry of a tuned
   table for this device and size where one was written by ``workbench tune --write`` or
   ``Session.tune(install=True)`` (the nearest tuned size, within the table's range), else
-  ``defaults`` (else the first value); where ``check`` refuses those, the first combination in
-  the order declared that it accepts.
+  ``defaults`` (else the first value); where ``check`` refuses those, the combination it accepts
+  that changes the fewest of them (ties: the first in the order declared).
 - ``check(**sizes, **tiles)``: return a string (or raise ValueError) for a configuration that
   cannot run, saying why; it becomes a failed cell, never an exception.
 - ``bytes(**sizes, itemsize)``: the fewest bytes the work must move (GB/s and % of the copy
@@ -144,36 +144,52 @@ def family(
             out[key] = tensor
         return out
 
+    resolved_cache: dict = {}  # one answer per configuration: a timed call pays a dict lookup
+    tuned_tables.on_reload(resolved_cache.clear)  # an installed table changes what "auto" means
+
     def resolved(problem, params, device) -> tuple[dict, str]:
         """The tiles a configuration runs with, and where they came from."""
+        key = (tuple(problem.items()), tuple(params.items()), str(device))
+        hit = resolved_cache.get(key)
+        if hit is None:
+            hit = resolved_cache[key] = _resolve(problem, params, device)
+        return hit
+
+    def _resolve(problem, params, device) -> tuple[dict, str]:
         explicit = {k: v for k, v in params.items() if v != "auto"}
         auto = [k for k, v in params.items() if v == "auto"]
         if not auto:
             return explicit, "explicit"
         table = _table_choice(name, problem, device, {k: params[k] for k in tiles}, knobs[0].name)
         if table and set(table) == {"_source"}:  # an empty entry: the tune confirmed the rule below
-            return {**explicit, **_first_accepted(auto, explicit, problem)}, table["_source"]
+            return {**explicit, **_nearest_accepted(auto, explicit, problem)}, table["_source"]
         if table:
-            chosen = {**explicit, **{k: table.get(k, _first(k, tiles[k], defaults)) for k in auto}}
-            if check is None or _refusal({**problem, **chosen}) is None:
-                return chosen, table["_source"]
-            # The nearest tuned size's tiles do not fit this size (a row longer than its tile).
-            source = f"declared defaults ({table['_source']} does not fit)"
-            return {**explicit, **_first_accepted(auto, explicit, problem)}, source
-        return {**explicit, **_first_accepted(auto, explicit, problem)}, "declared defaults"
+            start = {k: table.get(k, _first(k, tiles[k], defaults)) for k in auto}
+            chosen = _nearest_accepted(auto, explicit, problem, start)
+            if chosen == start:
+                return {**explicit, **chosen}, table["_source"]
+            # The nearest tuned size's tiles do not fit this size (a row longer than its tile):
+            # the fewest of them changed that check accepts.
+            return {**explicit, **chosen}, f"{table['_source']} adjusted to fit"
+        return {**explicit, **_nearest_accepted(auto, explicit, problem)}, "declared defaults"
 
-    def _first_accepted(auto: list[str], explicit: dict, problem) -> dict:
-        """The declared defaults for the ``auto`` tiles; where ``check`` refuses them, the first
-        combination of the tiles' values (in the order declared) that it accepts."""
-        first = {k: _first(k, tiles[k], defaults) for k in auto}
+    def _nearest_accepted(auto: list[str], explicit: dict, problem, start: dict | None = None) -> dict:
+        """``start`` (default: the declared defaults) for the ``auto`` tiles; where ``check``
+        refuses it, the combination check accepts that changes the fewest of its tiles (ties: the
+        first in the order the values were declared)."""
+        first = start or {k: _first(k, tiles[k], defaults) for k in auto}
         if check is None or _refusal({**problem, **explicit, **first}) is None:
             return first
         orders = [[first[k]] + [v for v in tiles[k] if v != first[k]] for k in auto]
+        best = None
         for values in itertools.islice(itertools.product(*orders), 4096):
             candidate = dict(zip(auto, values))
-            if _refusal({**problem, **explicit, **candidate}) is None:
-                return candidate
-        return first  # none passes: the check says why when the configuration is measured
+            changed = sum(candidate[k] != first[k] for k in auto)
+            if (best is None or changed < best[0]) and _refusal({**problem, **explicit, **candidate}) is None:
+                best = (changed, candidate)
+                if changed == 1:
+                    break  # none closer: the start itself was refused
+        return first if best is None else best[1]  # none passes: the check says why when measured
 
     def _refusal(values: Mapping) -> str | None:
         """Why ``check`` refuses a configuration, or None."""

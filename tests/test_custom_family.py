@@ -310,7 +310,7 @@ def test_tuned_tiles_that_do_not_fit_a_size_give_way_to_the_first_that_does(regi
         assert rec.ok, rec.error
         sources[n] = rec.tiles_source
     assert sources[16] == f"tuned:{key}@16" and sources[200] == f"tuned:{key}@256", sources
-    assert sources[20] == f"declared defaults (tuned:{key}@16 does not fit)", sources
+    assert sources[20] == f"tuned:{key}@16 adjusted to fit", sources
     assert sources[64] == f"tuned:{key}@64", sources  # an empty entry: the tune kept the rule
 
 
