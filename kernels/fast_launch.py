@@ -56,6 +56,7 @@ falls back to Triton's own launch.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import re
@@ -187,6 +188,7 @@ def reset() -> None:
     _counts = _Counts()
     _enabled = None
     _off_reason = None
+    _gate.renew()
 
 
 # --- the launch ----------------------------------------------------------------------------
@@ -210,21 +212,7 @@ def launch(kernel, grid, args: tuple, kwargs: dict, stock_launch):
         else:
             driver = _driver_config.active
             device = _current_device(driver)
-            types = tuple(map(type, args))
-            describe = _DESCRIBERS.get(types) or _describer(types)
-            described, addressed = describe(*args)
-            # id(kernel), not the kernel: JITFunction hashes its source hash under a lock (~0.5 us).
-            # The entry holds the kernel, so the id stays its own while the entry lives.
-            key = (
-                id(kernel),
-                device,
-                knob_state,
-                kernel.debug,
-                types,
-                described,
-                tuple(kwargs.items()),
-                tuple(map(type, kwargs.values())),
-            )
+            key, addressed = _key(kernel, args, kwargs, device, knob_state)
             entry = _CACHE.get(key)
             if entry is not None:
                 runner, function, packed_metadata, tail, globals_read, compiled, _ = entry
@@ -253,6 +241,26 @@ def launch(kernel, grid, args: tuple, kwargs: dict, stock_launch):
         _counts.fallbacks[reason] += 1
         return stock_launch(kernel, grid, args, kwargs)
     return _miss(kernel, grid, args, kwargs, key, stock_launch)
+
+
+def _key(kernel, args: tuple, kwargs: dict, device, knob_state) -> tuple[tuple, tuple]:
+    """(the cache key of this call, its positional arguments with tensors as addresses)."""
+    types = tuple(map(type, args))
+    describe = _DESCRIBERS.get(types) or _describer(types)
+    described, addressed = describe(*args)
+    # id(kernel), not the kernel: JITFunction hashes its source hash under a lock (~0.5 us).
+    # The entry holds the kernel, so the id stays its own while the entry lives.
+    key = (
+        id(kernel),
+        device,
+        knob_state,
+        kernel.debug,
+        types,
+        described,
+        tuple(kwargs.items()),
+        tuple(map(type, kwargs.values())),
+    )
+    return key, addressed
 
 
 _DESCRIBERS: dict[tuple, Callable] = {}
@@ -304,6 +312,135 @@ def _globals_changed(globals_read) -> bool:
         if now is not value and now != value:
             return True
     return False
+
+
+# --- a replay: one call signature, launched from its tensors' addresses alone ----------------
+class _ReplayGate:
+    """Whether replays may launch: ``token`` is the live token, or None while paused. Each replay
+    holds the token live when it was made, so :func:`reset` (a new token) retires every replay."""
+
+    __slots__ = ("token", "_live", "_pauses")
+
+    def __init__(self):
+        self._live = object()
+        self.token = self._live
+        self._pauses = 0
+
+    def renew(self) -> None:
+        self._live = object()
+        self.token = None if self._pauses else self._live
+
+    def pause(self) -> None:
+        self._pauses += 1
+        self.token = None
+
+    def resume(self) -> None:
+        self._pauses -= 1
+        if not self._pauses:
+            self.token = self._live
+
+
+_gate = _ReplayGate()
+
+
+@contextlib.contextmanager
+def replays_paused():
+    """Inside the block every replay answers False, so its caller takes :func:`launch` (the
+    launch recorder and the compile-only mode of ``kernels/launch.py`` must see each launch)."""
+    _gate.pause()
+    try:
+        yield
+    finally:
+        _gate.resume()
+
+
+def replay_of(kernel, grid, args: tuple, kwargs: dict) -> Callable | None:
+    """After a :func:`launch` of this call: a function that launches the same kernel with the
+    same grid and the same non-tensor arguments, given only each tensor argument's address, in
+    order, and returns True; or returns False, launching nothing, when the call must go to
+    :func:`launch` instead (the path reset or turned off, replays paused, launch hooks set, another
+    current device, a pointer of another 16-byte alignment class than the first call's, a global
+    the kernel reads changed). None when this call has no entry to replay.
+
+    What the replay does not check is its caller's to key: the tensors' dtypes and devices and
+    every non-tensor argument are the first call's (a family keys its eager plan by the inputs'
+    shapes, strides, dtypes, device and settings, which decide all of them). It skips the
+    key :func:`launch` builds on every call, which is most of this path's own cost."""
+    try:
+        if _enabled is not True or type(grid) not in _GRID_TYPES or kernel.pre_run_hooks:
+            return None
+        knob_state = _knob_state()
+        if knob_state is None:
+            return None
+        driver = _driver_config.active
+        device = _current_device(driver)
+        key, addressed = _key(kernel, tuple(args), kwargs, device, knob_state)
+        entry = _CACHE.get(key)
+        if entry is None:
+            return None
+        return _replay_function(entry, grid, args, addressed, driver, device, knob_state)
+    except Exception:  # a replay is an optimisation: without one the caller keeps launch()
+        return None
+
+
+def _replay_function(entry, grid, args, addressed, driver, device, knob_state) -> Callable:
+    """Generated per call signature as straight-line code, like :func:`_describer`."""
+    runner, function, packed_metadata, tail, globals_read, compiled, _ = entry
+    n = len(grid)
+    namespace = {
+        "gate": _gate,
+        "TOKEN": _gate.token,
+        "config": _driver_config,
+        "ACTIVE": driver,
+        "current_device": _current_device,
+        "DEVICE": device,
+        "knob_state": _knob_state,
+        "KNOBS": knob_state,
+        "globals_changed": _globals_changed,
+        "GLOBALS": globals_read,
+        "runner": runner,
+        "get_stream": driver.get_current_stream,
+        "FUNCTION": function,
+        "PACKED": packed_metadata,
+        "counts": _counts,
+        "COMPILED": compiled,  # held: Triton 3.8+ unloads a kernel's module when it is freed
+        "GRID": (grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1),
+    }
+    pointers, launched, aligned, unaligned = [], [], [], []
+    for i, (arg, value) in enumerate(zip(args, addressed)):
+        if isinstance(arg, Tensor):
+            name = f"p{len(pointers)}"
+            pointers.append(name)
+            (unaligned if value & 15 else aligned).append(name)
+            launched.append(name)
+        else:
+            namespace[f"c{i}"] = value
+            launched.append(f"c{i}")
+    for i, value in enumerate(tail):
+        namespace[f"t{i}"] = value
+        launched.append(f"t{i}")
+    checks = [
+        "gate.token is not TOKEN",
+        "config.active is not ACTIVE",
+        "current_device(ACTIVE) != DEVICE",
+        "knob_state() != KNOBS",
+    ]
+    if aligned:
+        checks.append(f"({' | '.join(aligned)}) & 15")
+    checks += [f"not {name} & 15" for name in unaligned]
+    if globals_read:
+        checks.append("globals_changed(GLOBALS)")
+    source = (
+        f"def replay({', '.join(pointers)}):\n"
+        f"    if {' or '.join(checks)}:\n"
+        "        return False\n"
+        "    runner(GRID[0], GRID[1], GRID[2], get_stream(DEVICE), FUNCTION, PACKED, None, None, None, "
+        f"{', '.join(launched)})\n"
+        "    counts.hits += 1\n"
+        "    return True\n"
+    )
+    exec(source, namespace)  # source built above from argument positions only
+    return namespace["replay"]
 
 
 # --- a miss: Triton launches, its compiled kernel fills an entry ------------------------------

@@ -201,6 +201,16 @@ def launch(kernel, like: torch.Tensor, grid, *args, **kwargs):
         return twin.run(*args, grid=grid, warmup=False, **kwargs)
 
 
+def replay_of(kernel, like: torch.Tensor, grid, *args, **kwargs):
+    """After ``launch(kernel, like, grid, *args, **kwargs)`` on CUDA: the same launch as a
+    replay that takes only the tensor arguments' addresses (:func:`kernels.fast_launch.replay_of`),
+    for a family's eager plan; None on other devices, while a launch is recorded or compiled, or
+    where the fast path made no entry."""
+    if _recordings or _compiling or type(like) is not torch.Tensor or not like.is_cuda:
+        return None
+    return fast_launch.replay_of(kernel, grid, args, kwargs)
+
+
 def _stock_launch(kernel, grid, args, kwargs):
     """Triton's own launch, under the Triton lock (the fast path's misses and fallbacks)."""
     with _TRITON_LOCK:
@@ -265,7 +275,8 @@ def recording():
     with _RECORDING_LOCK:
         _recordings.append(launches)
     try:
-        yield launches
+        with fast_launch.replays_paused():  # an eager plan's replay would launch unseen
+            yield launches
     finally:
         with _RECORDING_LOCK:
             _recordings[:] = [r for r in _recordings if r is not launches]
@@ -359,7 +370,7 @@ def compile_only(target=None, device: DeviceInfo | None = None, launchers: bool 
     block = _CompileBlock(target, [], launchers)
     _compiling.append(block)
     try:
-        with standing_in(device) if device is not None else contextlib.nullcontext():
+        with standing_in(device) if device is not None else contextlib.nullcontext(), fast_launch.replays_paused():
             yield block.compiled
     finally:
         _compiling.remove(block)

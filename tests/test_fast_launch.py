@@ -407,6 +407,94 @@ def test_float_zero_and_nan_constexprs_are_never_replayed(fake_cuda):
     assert launch(stock, _scale_kernel, args, kwargs) == "hit"  # and -0.0 itself reaches the runner
 
 
+# --- replays: an eager plan launches from addresses alone -----------------------------------------
+def _replay_for(stock, args, kwargs, grid=(4,)):
+    assert launch(stock, _scale_kernel, args, kwargs, grid=grid) == "miss"
+    replay = fast_launch.replay_of(_scale_kernel, grid, args, kwargs)
+    assert replay is not None
+    return replay
+
+
+def test_a_replay_launches_what_the_launch_would(fake_cuda):
+    driver, stock = fake_cuda
+    args, kwargs = _base_call()
+    kwargs["SQUARE"] = True
+    replay = _replay_for(stock, args, kwargs, grid=(8, 2))
+    fresh = [torch.empty(1024), _buffer()[8:1032], torch.randn(1024)]  # same dtypes and alignment
+    before = fast_launch.status()["hits"]
+    assert replay(*(t.data_ptr() for t in fresh)) is True
+    (compiled,) = stock.compiled.values()
+    assert compiled.triton_key == triton_key(_scale_kernel, fresh + args[3:], kwargs, driver.device)
+    assert compiled.replays[-1] == (
+        8, 2, 1, driver.get_current_stream(0), compiled.function, compiled.packed_metadata, None, None, None,
+        *_launched(fresh), *args[3:], 128, True,
+    )  # fmt: skip
+    assert fast_launch.status()["hits"] == before + 1
+    driver.stream_base = 7000  # the stream is read at each replay
+    assert replay(*(t.data_ptr() for t in fresh)) and compiled.replays[-1][3] == 7000
+
+
+def test_a_replay_refuses_what_would_change_the_kernel_or_its_launch(fake_cuda, monkeypatch):
+    from triton import knobs
+
+    driver, stock = fake_cuda
+    args, kwargs = _base_call()
+    replay = _replay_for(stock, args, kwargs)
+    addresses = [t.data_ptr() for t in args[:3]]
+    assert replay(*addresses)
+    unaligned = list(addresses)
+    unaligned[1] += 4  # another alignment class: another compile
+    assert replay(*unaligned) is False
+    driver.device = 1
+    assert replay(*addresses) is False
+    driver.device = 0
+    with fast_launch.replays_paused():
+        assert replay(*addresses) is False
+        with fast_launch.replays_paused():
+            assert replay(*addresses) is False
+        assert replay(*addresses) is False
+    assert replay(*addresses)
+
+    def hook(metadata):
+        pass
+
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        assert replay(*addresses) is False
+        assert fast_launch.replay_of(_scale_kernel, (4,), args, kwargs) is None
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    assert replay(*addresses)
+    (compiled,) = stock.compiled.values()
+    launched = len(compiled.replays)
+    fast_launch.reset()  # retires every replay
+    assert replay(*addresses) is False and len(compiled.replays) == launched
+
+
+def test_a_replay_refuses_a_changed_global(fake_cuda, monkeypatch):
+    driver, stock = fake_cuda
+    y = torch.empty(1)
+    assert launch(stock, _limited_kernel, [y], {}) == "miss"
+    replay = fast_launch.replay_of(_limited_kernel, (1,), [y], {})
+    assert replay(y.data_ptr())
+    monkeypatch.setitem(_limited_kernel.fn.__globals__, "_LIMIT", tl.constexpr(4))
+    assert replay(y.data_ptr()) is False
+
+
+def test_no_replay_without_an_entry(fake_cuda, monkeypatch):
+    driver, stock = fake_cuda
+    args, kwargs = _base_call()
+    assert fast_launch.replay_of(_scale_kernel, (4,), args, kwargs) is None  # never launched
+    launch(stock, _scale_kernel, args, kwargs)
+    assert fast_launch.replay_of(_scale_kernel, lambda meta: (4,), args, kwargs) is None  # a callable grid
+    other = dict(kwargs, BLOCK=256)
+    assert fast_launch.replay_of(_scale_kernel, (4,), args, other) is None  # another signature
+    monkeypatch.setenv(fast_launch.ENV_SWITCH, "0")
+    fast_launch.reset()
+    launch(stock, _scale_kernel, args, kwargs)
+    assert fast_launch.replay_of(_scale_kernel, (4,), args, kwargs) is None  # the path off
+
+
 # --- fallbacks ---------------------------------------------------------------------------------
 def _unfilled(reason_part):
     return sum(n for reason, n in fast_launch.status()["unfilled"].items() if reason_part in reason)

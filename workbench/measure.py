@@ -11,7 +11,10 @@ The protocol (docs/measuring.md and docs/architecture.md, "The measuring contrac
    profiler's device-kernel sum with the L2 flushed; call: device events around one eager call;
    host: the time to issue it), each a median with its interval, trials of configurations
    measured together interleaved. On the CPU the times are interpreter (or CPU) wall times,
-   labelled so, never compared with device numbers.
+   labelled so, never compared with device numbers. On a device the timings run with the
+   Python heap frozen out of the collector's way (``gc.freeze``: the steady state of a training
+   loop, whose long-lived objects the collector no longer walks); the record's
+   ``device_state["python_heap"]`` says so, with the number of objects frozen.
 4. Peak memory above the baseline during one call; GB/s from the spec's minimum bytes and its
    share of the device's measured copy bandwidth.
 
@@ -25,8 +28,10 @@ every caller (CLI, Session, suites, sweeps) runs in the same order.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import functools
+import gc
 import math
 import os
 import platform
@@ -387,7 +392,8 @@ def _time_together(prepared: list[_Prepared], warmup_ms, rep_ms, rel_width, on_e
     state_start = dev.state()
     try:
         steps = {i: p.step for i, p in enumerate(prepared)}
-        results = dev.timings(steps, rel_width=rel_width, budget_s=rep_ms / 1e3, l2=l2)
+        with _frozen_heap(dev.kind != "cpu") as heap:
+            results = dev.timings(steps, rel_width=rel_width, budget_s=rep_ms / 1e3, l2=l2)
     except Exception:  # noqa: BLE001 - isolate the configuration that failed
         if len(prepared) == 1:
             return _timing_failed(prepared[0], on_error)
@@ -395,10 +401,28 @@ def _time_together(prepared: list[_Prepared], warmup_ms, rep_ms, rel_width, on_e
             _time_together([prep], 0, rep_ms, rel_width, on_error, l2)
         return
     state = device_state.around(state_start, dev.state())
+    if heap:
+        state["python_heap"] = heap
     for i, prep in enumerate(prepared):
         _fill_timings(prep, results[i], state)
     for prep in prepared:
         _peak_memory(prep)
+
+
+@contextlib.contextmanager
+def _frozen_heap(freeze: bool):
+    """Time with the collector kept off the process's existing objects (``gc.freeze``), as a
+    steady-state loop has them: the suite's process holds hundreds of thousands of objects
+    (torch.compile, the peers, every record), and a collection walking them lands in whichever
+    call happens to trigger it. Yields the state a record states ({} when not frozen)."""
+    if not freeze or gc.get_freeze_count():  # frozen already (by the caller): leave it to them
+        yield {}
+        return
+    gc.freeze()
+    try:
+        yield {"collector": "frozen while timing (gc.freeze)", "objects_frozen": gc.get_freeze_count()}
+    finally:
+        gc.unfreeze()
 
 
 def _warm_up(prep: _Prepared, warmup_ms: float) -> None:

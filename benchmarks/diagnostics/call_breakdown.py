@@ -6,8 +6,9 @@ fresh process and again after the suite's own measurement of the same cell.
     bash benchmarks/gpu_run.sh run python3 benchmarks/diagnostics/call_breakdown.py    # on the GPU machine
 
 For RMSNorm forward and forward+backward (ours, F.rms_norm, and an empty autograd.Function as
-the floor of a Python autograd op), and two bare driver calls, each a median over many calls,
-in µs (``WORKBENCH_FAST_LAUNCH=0`` times ours through Triton's own launch):
+the floor of a Python autograd op), the fused add+RMSNorm forward (ours against F.rms_norm of
+x + r), and two bare driver calls, each a median over many calls, in µs
+(``WORKBENCH_FAST_LAUNCH=0`` times ours through Triton's own launch):
 
 - ``host``: issue time of one call, the device idle before it (the suite's host timing);
 - ``loop``: back-to-back calls, wall time per call (what an eager loop pays when host-bound);
@@ -16,6 +17,7 @@ in µs (``WORKBENCH_FAST_LAUNCH=0`` times ours through Triton's own launch):
   flush's length is hidden;
 - ``call+sync``: the same with the device drained after the flush, so the events see the whole
   issue time;
+- ``blocks``: Python memory blocks left allocated per call, outputs kept (:func:`blocks_left_alive`);
 - ``syncs``: whether one call synchronises with the device (torch's sync debug mode).
 
 After the fresh table, five kernel-timing profiler sessions (the suite's kernel sampler) run
@@ -46,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 
 from kernels import fast_launch  # noqa: E402
+from kernels.fused_add_rms_norm import fused_add_rms_norm  # noqa: E402
 from kernels.rms_norm import rms_norm  # noqa: E402
 from workbench.device import get_device  # noqa: E402
 from workbench.measure import measure_many  # noqa: E402
@@ -75,10 +78,13 @@ def calls(rows: int, hidden: int) -> dict:
 
         return run
 
+    r = torch.randn_like(x)
     return {
         **driver_calls(x),
         "ours fwd": no_grad(lambda: rms_norm(x, w)),
         "F.rms_norm fwd": no_grad(lambda: f(x, (hidden,), w, 1e-6)),
+        "ours fused fwd": no_grad(lambda: fused_add_rms_norm(x, r, w)),
+        "F.rms_norm(x + r) fwd": no_grad(lambda: f(x + r, (hidden,), w, 1e-6)),
         "ours fwd+bwd": lambda: torch.autograd.grad(rms_norm(x, w), (x, w), dy),
         "F.rms_norm fwd+bwd": lambda: torch.autograd.grad(f(x, (hidden,), w, 1e-6), (x, w), dy),
         "empty Function fwd+bwd": lambda: torch.autograd.grad(Empty.apply(x, w), (x,), dy),
@@ -147,15 +153,39 @@ def protocols(fn, flush, n: int = 200) -> dict:
         "loop": round(loop * 1e3, 1),
         "call": _median_us(call),
         "call+sync": _median_us(call_sync),
+        "blocks": blocks_left_alive(fn),
         "syncs": syncs,
     }
 
 
+def blocks_left_alive(fn, n: int = 500) -> float:
+    """Python memory blocks still allocated per call after ``n`` calls, their outputs kept and
+    the collector off: the output's objects plus whatever the call leaves behind (an autograd
+    graph, cache entries). What outlives a call is what the collector walks later."""
+    kept = [None] * n
+    fn()
+    gc.collect()
+    gc.disable()
+    try:
+        before = sys.getallocatedblocks()
+        for i in range(n):
+            kept[i] = fn()
+        after = sys.getallocatedblocks()
+    finally:
+        gc.enable()
+    del kept
+    torch.cuda.synchronize()
+    return round((after - before) / n, 2)
+
+
 def table(rows: int, hidden: int, flush) -> dict:
     out = {name: protocols(fn, flush) for name, fn in calls(rows, hidden).items()}
-    print(f"{'µs':26s} {'host':>8s} {'loop':>8s} {'call':>8s} {'call+sync':>10s}  syncs")
+    print(f"{'µs':26s} {'host':>8s} {'loop':>8s} {'call':>8s} {'call+sync':>10s} {'blocks':>7s}  syncs")
     for name, r in out.items():
-        print(f"{name:26s} {r['host']:8.1f} {r['loop']:8.1f} {r['call']:8.1f} {r['call+sync']:10.1f}  {r['syncs']}")
+        print(
+            f"{name:26s} {r['host']:8.1f} {r['loop']:8.1f} {r['call']:8.1f} {r['call+sync']:10.1f}"
+            f" {r['blocks']:7.2f}  {r['syncs']}"
+        )
     print("fast launch:", {k: v for k, v in fast_launch.status().items() if k in ("enabled", "hits", "fallbacks")})
     return out
 
@@ -213,15 +243,15 @@ def main(argv=None) -> None:
         Path(args.out, name).write_text(json.dumps(body, indent=1, default=str))
         return
     variants = ["gpu_multirow", "torch_functional", "torch_compile", "liger"]
-    configs = [
-        dict(variant=v, dtype="bf16", mode="full", problem={"rows": args.rows, "hidden": args.hidden}) for v in variants
-    ]
+    problem = {"rows": args.rows, "hidden": args.hidden}
+    configs = [dict(variant=v, dtype="bf16", mode=m, problem=problem) for m in ("forward", "full") for v in variants]
     recs = measure_many("rms_norm", configs, device=dev, on_error="record")
-    print("\n== the suite's measure_many of this cell (call / host µs as it recorded them)")
+    print("\n== the suite's measure_many of this cell (call / host µs as it recorded them; the heap as it states)")
     for rec in recs:
-        call = None if rec.call_ms is None else rec.call_ms * 1e3
-        host = None if rec.host_ms is None else rec.host_ms * 1e3
-        print(f"{rec.variant:18s} call {call}  host {host}  {rec.error or ''}")
+        call = None if rec.call_ms is None else round(rec.call_ms * 1e3, 1)
+        host = None if rec.host_ms is None else round(rec.host_ms * 1e3, 1)
+        heap = (rec.device_state or {}).get("python_heap", {}).get("collector", "not frozen")
+        print(f"{rec.mode:8s} {rec.variant:18s} call {call}  host {host}  ({heap}) {rec.error or ''}")
     print("\n== Python functions of one ours fwd+bwd call (fresh-ish process, cProfile)")
     listing = python_calls(calls(args.rows, args.hidden)["ours fwd+bwd"])
     print("\n".join(listing[:60]))

@@ -1,0 +1,241 @@
+"""The eager call without gradients on CUDA: a plan per layout that replays the forward's launch
+(kernels/rms_norm/__init__.py's ``_EAGER``, kernels/fast_launch.py's ``replay_of``).
+
+Every case compares the planned call with the same call through Triton's own launch
+(``WORKBENCH_FAST_LAUNCH=0``), bit for bit, and checks which path ran: a layout change must
+take its own plan, a call with gradients the autograd path, a recorded or compiled launch the
+long way. The CPU tests of the replay itself (a fake driver) are in tests/test_fast_launch.py.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+
+import pytest
+import torch
+
+from kernels import fast_launch
+from kernels.rms_norm import rms_norm
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture
+def fresh_path(monkeypatch):
+    monkeypatch.setenv(fast_launch.ENV_SWITCH, "1")
+    fast_launch.reset()
+    yield
+    fast_launch.reset()
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def _stock(monkeypatch, fn):
+    """``fn()`` through Triton's own launch (the fast path and its replays off)."""
+    monkeypatch.setenv(fast_launch.ENV_SWITCH, "0")
+    fast_launch.reset()
+    try:
+        return fn()
+    finally:
+        monkeypatch.setenv(fast_launch.ENV_SWITCH, "1")
+        fast_launch.reset()
+
+
+def _offset(shape, dtype, offset, seed):
+    gen = torch.Generator().manual_seed(seed)
+    numel = torch.Size(shape).numel()
+    buf = torch.randn(numel + 16, generator=gen).to("cuda", dtype)
+    return buf[offset : offset + numel].view(shape)
+
+
+LAYOUTS = [
+    # (shape, dtype, element offset, weight, casting mode, eps)
+    ((4096, 1024), torch.bfloat16, 0, True, "llama", 1e-6),
+    ((1, 64), torch.float32, 0, True, "llama", 1e-6),  # one row
+    ((3, 1000), torch.float16, 1, True, "gemma", 1e-5),  # odd hidden, x 2 bytes past alignment
+    ((2, 5, 4096), torch.bfloat16, 3, False, "none", 1e-6),  # 3-D, no weight, unaligned
+    ((7, 4096), torch.float32, 4, True, "llama", 0.0),  # 16 bytes past: aligned again
+]
+
+
+def test_planned_calls_are_bit_identical_and_replayed(fresh_path, monkeypatch):
+    inputs = []
+    for seed, (shape, dtype, offset, weighted, casting, eps) in enumerate(LAYOUTS):
+        x = _offset(shape, dtype, offset, seed)
+        w = _offset(shape[-1:], dtype, 0, seed + 100) if weighted else None
+        inputs.append((x, w, casting, eps))
+
+    def run_all(rounds):
+        return [rms_norm(x, w, eps=eps, casting_mode=casting) for _ in range(rounds) for x, w, casting, eps in inputs]
+
+    with torch.no_grad():
+        stock = _stock(monkeypatch, lambda: run_all(1))
+        run_all(1)  # plans every layout
+        before = fast_launch.status()["hits"]
+        planned = run_all(3)
+    torch.cuda.synchronize()
+    assert fast_launch.status()["hits"] - before == 3 * len(LAYOUTS), "every later call replays"
+    for i, got in enumerate(planned):
+        want = stock[i % len(LAYOUTS)]
+        assert got.shape == want.shape and got.dtype == want.dtype and got.grad_fn is None
+        assert torch.equal(_bits(got), _bits(want)), f"layout {i % len(LAYOUTS)} differs"
+
+
+def test_each_change_of_layout_takes_its_own_path(fresh_path, monkeypatch):
+    torch.manual_seed(0)
+    x = torch.randn(64, 1024, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(1024, device="cuda", dtype=torch.bfloat16)
+    variants = {
+        "planned": lambda: rms_norm(x, w),
+        "another shape": lambda: rms_norm(x[:17], w),
+        "strided rows": lambda: rms_norm(x[::2], w),  # not contiguous: copied, never replayed
+        "transposed": lambda: rms_norm(x.t().contiguous().t()[:, :64], w[:64]),
+        "another dtype": lambda: rms_norm(x.float(), w.float()),
+        "unaligned": lambda: rms_norm(x.view(-1)[3 : 3 + 63 * 1024].view(63, 1024), w),
+        "no weight": lambda: rms_norm(x, None),
+        "another eps": lambda: rms_norm(x, w, eps=1e-3),
+        "explicit tiles": lambda: rms_norm(x, w, BLOCK_SIZE_M=1),
+    }
+    stock = _stock(monkeypatch, lambda: {name: fn() for name, fn in variants.items()})
+    for _ in range(3):  # the first round plans, the next ones replay; interleaved, each keeps its own
+        for name, fn in variants.items():
+            assert torch.equal(_bits(fn()), _bits(stock[name])), name
+    # gradients: the autograd path, whatever the layout's plan
+    xg = x.clone().requires_grad_(True)
+    y = rms_norm(xg, w)
+    assert y.grad_fn is not None
+    (dx,) = torch.autograd.grad(y.float().sum(), (xg,))
+    ref = torch.nn.functional.rms_norm(xg.float(), (1024,), w.float(), 1e-6)
+    (dx_ref,) = torch.autograd.grad(ref.sum(), (xg,))
+    torch.testing.assert_close(dx.float(), dx_ref, atol=2e-2, rtol=2e-2)
+    with torch.no_grad():
+        assert rms_norm(xg, w).grad_fn is None
+    assert rms_norm(x, w).grad_fn is None
+    # a weight that requires grad takes the autograd path too
+    assert rms_norm(x, w.clone().requires_grad_(True)).grad_fn is not None
+
+
+def test_a_call_with_bad_inputs_still_says_what_to_change(fresh_path):
+    x = torch.randn(8, 256, device="cuda", dtype=torch.bfloat16)
+    rms_norm(x, torch.randn(256, device="cuda", dtype=torch.bfloat16))  # planned
+    with pytest.raises(ValueError, match="cast weight to x.dtype"):
+        rms_norm(x, torch.randn(256, device="cuda", dtype=torch.float32))
+    with pytest.raises(ValueError, match="hidden size of x"):
+        rms_norm(x, torch.randn(128, device="cuda", dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="weight must be a tensor"):
+        rms_norm(x, [1.0] * 256)
+    with pytest.raises(ValueError, match="BLOCK_SIZE"):
+        rms_norm(x, None, BLOCK_SIZE=100)
+
+
+def test_a_steady_eager_call_leaves_nothing_alive_but_its_output(fresh_path):
+    """Python memory blocks still allocated after a call, per call, its output kept: the Tensor
+    object and nothing of the call's own (plans, keys, launch arguments). Objects that outlive
+    a call are what drive the collector in a process with a large heap."""
+    x = torch.randn(4096, 1024, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(1024, device="cuda", dtype=torch.bfloat16)
+    n = 2000
+    kept = [None] * n
+    with torch.no_grad():
+        for _ in range(10):
+            rms_norm(x, w)
+        hits = fast_launch.status()["hits"]
+        gc.collect()
+        gc.disable()
+        try:
+            before = sys.getallocatedblocks()
+            for i in range(n):
+                kept[i] = rms_norm(x, w)
+            after = sys.getallocatedblocks()
+        finally:
+            gc.enable()
+    assert fast_launch.status()["hits"] - hits == n
+    per_call = (after - before) / n
+    assert per_call <= 3, f"{per_call:.2f} Python blocks left alive per call"
+    assert all(y.grad_fn is None for y in kept[:10])
+
+
+def test_recorded_and_compile_only_launches_are_seen(fresh_path):
+    from kernels.launch import recording
+
+    x = torch.randn(32, 512, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(512, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        rms_norm(x, w)  # planned and replayed
+    with recording() as launches:
+        rms_norm(x, w)
+    assert [launch.name for launch in launches] == ["_rms_norm_forward_kernel"]
+    assert launches[0].compiled is not None
+    hits = fast_launch.status()["hits"]
+    rms_norm(x, w)
+    assert fast_launch.status()["hits"] >= hits + 1  # planned again after the recording
+
+
+def test_the_off_switch_turns_the_replays_off(fresh_path, monkeypatch):
+    x = torch.randn(16, 2048, device="cuda", dtype=torch.float16)
+    w = torch.randn(2048, device="cuda", dtype=torch.float16)
+    want = rms_norm(x, w)
+    monkeypatch.setenv(fast_launch.ENV_SWITCH, "0")
+    fast_launch.reset()  # retires the plan's replay
+    for _ in range(3):
+        assert torch.equal(rms_norm(x, w), want)
+    status = fast_launch.status()
+    assert status["enabled"] is False and status["hits"] == 0
+
+
+def test_graph_capture_and_torch_compile_still_work(fresh_path):
+    x = torch.randn(64, 1024, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(1024, device="cuda", dtype=torch.bfloat16)
+    want = torch.nn.functional.rms_norm(x.float(), (1024,), w.float(), 1e-6)
+    for _ in range(3):
+        rms_norm(x, w)  # planned before the capture
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            captured = rms_norm(x, w)
+    torch.cuda.current_stream().wait_stream(stream)
+    x.copy_(x * 2)
+    graph.replay()
+    torch.cuda.synchronize()
+    want2 = torch.nn.functional.rms_norm(x.float(), (1024,), w.float(), 1e-6)
+    torch.testing.assert_close(captured.float(), want2, atol=2e-2, rtol=2e-2)
+    compiled = torch.compile(lambda a, b: rms_norm(a, b) * 2, fullgraph=True)
+    torch.testing.assert_close(compiled(x, w).float(), 2 * want2, atol=4e-2, rtol=2e-2)
+    assert not torch.equal(want, want2)
+
+
+def test_fused_add_planned_calls_are_bit_identical_and_take_the_right_path(fresh_path, monkeypatch):
+    from kernels.fused_add_rms_norm import fused_add_rms_norm
+
+    layouts = [((4096, 1024), torch.bfloat16, 0, True), ((3, 1000), torch.float16, 1, True),
+               ((2, 5, 4096), torch.float32, 0, False), ((1, 64), torch.bfloat16, 3, True)]  # fmt: skip
+    inputs = []
+    for seed, (shape, dtype, offset, weighted) in enumerate(layouts):
+        x, r = _offset(shape, dtype, offset, seed), _offset(shape, dtype, 0, seed + 50)
+        w = _offset(shape[-1:], dtype, 0, seed + 100) if weighted else None
+        inputs.append((x, r, w))
+    strided = (inputs[0][0][::2], inputs[0][1][::2], inputs[0][2])  # rows not contiguous: never replayed
+
+    def run_all(rounds):
+        return [fused_add_rms_norm(*args) for _ in range(rounds) for args in [*inputs, strided]]
+
+    stock = _stock(monkeypatch, lambda: run_all(1))
+    run_all(1)
+    before = fast_launch.status()["hits"]
+    planned = run_all(3)
+    torch.cuda.synchronize()
+    assert fast_launch.status()["hits"] - before >= 3 * len(layouts)
+    for i, (y, s) in enumerate(planned):
+        want_y, want_s = stock[i % (len(layouts) + 1)]
+        assert y.grad_fn is None and s.grad_fn is None
+        assert torch.equal(_bits(y), _bits(want_y)) and torch.equal(_bits(s), _bits(want_s)), i
+    x, r, w = inputs[0]
+    y, s = fused_add_rms_norm(x, r.clone().requires_grad_(True), w)
+    assert y.grad_fn is not None and s.grad_fn is not None
+    with pytest.raises(ValueError, match="no broadcasting"):
+        fused_add_rms_norm(x, r[:1], w)
