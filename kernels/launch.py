@@ -206,9 +206,16 @@ def replay_of(kernel, like: torch.Tensor, grid, *args, **kwargs):
     replay that takes only the tensor arguments' addresses (:func:`kernels.fast_launch.replay_of`),
     for a family's eager plan; None on other devices, while a launch is recorded or compiled, or
     where the fast path made no entry."""
-    if _recordings or _compiling or type(like) is not torch.Tensor or not like.is_cuda:
+    if observed() or type(like) is not torch.Tensor or not like.is_cuda:
         return None
     return fast_launch.replay_of(kernel, grid, args, kwargs)
+
+
+def observed() -> bool:
+    """Whether every launch must go through :func:`launch` now: a :func:`recording` or a
+    :func:`compile_only` block is open. A family plans no replay for a call made meanwhile (the
+    measuring tool records a configuration's first call) and plans on the next one."""
+    return bool(_recordings or _compiling)
 
 
 def _stock_launch(kernel, grid, args, kwargs):

@@ -415,8 +415,11 @@ def _frozen_heap(freeze: bool):
     steady-state loop has them: the suite's process holds hundreds of thousands of objects
     (torch.compile, the peers, every record), and a collection walking them lands in whichever
     call happens to trigger it. Yields the state a record states ({} when not frozen)."""
-    if not freeze or gc.get_freeze_count():  # frozen already (by the caller): leave it to them
+    if not freeze:
         yield {}
+        return
+    if gc.get_freeze_count():  # frozen by someone else (Inductor's compile workers do): theirs to undo
+        yield {"collector": "frozen before timing (by the process)", "objects_frozen": gc.get_freeze_count()}
         return
     gc.freeze()
     try:

@@ -5,8 +5,9 @@ fresh process and again after the suite's own measurement of the same cell.
     python3 benchmarks/diagnostics/call_breakdown.py [--rows 4096] [--hidden 1024] [--out DIR]
     bash benchmarks/gpu_run.sh run python3 benchmarks/diagnostics/call_breakdown.py    # on the GPU machine
 
-For RMSNorm forward and forward+backward (ours, F.rms_norm, and an empty autograd.Function as
-the floor of a Python autograd op), the fused add+RMSNorm forward (ours against F.rms_norm of
+For RMSNorm forward and forward+backward (ours, F.rms_norm, an empty autograd.Function, and
+the floors of a Python autograd op that launches: one launch through kernels/launch.py in its
+backward, or one in each direction as ours makes, each into a fresh tensor), the fused add+RMSNorm forward (ours against F.rms_norm of
 x + r), and two bare driver calls, each a median over many calls, in µs
 (``WORKBENCH_FAST_LAUNCH=0`` times ours through Triton's own launch):
 
@@ -46,9 +47,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 from kernels import fast_launch  # noqa: E402
 from kernels.fused_add_rms_norm import fused_add_rms_norm  # noqa: E402
+from kernels.launch import launch  # noqa: E402
 from kernels.rms_norm import rms_norm  # noqa: E402
 from workbench.device import get_device  # noqa: E402
 from workbench.measure import measure_many  # noqa: E402
@@ -63,6 +67,32 @@ class Empty(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         return g, None
+
+
+@triton.jit
+def _touch(Y_ptr):
+    tl.store(Y_ptr, 0.0)
+
+
+class Floor(torch.autograd.Function):
+    """The floor of a Python autograd op that launches: nothing but one launch through
+    kernels.launch.launch in the backward (and, with ``both``, one in the forward, as ours makes),
+    each into a fresh output, as ours allocates dx."""
+
+    @staticmethod
+    def forward(ctx, x, w, both):
+        ctx.both = both
+        if both:
+            y = torch.empty_like(x)
+            launch(_touch, y, (1,), y)
+            return y
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        dx = torch.empty_like(g)
+        launch(_touch, dx, (1,), dx)
+        return dx, None, None
 
 
 def calls(rows: int, hidden: int) -> dict:
@@ -88,6 +118,8 @@ def calls(rows: int, hidden: int) -> dict:
         "ours fwd+bwd": lambda: torch.autograd.grad(rms_norm(x, w), (x, w), dy),
         "F.rms_norm fwd+bwd": lambda: torch.autograd.grad(f(x, (hidden,), w, 1e-6), (x, w), dy),
         "empty Function fwd+bwd": lambda: torch.autograd.grad(Empty.apply(x, w), (x,), dy),
+        "floor: 1 launch (bwd)": lambda: torch.autograd.grad(Floor.apply(x, w, False), (x,), dy),
+        "floor: 2 launches": lambda: torch.autograd.grad(Floor.apply(x, w, True), (x,), dy),
     }
 
 

@@ -24,6 +24,7 @@ import torch
 from kernels import tuned_tables
 from kernels.fused_add_rms_norm import gpu, npu
 from kernels.fused_add_rms_norm.reference import fused_add_rms_norm_reference
+from kernels.launch import observed
 from kernels.plans import MAX_PLANS, cached_plan, tile_items
 from kernels.rms_norm import check_norm_inputs, resolve_norm_tiles
 from kernels.torch_ops import encode_tiles
@@ -188,10 +189,11 @@ def _eager_forward(x, residual, weight, config, key):
         return _forward(x, residual, weight, config, store_rstd=False)[0]
     x2d, r2d = x.view(-1, x.shape[-1]), residual.view(-1, x.shape[-1])
     y, s, _ = gpu.fused_add_rms_norm_forward(x2d, r2d, weight, eps, offset, casting_mode, resolved, False)
-    if len(_EAGER) >= MAX_PLANS:
-        _EAGER.clear()
-    replay = gpu.fused_add_rms_norm_forward_replay(x2d, r2d, weight, y, s, eps, offset, casting_mode, resolved)
-    _EAGER[key] = replay or False
+    if not observed():  # a recorded or compile-only call plans nothing: the next one plans
+        if len(_EAGER) >= MAX_PLANS:
+            _EAGER.clear()
+        replay = gpu.fused_add_rms_norm_forward_replay(x2d, r2d, weight, y, s, eps, offset, casting_mode, resolved)
+        _EAGER[key] = replay or False
     return y.view(x.shape), s.view(x.shape)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from kernels import tuned_tables
+from kernels.launch import observed
 from kernels.plans import MAX_PLANS, cached_plan, tile_items
 from kernels.rms_norm import gpu, npu
 from kernels.rms_norm.reference import CASTING_MODES, rms_norm_reference
@@ -187,9 +188,10 @@ def _eager_forward(x, weight, config, key):
         return _forward(x, weight, config, store_rstd=False)[0]
     x2d = x.view(-1, x.shape[-1])
     y, _ = gpu.rms_norm_forward(x2d, weight, eps, offset, casting_mode, resolved, store_rstd=False)
-    if len(_EAGER) >= MAX_PLANS:
-        _EAGER.clear()
-    _EAGER[key] = gpu.rms_norm_forward_replay(x2d, weight, y, eps, offset, casting_mode, resolved) or False
+    if not observed():  # a recorded or compile-only call plans nothing: the next one plans
+        if len(_EAGER) >= MAX_PLANS:
+            _EAGER.clear()
+        _EAGER[key] = gpu.rms_norm_forward_replay(x2d, weight, y, eps, offset, casting_mode, resolved) or False
     return y.view(x.shape)
 
 
