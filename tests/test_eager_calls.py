@@ -131,31 +131,38 @@ def test_a_call_with_bad_inputs_still_says_what_to_change(fresh_path):
         rms_norm(x, None, BLOCK_SIZE=100)
 
 
+def _blocks_left_alive(fn, n: int = 2000) -> float:
+    """Python memory blocks still allocated per call after ``n`` calls, outputs kept."""
+    kept = [None] * n
+    gc.collect()
+    gc.disable()
+    try:
+        before = sys.getallocatedblocks()
+        for i in range(n):
+            kept[i] = fn()
+        after = sys.getallocatedblocks()
+    finally:
+        gc.enable()
+    return (after - before) / n
+
+
 def test_a_steady_eager_call_leaves_nothing_alive_but_its_output(fresh_path):
     """Python memory blocks still allocated after a call, per call, its output kept: the Tensor
     object and nothing of the call's own (plans, keys, launch arguments). Objects that outlive
-    a call are what drive the collector in a process with a large heap."""
+    a call are what drive the collector in a process with a large heap. The baseline, a bare
+    ``torch.empty_like`` measured the same way in this process, is what the output alone
+    costs here (a test runner's plugins may add to every call)."""
     x = torch.randn(4096, 1024, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(1024, device="cuda", dtype=torch.bfloat16)
-    n = 2000
-    kept = [None] * n
     with torch.no_grad():
         for _ in range(10):
             rms_norm(x, w)
         hits = fast_launch.status()["hits"]
-        gc.collect()
-        gc.disable()
-        try:
-            before = sys.getallocatedblocks()
-            for i in range(n):
-                kept[i] = rms_norm(x, w)
-            after = sys.getallocatedblocks()
-        finally:
-            gc.enable()
-    assert fast_launch.status()["hits"] - hits == n
-    per_call = (after - before) / n
-    assert per_call <= 3, f"{per_call:.2f} Python blocks left alive per call"
-    assert all(y.grad_fn is None for y in kept[:10])
+        ours = _blocks_left_alive(lambda: rms_norm(x, w))
+        assert fast_launch.status()["hits"] - hits == 2000
+        output_alone = _blocks_left_alive(lambda: torch.empty_like(x))
+    assert ours <= 3 or ours - output_alone <= 0.05, f"{ours:.2f} blocks per call, the output alone {output_alone:.2f}"
+    assert rms_norm(x, w).grad_fn is None
 
 
 def test_recorded_and_compile_only_launches_are_seen(fresh_path):

@@ -418,10 +418,7 @@ def _frozen_heap(freeze: bool):
     if not freeze:
         yield {}
         return
-    if gc.get_freeze_count():  # frozen by someone else (Inductor's compile workers do): theirs to undo
-        yield {"collector": "frozen before timing (by the process)", "objects_frozen": gc.get_freeze_count()}
-        return
-    gc.freeze()
+    gc.freeze()  # with objects frozen before (a library may freeze a few), all of them thawed after
     try:
         yield {"collector": "frozen while timing (gc.freeze)", "objects_frozen": gc.get_freeze_count()}
     finally:
