@@ -16,6 +16,9 @@ How a call goes (:func:`launch`):
   ``CompiledKernel`` it returns fills an entry for the key. A call this path cannot replay
   exactly (a tensor or an unknown name passed by keyword, an argument of another type, a missing
   argument...) makes no entry and keeps going to Triton.
+- *replay*: :func:`replay_of`, after a launch, gives a function that launches the same entry
+  from the tensors' addresses alone, skipping the key; a family's eager plan keys everything
+  else (kernels/rms_norm/__init__.py) and the replay checks what can change under it.
 - *fallback*: a callable grid, launch or pre-run hooks installed, a global the kernel reads that
   changed since, an exception while building the key or replaying, an unsupported Triton, or
   ``WORKBENCH_FAST_LAUNCH=0``: Triton's own launch. A result is never wrong; at worst it is not

@@ -76,7 +76,6 @@ def _fused_add_rms_norm_forward_kernel(
     offset,
     CASTING_MODE: tl.constexpr,  # 0 llama, 1 gemma, 2 none
     HAS_WEIGHT: tl.constexpr,
-    STORE_RSTD: tl.constexpr,  # off when no backward will read it (a call without gradients)
     BLOCK_SIZE: tl.constexpr,
     BLOCK_SIZE_M: tl.constexpr,
 ):
@@ -94,8 +93,7 @@ def _fused_add_rms_norm_forward_kernel(
     s = load_input(X_ptr, R_ptr, S_ptr, offsets, mask, True, False)
     rstd = row_rstd(s, n_cols, eps, True)
     y = weighted(normalized(s, rstd, CASTING_MODE), W_ptr, cols, col_mask, offset, HAS_WEIGHT)
-    if STORE_RSTD:
-        tl.store(RSTD_ptr + rows, rstd, mask=row_mask)
+    tl.store(RSTD_ptr + rows, rstd, mask=row_mask)
     tl.store(Y_ptr + offsets, y.to(Y_ptr.dtype.element_ty), mask=mask)
 
 
@@ -113,46 +111,33 @@ def tiles_for_rows(n_rows: int, n_cols: int, dev, **tiles) -> GpuTiles:
     return with_tuned_forward("fused_add_rms_norm", dev, n_rows, n_cols, tiles, BWD_CHUNK=MAX_TILE_ELEMENTS)
 
 
-def fused_add_rms_norm_forward(x2d, r2d, weight, eps, offset, casting_mode, tiles: GpuTiles, store_rstd=True):
-    """Returns (y, s, rstd) for contiguous 2-D x and r of one shape; rstd is None without
-    ``store_rstd``."""
+def fused_add_rms_norm_forward(x2d, r2d, weight, eps, offset, casting_mode, tiles: GpuTiles):
+    """Returns (y, s, rstd) for contiguous 2-D x and r of one shape."""
     y = torch.empty_like(x2d)
     s = torch.empty_like(x2d)
-    rstd = torch.empty(x2d.shape[0], dtype=torch.float32, device=x2d.device) if store_rstd else None
+    rstd = torch.empty(x2d.shape[0], dtype=torch.float32, device=x2d.device)
     grid, args, kwargs = _forward_launch(y, s, x2d, r2d, weight, rstd, eps, offset, casting_mode, tiles)
     launch(_fused_add_rms_norm_forward_kernel, x2d, grid, *args, **kwargs)
     return y, s, rstd
 
 
-def fused_add_rms_norm_forward_replay(x2d, r2d, weight, y, s, eps, offset, casting_mode, tiles: GpuTiles):
-    """After ``fused_add_rms_norm_forward(..., store_rstd=False)`` returned ``y, s``: the launch
-    again as a replay of ``(y, s, x, r, w, x)`` addresses (``w`` is x's without a weight), for
-    an eager call's plan, or None (:func:`kernels.launch.replay_of`)."""
-    grid, args, kwargs = _forward_launch(y, s, x2d, r2d, weight, None, eps, offset, casting_mode, tiles)
+def fused_add_rms_norm_forward_replay(x2d, r2d, weight, y, s, rstd, eps, offset, casting_mode, tiles: GpuTiles):
+    """After ``fused_add_rms_norm_forward(...)`` returned ``y, s, rstd``: the launch again as a
+    replay of ``(y, s, x, r, w, rstd)`` addresses (``w`` is x's without a weight), for an eager
+    call's plan, or None (:func:`kernels.launch.replay_of`)."""
+    grid, args, kwargs = _forward_launch(y, s, x2d, r2d, weight, rstd, eps, offset, casting_mode, tiles)
     return replay_of(_fused_add_rms_norm_forward_kernel, x2d, grid, *args, **kwargs)
 
 
 def _forward_launch(y, s, x2d, r2d, weight, rstd, eps, offset, casting_mode, tiles: GpuTiles):
     """(grid, arguments, keywords) of the forward kernel's launch; x stands in for a missing
-    weight and for rstd when it is not stored (the kernel reads neither then)."""
+    weight (the kernel does not read it then)."""
     n_rows, n_cols = x2d.shape
-    args = (
-        y,
-        s,
-        x2d,
-        r2d,
-        weight if weight is not None else x2d,
-        rstd if rstd is not None else x2d,
-        x2d.stride(0),
-        n_rows,
-        n_cols,
-        eps,
-        offset,
-    )
+    w = weight if weight is not None else x2d
+    args = (y, s, x2d, r2d, w, rstd, x2d.stride(0), n_rows, n_cols, eps, offset)
     kwargs = {
         "CASTING_MODE": CASTING_CODES[casting_mode],
         "HAS_WEIGHT": weight is not None,
-        "STORE_RSTD": rstd is not None,
         "BLOCK_SIZE": tiles.BLOCK_SIZE,
         "BLOCK_SIZE_M": tiles.BLOCK_SIZE_M,
         "num_warps": tiles.num_warps,

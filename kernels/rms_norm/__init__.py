@@ -73,17 +73,13 @@ def resolve_norm_tiles(impl: str, x: torch.Tensor, tiles: dict, impls: dict):
 _IMPLS = {"gpu": (gpu, _GPU_TILES), "npu": (npu, _NPU_TILES)}
 
 
-def _forward(x, weight, config, store_rstd: bool = True):
-    """(y shaped like x, x as contiguous rows, rstd: None without ``store_rstd`` on the GPU
-    kernels). 2-D inputs (the common case) skip the reshape / view round trip: each costs host
-    time."""
+def _forward(x, weight, config):
+    """(y shaped like x, x as contiguous rows, rstd). 2-D inputs (the common case) skip the
+    reshape / view round trip: each costs host time."""
     eps, offset, casting_mode, _, impl_module, resolved = config
     shape = x.shape
     x2d = x.contiguous() if len(shape) == 2 else x.reshape(-1, shape[-1]).contiguous()
-    if store_rstd or impl_module is not gpu:
-        y, rstd = impl_module.rms_norm_forward(x2d, weight, eps, offset, casting_mode, resolved)
-    else:
-        y, rstd = gpu.rms_norm_forward(x2d, weight, eps, offset, casting_mode, resolved, store_rstd=False)
+    y, rstd = impl_module.rms_norm_forward(x2d, weight, eps, offset, casting_mode, resolved)
     return (y if len(shape) == 2 else y.view(shape)), x2d, rstd
 
 
@@ -113,7 +109,8 @@ _PLANS: dict = {}
 
 # Eager plans: per layout of a call on CUDA without gradients (x's shape, strides, dtype and
 # device, the weight's, the settings, the alignment class of x's address), the replay of the
-# forward's launch (kernels/launch.py's replay_of), or False where there is none (the fast launch
+# forward's launch (kernels/launch.py's replay_of) with rstd's length and device, or False where
+# there is none (the fast launch
 # off, or a layout the replay does not cover). Checked in a dict lookup; a replay that refuses
 # (the fast launch reset, a launch being recorded) drops its plan and the call goes the long way.
 _EAGER: dict = {}
@@ -145,7 +142,7 @@ def rms_norm(
         return _registered_ops().rms_norm_forward(
             x, weight, float(eps), float(offset), casting_mode, impl, encode_tiles(tiles)
         )[0]
-    grads, eager_key, replay = False, None, None
+    grads, eager_key, plan = False, None, None
     try:
         grads = torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad))
         if not grads and type(x) is torch.Tensor and x.is_cuda:
@@ -154,17 +151,20 @@ def rms_norm(
             w_layout = None if weight is None else (weight.shape, weight.stride(), weight.dtype, weight.get_device())
             eager_key = (x.shape, x.stride(), x.dtype, x.get_device(), x_address & 15, w_layout, eps, offset,
                          casting_mode, impl, tile_items(tiles))  # fmt: skip
-            replay = _EAGER.get(eager_key)
+            plan = _EAGER.get(eager_key)
     except (AttributeError, TypeError):  # not tensors, an unhashable setting: the checks below say so
         eager_key = None
     if eager_key is not None:
-        if replay:
+        if plan:
+            replay, rows, device = plan
             y = torch.empty_like(x)
-            if replay(y.data_ptr(), x_address, x_address if weight is None else weight.data_ptr(), x_address):
+            rstd = torch.empty(rows, dtype=torch.float32, device=device)  # the kernel stores it: unread here
+            w_address = x_address if weight is None else weight.data_ptr()
+            if replay(y.data_ptr(), x_address, w_address, rstd.data_ptr()):
                 return y
             del _EAGER[eager_key]  # retired or paused: plan again on the next call
             eager_key = None
-        elif replay is False:
+        elif plan is False:
             eager_key = None
     settings = (type(eps), eps, type(offset), offset, casting_mode, in_place, impl, tile_items(tiles))
     config = cached_plan(
@@ -176,7 +176,7 @@ def rms_norm(
         return _RMSNormFunction.apply(x, weight, config)
     if eager_key is not None:
         return _eager_forward(x, weight, config, eager_key)
-    return _forward(x, weight, config, store_rstd=False)[0]  # no autograd node, no rstd
+    return _forward(x, weight, config)[0]  # no autograd node: apply alone costs ~17 us of host time
 
 
 def _eager_forward(x, weight, config, key):
@@ -185,13 +185,14 @@ def _eager_forward(x, weight, config, key):
     eps, offset, casting_mode, _, impl_module, resolved = config
     if impl_module is not gpu or not x.is_contiguous():
         _EAGER[key] = False
-        return _forward(x, weight, config, store_rstd=False)[0]
+        return _forward(x, weight, config)[0]
     x2d = x.view(-1, x.shape[-1])
-    y, _ = gpu.rms_norm_forward(x2d, weight, eps, offset, casting_mode, resolved, store_rstd=False)
+    y, rstd = gpu.rms_norm_forward(x2d, weight, eps, offset, casting_mode, resolved)
     if not observed():  # a recorded or compile-only call plans nothing: the next one plans
         if len(_EAGER) >= MAX_PLANS:
             _EAGER.clear()
-        _EAGER[key] = gpu.rms_norm_forward_replay(x2d, weight, y, eps, offset, casting_mode, resolved) or False
+        replay = gpu.rms_norm_forward_replay(x2d, weight, y, rstd, eps, offset, casting_mode, resolved)
+        _EAGER[key] = (replay, rstd.shape[0], rstd.device) if replay else False
     return y.view(x.shape)
 
 

@@ -103,7 +103,6 @@ def _rms_norm_forward_kernel(
     offset,
     CASTING_MODE: tl.constexpr,  # 0 llama, 1 gemma, 2 none
     HAS_WEIGHT: tl.constexpr,
-    STORE_RSTD: tl.constexpr,  # off when no backward will read it (a call without gradients)
     BLOCK_SIZE: tl.constexpr,
     BLOCK_SIZE_M: tl.constexpr,
 ):
@@ -120,8 +119,7 @@ def _rms_norm_forward_kernel(
     # Arithmetic in fp32; tile_math says where each casting mode rounds.
     rstd = row_rstd(x, n_cols, eps, True)
     y = weighted(normalized(x, rstd, CASTING_MODE), W_ptr, cols, col_mask, offset, HAS_WEIGHT)
-    if STORE_RSTD:
-        tl.store(RSTD_ptr + rows, rstd, mask=row_mask)
+    tl.store(RSTD_ptr + rows, rstd, mask=row_mask)
     tl.store(Y_ptr + offsets, y.to(Y_ptr.dtype.element_ty), mask=mask)
 
 
@@ -516,42 +514,31 @@ def resolve_tiles(
     )
 
 
-def rms_norm_forward(x2d, weight, eps, offset, casting_mode, tiles: GpuTiles, store_rstd: bool = True):
-    """Returns (y, rstd) for a contiguous 2-D x; rstd is None without ``store_rstd``."""
+def rms_norm_forward(x2d, weight, eps, offset, casting_mode, tiles: GpuTiles):
+    """Returns (y, rstd) for a contiguous 2-D x."""
     y = torch.empty_like(x2d)
-    rstd = torch.empty(x2d.shape[0], dtype=torch.float32, device=x2d.device) if store_rstd else None
+    rstd = torch.empty(x2d.shape[0], dtype=torch.float32, device=x2d.device)
     grid, args, kwargs = _forward_launch(y, x2d, weight, rstd, eps, offset, casting_mode, tiles)
     launch(_rms_norm_forward_kernel, x2d, grid, *args, **kwargs)
     return y, rstd
 
 
-def rms_norm_forward_replay(x2d, weight, y, eps, offset, casting_mode, tiles: GpuTiles):
-    """After ``rms_norm_forward(x2d, ..., store_rstd=False)`` returned ``y``: the launch again
-    as a replay of ``(y, x, w, x)`` addresses (``w`` is x's without a weight), for an eager
-    call's plan, or None (:func:`kernels.launch.replay_of`)."""
-    grid, args, kwargs = _forward_launch(y, x2d, weight, None, eps, offset, casting_mode, tiles)
+def rms_norm_forward_replay(x2d, weight, y, rstd, eps, offset, casting_mode, tiles: GpuTiles):
+    """After ``rms_norm_forward(x2d, ...)`` returned ``y, rstd``: the launch again as a replay of
+    ``(y, x, w, rstd)`` addresses (``w`` is x's without a weight), for an eager call's plan, or
+    None (:func:`kernels.launch.replay_of`)."""
+    grid, args, kwargs = _forward_launch(y, x2d, weight, rstd, eps, offset, casting_mode, tiles)
     return replay_of(_rms_norm_forward_kernel, x2d, grid, *args, **kwargs)
 
 
 def _forward_launch(y, x2d, weight, rstd, eps, offset, casting_mode, tiles: GpuTiles):
     """(grid, arguments, keywords) of the forward kernel's launch; x stands in for a missing
-    weight and for rstd when it is not stored (the kernel reads neither then)."""
+    weight (the kernel does not read it then)."""
     n_rows, n_cols = x2d.shape
-    args = (
-        y,
-        x2d,
-        weight if weight is not None else x2d,
-        rstd if rstd is not None else x2d,
-        x2d.stride(0),
-        n_rows,
-        n_cols,
-        eps,
-        offset,
-    )
+    args = (y, x2d, weight if weight is not None else x2d, rstd, x2d.stride(0), n_rows, n_cols, eps, offset)
     kwargs = {
         "CASTING_MODE": CASTING_CODES[casting_mode],
         "HAS_WEIGHT": weight is not None,
-        "STORE_RSTD": rstd is not None,
         "BLOCK_SIZE": tiles.BLOCK_SIZE,
         "BLOCK_SIZE_M": tiles.BLOCK_SIZE_M,
         "num_warps": tiles.num_warps,
