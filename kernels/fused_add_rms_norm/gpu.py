@@ -41,6 +41,7 @@ from kernels.rms_norm.gpu import (
     MAX_TILE_ELEMENTS,
     NUM_WARPS,
     GpuTiles,
+    forward_options,
     resolve_tiles,
     rms_norm_backward,
     with_tuned_forward,
@@ -135,14 +136,7 @@ def _forward_launch(y, s, x2d, r2d, weight, rstd, eps, offset, casting_mode, til
     n_rows, n_cols = x2d.shape
     w = weight if weight is not None else x2d
     args = (y, s, x2d, r2d, w, rstd, x2d.stride(0), n_rows, n_cols, eps, offset)
-    kwargs = {
-        "CASTING_MODE": CASTING_CODES[casting_mode],
-        "HAS_WEIGHT": weight is not None,
-        "BLOCK_SIZE": tiles.BLOCK_SIZE,
-        "BLOCK_SIZE_M": tiles.BLOCK_SIZE_M,
-        "num_warps": tiles.num_warps,
-    }
-    return (cdiv(n_rows, tiles.BLOCK_SIZE_M),), args, kwargs
+    return (cdiv(n_rows, tiles.BLOCK_SIZE_M),), args, forward_options(casting_mode, weight, tiles)
 
 
 def fused_add_rms_norm_backward(dy2d, ds2d, s2d, weight, rstd, offset, casting_mode, tiles: GpuTiles):

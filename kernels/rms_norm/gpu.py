@@ -536,14 +536,18 @@ def _forward_launch(y, x2d, weight, rstd, eps, offset, casting_mode, tiles: GpuT
     weight (the kernel does not read it then)."""
     n_rows, n_cols = x2d.shape
     args = (y, x2d, weight if weight is not None else x2d, rstd, x2d.stride(0), n_rows, n_cols, eps, offset)
-    kwargs = {
+    return (cdiv(n_rows, tiles.BLOCK_SIZE_M),), args, forward_options(casting_mode, weight, tiles)
+
+
+def forward_options(casting_mode, weight, tiles: GpuTiles) -> dict:
+    """The compile-time keywords of a norm forward's launch (this family's and the fused one's)."""
+    return {
         "CASTING_MODE": CASTING_CODES[casting_mode],
         "HAS_WEIGHT": weight is not None,
         "BLOCK_SIZE": tiles.BLOCK_SIZE,
         "BLOCK_SIZE_M": tiles.BLOCK_SIZE_M,
         "num_warps": tiles.num_warps,
     }
-    return (cdiv(n_rows, tiles.BLOCK_SIZE_M),), args, kwargs
 
 
 # Zero-filled fp32 dw accumulators (dw, then the programs' counter) kept between backwards, one
