@@ -16,7 +16,7 @@ from typing import Callable, Mapping, Sequence
 import torch
 
 from kernels.runtime import KINDS, DeviceCache, DeviceInfo, kinds_present
-from workbench import device_state, timing
+from workbench import device_state, host_facts, timing
 
 # The three timings of a measurement (workbench.timing explains each).
 TIMINGS = ("kernel", "call", "host")
@@ -160,23 +160,35 @@ class Device(DeviceInfo):
         _FLUSH[key].zero_()
 
     def copy_bandwidth_gbps(self) -> float | None:
-        """Measured device-to-device copy bandwidth in GB/s (bytes read + written).
+        """Measured device-to-device copy bandwidth in GB/s (bytes read + written); None on the
+        CPU, where kernel times are interpreter times and no bandwidth share is meaningful.
+        Where it came from and how old it is: :meth:`copy_bandwidth_facts`."""
+        facts = self.copy_bandwidth_facts()
+        return None if facts is None else facts["gbps"]
 
-        Measured once per device per process (a 512 MiB copy, far above any L2, timed like a
-        kernel so that GB/s figures compare like with like); None on the CPU, where kernel times
-        are interpreter times and no bandwidth share is meaningful.
-        """
+    def copy_bandwidth_facts(self) -> dict | None:
+        """The copy bandwidth with its provenance: ``{"gbps", "measured_at", "age_s", "source"}``.
+
+        A 512 MiB copy, far above any L2, timed like a kernel so that GB/s figures compare like
+        with like; measured once per device per host and kept while younger than a day
+        (:mod:`workbench.host_facts`: ``WORKBENCH_COPY_BW_MAX_AGE_H``), and once per process
+        at most."""
         if self.kind == "cpu":
             return None
         key = (self.kind, self.index)
         if key not in _COPY_BW:
-            n_bytes = 512 * 2**20
-            src = torch.empty(n_bytes, dtype=torch.uint8, device=self.torch_device).random_(0, 255)
-            dst = torch.empty_like(src)
-            est = self.timings({0: lambda: dst.copy_(src)}, which=("kernel",), budget_s=0.5)[0]["kernel"]
-            _COPY_BW[key] = 2 * n_bytes / (est.median * 1e-3) / 1e9
-            del src, dst
+            host_key = host_facts.device_key(
+                f"{self.kind}:{self.name}", self.index, str(self.driver), torch.__version__
+            )
+            _COPY_BW[key] = host_facts.copy_bandwidth(host_key, self._measure_copy_bandwidth)
         return _COPY_BW[key]
+
+    def _measure_copy_bandwidth(self) -> float:
+        n_bytes = 512 * 2**20
+        src = torch.empty(n_bytes, dtype=torch.uint8, device=self.torch_device).random_(0, 255)
+        dst = torch.empty_like(src)
+        est = self.timings({0: lambda: dst.copy_(src)}, which=("kernel",), budget_s=0.5)[0]["kernel"]
+        return 2 * n_bytes / (est.median * 1e-3) / 1e9
 
     def describe(self) -> dict:
         """Environment facts recorded with every measurement."""
@@ -189,7 +201,7 @@ class Device(DeviceInfo):
         }
 
 
-_COPY_BW: dict[tuple[str, int], float] = {}
+_COPY_BW: dict[tuple[str, int], dict] = {}
 _FLUSH: dict[tuple[str, int], torch.Tensor] = {}
 
 

@@ -470,9 +470,12 @@ def _fill_timings(prep: _Prepared, est: dict, state: dict) -> None:
         rec.launch_overhead_ms = est["host"].median
     if kernel.median > 0 and dev.kind != "cpu" and rec.min_bytes:  # no bytes known: no bandwidth share
         rec.gbps = rec.min_bytes / (kernel.median * 1e-3) / 1e9
-        rec.copy_bw_gbps = dev.copy_bandwidth_gbps()
-        if rec.copy_bw_gbps:
+        bandwidth = dev.copy_bandwidth_facts()
+        if bandwidth:
+            rec.copy_bw_gbps = bandwidth["gbps"]
             rec.pct_copy_bw = 100.0 * rec.gbps / rec.copy_bw_gbps
+            where = {k: bandwidth[k] for k in ("source", "measured_at", "age_s")}
+            rec.device_state = {**rec.device_state, "copy_bandwidth": where}
 
 
 def _peak_memory(prep: _Prepared) -> None:

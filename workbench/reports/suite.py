@@ -529,8 +529,11 @@ def suite_environment(device, suite, argv) -> dict:
     for dist, version in S.peer_versions().items():
         env[dist] = version
     try:
-        bw = device.copy_bandwidth_gbps()
+        facts = device.copy_bandwidth_facts()
+        bw = None if facts is None else facts["gbps"]
     except Exception as exc:  # noqa: BLE001
-        bw = f"not measured ({exc})"
+        facts, bw = None, f"not measured ({exc})"
     env["copy_bw_gbps"] = round(bw, 1) if isinstance(bw, float) else (bw if bw is not None else "n/a (CPU)")
+    if facts:
+        env["copy_bw_measured"] = f"{facts['measured_at']} ({facts['source']}, {facts['age_s']:.0f} s old)"
     return env
