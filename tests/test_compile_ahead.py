@@ -434,3 +434,26 @@ def test_four_lanes_share_the_queue_and_an_idle_actor_takes_from_the_longest():
         taken.append(queue.take(actors[len(taken) % 4], None))
     assert sorted(t.key for t in taken) == sorted(t.key for t in tasks)
     assert Lanes(tasks[:2], slots=4).lanes == [deque([tasks[0]]), deque([tasks[1]])]  # no empty lanes
+
+
+def test_an_idle_actor_takes_from_the_lane_with_the_most_expected_seconds_not_the_most_tasks():
+    """Finished tasks teach the lanes what each kind takes (family, variant, mode, dtype and
+    problem): an actor whose lane ran out takes from the lane expected to take longest, a kind
+    never seen is expected to take the median of all so far, and before any finished task the
+    lanes are compared by count."""
+    slow = [_task("rms_norm", "gpu_row", problem={"rows": 4096, "hidden": 64}, params={"num_warps": w}) for w in (1, 2)]
+    fast = [_task("rms_norm", "gpu_row", problem={"rows": 1, "hidden": 64}, params={"num_warps": w}) for w in (1, 2, 4)]
+    queue = Lanes([*fast[:1], *slow, *fast[1:]], slots=3)  # lanes: [fast0], [slow0, slow1], [fast1, fast2]
+    assert [len(lane) for lane in queue.lanes] == [1, 2, 2]
+    assert queue.take("a", None) == fast[0]
+    assert queue.take("a", None) in (slow[1], fast[2])  # nothing measured: by count (a tie)
+    queue = Lanes([*fast[:1], *slow, *fast[1:]], slots=3)
+    queue.done(slow[0], 10.0)
+    queue.done(fast[0], 1.0)
+    assert queue.expected_s(slow[1]) == 10.0 and queue.expected_s(fast[2]) == 1.0
+    other = _task("rms_norm", "gpu_row", problem={"rows": 7, "hidden": 64})
+    assert queue.expected_s(other) == 5.5  # an unseen kind: the median of all so far
+    assert queue.take("a", None) == fast[0]
+    assert queue.take("b", None) == slow[0] and queue.take("c", None) == fast[1]
+    queue.lanes[2].append(fast[0])  # c's lane now holds two fast tasks (2 s), b's one slow (10 s)
+    assert queue.take("a", None) == slow[1]  # a's lane is empty: the heaviest lane's back

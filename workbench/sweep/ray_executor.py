@@ -52,7 +52,8 @@ the queue's lanes (:mod:`workbench.sweep.lanes`), a run's compile-ahead
   compile-ahead's work does not slow the host side of a measurement (host and call times).
 - Lanes (:class:`workbench.sweep.lanes.Lanes`): each measuring actor works through a contiguous
   share of the queue of its own, so it makes the inputs of only its share's problems; one that
-  runs out takes from the back of the longest other share.
+  runs out takes from the back of the share with the most expected seconds left (each kind of
+  configuration is expected to take what its finished ones took).
 - No retries: a configuration is never retried blindly. A call past ``timeout_s`` is recorded as
   timed out and its actor killed (a new one takes its place); an actor that dies (``os._exit``, a
   signal, a device abort, out of memory) is recorded as ``worker died`` with Ray's reason, and
@@ -352,6 +353,8 @@ class RayExecutor(Executor):
                     if kind == "record":
                         pool.idle.append(entry[3])
                         clock.idle(entry[3])
+                        if entry[1] is not None:  # how long it ran: what the lanes expect of its kind
+                            queue.done(entry[0], time.monotonic() - entry[1])
                     else:  # the actor died or its call broke: a fresh one takes its place (and its lane)
                         self._retire(pool, entry[3])
                         queue.release(entry[3])
