@@ -5,6 +5,7 @@
     python benchmarks/sweep_scaling.py --compare RES/sweep           # the table (any machine)
     python benchmarks/sweep_scaling.py --gpus 2 --device cpu --quick --out /tmp/sw   # CPU smoke run
     python benchmarks/sweep_scaling.py --gpus 2 --warm --out RES/sweep-warm  # workers started first
+    python benchmarks/sweep_scaling.py --gpus 4 --sweep tune --out RES/sweep-tune  # every family's tune space
 
 The sweep: RMSNorm forward (gpu_multirow: BLOCK_SIZE_M x num_warps x hidden) plus the
 block-sparse sum layer (gpu_large: TILE_M x TILE_K x BLOCK_B x batch), 208 configurations, one
@@ -86,21 +87,43 @@ def plan(quick: bool):
     return items
 
 
+def tune_plan(device: str, quick: bool):
+    """[(family, variant, problem, params, mode, dtype)]: every built-in family's tune space at
+    its sizes (what ``workbench tune`` measures over all families: the suites' sizes), the
+    configurations the variant's check refuses on ``device`` left out, as the tune leaves them."""
+    import kernels
+    from workbench.device import get_device
+    from workbench.tune.space import Space
+
+    dev = get_device(device)
+    items = []
+    for name in kernels.families():
+        spec = kernels.get(name)
+        if spec.tuning is None:
+            continue
+        space = Space.of(spec, quick)
+        for size in space.sizes:
+            for params in space.candidates(size, dev):
+                items.append((name, space.tuning.variant, space.problem(size), params, space.tuning.mode,
+                              space.tuning.dtype))  # fmt: skip
+    return items
+
+
 def tasks_for(items, device: str, rep_ms: float, quick: bool):
     import kernels
     from workbench.sweep.tasks import make_task
 
     out = []
-    for family, variant, problem, params in items:
+    for family, variant, problem, params, *mode_dtype in items:
         spec = kernels.get(family)
-        dtype = "bf16" if "bf16" in spec.dtypes else spec.dtypes[0]
+        mode, dtype = mode_dtype or ("forward", "bf16" if "bf16" in spec.dtypes else spec.dtypes[0])
         out.append(
             make_task(
                 spec,
                 variant,
                 device=device,
                 dtype=dtype,
-                mode="forward",
+                mode=mode,
                 problem=problem,
                 params=params,
                 quick=quick,
@@ -121,7 +144,7 @@ def run(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     # This run's own (empty) Triton cache root, outside OUT so the results stay small.
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"wb-sweep-triton-gpus{args.gpus}-")
-    items = plan(args.quick)
+    items = tune_plan(args.device, args.quick) if args.sweep == "tune" else plan(args.quick)
     if args.limit:  # every k-th configuration: a smaller sweep over the same ranges
         step = max(1, len(items) // args.limit)
         items = items[::step][: args.limit]
@@ -478,6 +501,12 @@ def main(argv=None) -> int:
     p.add_argument("--rep-ms", type=float, default=40.0)
     p.add_argument("--timeout-s", type=float, default=120.0)
     p.add_argument("--limit", type=int, default=None, help="at most this many configurations (evenly spread)")
+    p.add_argument(
+        "--sweep",
+        choices=("scaling", "tune"),
+        default="scaling",
+        help="scaling: the 208-configuration sweep above; tune: every family's tune space at its sizes (a tune-sized run)",
+    )
     p.add_argument(
         "--compile-workers",
         type=int,

@@ -67,3 +67,22 @@ def test_timeline_summary_steps_and_per_actor_times(scaling):
 
 def test_no_timeline_gives_no_summary(scaling):
     assert scaling.timeline_summary({}, {}) == {}
+
+
+def test_the_tune_sized_sweep_covers_every_familys_tune_space(scaling):
+    """``--sweep tune``: every registered family with a tune space, at its sizes, in the
+    Tuning's mode and dtype, the configurations its check refuses left out (interpreter sizes here)."""
+    import kernels
+    from workbench.device import get_device
+    from workbench.tune.space import Space
+
+    items = scaling.tune_plan("cpu", quick=True)
+    tuned = [name for name in kernels.families() if kernels.get(name).tuning is not None]
+    assert sorted({item[0] for item in items}) == sorted(tuned)
+    for name in tuned:
+        space = Space.of(kernels.get(name), quick=True)
+        want = sum(len(space.candidates(size, get_device("cpu"))) for size in space.sizes)
+        assert sum(item[0] == name for item in items) == want > 0
+    tasks = scaling.tasks_for(items, "cpu", 5.0, True)
+    for item, task in zip(items, tasks):
+        assert (task.family, task.variant, task.mode, task.dtype) == (item[0], item[1], item[4], item[5])
