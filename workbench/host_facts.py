@@ -2,8 +2,8 @@
 
 A device's copy bandwidth (what every GB/s figure is compared with) is a fact of the device, not
 of the process: a sweep's measuring actors, a notebook's kernel restarts and the suite's runs
-each measured it again (a 512 MiB copy timed like a kernel, about a second with the profiler's
-first session). Here a measured value is kept in one small JSON file per host, keyed by
+each measured it again (a 512 MiB copy timed like a kernel; in a new process the first such
+timing also pays the profiler's first session, which then moves to the first measurement). Here a measured value is kept in one small JSON file per host, keyed by
 everything that could change it (the host, the device's name and index, the driver, torch's
 version), and reused while it is younger than :data:`MAX_AGE_ENV` hours (24 by default; 0
 measures every time). Every answer says where it came from and how old it is, so a record can
