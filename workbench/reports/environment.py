@@ -38,5 +38,3 @@ def environment(device: str = "auto") -> dict:
     except ImportError:
         pass
     return env
-
-

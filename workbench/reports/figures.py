@@ -13,7 +13,6 @@ shares one colour order, metric table and hover format.
 from __future__ import annotations
 
 import html
-import math
 from typing import Any, Iterable, Sequence
 
 import plotly.graph_objects as go

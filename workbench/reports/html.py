@@ -93,5 +93,3 @@ def notebook_to_html(
         body = scrub_paths(body, [Path(html_path).parent])
     html_path.write_text(body, encoding="utf-8")
     return html_path
-
-

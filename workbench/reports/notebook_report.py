@@ -77,6 +77,7 @@ def build_report(
     # quick=None lets each notebook choose: small sizes on the CPU interpreter, full sizes on a device.
     params = {"device": device, "quick": True if quick else None, "headless": True, "out_dir": str(out)}
     plotly_src = write_plotly_js(out)
+
     def run_one(path: Path) -> dict:
         if on_start is not None:
             on_start(path.name)
@@ -427,5 +428,3 @@ Parameters: {esc(param_text)}.</p>
 {reader.environment_html({k: v for k, v in env.items() if k != "wall_s"})}
 </body></html>
 """
-
-

@@ -23,6 +23,7 @@ from workbench.reports.reader import scrub_paths
 
 KERNEL_NAME = "python3"
 
+
 # Extends nbconvert's lab template; every block that would load a script from a CDN is
 # replaced: plotly.js goes inline (once), the rest is dropped.
 def repo_root() -> Path:
@@ -165,7 +166,6 @@ def _scrub_notebook(path: Path, out: Path) -> None:
     clean = scrub_paths(text, [out])
     if clean != text:
         path.write_text(clean, encoding="utf-8")
-
 
 
 def html_unavailable_reason() -> str | None:

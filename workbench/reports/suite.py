@@ -20,10 +20,10 @@ from typing import Any
 import plotly.graph_objects as go
 
 from workbench import compile_facts
-from workbench.reports.notebooks import default_notebooks_dir, render_notebook_report, repo_root
 from workbench.provenance import is_dirty
 from workbench.reports import figures as F
 from workbench.reports import reader
+from workbench.reports.notebooks import default_notebooks_dir, render_notebook_report, repo_root
 from workbench.reports.suite_figures import (
     VERDICT_MARKERS,
     bandwidth_figure,

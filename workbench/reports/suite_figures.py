@@ -24,7 +24,6 @@ def target_records(run: dict, target: dict) -> list[dict]:
     return [recs[i] for i in target.get("records", []) if i < len(recs)]
 
 
-
 # --- figures -------------------------------------------------------------------------------
 def ratio_figure(target: dict, rows: list[dict]) -> go.Figure | None:
     """Ratio against x with the threshold; None when no point could be judged."""

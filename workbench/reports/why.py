@@ -10,9 +10,9 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from workbench.reports.text import as_dict, mapping_str, short_reason
 from workbench import compile_facts as CF
 from workbench.occupancy import limit_of_error
+from workbench.reports.text import as_dict, mapping_str, short_reason
 
 
 def _cell(v: Any, fmt: str = "{}") -> str:

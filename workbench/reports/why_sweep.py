@@ -26,7 +26,6 @@ class WhySweep:
     problem: dict = field(default_factory=dict)
 
 
-
 def occupancy_heatmap(records: list[dict], sweep: WhySweep):
     """Theoretical occupancy (%) of the kernel that explains most, each cell's text its
     regs/spills/occ; cells that spill outlined in red; n/a where facts are unavailable."""
