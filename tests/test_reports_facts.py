@@ -105,3 +105,13 @@ def test_suite_ratio_table_has_the_facts_column():
     row.update(status="not measured", ours_us=1.0)
     page = ratio_table_html([row], facts=facts)
     assert "<th" in page and "regs/spills/occ" in page and "n/a (interpreter)" in page
+
+
+def test_the_report_finds_the_checkout_from_any_folder(tmp_path, monkeypatch):
+    """workbench/reports/ sits two levels down: its notion of the checkout is the repository's
+    root (notebooks/ and kernels/ beside workbench/), wherever the command runs."""
+    from workbench.reports.notebooks import default_notebooks_dir, repo_root
+
+    monkeypatch.chdir(tmp_path)
+    assert (repo_root() / "kernels").is_dir() and (repo_root() / "workbench").is_dir()
+    assert default_notebooks_dir() == repo_root() / "notebooks" and (repo_root() / "notebooks").is_dir()

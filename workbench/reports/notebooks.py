@@ -18,16 +18,16 @@ import sys
 import tempfile
 from pathlib import Path
 
+from workbench.provenance import ROOT
 from workbench.reports.html import notebook_to_html
 from workbench.reports.reader import scrub_paths
 
 KERNEL_NAME = "python3"
 
 
-# Extends nbconvert's lab template; every block that would load a script from a CDN is
-# replaced: plotly.js goes inline (once), the rest is dropped.
 def repo_root() -> Path:
-    return Path(__file__).resolve().parent.parent
+    """The checkout this package runs from (its notebooks/ and kernels/ beside workbench/)."""
+    return ROOT
 
 
 def default_notebooks_dir() -> Path:
