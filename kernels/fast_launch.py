@@ -192,6 +192,17 @@ def reset() -> None:
     _enabled = None
     _off_reason = None
     _gate.renew()
+    for clear in _ON_RESET:
+        clear()
+
+
+_ON_RESET: list[Callable[[], None]] = []
+
+
+def on_reset(clear: Callable[[], None]) -> None:
+    """Register a cache of replays (a family's eager plans), emptied by :func:`reset`: its
+    replays are retired then, and a layout planned while the path was off plans again."""
+    _ON_RESET.append(clear)
 
 
 # --- the launch ----------------------------------------------------------------------------

@@ -15,7 +15,8 @@ process runs, and :func:`kernels.tuned_tables.disabled`, reach calls already pla
 
 from __future__ import annotations
 
-from kernels import tuned_tables
+from kernels import fast_launch, tuned_tables
+from kernels.launch import observed
 
 MAX_PLANS = 4096  # a sweep over many sizes starts over rather than growing without bound
 
@@ -46,3 +47,26 @@ def tile_items(tiles: dict) -> tuple:
     """Tile overrides as key material: with their types, so ``2.0`` or ``True`` (which equal
     ``2`` and ``1``) do not pass as the ints a remembered plan checked."""
     return tuple((name, type(value), value) for name, value in tiles.items()) if tiles else ()
+
+
+def eager_plans() -> dict:
+    """A family's eager plans: per layout of a call without gradients, ``(replay, rstd rows,
+    device)`` or False where the launch has no replay. Emptied when a tuned table is installed
+    ("auto" tiles may change) and when the fast launch is reset (its replays are retired, and a
+    layout planned while it was off plans again)."""
+    plans: dict = {}
+    tuned_tables.on_reload(plans.clear)
+    fast_launch.on_reset(plans.clear)
+    return plans
+
+
+def remember_replay(plans: dict, key, make_replay, rstd) -> None:
+    """Keep the replay ``make_replay()`` gives (or False) as the plan of ``key``, with what the
+    replayed call allocates for ``rstd``; a recorded or compile-only call plans nothing, so the
+    next call plans."""
+    if observed():
+        return
+    if len(plans) >= MAX_PLANS:
+        plans.clear()
+    replay = make_replay()
+    plans[key] = (replay, rstd.shape[0], rstd.device) if replay else False

@@ -966,3 +966,14 @@ def test_norm_backwards_are_bit_identical_on_the_fast_path(monkeypatch):
     stock, first, second, counts = _fast_and_stock(monkeypatch, run_all)
     _assert_identical(stock, first, second)
     assert counts["misses"] == 0 and counts["hits"] > len(configs)
+
+
+def test_reset_empties_the_registered_replay_caches(fake_cuda):
+    """A family's eager plans (kernels.plans.eager_plans) go with the path's reset: replays it
+    retires and layouts planned while the path was off plan again."""
+    from kernels.plans import eager_plans
+
+    plans = eager_plans()
+    plans["layout"] = False
+    fast_launch.reset()
+    assert plans == {}

@@ -19,13 +19,13 @@ for the NPU kernels. Under torch.compile the call is the registered op of :mod:`
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
-from kernels import tuned_tables
 from kernels.fused_add_rms_norm import gpu, npu
 from kernels.fused_add_rms_norm.reference import fused_add_rms_norm_reference
-from kernels.launch import observed
-from kernels.plans import MAX_PLANS, cached_plan, tile_items
+from kernels.plans import cached_plan, eager_plans, remember_replay, tile_items
 from kernels.rms_norm import check_norm_inputs, resolve_norm_tiles
 from kernels.torch_ops import encode_tiles
 
@@ -101,10 +101,8 @@ class _FusedAddRMSNormFunction(torch.autograd.Function):
 
 _PLANS: dict = {}
 
-# Eager plans, as kernels/rms_norm/__init__.py's: per layout of a call on CUDA without gradients,
-# the replay of the forward's launch with rstd's length and device, or False where there is none.
-_EAGER: dict = {}
-tuned_tables.on_reload(_EAGER.clear)  # "auto" tiles may change with an installed table
+# Eager plans, as kernels/rms_norm/__init__.py's (kernels.plans.eager_plans).
+_EAGER = eager_plans()
 
 
 def _plan(x, residual, weight, eps, offset, casting_mode, impl, tiles):
@@ -187,13 +185,10 @@ def _eager_forward(x, residual, weight, config, key):
         return _forward(x, residual, weight, config)[0]
     x2d, r2d = x.view(-1, x.shape[-1]), residual.view(-1, x.shape[-1])
     y, s, rstd = gpu.fused_add_rms_norm_forward(x2d, r2d, weight, eps, offset, casting_mode, resolved)
-    if not observed():  # a recorded or compile-only call plans nothing: the next one plans
-        if len(_EAGER) >= MAX_PLANS:
-            _EAGER.clear()
-        replay = gpu.fused_add_rms_norm_forward_replay(
-            x2d, r2d, weight, y, s, rstd, eps, offset, casting_mode, resolved
-        )
-        _EAGER[key] = (replay, rstd.shape[0], rstd.device) if replay else False
+    replay = functools.partial(
+        gpu.fused_add_rms_norm_forward_replay, x2d, r2d, weight, y, s, rstd, eps, offset, casting_mode, resolved
+    )
+    remember_replay(_EAGER, key, replay, rstd)
     return y.view(x.shape), s.view(x.shape)
 
 

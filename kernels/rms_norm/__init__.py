@@ -15,11 +15,11 @@ for the NPU kernels. ``in_place=True`` lets the backward write dx over the incom
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
-from kernels import tuned_tables
-from kernels.launch import observed
-from kernels.plans import MAX_PLANS, cached_plan, tile_items
+from kernels.plans import cached_plan, eager_plans, remember_replay, tile_items
 from kernels.rms_norm import gpu, npu
 from kernels.rms_norm.reference import CASTING_MODES, rms_norm_reference
 from kernels.torch_ops import encode_tiles
@@ -107,14 +107,12 @@ class _RMSNormFunction(torch.autograd.Function):
 
 _PLANS: dict = {}
 
-# Eager plans: per layout of a call on CUDA without gradients (x's shape, strides, dtype and
-# device, the weight's, the settings, the alignment class of x's address), the replay of the
-# forward's launch (kernels/launch.py's replay_of) with rstd's length and device, or False where
-# there is none (the fast launch
-# off, or a layout the replay does not cover). Checked in a dict lookup; a replay that refuses
-# (the fast launch reset, a launch being recorded) drops its plan and the call goes the long way.
-_EAGER: dict = {}
-tuned_tables.on_reload(_EAGER.clear)  # "auto" tiles may change with an installed table
+# Eager plans (kernels.plans.eager_plans): per layout of a call on CUDA without gradients (x's
+# shape, strides, dtype and device, the weight's, the settings, the alignment class of x's
+# address), the replay of the forward's launch (kernels/launch.py's replay_of), or False where
+# there is none (a layout the replay does not cover). Checked in a dict lookup; a replay that
+# refuses (a launch being recorded) drops its plan and the call goes the long way.
+_EAGER = eager_plans()
 
 
 def _plan(x, weight, eps, offset, casting_mode, in_place, impl, tiles):
@@ -188,11 +186,8 @@ def _eager_forward(x, weight, config, key):
         return _forward(x, weight, config)[0]
     x2d = x.view(-1, x.shape[-1])
     y, rstd = gpu.rms_norm_forward(x2d, weight, eps, offset, casting_mode, resolved)
-    if not observed():  # a recorded or compile-only call plans nothing: the next one plans
-        if len(_EAGER) >= MAX_PLANS:
-            _EAGER.clear()
-        replay = gpu.rms_norm_forward_replay(x2d, weight, y, rstd, eps, offset, casting_mode, resolved)
-        _EAGER[key] = (replay, rstd.shape[0], rstd.device) if replay else False
+    replay = functools.partial(gpu.rms_norm_forward_replay, x2d, weight, y, rstd, eps, offset, casting_mode, resolved)
+    remember_replay(_EAGER, key, replay, rstd)
     return y.view(x.shape)
 
 
