@@ -15,6 +15,7 @@ from typing import Callable, Mapping, Sequence
 
 import torch
 
+from kernels import tuned_tables
 from kernels.runtime import KINDS, DeviceCache, DeviceInfo, kinds_present
 from workbench import device_state, host_facts, timing
 
@@ -177,9 +178,8 @@ class Device(DeviceInfo):
             return None
         key = (self.kind, self.index)
         if key not in _COPY_BW:
-            host_key = host_facts.device_key(
-                f"{self.kind}:{self.name}", self.index, str(self.driver), torch.__version__
-            )
+            name = tuned_tables.device_key(self)  # "cuda:NVIDIA H100 80GB HBM3"
+            host_key = host_facts.device_key(name, self.index, str(self.driver), torch.__version__)
             _COPY_BW[key] = host_facts.copy_bandwidth(host_key, self._measure_copy_bandwidth)
         return _COPY_BW[key]
 

@@ -30,12 +30,17 @@ DEFAULT_MAX_AGE_H = 24.0
 FILE_NAME = "host-facts.json"
 
 
-def cache_dir() -> Path:
-    """Where the host's facts are kept."""
-    if os.environ.get("WORKBENCH_CACHE_DIR"):
-        return Path(os.environ["WORKBENCH_CACHE_DIR"])
+def cache_home() -> Path:
+    """The workbench's folder of the user's cache (``$XDG_CACHE_HOME`` or ``~/.cache``), shared
+    with the NPU check's environment (workbench/npu_check/env.py)."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "kernel-workbench"
+
+
+def cache_dir() -> Path:
+    """Where the host's facts are kept (``$WORKBENCH_CACHE_DIR``, else :func:`cache_home`)."""
+    env = os.environ.get("WORKBENCH_CACHE_DIR")
+    return Path(env) if env else cache_home()
 
 
 def max_age_s() -> float:
@@ -59,10 +64,11 @@ def copy_bandwidth(key: str, measure: Callable[[], float], path: Path | None = N
     ``"measured"`` (by ``measure()`` just now, then kept) or ``"host cache"``."""
     path = path or cache_dir() / FILE_NAME
     limit = max_age_s()
-    facts = _read(path)
-    kept = facts.get(key, {}).get("copy_bandwidth")
-    if limit > 0 and isinstance(kept, dict) and _usable(kept, now(), limit):
-        return {**kept, "age_s": round(now() - kept["measured_unix"], 1), "source": "host cache"}
+    if limit > 0:
+        kept = _read(path).get(key, {}).get("copy_bandwidth")
+        asked = now()
+        if isinstance(kept, dict) and _usable(kept, asked, limit):
+            return {**kept, "age_s": round(asked - kept["measured_unix"], 1), "source": "host cache"}
     gbps = float(measure())
     stamp = now()
     fact = {

@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from workbench.host_facts import cache_home
+
 TRITON_ASCEND = "triton-ascend==3.2.0"
 ASCENDNPU_IR = "ascendnpu-ir==1.2.0"
 PYBIND11 = "pybind11==3.1.0"
@@ -60,23 +62,18 @@ def default_venv() -> Path:
     root = repo_root()
     if (root / "pyproject.toml").exists():
         return root / ".npu-venv"
-    return _cache_home() / "npu-venv"
+    return cache_home() / "npu-venv"
 
 
 def default_wheels() -> Path:
     env = os.environ.get("WORKBENCH_NPU_WHEELS")
-    return Path(env).expanduser() if env else _cache_home() / "npu-wheels"
-
-
-def _cache_home() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "kernel-workbench"
+    return Path(env).expanduser() if env else cache_home() / "npu-wheels"
 
 
 def _lock_path(venv: Path) -> Path:
     """Outside the repository (nothing to ignore), one per venv path."""
     digest = hashlib.sha1(str(venv.resolve()).encode()).hexdigest()[:12]
-    return _cache_home() / "locks" / f"npu-venv-{digest}.lock"
+    return cache_home() / "locks" / f"npu-venv-{digest}.lock"
 
 
 def _python_in(venv: Path) -> Path:
