@@ -42,24 +42,32 @@ class Lanes:
         self.lanes = [deque(tasks[cuts[i] : cuts[i + 1]]) for i in range(count)]
         self.owners: dict = {}  # actor -> its lane's index
         self._seconds: dict[str, list[float]] = {}  # a kind of task -> its finished tasks' seconds
+        self._medians: dict[str, float] = {}  # a kind -> the median of its seconds
+        self._overall = 1.0  # the median of every finished task's seconds (1 before any)
+        self._kinds: dict[str, str] = {}  # a task's key -> its kind (worked out once)
 
     def done(self, task, seconds: float) -> None:
         """``task`` ran in ``seconds`` (its call, compile included): what others of its kind expect."""
-        self._seconds.setdefault(_kind(task), []).append(float(seconds))
+        kind = self._kind_of(task)
+        times = self._seconds.setdefault(kind, [])
+        times.append(float(seconds))
+        self._medians[kind] = statistics.median(times)
+        self._overall = statistics.median([s for kind_times in self._seconds.values() for s in kind_times])
 
     def expected_s(self, task) -> float:
         """The seconds ``task`` is expected to take (see the class docstring)."""
-        like = self._seconds.get(_kind(task))
-        if like:
-            return statistics.median(like)
-        everything = [s for times in self._seconds.values() for s in times]
-        return statistics.median(everything) if everything else 1.0
+        return self._medians.get(self._kind_of(task), self._overall)
 
     def _heaviest(self) -> int:
-        """The index of the lane with the most expected seconds left."""
-        if not self._seconds:  # nothing measured yet: every task alike
-            return max(range(len(self.lanes)), key=lambda i: len(self.lanes[i]))
+        """The index of the lane with the most expected seconds left (before any finished task
+        every one is expected to take a second: the longest lane)."""
         return max(range(len(self.lanes)), key=lambda i: sum(map(self.expected_s, self.lanes[i])))
+
+    def _kind_of(self, task) -> str:
+        kind = self._kinds.get(task.key)
+        if kind is None:
+            kind = self._kinds[task.key] = _kind(task)
+        return kind
 
     def __len__(self) -> int:
         return sum(len(lane) for lane in self.lanes)
@@ -106,8 +114,5 @@ class Lanes:
 
 def _kind(task) -> str:
     """Tasks expected to take alike: one family, variant, mode, dtype and problem."""
-    problem = json.dumps(getattr(task, "problem", None), sort_keys=True, default=str)
-    return (
-        f"{getattr(task, 'family', '')}|{getattr(task, 'variant', '')}|{getattr(task, 'mode', '')}|"
-        f"{getattr(task, 'dtype', '')}|{problem}"
-    )
+    problem = json.dumps(task.problem, sort_keys=True, default=str)
+    return f"{task.family}|{task.variant}|{task.mode}|{task.dtype}|{problem}"
