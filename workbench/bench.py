@@ -12,6 +12,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from workbench.sweep.plan import split_params
+
 
 @dataclass
 class BenchPlan:
@@ -31,13 +33,12 @@ class BenchPlan:
     def configurations(self):
         """(dtype, mode, problem, variant name, params) in the order they are measured."""
         names = list(self.axes)
+        tiles = {vname: split_params(self.overrides, self.spec.variant(vname)) for vname in self.variants}
         for dtype, mode in itertools.product(self.dtypes, self.modes):
             for values in itertools.product(*[self.axes[n] for n in names]) if names else [()]:
                 problem = dict(zip(names, values))
                 for vname in self.variants:
-                    var = self.spec.variant(vname)
-                    params = {k: v for k, v in self.overrides.items() if any(p.name == k for p in var.params)}
-                    yield dtype, mode, problem, vname, params
+                    yield dtype, mode, problem, vname, dict(tiles[vname])
 
     def count(self) -> int:
         return sum(1 for _ in self.configurations())

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
+from workbench.sweep.config import with_axis
 from workbench.sweep.tasks import SweepTask
 
 STORE_NAME = "records.sqlite"
@@ -236,7 +237,7 @@ def run_plan(
             if i in found:
                 rec = found[i]
                 x = item.x if item.x is not None else rec.problem.get(request.axis, rec.params.get(request.axis))
-                out.append(_at_axis(rec, request.axis, x))
+                out.append(with_axis(rec, request.axis, x))
         return out
 
     def note(text: str) -> None:
@@ -259,17 +260,3 @@ def run_plan(
     rows = rows_so_far()
     note("done")
     return rows
-
-
-def _at_axis(record, axis: str, x):
-    """A copy of ``record`` whose x axis is the swept one (figures and CSV read x_name / x_value)."""
-    import dataclasses
-
-    return dataclasses.replace(
-        record,
-        axis=axis,
-        x_value=x,
-        problem=dict(record.problem),
-        params=dict(record.params),
-        checks=list(record.checks),
-    )
