@@ -71,6 +71,7 @@ import torch
 
 from kernels import tuned_tables
 from kernels.launch import launcher as launch
+from kernels.plans import cached_plan
 from kernels.spec import MODES, KernelSpec, Knob, Param, Tuning, Variant, as_tuple, elem_bytes
 
 __all__ = ["family", "launch"]
@@ -144,40 +145,35 @@ def family(
             out[key] = tensor
         return out
 
-    resolved_cache: dict = {}  # one answer per configuration: a timed call pays a dict lookup
-    tuned_tables.on_reload(resolved_cache.clear)  # an installed table changes what "auto" means
+    resolved_plans: dict = {}  # one answer per configuration: a timed call pays a dict lookup
 
     def resolved(problem, params, device) -> tuple[dict, str]:
-        """The tiles a configuration runs with, and where they came from."""
-        key = (tuple(problem.items()), tuple(params.items()), str(device))
-        hit = resolved_cache.get(key)
-        if hit is None:
-            hit = resolved_cache[key] = _resolve(problem, params, device)
-        return hit
+        """The tiles a configuration runs with, and where they came from (remembered per
+        configuration, forgotten when a table is installed: kernels.plans.cached_plan)."""
+        settings = (tuple(problem.items()), tuple(params.items()), device)
+        return cached_plan(resolved_plans, lambda: _resolve(problem, params, device), (), settings)
 
     def _resolve(problem, params, device) -> tuple[dict, str]:
         explicit = {k: v for k, v in params.items() if v != "auto"}
         auto = [k for k, v in params.items() if v == "auto"]
         if not auto:
             return explicit, "explicit"
-        table = _table_choice(name, problem, device, {k: params[k] for k in tiles}, knobs[0].name)
-        if table and set(table) == {"_source"}:  # an empty entry: the tune confirmed the rule below
-            return {**explicit, **_nearest_accepted(auto, explicit, problem)}, table["_source"]
-        if table:
-            start = {k: table.get(k, _first(k, tiles[k], defaults)) for k in auto}
-            chosen = _nearest_accepted(auto, explicit, problem, start)
-            if chosen == start:
-                return {**explicit, **chosen}, table["_source"]
+        table = _table_choice(name, problem, device, {k: params[k] for k in tiles}, knobs[0].name) or {}
+        tuned = {k: v for k, v in table.items() if k != "_source"}  # empty: the tune confirmed the rule
+        start = {k: tuned.get(k, _first(k, tiles[k], defaults)) for k in auto}
+        chosen = _nearest_accepted(auto, explicit, problem, start)
+        source = table.get("_source", "declared defaults")
+        if tuned and chosen != start:
             # The nearest tuned size's tiles do not fit this size (a row longer than its tile):
             # the fewest of them changed that check accepts.
-            return {**explicit, **chosen}, f"{table['_source']} adjusted to fit"
-        return {**explicit, **_nearest_accepted(auto, explicit, problem)}, "declared defaults"
+            source += " adjusted to fit"
+        return {**explicit, **chosen}, source
 
-    def _nearest_accepted(auto: list[str], explicit: dict, problem, start: dict | None = None) -> dict:
-        """``start`` (default: the declared defaults) for the ``auto`` tiles; where ``check``
-        refuses it, the combination check accepts that changes the fewest of its tiles (ties: the
-        first in the order the values were declared)."""
-        first = start or {k: _first(k, tiles[k], defaults) for k in auto}
+    def _nearest_accepted(auto: list[str], explicit: dict, problem, start: dict) -> dict:
+        """``start`` for the ``auto`` tiles; where ``check`` refuses it, the combination check
+        accepts that changes the fewest of its tiles (ties: the first in the order the values
+        were declared)."""
+        first = start
         if check is None or _refusal({**problem, **explicit, **first}) is None:
             return first
         orders = [[first[k]] + [v for v in tiles[k] if v != first[k]] for k in auto]
