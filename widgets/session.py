@@ -643,7 +643,6 @@ class Session:
         ``install=True`` installs the table where the family keeps its tables, so its ``"auto"``
         tiles take it from then on (not where a configuration gave a wrong result), and empties
         the session's cache, so later sweeps measure the tuned tiles."""
-        import dataclasses
 
         from workbench.reports import reader
         from workbench.reports import tune as report
@@ -657,16 +656,14 @@ class Session:
         space = Space.of(self.spec, quick=self.quick)
         if sizes is not None:
             knob = self.spec.knob(space.tuning.knob)
-            values = tuple(knob.validate(v) for v in sizes)
-            field = "quick_sizes" if self.quick else "sizes"
-            space = dataclasses.replace(space, tuning=dataclasses.replace(space.tuning, **{field: values}))
+            space = space.with_sizes(knob.validate(v) for v in sizes)
         rep_ms = rep_ms if rep_ms is not None else (5.0 if self.device.kind == "cpu" else self.rep_ms)
         options = TuneOptions(strategy, seed, budget_s, trials, rep_ms)
         out = Path(out) if out is not None else self.out_dir / f"tune-{self.family}-{self.device.kind}"
         command = f"Session({self.family!r}, device={self.device.kind!r}).tune(strategy={strategy!r})"
         tuned = tune_family(space, options, self._executor("local", None), self.device, self.device.kind, out,
                             command=command)  # fmt: skip
-        paths = report.write_report(tuned.result, out, tuned.key, options, tuned.table, tuned.diff)
+        paths = report.write_tuned(tuned, out, options)
         F.show_html(
             f"<b>{self.spec.title}: tuned on {tuned.key}</b> ({len(tuned.result.records)} configurations, "
             f"{tuned.result.wall_s:.1f} s; report {paths[0]})" + reader.table_html(report.size_rows(tuned.result))

@@ -99,7 +99,6 @@ def _host_device(kind: str, executor: str, address: str | None):
 
 
 def main(argv) -> int:
-    import dataclasses
 
     import kernels
     from workbench.progress import Progress
@@ -123,9 +122,7 @@ def main(argv) -> int:
     if args.trials is not None and args.trials < 1:
         raise UsageError(f"--trials {args.trials}: must be at least 1")
     space = Space.of(kernels.get(args.family), quick=args.device == "cpu")
-    space = dataclasses.replace(
-        space, tuning=dataclasses.replace(space.tuning, **_size_fields(space, _sizes(space, args.sizes)))
-    )
+    space = space.with_sizes(_sizes(space, args.sizes))
     out = Path(args.out or f"results/tune/{args.family}-{args.device}")
     check_output_path(out, "--out", folder=True)
     host = _host_device(args.device, args.executor, args.address)
@@ -142,7 +139,7 @@ def main(argv) -> int:
             space, options, executor, host, args.device, out,
             command=scrub_command(["workbench", "tune", *argv]), progress=shown.sweep(),
         )  # fmt: skip
-    paths = report.write_report(tuned.result, out, tuned.key, options, tuned.table, tuned.diff)
+    paths = report.write_tuned(tuned, out, options)
     for line in report.size_rows(tuned.result):
         print("  " + ", ".join(f"{k}: {v}" for k, v in line.items()))
     print("\n".join(tuned.diff))
@@ -155,8 +152,3 @@ def main(argv) -> int:
     else:
         print(f"not installed (add --write to install it as {tuned.installed_path()})")
     return 0
-
-
-def _size_fields(space, sizes: tuple) -> dict:
-    """The Tuning fields that hold the sizes this run measures."""
-    return {"quick_sizes": sizes} if space.quick else {"sizes": sizes}

@@ -100,6 +100,12 @@ def headline(result, key: str | None, options) -> list[str]:
     return lines
 
 
+def write_tuned(tuned, out: Path, options) -> list[Path]:
+    """:func:`write_report` of a finished tune (workbench.tune.job.Tuned): what ``workbench tune``
+    and ``Session.tune`` write."""
+    return write_report(tuned.result, out, tuned.key, options, tuned.table, tuned.diff)
+
+
 def write_report(result, out: Path, key: str | None, options, table: dict | None, diff: list[str]) -> list[Path]:
     title = f"Tune {result.space.spec.name}"
     lines = headline(result, key, options)

@@ -27,16 +27,13 @@ from workbench.tune.space import Space
 @dataclass
 class Tuned:
     """What one tune found and wrote: the result (choices, records), the device key the table is
-    filed under, the installed table (None: none yet), the candidate, its diff against the
-    installed one, the candidate's path and the records as rows."""
+    filed under, the candidate table, its diff against the installed one and the candidate's path."""
 
     result: TuneResult
     key: str
-    installed: dict | None
     table: dict
     diff: list[str]
     table_path: Path
-    rows: list[dict]
 
     @property
     def wrong(self) -> list[dict]:
@@ -111,4 +108,4 @@ def tune_family(
     written = table.write_table(candidate, out / "tuned" / tuned_tables.file_name(key))
     write_csv(rows, out / "records.csv")
     write_json(rows, out / "records.json")
-    return Tuned(result, key, installed, candidate, table.diff_lines(installed, candidate), written, rows)
+    return Tuned(result, key, candidate, table.diff_lines(installed, candidate), written)

@@ -9,6 +9,7 @@ and problem (``--device cpu``).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
 
@@ -28,6 +29,11 @@ class Space:
         if spec.tuning is None:
             raise ValueError(f"{spec.name} has no tune space (its KernelSpec sets no tuning)")
         return cls(spec, spec.tuning, quick)
+
+    def with_sizes(self, sizes) -> Space:
+        """This space measuring ``sizes`` instead of the Tuning's (its quick sizes on the CPU)."""
+        field = "quick_sizes" if self.quick else "sizes"
+        return dataclasses.replace(self, tuning=dataclasses.replace(self.tuning, **{field: tuple(sizes)}))
 
     @property
     def sizes(self) -> tuple:
