@@ -126,11 +126,12 @@ def _prebuild_first(paths: list[Path], device: str, log) -> list[Path]:
     kind = get_device(device).kind
     building = set()
     for path in paths:
-        if path.stem in kernels.families() and kernels.get(path.stem).start_prebuilds(kind):
-            building.add(path.stem)
+        family = records_family(path)
+        if family in kernels.families() and kernels.get(family).start_prebuilds(kind):
+            building.add(family)
     if building:
         log(f"report: building {', '.join(sorted(building))}'s peers in the background; their notebooks run last")
-    return sorted(paths, key=lambda p: p.stem in building)
+    return sorted(paths, key=lambda p: records_family(p) in building)
 
 
 def _run_one(
