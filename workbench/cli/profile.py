@@ -109,13 +109,12 @@ def main(argv) -> int:
     from workbench import ncu
 
     args = build_parser().parse_args(argv)
-    family(args.family)
+    spec = family(args.family)
     if args.device.split(":")[0] != "cuda":
         raise UsageError(f"--device {args.device}: Nsight Compute profiles CUDA kernels only; use --device cuda")
     if not args.timeout_s > 0:
         raise UsageError(f"--timeout-s {args.timeout_s:g}: give a positive number of seconds")
     check_budget(args.rep_ms)
-    spec = family(args.family)
     config = configuration(spec, args)
     exe = ncu.require_ncu(args.ncu)
     tiles = ", ".join(f"{k}={v}" for k, v in {**config["problem"], **config["params"]}.items())

@@ -36,7 +36,6 @@ from pathlib import Path
 
 EXIT_OK = 0
 EXIT_FAILED = 1
-EXIT_USAGE = 2
 EXIT_UNCHECKED = 3
 
 CSV_COLUMNS = (

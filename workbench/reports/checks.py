@@ -122,7 +122,6 @@ def checks_html(records: Iterable[Any]) -> str:
     return "".join(out)
 
 
-# --- display -----------------------------------------------------------------------------
 def failures_table(records: Iterable[Any], axes: Sequence[str]) -> list[dict]:
     rows = []
     for rec in records:

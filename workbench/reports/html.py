@@ -47,7 +47,6 @@ def notebook_to_html(
     *,
     show_code: bool = False,
     title: str | None = None,
-    scrub: bool = True,
     plotly_src: str | None = None,
 ) -> Path:
     """Executed notebook -> HTML that opens offline (no CDN scripts): plotly.js embedded in the
@@ -89,7 +88,6 @@ def notebook_to_html(
             "metadata": {"name": title or nb_path.stem},
         },
     )
-    if scrub:
-        body = scrub_paths(body, [Path(html_path).parent])
+    body = scrub_paths(body, [Path(html_path).parent])
     html_path.write_text(body, encoding="utf-8")
     return html_path
