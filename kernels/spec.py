@@ -416,6 +416,12 @@ def module_path(name: str) -> str | None:
     return entry
 
 
+def worker_module(spec: KernelSpec) -> str | None:
+    """The module a worker process imports for ``spec``: its registered module path, else the
+    module it was declared in; None where it lives in a notebook cell or a script."""
+    return module_path(spec.name) or spec.module
+
+
 def _load(name: str, path: str) -> KernelSpec:
     module_name, _, attr = path.partition(":")
     if attr:

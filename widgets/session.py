@@ -67,7 +67,6 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from kernels.spec import KernelSpec, Variant, dtype_name, get
-from kernels.spec import families as kernels_families
 from widgets.core import ResultCache
 from workbench.device import Device, get_device
 from workbench.measure import Record, measure, measure_many
@@ -522,12 +521,12 @@ class Session:
     def _executor(self, executor, options: Mapping | None):
         """The executor a sweep runs on: ``"local"`` (holding the session's lock), ``"isolate"``,
         ``"ray"`` (started once and kept for the session's later sweeps) or an executor object."""
-        from kernels.spec import module_path
+        from kernels.spec import worker_module
         from workbench.sweep.engine import make_executor
 
         if executor == "local" and not options:
             return make_executor("local", lock=self._lock, specs={self.spec.name: self.spec})
-        if (module_path(self.spec.name) if self.spec.name in kernels_families() else self.spec.module) is None:
+        if worker_module(self.spec) is None:
             raise ValueError(
                 f"{self.spec.name} is defined in a notebook cell or a script, which a worker process cannot import: "
                 "its sweeps run with executor='local' only; declare it in a module (a .py file on the path) for "

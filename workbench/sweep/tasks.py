@@ -99,7 +99,7 @@ def make_task(
     """A task with problem and params resolved against the spec (raw where invalid: the worker
     then records why), keyed like the notebook Session's cache. ``tables=False``: measured with
     the tuned tables off (what the family's rule gives where a table has an entry)."""
-    from kernels.spec import dtype_name, module_path
+    from kernels.spec import dtype_name, worker_module
     from workbench.sweep.config import resolve_config
 
     var = spec.variant(variant) if isinstance(variant, str) else variant
@@ -107,7 +107,7 @@ def make_task(
     dt = dtype_name(dtype)
     return SweepTask(
         family=spec.name,
-        family_module=module_path(spec.name) or spec.module or "",
+        family_module=worker_module(spec) or "",
         variant=var.name,
         device=device,
         dtype=dt,
