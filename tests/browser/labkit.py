@@ -92,9 +92,10 @@ def _git(cwd: Path, *args: str) -> str:
 
 def copy_checkout(dst: Path) -> Path:
     """``dst/repo``: this working tree's files (tracked, and untracked but not ignored) committed
-    in a new git repository, then the notebook filter configured by ``make notebook-filter`` (with
-    this Python's nbstripout) and the tree renormalised through it. Raises when renormalising
-    changes a file: a committed notebook would then show as modified after any save."""
+    in a new git repository through the notebook filter ``make notebook-filter`` configures (with
+    this Python's nbstripout), so a notebook run and saved here first goes in without its outputs.
+    Raises when the copy is not clean right after (tests/test_notebook_hygiene.py checks that
+    the committed notebooks are in their filtered form)."""
     repo = Path(dst) / "repo"
     names = [n for n in _git(REPO, "ls-files", "-z", "--cached", "--others", "--exclude-standard").split("\0") if n]
     for name in names:
@@ -104,20 +105,18 @@ def copy_checkout(dst: Path) -> Path:
             shutil.copy2(src, repo / name)
     ident = ["-c", "user.name=browser-tests", "-c", "user.email=tests@localhost", "-c", "commit.gpgsign=false"]
     _git(repo, "init", "-q")
-    _git(repo, "add", "-A")
-    _git(repo, *ident, "commit", "-q", "-m", "copy of the working tree")
+    # The filter first, as in a clone after `make lab`: notebooks this working tree ran and saved
+    # (outputs in the files) are committed through it, as their committed form.
     make = subprocess.run(
         ["make", "-s", "notebook-filter", f"PY={sys.executable}"], cwd=repo, capture_output=True, text=True, timeout=60
     )
     if make.returncode != 0:
         raise RuntimeError(f"make notebook-filter failed: {make.stdout}{make.stderr}")
-    _git(repo, "add", "--renormalize", ".")
+    _git(repo, "add", "-A")
+    _git(repo, *ident, "commit", "-q", "-m", "copy of the working tree")
     changed = git_status(repo)
     if changed:
-        raise RuntimeError(
-            "committed notebooks differ from their filtered form (run `make notebook-filter` and "
-            f"`git add --renormalize notebooks`): {changed}"
-        )
+        raise RuntimeError(f"the copy is not clean right after its commit through the notebook filter: {changed}")
     return repo
 
 
