@@ -96,6 +96,10 @@ def test_weight_none_and_offset(device, impl):
         (13, 257, {"BWD_CHUNK": 32, "BLOCK_SIZE_M": 4, "BWD_WIDE": "reread"}),
         (6, 300, {}),  # whole rows in registers
         (7, 123, {"BLOCK_SIZE_M": 2, "GRID": 2}),
+        # One tile ahead (the last prefetch is masked off), w loaded per tile, the backward's own rows
+        (1, 300, {"BWD_PREFETCH": True}),
+        (13, 257, {"BWD_ROWS": 2, "BWD_WARPS": 2, "GRID": 3, "BWD_PREFETCH": True, "BWD_RELOAD_W": True}),
+        (9, 300, {"BWD_CHUNK": 128, "BWD_ROWS": 2, "GRID": 2, "BWD_PREFETCH": True, "BWD_RELOAD_W": True}),
     ],
 )
 @pytest.mark.parametrize("casting_mode", ["llama", "gemma", "none"])
@@ -201,6 +205,11 @@ def test_in_place_backward_reuses_the_incoming_gradient(device):
         ({"BWD_CHUNK": 100, "impl": "gpu"}, r"BWD_CHUNK=100 must be a power of two"),
         ({"DW_REDUCE": "tree", "impl": "gpu"}, r"DW_REDUCE='tree' is not allowed"),
         ({"BWD_WIDE": "rows", "impl": "gpu"}, r"BWD_WIDE='rows' is not allowed"),
+        ({"BWD_ROWS": 3, "impl": "gpu"}, r"BWD_ROWS=3 must be a power of two"),
+        ({"BWD_ROWS": 512, "impl": "gpu"}, r"BWD_ROWS=512 must be a power of two with BWD_ROWS x 512"),
+        ({"BWD_WARPS": 64, "impl": "gpu"}, r"BWD_WARPS=64 is not allowed"),
+        ({"BWD_PREFETCH": "yes", "impl": "gpu"}, r"BWD_PREFETCH='yes' must be True, False or 'auto'"),
+        ({"BWD_RELOAD_W": 1.5, "impl": "gpu"}, r"BWD_RELOAD_W=1.5 must be True, False or 'auto'"),
         ({"TILE_K": 4, "impl": "gpu"}, r"unknown tile parameter TILE_K"),
         ({"strategy": "fast", "impl": "npu"}, r"strategy='fast' is not allowed"),
         ({"strategy": "untiled", "BLOCK_SIZE_N": 128, "impl": "npu"}, r"BLOCK_SIZE_N=128 is smaller than hidden=300"),
@@ -212,6 +221,25 @@ def test_bad_tiles_and_options_are_clear_errors(kwargs, match):
     x, w = _inputs(4, 300, torch.float32, "cpu")
     with pytest.raises(ValueError, match=match):
         rms_norm(x, w, **kwargs)
+
+
+def test_backward_defaults_follow_the_row_width_and_the_family():
+    """The whole-row backward's automatic loop comes from the H100 sweep's table; the fused
+    family keeps w in registers where its extra ds load would make reloading it spill; tiles the
+    caller gives for the forward take the plain loop."""
+    from kernels.fused_add_rms_norm import gpu as fused_gpu
+    from kernels.rms_norm import gpu
+    from kernels.runtime import DeviceInfo
+
+    t = gpu.resolve_tiles(4096, 8192, 132)
+    assert (t.bwd_block_size_m, t.bwd_num_warps, t.bwd_prefetch, t.bwd_reload_w, t.GRID) == (1, 32, True, True, 132)
+    assert gpu.resolve_tiles(4096, 1024, 132).GRID == 264  # two programs per SM for short rows
+    assert gpu.resolve_tiles(4096, 16384, 132).bwd_reload_w
+    assert not gpu.resolve_tiles(4096, 16384, 132, residual=True).bwd_reload_w
+    cpu = DeviceInfo("cpu")
+    assert gpu.tiles_for_rows(64, 16384, cpu).bwd_reload_w and not fused_gpu.tiles_for_rows(64, 16384, cpu).bwd_reload_w
+    plain = gpu.resolve_tiles(4096, 8192, 132, BLOCK_SIZE_M=2)
+    assert (plain.bwd_block_size_m, plain.bwd_prefetch, plain.bwd_reload_w, plain.GRID) == (2, False, False, 132)
 
 
 def test_bad_inputs_are_clear_errors():
@@ -279,7 +307,9 @@ def test_measure_catches_a_wrong_kernel(monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "tiles", [{}, {"BWD_WIDE": "reread"}, {"BWD_CHUNK": 65536}], ids=["columns", "reread", "whole"]
+    "tiles",
+    [{"BWD_WIDE": "columns"}, {"BWD_WIDE": "reread"}, {"BWD_CHUNK": 65536}],
+    ids=["columns", "reread", "whole"],
 )
 def test_gpu_repeated_backwards_at_a_chunked_width(tiles):
     """One backward after another at hidden 32768, each against the reference, the kept dw

@@ -29,7 +29,9 @@ from kernels.plans import cached_plan, eager_plans, remember_replay, tile_items
 from kernels.rms_norm import check_norm_inputs, resolve_norm_tiles
 from kernels.torch_ops import encode_tiles
 
-_GPU_TILES = ("BLOCK_SIZE", "BLOCK_SIZE_M", "num_warps", "GRID", "DW_REDUCE")
+_GPU_TILES = (
+    "BLOCK_SIZE", "BLOCK_SIZE_M", "num_warps", "GRID", "DW_REDUCE", "BWD_ROWS", "BWD_WARPS", "BWD_PREFETCH", "BWD_RELOAD_W",
+)  # fmt: skip
 _NPU_TILES = ("strategy", "CHUNK_THRESHOLD", "BLOCK_SIZE_M", "BLOCK_SIZE_N", "GRID", "USE_WHERE")
 
 

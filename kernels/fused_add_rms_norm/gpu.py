@@ -109,7 +109,9 @@ def tiles_for(x: torch.Tensor, **tiles) -> GpuTiles:
 
 def tiles_for_rows(n_rows: int, n_cols: int, dev, **tiles) -> GpuTiles:
     """:func:`tiles_for` from the shape and device alone (``source``: records' tiles_source)."""
-    return with_tuned_forward("fused_add_rms_norm", dev, n_rows, n_cols, tiles, BWD_CHUNK=MAX_TILE_ELEMENTS)
+    return with_tuned_forward(
+        "fused_add_rms_norm", dev, n_rows, n_cols, tiles, BWD_CHUNK=MAX_TILE_ELEMENTS, residual=True
+    )
 
 
 def fused_add_rms_norm_forward(x2d, r2d, weight, eps, offset, casting_mode, tiles: GpuTiles):

@@ -8,7 +8,7 @@ import importlib.util
 from kernels.fused_add_rms_norm import fused_add_rms_norm, gpu, npu
 from kernels.fused_add_rms_norm.reference import fused_add_rms_norm_reference
 from kernels.peers import compiled
-from kernels.rms_norm.spec import GPU_BACKWARD_PARAMS, NORM_KNOBS, norm_inputs, norm_tuning, our_variants
+from kernels.rms_norm.spec import GPU_BACKWARD_LOOP_PARAMS, NORM_KNOBS, norm_inputs, norm_tuning, our_variants
 from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Variant, elem_bytes
 
 
@@ -136,7 +136,7 @@ spec = KernelSpec(
         ("x", "residual"),
         gpu,
         npu,
-        GPU_BACKWARD_PARAMS[1:2],  # DW_REDUCE: the fused backward keeps whole rows
+        GPU_BACKWARD_LOOP_PARAMS,  # the fused backward keeps whole rows: no chunks
         (
             "one row per program: add, store s, normalise, whole row in registers",
             "BLOCK_SIZE_M rows per program, for small hidden sizes",

@@ -25,7 +25,10 @@ from kernels.rms_norm.reference import CASTING_MODES, rms_norm_reference
 from kernels.torch_ops import encode_tiles
 
 IMPLS = ("gpu", "npu", "auto")
-_GPU_TILES = ("BLOCK_SIZE", "BLOCK_SIZE_M", "num_warps", "GRID", "BWD_CHUNK", "DW_REDUCE", "BWD_WIDE")
+_GPU_TILES = (
+    "BLOCK_SIZE", "BLOCK_SIZE_M", "num_warps", "GRID", "BWD_CHUNK", "DW_REDUCE", "BWD_WIDE", "BWD_ROWS", "BWD_WARPS",
+    "BWD_PREFETCH", "BWD_RELOAD_W",
+)  # fmt: skip
 _NPU_TILES = ("strategy", "CHUNK_THRESHOLD", "BLOCK_SIZE_M", "BLOCK_SIZE_N", "GRID", "USE_WHERE")
 _SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 

@@ -11,9 +11,14 @@ Backward. With ``xhat = x * rstd`` and ``m = dy * (offset + w)``::
     dx = rstd * (m - xhat * mean(m * xhat))      (per row)
     dw = sum over rows of dy * xhat
 
-A persistent grid of ``GRID`` programs (default: one per SM) walks the row tiles grid-stride;
-each program accumulates its own fp32 partial ``dw`` and the partials are reduced at the end,
-in one of two ways (``DW_REDUCE``):
+A persistent grid of ``GRID`` programs (default: one per SM, two for rows of 1024 elements or
+fewer) walks the row tiles grid-stride; each program accumulates its own fp32 partial ``dw``.
+Two switches shape that loop: ``BWD_PREFETCH`` loads the next tile's x and dy before this
+tile's arithmetic and stores (with one program per SM nothing else hides the load latency
+between tiles), and ``BWD_RELOAD_W`` loads ``w`` per tile from L1/L2 instead of holding it in
+registers, which keeps wide rows from spilling. Their defaults, with the backward's rows per
+program and warps, come per row width from the H100 sweep (``BACKWARD_DEFAULTS``). The partials
+are reduced at the end, in one of two ways (``DW_REDUCE``):
 
 - ``atomic`` (default): every program adds its partial into an fp32 ``dw`` with atomics and
   bumps a counter; the program that finds itself last casts ``dw`` to the weight's dtype. One
@@ -35,11 +40,18 @@ registers (at hidden 32768 the row kernel spills and runs 2x slower than the chu
   per row and the re-reads load L2 more than HBM.
 
 Why one long module: the forward, the three backward forms and their tile resolution are one
-op's GPU kernels, read top to bottom (Liger's one-file-per-op); the shared tile arithmetic is
-:mod:`.tile_math`.
+op's GPU kernels, read top to bottom as one explanation (Liger's one-file-per-op, Triton's
+tutorials); the shared tile arithmetic is :mod:`.tile_math`.
 
-Why one long module: the forward, both backward strategies and the tile rules they share
-read top to bottom as one explanation, as in Triton's tutorials.
+Measured limits (H100, 4096 rows bf16, ``benchmarks/norm_backward_sweep.py``): from hidden 8192
+the whole-row backward moves its bytes at 82-86% of the copy bandwidth, an elementwise pass over
+the same bytes at 96-100%; at hidden 1024 it takes 17.3 us where that pass takes 11.0, the
+launch, the tile loop's latency and the dw reduction being most of it. At 32768 the ``columns``
+form moves five row-sized transfers instead of three (58% of the copy bandwidth for the
+backward's three). A form where groups of programs share a row and exchange its mean through global
+atomics (one transfer each way) was measured at 424-500 us against columns' 451-459 there, and
+slower than whole rows from 8192 to 16384: the exchange's round trips and the second tile's
+registers cost more than the re-read saves, so it is not kept.
 """
 
 from __future__ import annotations
@@ -81,13 +93,38 @@ BWD_WHOLE_ROW_MAX = 16384
 BWD_CHUNK_DEFAULT = 4096
 
 
-def default_backward_tiles(block_size: int) -> tuple[int, int]:
-    """(rows per program, warps) of the whole-row backward, from the H100 sweep: small rows
-    want several rows per program (hidden 1024: 8 rows, 23.5 us against 44.9 us with the
-    forward's 2), about 16K elements per tile, and fewer warps than the forward."""
-    rows = max(1, min(8, 16384 // block_size))
-    warps = 4 if block_size <= 1024 else (8 if block_size <= 4096 else 16)
-    return rows, warps
+@dataclass(frozen=True)
+class BackwardDefaults:
+    """The whole-row backward's automatic tiles for rows up to ``max_block`` elements wide."""
+
+    max_block: int
+    rows: int  # rows per program
+    warps: int
+    per_core: int  # persistent programs per SM
+    prefetch: bool
+    reload_w: bool
+    reload_w_with_residual: bool  # the fused family's backward (it also loads ds)
+
+
+# From the H100 sweeps of benchmarks/norm_backward_sweep.py (4096 rows, bf16, profiler kernel time
+# with the L2 flushed), against the earlier rule (8/8/4/2/1 rows, 4/4/8/8/16/16 warps, one program
+# per SM): fused 512: 13.6 us against 16.5; RMSNorm 1024: 17.3 against 17.6; 2048 even; 4096 kept
+# (44-45 us for the five best); 8192: 78.6 against 84.6 (fused 100.2 against 103.6), 64 registers
+# and no spills with 32 warps; 16384: 164.3 against 180.2 with w loaded per tile, where the fused
+# family loses with it (241.4 against 213.1: its ds load spills more).
+BACKWARD_DEFAULTS = (
+    BackwardDefaults(512, 16, 4, 2, False, True, True),
+    BackwardDefaults(1024, 8, 4, 2, False, True, True),
+    BackwardDefaults(2048, 8, 8, 1, False, True, True),
+    BackwardDefaults(4096, 4, 8, 1, False, False, False),
+    BackwardDefaults(8192, 1, 32, 1, True, True, True),
+    BackwardDefaults(MAX_TILE_ELEMENTS, 1, 16, 1, False, True, False),
+)
+
+
+def default_backward_tiles(block_size: int) -> BackwardDefaults:
+    """The whole-row backward's defaults for rows ``block_size`` elements wide (padded)."""
+    return next(d for d in BACKWARD_DEFAULTS if block_size <= d.max_block)
 
 
 @triton.jit
@@ -143,6 +180,8 @@ def _rms_norm_backward_kernel(
     HAS_WEIGHT: tl.constexpr,
     DW_ATOMIC: tl.constexpr,
     HAS_DS: tl.constexpr,  # fused add + RMSNorm: the residual stream's gradient ds is added to dx
+    PREFETCH: tl.constexpr,
+    RELOAD_W: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
     BLOCK_SIZE_M: tl.constexpr,
 ):
@@ -156,7 +195,8 @@ def _rms_norm_backward_kernel(
     col_mask = cols < n_cols
     dw_acc = backward_rows(
         DX_ptr, DY_ptr, DS_ptr, X_ptr, W_ptr, RSTD_ptr, RSTD_ptr, pid, n_programs, cols, col_mask, row_stride, n_rows,
-        n_cols, offset, CASTING_MODE, HAS_WEIGHT, HAS_DS, True, BLOCK_SIZE, BLOCK_SIZE_M,
+        n_cols, offset, CASTING_MODE, HAS_WEIGHT, HAS_DS, True, BLOCK_SIZE, BLOCK_SIZE_M, PREFETCH,
+        RELOAD_W,
     )  # fmt: skip
     if HAS_WEIGHT:
         _store_dw(
@@ -361,6 +401,8 @@ def _rms_norm_backward_columns_kernel(
     CASTING_MODE: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
     DW_ATOMIC: tl.constexpr,
+    PREFETCH: tl.constexpr,
+    RELOAD_W: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
     BLOCK_SIZE_M: tl.constexpr,
 ):
@@ -372,7 +414,8 @@ def _rms_norm_backward_columns_kernel(
     col_mask = cols < n_cols
     dw_acc = backward_rows(
         DX_ptr, DY_ptr, DX_ptr, X_ptr, W_ptr, RSTD_ptr, DOT_ptr, pid_r, n_row_programs, cols, col_mask, row_stride,
-        n_rows, n_cols, offset, CASTING_MODE, HAS_WEIGHT, False, False, BLOCK_SIZE, BLOCK_SIZE_M,
+        n_rows, n_cols, offset, CASTING_MODE, HAS_WEIGHT, False, False, BLOCK_SIZE, BLOCK_SIZE_M, PREFETCH,
+        RELOAD_W,
     )  # fmt: skip
     if HAS_WEIGHT:
         n_programs = n_row_programs * tl.num_programs(1)
@@ -406,6 +449,8 @@ class GpuTiles:
     DW_REDUCE: str
     bwd_block_size_m: int
     BWD_WIDE: str  # chunked rows: "columns" (two kernels) or "reread" (one, via L2)
+    bwd_prefetch: bool = False  # the whole-row and columns backwards load a tile ahead
+    bwd_reload_w: bool = False  # ... and load w per tile instead of holding it in registers
     source: str = "heuristic"  # where the forward's tiles came from (records' tiles_source)
 
 
@@ -444,10 +489,18 @@ def resolve_tiles(
     BWD_CHUNK="auto",
     DW_REDUCE="atomic",
     BWD_WIDE="columns",
+    BWD_ROWS="auto",
+    BWD_WARPS="auto",
+    BWD_PREFETCH="auto",
+    BWD_RELOAD_W="auto",
+    *,
+    residual: bool = False,
 ) -> GpuTiles:
     """Check tile choices and fill in the automatic ones; ValueError says what to change.
 
-    Cached: the launch path asks on every call with the same few shapes."""
+    ``residual``: the tiles serve the fused family, whose backward also loads ds (it changes one
+    default, :data:`BACKWARD_DEFAULTS`). Cached: the launch path asks on every call with the same
+    few shapes."""
     need = next_power_of_2(n_cols)
     if need > MAX_TILE_ELEMENTS:
         raise ValueError(
@@ -489,17 +542,42 @@ def resolve_tiles(
     chunk = 0 if BWD_CHUNK >= BLOCK_SIZE else BWD_CHUNK  # below BLOCK_SIZE: within the tile limit too
     # The backward's rows per program and warps: the forward's when given, else their own defaults
     # (chunked: 2 rows of 16 warps, the best of the hidden-32768 sweep).
+    per_core, prefetch, reload_w = 1, False, False
     if chunk:
         bwd_rows, bwd_warps = 2, 16
     else:
-        bwd_rows, bwd_warps = default_backward_tiles(BLOCK_SIZE)
+        d = default_backward_tiles(BLOCK_SIZE)
+        bwd_rows, bwd_warps, per_core, prefetch = d.rows, d.warps, d.per_core, d.prefetch
+        reload_w = d.reload_w_with_residual if residual else d.reload_w
+    if not auto_rows or explicit_warps:
+        # The forward's tiles given: the backward takes them, one program per SM, the plain loop.
+        per_core, prefetch, reload_w = 1, False, False
     if not auto_rows:
         bwd_rows = BLOCK_SIZE_M
     if explicit_warps:
         bwd_warps = num_warps
+    if BWD_ROWS != "auto":
+        if not is_power_of_two(BWD_ROWS) or BWD_ROWS * (chunk or BLOCK_SIZE) > MAX_TILE_ELEMENTS:
+            raise ValueError(
+                f"BWD_ROWS={BWD_ROWS!r} must be a power of two with BWD_ROWS x {chunk or BLOCK_SIZE} (the backward's "
+                f"tile width) <= {MAX_TILE_ELEMENTS} elements, or 'auto'"
+            )
+        bwd_rows = BWD_ROWS
+    if BWD_WARPS != "auto":
+        if BWD_WARPS not in NUM_WARPS:
+            raise ValueError(f"BWD_WARPS={BWD_WARPS!r} is not allowed; use one of {', '.join(map(str, NUM_WARPS))}")
+        bwd_warps = BWD_WARPS
+    if BWD_PREFETCH == "auto":
+        BWD_PREFETCH = prefetch
+    elif BWD_PREFETCH not in (False, True):
+        raise ValueError(f"BWD_PREFETCH={BWD_PREFETCH!r} must be True, False or 'auto'")
+    if BWD_RELOAD_W == "auto":
+        BWD_RELOAD_W = reload_w
+    elif BWD_RELOAD_W not in (False, True):
+        raise ValueError(f"BWD_RELOAD_W={BWD_RELOAD_W!r} must be True, False or 'auto'")
     n_tiles = cdiv(max(n_rows, 1), bwd_rows)
     if GRID == "auto":
-        GRID = min(num_cores, n_tiles)
+        GRID = min(per_core * num_cores, n_tiles)
     elif isinstance(GRID, bool) or not (isinstance(GRID, int) and GRID >= 1):
         raise ValueError(f"GRID={GRID!r} must be a positive integer or 'auto'")
     if DW_REDUCE not in DW_REDUCTIONS:
@@ -510,8 +588,13 @@ def resolve_tiles(
         # Row programs x column chunks: about two programs per core in all.
         GRID = min(GRID, max(1, 2 * num_cores // cdiv(n_cols, chunk)))
     return GpuTiles(
-        BLOCK_SIZE, BLOCK_SIZE_M, num_warps, min(GRID, n_tiles), chunk, bwd_warps, DW_REDUCE, bwd_rows, BWD_WIDE
-    )
+            BLOCK_SIZE, BLOCK_SIZE_M, num_warps, GRID, chunk, bwd_warps, DW_REDUCE, bwd_rows, BWD_WIDE, BWD_PREFETCH,
+            BWD_RELOAD_W,
+        )  # fmt: skip
+    return GpuTiles(
+        BLOCK_SIZE, BLOCK_SIZE_M, num_warps, min(GRID, n_tiles), chunk, bwd_warps, DW_REDUCE, bwd_rows, BWD_WIDE,
+        BWD_PREFETCH, BWD_RELOAD_W,
+    )  # fmt: skip
 
 
 def rms_norm_forward(x2d, weight, eps, offset, casting_mode, tiles: GpuTiles):
@@ -550,31 +633,39 @@ def forward_options(casting_mode, weight, tiles: GpuTiles) -> dict:
     }
 
 
-# Zero-filled fp32 dw accumulators (dw, then the programs' counter) kept between backwards, one
-# per device and stream: the kernel's last program clears what it used (_finish_dw), so the
-# buffer is zero whenever the next backward on that stream starts. A fresh torch.zeros per call
-# costs a fill launch (9-12 us of host time on the H100 host, a quarter of the backward's own).
-_ACCUMULATORS: dict[tuple, torch.Tensor] = {}
-_MAX_ACCUMULATORS = 64  # streams come and go; past this many, start over
+# Zero-filled fp32 buffers kept between backwards, one per purpose, device and stream: the dw
+# accumulator (dw, then the programs' counter). The kernels leave what they used zero
+# (_finish_dw), so a buffer is zero whenever the next backward on that stream starts. A fresh
+# torch.zeros per call costs a fill launch (9-12 us of host time on the H100 host, a quarter of
+# the backward's own).
+_KEPT_ZEROS: dict[tuple, torch.Tensor] = {}
+_MAX_KEPT = 64  # streams come and go; past this many, start over
+
+
+def kept_zeros(purpose: str, like: torch.Tensor, n: int) -> torch.Tensor:
+    """fp32 zeros on ``like``'s device, at least ``n`` long, kept for ``purpose`` on the current
+    stream; the kernel that uses them must leave them zero.
+
+    Fresh zeros instead of the kept buffer while a CUDA graph is captured (memory taken during a
+    capture belongs to the graph's pool) and for the stand-in tensors torch.compile traces with."""
+    device = like.device
+    cuda = device.type == "cuda"
+    if type(like) is not torch.Tensor or (cuda and torch.cuda.is_current_stream_capturing()):
+        return torch.zeros(n, dtype=torch.float32, device=device)
+    stream = current_stream_handle(device.index) if cuda else None
+    key = (purpose, device.type, device.index, stream)
+    buffer = _KEPT_ZEROS.get(key)
+    if buffer is None or buffer.numel() < n:
+        if len(_KEPT_ZEROS) >= _MAX_KEPT:
+            _KEPT_ZEROS.clear()
+        buffer = _KEPT_ZEROS[key] = torch.zeros(n, dtype=torch.float32, device=device)
+    return buffer
 
 
 def dw_accumulator(weight: torch.Tensor, n_cols: int) -> torch.Tensor:
     """fp32 zeros, at least ``n_cols + 1`` long, for the atomic dw reduction: the kernel adds
-    into ``[:n_cols]``, counts finished programs in ``[n_cols]`` and leaves both zero.
-
-    Fresh zeros instead of the kept buffer while a CUDA graph is captured (memory taken during a
-    capture belongs to the graph's pool) and for the stand-in tensors torch.compile traces with."""
-    device = weight.device
-    cuda = device.type == "cuda"
-    if type(weight) is not torch.Tensor or (cuda and torch.cuda.is_current_stream_capturing()):
-        return torch.zeros(n_cols + 1, dtype=torch.float32, device=device)
-    key = (device.index, current_stream_handle(device.index)) if cuda else (device.type, device.index)
-    buffer = _ACCUMULATORS.get(key)
-    if buffer is None or buffer.numel() <= n_cols:
-        if len(_ACCUMULATORS) >= _MAX_ACCUMULATORS:
-            _ACCUMULATORS.clear()
-        buffer = _ACCUMULATORS[key] = torch.zeros(n_cols + 1, dtype=torch.float32, device=device)
-    return buffer
+    into ``[:n_cols]``, counts finished programs in ``[n_cols]`` and leaves both zero."""
+    return kept_zeros("dw", weight, n_cols + 1)
 
 
 class DwOutputs:
@@ -664,6 +755,8 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: GpuT
             n_cols,
             offset,
             **meta,
+            PREFETCH=tiles.bwd_prefetch,
+            RELOAD_W=tiles.bwd_reload_w,
             BLOCK_SIZE=tiles.BWD_CHUNK,
             BLOCK_SIZE_M=rows,
             num_warps=warps,
@@ -708,6 +801,8 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: GpuT
             offset,
             **meta,
             HAS_DS=ds2d is not None,
+            PREFETCH=tiles.bwd_prefetch,
+            RELOAD_W=tiles.bwd_reload_w,
             BLOCK_SIZE=tiles.BLOCK_SIZE,
             BLOCK_SIZE_M=rows,
             num_warps=warps,

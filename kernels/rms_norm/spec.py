@@ -166,16 +166,24 @@ _BLOCK_SIZE_M_VALUES = ("auto", 1, 2, 4, 8, 16, 32, 64)
 GPU_ROW_PARAMS = (
     Param("BLOCK_SIZE", ("auto",) + POW2, "auto", "row tile; >= hidden (next power of two)"),
     Param("num_warps", ("auto",) + gpu.NUM_WARPS, "auto", "warps per program"),
-    Param("GRID", _GRID_VALUES, "auto", "backward programs (auto: one per SM)"),
+    Param("GRID", _GRID_VALUES, "auto", "backward programs (auto: one or two per SM, by row width)"),
 )
 GPU_MULTIROW_PARAMS = (
     GPU_ROW_PARAMS[:1] + (Param("BLOCK_SIZE_M", _BLOCK_SIZE_M_VALUES, "auto", "rows per program"),) + GPU_ROW_PARAMS[1:]
 )
-# The backward's own switches (RMSNorm only; the fused kernel keeps whole rows).
+# The backward's own tiles and loop (both norm families).
+GPU_BACKWARD_LOOP_PARAMS = (
+    Param("DW_REDUCE", gpu.DW_REDUCTIONS, "atomic", "dw: fp32 atomics, one launch; partials: deterministic"),
+    Param("BWD_ROWS", _BLOCK_SIZE_M_VALUES[:6], "auto", "backward rows per program"),
+    Param("BWD_WARPS", ("auto",) + gpu.NUM_WARPS, "auto", "backward warps per program"),
+    Param("BWD_PREFETCH", ("auto", False, True), "auto", "backward loads the next row tile before this one's math"),
+    Param("BWD_RELOAD_W", ("auto", False, True), "auto", "backward loads w per tile instead of holding it"),
+)
+# ... and RMSNorm's chunked backward for rows too wide for registers (the fused kernel keeps whole rows).
 GPU_BACKWARD_PARAMS = (
     Param("BWD_CHUNK", ("auto",) + POW2, "auto", "backward column chunk (>= hidden: whole rows in registers)"),
-    Param("DW_REDUCE", gpu.DW_REDUCTIONS, "atomic", "dw: fp32 atomics, one launch; partials: deterministic"),
     Param("BWD_WIDE", gpu.WIDE_BACKWARDS, "columns", "chunked rows: two kernels by columns, or one re-reading L2"),
+    *GPU_BACKWARD_LOOP_PARAMS,
 )
 NPU_PARAMS = (
     Param("strategy", npu.STRATEGIES, "auto", "untiled rows, or two-pass column chunks"),

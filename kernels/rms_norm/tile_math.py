@@ -226,24 +226,66 @@ def accumulate(ptr, values, mask):
 def backward_rows(
     DX_ptr, DY_ptr, DS_ptr, X_ptr, W_ptr, RSTD_ptr, DOT_ptr, first, step, cols, col_mask, row_stride, n_rows, n_cols,
     offset, CASTING_MODE: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_DS: tl.constexpr, ROW_DOT: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr, BLOCK_SIZE_M: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, BLOCK_SIZE_M: tl.constexpr, PREFETCH: tl.constexpr = False,
+    RELOAD_W: tl.constexpr = False,
 ):  # fmt: skip
     """The GPU backward over the columns ``cols`` of row tiles ``first, first + step, …``: dx
     stored (:func:`store_dx`), dw summed over the tiles and returned ``[BLOCK_SIZE]``.
     ``ROW_DOT``: the columns are whole rows (:func:`backward_tile`); else ``mean(m * vhat)`` per
     row comes from ``DOT_ptr``. Each tile loads v and dy, then rstd (the NPU kernel loads rstd
-    first, and keeps its own loop)."""
-    w = weight_row(W_ptr, cols, col_mask, offset, HAS_WEIGHT)
+    first, and keeps its own loop).
+
+    ``PREFETCH``: the next tile's v and dy are loaded before this tile's arithmetic and stores,
+    so a program keeps its loads in flight while it computes (two tiles in registers): with one
+    or two programs per SM nothing else would hide the load latency between tiles.
+
+    ``RELOAD_W``: ``offset + w`` is loaded again for every tile (from L1/L2) instead of held in
+    registers across the loop, which frees a row's worth of registers per thread."""
+    w = 0.0
+    if not RELOAD_W:
+        w = weight_row(W_ptr, cols, col_mask, offset, HAS_WEIGHT)
     dw_acc = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
-    for tile in range(first, tl.cdiv(n_rows, BLOCK_SIZE_M), step):
-        rows, row_mask = block_rows(tile, n_rows, BLOCK_SIZE_M)
+    n_tiles = tl.cdiv(n_rows, BLOCK_SIZE_M)
+    if PREFETCH:
+        rows, row_mask = block_rows(first, n_rows, BLOCK_SIZE_M)
         mask, offsets = tile_offsets(rows, row_mask, cols, col_mask, row_stride, True)
         x, dy = load_v_dy(X_ptr, DY_ptr, offsets, mask)
-        rstd = tl.load(RSTD_ptr + rows, mask=row_mask, other=0.0)
-        dot = rstd  # unused with ROW_DOT
-        if not ROW_DOT:
-            dot = tl.load(DOT_ptr + rows, mask=row_mask, other=0.0)
-        dx, dw = backward_tile(x, dy, w, rstd, dot, n_cols, CASTING_MODE, HAS_WEIGHT, ROW_DOT)
-        store_dx(DX_ptr, DS_ptr, offsets, mask, dx, HAS_DS)
-        dw_acc += dw
+        for tile in range(first, n_tiles, step):
+            # The next tile's loads first (masked off past the last tile).
+            next_rows, next_row_mask = block_rows(tile + step, n_rows, BLOCK_SIZE_M)
+            next_mask, next_offsets = tile_offsets(next_rows, next_row_mask, cols, col_mask, row_stride, True)
+            next_x, next_dy = load_v_dy(X_ptr, DY_ptr, next_offsets, next_mask)
+            dw_acc += _backward_rows_tile(
+                DX_ptr, DS_ptr, RSTD_ptr, DOT_ptr, W_ptr, x, dy, w, cols, col_mask, offset, rows, row_mask, mask,
+                offsets, n_cols, CASTING_MODE, HAS_WEIGHT, HAS_DS, ROW_DOT, RELOAD_W,
+            )  # fmt: skip
+            x, dy = next_x, next_dy
+            rows, row_mask, mask, offsets = next_rows, next_row_mask, next_mask, next_offsets
+    else:
+        for tile in range(first, n_tiles, step):
+            rows, row_mask = block_rows(tile, n_rows, BLOCK_SIZE_M)
+            mask, offsets = tile_offsets(rows, row_mask, cols, col_mask, row_stride, True)
+            x, dy = load_v_dy(X_ptr, DY_ptr, offsets, mask)
+            dw_acc += _backward_rows_tile(
+                DX_ptr, DS_ptr, RSTD_ptr, DOT_ptr, W_ptr, x, dy, w, cols, col_mask, offset, rows, row_mask, mask,
+                offsets, n_cols, CASTING_MODE, HAS_WEIGHT, HAS_DS, ROW_DOT, RELOAD_W,
+            )  # fmt: skip
     return dw_acc
+
+
+@triton.jit
+def _backward_rows_tile(
+    DX_ptr, DS_ptr, RSTD_ptr, DOT_ptr, W_ptr, x, dy, w, cols, col_mask, offset, rows, row_mask, mask, offsets, n_cols,
+    CASTING_MODE: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_DS: tl.constexpr, ROW_DOT: tl.constexpr,
+    RELOAD_W: tl.constexpr,
+):  # fmt: skip
+    """One tile of :func:`backward_rows` once its v and dy are loaded: dx stored, dw returned."""
+    if RELOAD_W:
+        w = weight_row(W_ptr, cols, col_mask, offset, HAS_WEIGHT)
+    rstd = tl.load(RSTD_ptr + rows, mask=row_mask, other=0.0)
+    dot = rstd  # unused with ROW_DOT
+    if not ROW_DOT:
+        dot = tl.load(DOT_ptr + rows, mask=row_mask, other=0.0)
+    dx, dw = backward_tile(x, dy, w, rstd, dot, n_cols, CASTING_MODE, HAS_WEIGHT, ROW_DOT)
+    store_dx(DX_ptr, DS_ptr, offsets, mask, dx, HAS_DS)
+    return dw
