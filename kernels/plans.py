@@ -70,3 +70,13 @@ def remember_replay(plans: dict, key, make_replay, rstd) -> None:
         plans.clear()
     replay = make_replay()
     plans[key] = (replay, rstd.shape[0], rstd.device) if replay else False
+
+
+def remember_backward_replay(plans: dict, key, make_replay) -> None:
+    """Keep the replay ``make_replay()`` gives (or False) as the backward plan of ``key``; a
+    recorded or compile-only call plans nothing, so the next call plans."""
+    if observed():
+        return
+    if len(plans) >= MAX_PLANS:
+        plans.clear()
+    plans[key] = make_replay() or False

@@ -84,6 +84,59 @@ def test_planned_calls_are_bit_identical_and_replayed(fresh_path, monkeypatch):
         assert torch.equal(_bits(got), _bits(want)), f"layout {i % len(LAYOUTS)} differs"
 
 
+def test_training_calls_replay_both_launches_and_match(fresh_path, monkeypatch):
+    """With gradients the autograd node replays the forward's launch and keeps a backward plan
+    of its own: dx bit for bit as Triton's launch gives it, dw within the atomic reduction's
+    run-to-run rounding, the kept dw accumulator zero afterwards; in place too. A strided dy and
+    chunked rows take the long way."""
+    from kernels.rms_norm.gpu import dw_accumulator
+
+    cases = []
+    for seed, (shape, dtype, offset, weighted, casting, eps) in enumerate(LAYOUTS):
+        x = _offset(shape, dtype, offset, seed).requires_grad_(True)
+        w = _offset(shape[-1:], dtype, 0, seed + 100).requires_grad_(True) if weighted else None
+        dys = [
+            torch.randn(shape, generator=torch.Generator().manual_seed(seed + k)).to("cuda", dtype) for k in range(4)
+        ]
+        cases.append((x, w, casting, eps, dys, seed % 2 == 1))
+
+    def step(case, k):
+        x, w, casting, eps, dys, in_place = case
+        y = rms_norm(x, w, eps=eps, casting_mode=casting, in_place=in_place)
+        leaves = (x,) if w is None else (x, w)
+        return (y, *torch.autograd.grad(y, leaves, dys[k].clone()))
+
+    stock = _stock(monkeypatch, lambda: [step(case, k) for k in range(4) for case in cases])
+    got = [step(case, 0) for case in cases]  # plans both launches of every layout
+    before = fast_launch.status()["hits"]
+    got += [step(case, k) for k in range(1, 4) for case in cases]
+    torch.cuda.synchronize()
+    assert fast_launch.status()["hits"] - before == 2 * 3 * len(cases), "later steps replay forward and backward"
+    order = [(k, i) for k in range(4) for i in range(len(cases))]
+    planned_order = [(0, i) for i in range(len(cases))] + [(k, i) for k in range(1, 4) for i in range(len(cases))]
+    by_step = dict(zip(planned_order, got))
+    for (k, i), ref in zip(order, stock):
+        out = by_step[(k, i)]
+        assert torch.equal(_bits(out[0]), _bits(ref[0])), f"y, layout {i}, step {k}"
+        assert torch.equal(_bits(out[1]), _bits(ref[1])), f"dx, layout {i}, step {k}"
+        if len(ref) == 3:
+            torch.testing.assert_close(out[2].float(), ref[2].float(), atol=1e-2, rtol=1e-2)
+            assert not dw_accumulator(cases[i][1], cases[i][1].shape[0]).any()
+
+    x = torch.randn(64, 1024, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(1024, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn(1024, 64, device="cuda", dtype=torch.bfloat16).t()  # strided: the long way
+    for _ in range(3):
+        before = fast_launch.status()["hits"]
+        y = rms_norm(x, w)
+        dx, dw = torch.autograd.grad(y, (x, w), dy)
+        ref = torch.nn.functional.rms_norm(x.float(), (1024,), w.float(), 1e-6)
+        dx_ref, dw_ref = torch.autograd.grad(ref, (x, w), dy.float())
+        torch.testing.assert_close(dx.float(), dx_ref, atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(dw.float(), dw_ref, atol=0.5, rtol=2e-2)
+    assert fast_launch.status()["hits"] - before <= 1, "only the forward replays with a strided dy"
+
+
 def test_each_change_of_layout_takes_its_own_path(fresh_path, monkeypatch):
     torch.manual_seed(0)
     x = torch.randn(64, 1024, device="cuda", dtype=torch.bfloat16)

@@ -19,7 +19,7 @@ import functools
 
 import torch
 
-from kernels.plans import cached_plan, eager_plans, remember_replay, tile_items
+from kernels.plans import cached_plan, eager_plans, remember_backward_replay, remember_replay, tile_items
 from kernels.rms_norm import gpu, npu
 from kernels.rms_norm.reference import CASTING_MODES, rms_norm_reference
 from kernels.torch_ops import encode_tiles
@@ -88,34 +88,110 @@ def _forward(x, weight, config):
 
 class _RMSNormFunction(torch.autograd.Function):
     # The non-tensor settings travel as one tuple: every argument of apply costs host time.
+    # ``planned``: (eager key, eager plan or None) of a call on CUDA, else None: the forward
+    # replays the layout's launch (or plans it), and the backward keeps a plan of its own.
     @staticmethod
-    def forward(ctx, x, weight, config):
-        y, x2d, rstd = _forward(x, weight, config)
+    def forward(ctx, x, weight, config, planned):
+        y = _planned_forward(x, weight, planned) if planned is not None and planned[1] else None
+        if y is not None:
+            y, x2d, rstd = y
+        else:
+            y, x2d, rstd = _forward(x, weight, config)
+            if planned is not None and planned[1] is None:
+                _plan_forward(x, x2d, weight, y, rstd, config, planned[0])
         ctx.save_for_backward(x2d, weight, rstd)
         ctx.config = config
         ctx.shape = x.shape
+        ctx.planned = planned is not None and config[4] is gpu
         return y
 
     @staticmethod
     def backward(ctx, dy):
         x2d, weight, rstd = ctx.saved_tensors
-        _, offset, casting_mode, in_place, impl_module, resolved = ctx.config
+        config = ctx.config
+        _, offset, casting_mode, in_place, impl_module, resolved = config
         shape = ctx.shape
         flat = len(shape) == 2
-        dx, dw = impl_module.rms_norm_backward(
-            dy if flat else dy.reshape(-1, shape[-1]), x2d, weight, rstd, offset, casting_mode, resolved, in_place
+        dy2d = dy if flat else dy.reshape(-1, shape[-1])
+        key = plan = None
+        if ctx.planned:
+            key = (config, x2d.shape, x2d.dtype, x2d.get_device(), weight is None, dy2d.dtype, dy2d.is_contiguous())
+            plan = _BACKWARD.get(key)
+            if plan:
+                grads = _planned_backward(plan, dy2d, x2d, weight, rstd, in_place)
+                if grads is not None:
+                    dx, dw = grads
+                    return (dx if flat else dx.view(shape)), dw, None, None
+                del _BACKWARD[key]  # retired, paused or another layout of dy: plan again
+                plan = None
+        dx, dw = impl_module.rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, resolved, in_place)
+        if key is not None and plan is None and impl_module is gpu:
+            make = functools.partial(
+                gpu.rms_norm_backward_replay, dy2d, x2d, weight, rstd, dx, dw, offset, casting_mode, resolved
+            )
+            remember_backward_replay(_BACKWARD, key, make)
+        return (dx if flat else dx.view(shape)), dw, None, None
+
+
+def _planned_forward(x, weight, planned):
+    """(y, x as rows, rstd) through the layout's replay, or None when it refuses (plan dropped)."""
+    key, (replay, rows, device) = planned
+    y = torch.empty_like(x)
+    rstd = torch.empty(rows, dtype=torch.float32, device=device)
+    x_address = x.data_ptr()
+    if replay(y.data_ptr(), x_address, x_address if weight is None else weight.data_ptr(), rstd.data_ptr()):
+        return y, (x if x.dim() == 2 else x.view(-1, x.shape[-1])), rstd
+    _EAGER.pop(key, None)
+    return None
+
+
+def _plan_forward(x, x2d, weight, y, rstd, config, key):
+    """The layout's eager plan from a forward just run (False where it has no replay)."""
+    eps, offset, casting_mode, _, impl_module, resolved = config
+    if impl_module is not gpu or not x.is_contiguous():
+        _EAGER[key] = False
+        return
+    replay = functools.partial(gpu.rms_norm_forward_replay, x2d, weight, y, rstd, eps, offset, casting_mode, resolved)
+    remember_replay(_EAGER, key, replay, rstd)
+
+
+def _planned_backward(replay, dy2d, x2d, weight, rstd, in_place):
+    """(dx, dw) through the backward's replay (whole rows, atomic dw, a contiguous dy), or None
+    when it refuses."""
+    dx = dy2d if in_place else torch.empty_like(x2d)
+    dy_address, rstd_address = dy2d.data_ptr(), rstd.data_ptr()
+    if weight is None:
+        dw, w_address, dw32_address, dw_address, counter_address = (
+            None,
+            x2d.data_ptr(),
+            rstd_address,
+            rstd_address,
+            rstd_address,
         )
-        return (dx if flat else dx.view(shape)), dw, None
+    else:
+        dw = torch.empty_like(weight)
+        n_cols = x2d.shape[1]
+        dw32_address = gpu.dw_accumulator(weight, n_cols).data_ptr()
+        w_address, dw_address, counter_address = weight.data_ptr(), dw.data_ptr(), dw32_address + 4 * n_cols
+    if replay(dx.data_ptr(), dy_address, dy_address, x2d.data_ptr(), w_address, rstd_address, rstd_address,
+              dw32_address, dw_address, counter_address):  # fmt: skip
+        return dx, dw
+    return None
 
 
 _PLANS: dict = {}
 
-# Eager plans (kernels.plans.eager_plans): per layout of a call on CUDA without gradients (x's
-# shape, strides, dtype and device, the weight's, the settings, the alignment class of x's
-# address), the replay of the forward's launch (kernels/launch.py's replay_of), or False where
-# there is none (a layout the replay does not cover). Checked in a dict lookup; a replay that
-# refuses (a launch being recorded) drops its plan and the call goes the long way.
+# Eager plans (kernels.plans.eager_plans): per layout of a call on CUDA (x's shape, strides,
+# dtype and device, the weight's, the settings, the alignment class of x's address), the replay
+# of the forward's launch (kernels/launch.py's replay_of), or False where there is none (a layout
+# the replay does not cover). Checked in a dict lookup; a replay that refuses (a launch being
+# recorded) drops its plan and the call goes the long way. A call with gradients replays the
+# same forward inside its autograd node.
 _EAGER = eager_plans()
+# Backward plans, per (settings, rows shape, dtype, device, weight or not, dy's dtype and
+# contiguity): the replay of the whole-row backward's launch (gpu.rms_norm_backward_replay), or
+# False (chunked rows, partial dw sums, a strided dy).
+_BACKWARD = eager_plans()
 
 
 def _plan(x, weight, eps, offset, casting_mode, in_place, impl, tiles):
@@ -146,7 +222,7 @@ def rms_norm(
     grads, eager_key, plan = False, None, None
     try:
         grads = torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad))
-        if not grads and type(x) is torch.Tensor and x.is_cuda:
+        if type(x) is torch.Tensor and x.is_cuda:
             # The layout's plan: one lookup, then a launch from the tensors' addresses alone.
             x_address = x.data_ptr()
             w_layout = None if weight is None else (weight.shape, weight.stride(), weight.dtype, weight.get_device())
@@ -155,7 +231,7 @@ def rms_norm(
             plan = _EAGER.get(eager_key)
     except (AttributeError, TypeError):  # not tensors, an unhashable setting: the checks below say so
         eager_key = None
-    if eager_key is not None:
+    if eager_key is not None and not grads:
         if plan:
             replay, rows, device = plan
             y = torch.empty_like(x)
@@ -174,7 +250,7 @@ def rms_norm(
     if x.numel() == 0:
         return x.clone()
     if grads:
-        return _RMSNormFunction.apply(x, weight, config)
+        return _RMSNormFunction.apply(x, weight, config, None if eager_key is None else (eager_key, plan))
     if eager_key is not None:
         return _eager_forward(x, weight, config, eager_key)
     return _forward(x, weight, config)[0]  # no autograd node: apply alone costs ~17 us of host time
@@ -183,15 +259,9 @@ def rms_norm(
 def _eager_forward(x, weight, config, key):
     """The first call of a layout without gradients on CUDA: the forward, and the plan that
     replays its launch on the layout's later calls (False where none can)."""
-    eps, offset, casting_mode, _, impl_module, resolved = config
-    if impl_module is not gpu or not x.is_contiguous():
-        _EAGER[key] = False
-        return _forward(x, weight, config)[0]
-    x2d = x.view(-1, x.shape[-1])
-    y, rstd = gpu.rms_norm_forward(x2d, weight, eps, offset, casting_mode, resolved)
-    replay = functools.partial(gpu.rms_norm_forward_replay, x2d, weight, y, rstd, eps, offset, casting_mode, resolved)
-    remember_replay(_EAGER, key, replay, rstd)
-    return y.view(x.shape)
+    y, x2d, rstd = _forward(x, weight, config)
+    _plan_forward(x, x2d, weight, y, rstd, config, key)
+    return y
 
 
 def _registered_ops():

@@ -784,30 +784,55 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: GpuT
     else:
         if ds2d is not None:
             ds2d = ds2d.contiguous()
-        launch(
-            _rms_norm_backward_kernel,
-            x2d,
-            (grid,),
-            dx,
-            dy2d,
-            ds2d if ds2d is not None else dy2d,
-            x2d,
-            w,
-            rstd,
-            *dw_out.pointers,
-            x2d.stride(0),
-            n_rows,
-            n_cols,
-            offset,
-            **meta,
-            HAS_DS=ds2d is not None,
-            PREFETCH=tiles.bwd_prefetch,
-            RELOAD_W=tiles.bwd_reload_w,
-            BLOCK_SIZE=tiles.BLOCK_SIZE,
-            BLOCK_SIZE_M=rows,
-            num_warps=warps,
+        grid, args, kwargs = _whole_row_backward_launch(
+            dx, dy2d, ds2d, x2d, weight, rstd, dw_out.pointers, offset, casting_mode, tiles
         )
+        launch(_rms_norm_backward_kernel, x2d, grid, *args, **kwargs)
     return dx, dw_out.result(weight)
+
+
+def _whole_row_backward_launch(dx, dy2d, ds2d, x2d, weight, rstd, dw_pointers, offset, casting_mode, tiles: GpuTiles):
+    """(grid, arguments, keywords) of the whole-row backward kernel's launch; ``dw_pointers``:
+    :class:`DwOutputs`' four."""
+    n_rows, n_cols = x2d.shape
+    args = (
+        dx, dy2d, ds2d if ds2d is not None else dy2d, x2d, weight if weight is not None else x2d, rstd,
+        *dw_pointers, x2d.stride(0), n_rows, n_cols, offset,
+    )  # fmt: skip
+    kwargs = {
+        "CASTING_MODE": CASTING_CODES[casting_mode],
+        "HAS_WEIGHT": weight is not None,
+        "DW_ATOMIC": tiles.DW_REDUCE == "atomic",
+        "HAS_DS": ds2d is not None,
+        "PREFETCH": tiles.bwd_prefetch,
+        "RELOAD_W": tiles.bwd_reload_w,
+        "BLOCK_SIZE": tiles.BLOCK_SIZE,
+        "BLOCK_SIZE_M": tiles.bwd_block_size_m,
+        "num_warps": tiles.bwd_num_warps,
+    }
+    return (tiles.GRID,), args, kwargs
+
+
+def rms_norm_backward_replay(dy2d, x2d, weight, rstd, dx, dw, offset, casting_mode, tiles: GpuTiles, ds2d=None):
+    """After ``rms_norm_backward(dy2d, x2d, weight, rstd, ...)`` returned ``dx, dw`` through the
+    whole-row kernel with the atomic dw reduction: its launch again as a replay of the addresses
+    ``(dx, dy, ds, x, w, rstd, rstd, dw32, dw, counter)`` (ds is dy's without a residual
+    gradient, w x's without a weight; with a weight dw32 is :func:`dw_accumulator`'s buffer and
+    the counter the fp32 word after its first ``hidden`` ones, else rstd stands in for all three),
+    for a training step's plan; None where the backward took another form, or has no replay
+    (:func:`kernels.launch.replay_of`)."""
+    if tiles.BWD_CHUNK or tiles.DW_REDUCE != "atomic" or not dy2d.is_contiguous():
+        return None
+    n_cols = x2d.shape[1]
+    if weight is None:
+        dw_pointers = (rstd,) * 4
+    else:
+        dw32 = dw_accumulator(weight, n_cols)
+        dw_pointers = (rstd, dw32, dw, dw32[n_cols:])
+    grid, args, kwargs = _whole_row_backward_launch(
+        dx, dy2d, ds2d, x2d, weight, rstd, dw_pointers, offset, casting_mode, tiles
+    )
+    return replay_of(_rms_norm_backward_kernel, x2d, grid, *args, **kwargs)
 
 
 def tiles_for(x: torch.Tensor, **tiles) -> GpuTiles:
