@@ -6,6 +6,7 @@
     python benchmarks/sweep_scaling.py --gpus 2 --device cpu --quick --out /tmp/sw   # CPU smoke run
     python benchmarks/sweep_scaling.py --gpus 2 --warm --out RES/sweep-warm  # workers started first
     python benchmarks/sweep_scaling.py --gpus 4 --sweep tune --out RES/sweep-tune  # every family's tune space
+    python benchmarks/sweep_scaling.py --gpus 4 --nodes 2 --out RES/sweep  # two Ray nodes of 2 GPUs, caches apart
 
 The sweep: RMSNorm forward (gpu_multirow: BLOCK_SIZE_M x num_warps x hidden) plus the
 block-sparse sum layer (gpu_large: TILE_M x TILE_K x BLOCK_B x batch), 208 configurations, one
@@ -32,6 +33,13 @@ still done in every run, from an empty cache; run.json's ``compile_ahead`` says 
 for which target (``target``: read by the driver from its GPUs, or ``WORKBENCH_COMPILE_TARGET``,
 or waited for from the first measuring actor), and each record's ``compile_facts.compiled_ahead``
 whether its first call found its kernels.
+
+``--nodes N``: the GPUs split over N Ray nodes started on this machine (``ray.cluster_utils``),
+each with GPUs of its own (``CUDA_VISIBLE_DEVICES``), CPUs of its own and a Triton cache folder of
+its own, and the executor joining that cluster by its address: a cluster whose nodes share no
+disk, each node compiling ahead for its own measuring actors. Its run goes to
+OUT/gpus<N>-nodes<M>/; the compile-ahead summary adds how many records were compiled on their
+measuring node and found in its cache before their first call.
 
 ``--compare`` prints, per run: configurations, failed, sweep time, configurations/s, the
 speedup over the 1-GPU run, and the session's time and speed-up; whether both runs recorded the
@@ -140,10 +148,11 @@ def run(args) -> int:
     from workbench.sweep.engine import STORE_NAME, opened, run_sweep
     from workbench.sweep.ray_executor import RayExecutor
 
-    out = Path(args.out) / f"gpus{args.gpus}"
+    out = Path(args.out) / (f"gpus{args.gpus}" + (f"-nodes{args.nodes}" if args.nodes > 1 else ""))
     out.mkdir(parents=True, exist_ok=True)
     # This run's own (empty) Triton cache root, outside OUT so the results stay small.
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"wb-sweep-triton-gpus{args.gpus}-")
+    cluster = start_nodes(args) if args.nodes > 1 else None
     items = tune_plan(args.device, args.quick) if args.sweep == "tune" else plan(args.quick)
     if args.limit:  # every k-th configuration: a smaller sweep over the same ranges
         step = max(1, len(items) // args.limit)
@@ -151,7 +160,12 @@ def run(args) -> int:
     tasks = tasks_for(items, args.device, args.rep_ms, args.quick)
     store = Store(out / STORE_NAME)
     t0 = time.perf_counter()
-    slots = dict(num_cpus=args.gpus, num_gpus=0) if args.device == "cpu" else dict(num_gpus=args.gpus, gpus_per_task=1)
+    if cluster is not None:
+        slots = dict(address=cluster.address, gpus_per_task=1)
+    elif args.device == "cpu":
+        slots = dict(num_cpus=args.gpus, num_gpus=0)
+    else:
+        slots = dict(num_gpus=args.gpus, gpus_per_task=1)
     ex = RayExecutor(
         **slots, timeout_s=args.timeout_s, compile_workers=args.compile_workers, place_cpus=not args.shared_cpus
     )
@@ -166,6 +180,8 @@ def run(args) -> int:
             result = run_sweep(tasks, ex, store, progress=shown.sweep(every_s=30))
         swept = time.perf_counter()
         timeline = ex.timeline
+    if cluster is not None:
+        cluster.shutdown()
     done = time.perf_counter()
     split = time_split(result, ex, ray_started - t0, swept - started)
     ahead = compile_ahead_summary(result, ex)
@@ -175,6 +191,7 @@ def run(args) -> int:
     runs.append(
         {
             "gpus": args.gpus,
+            "nodes": args.nodes,
             "device": args.device,
             "slots": ex.slots,
             "configurations": len(tasks),
@@ -211,7 +228,8 @@ def run(args) -> int:
             f"{' (corrected by the first actor)' if ahead['retargeted'] else ''}, "
             f"{ahead['compiled']} compiled, {ahead['failed']} not, "
             f"{ahead['busy_s']:.1f} s of CPU beside the GPUs; first calls from the cache: "
-            f"{ahead['first_call_cached']}/{len(result.records)}"
+            f"{ahead['first_call_cached']}/{len(result.records)}; compiled on the measuring node "
+            f"{ahead['compiled_on_its_node']}, found in its cache before the first call {ahead['found_on_node']}"
         )
     return 0
 
@@ -244,7 +262,42 @@ def compile_ahead_summary(result, executor) -> dict:
     cached = [r for r in result.records if first_call_cached(r)]
     summary["first_call_cached"] = len(cached)
     summary["cached_first_call_s"] = sum((r.get("compile_ms") or 0.0) for r in cached) / 1e3
+    notes = [
+        ((r.get("compile_facts") or {}).get("compiled_ahead") or {}, (r.get("worker") or {}).get("node"))
+        for r in result.records
+    ]
+    summary["compiled_on_its_node"] = sum(1 for note, node in notes if note.get("ok") and note.get("node") == node)
+    summary["found_on_node"] = sum(1 for note, _node in notes if note.get("found_on_node"))
     return summary
+
+
+def start_nodes(args):
+    """``args.nodes`` Ray nodes on this machine, the GPUs (or, with ``--device cpu``, the CPU
+    workers) split evenly between them, each with its own CPUs' share, ``CUDA_VISIBLE_DEVICES``
+    and Triton cache folder (below this run's): a cluster of hosts that share no disk."""
+    from ray.cluster_utils import Cluster
+
+    from workbench.children import import_path
+
+    if args.gpus % args.nodes:
+        raise SystemExit(f"--gpus {args.gpus} does not split evenly over --nodes {args.nodes}")
+    per = args.gpus // args.nodes
+    cpus = max(per, (os.cpu_count() or 2) // args.nodes)
+    os.environ["PYTHONPATH"] = os.pathsep.join(import_path())  # the nodes' workers import the checkout
+    base = Path(os.environ["TRITON_CACHE_DIR"])
+    nodes = []
+    for i in range(args.nodes):
+        env = {"TRITON_CACHE_DIR": str(base / f"node{i}")}
+        if args.device == "cpu":
+            nodes.append({"num_cpus": per, "num_gpus": 0, "env_vars": env})
+        else:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in range(i * per, (i + 1) * per))
+            nodes.append({"num_cpus": cpus, "num_gpus": per, "env_vars": env})
+    cluster = Cluster(initialize_head=True, head_node_args=nodes[0])
+    for node in nodes[1:]:
+        cluster.add_node(**node)
+    cluster.wait_for_nodes()
+    return cluster
 
 
 ACTOR_STEPS = (
@@ -522,6 +575,12 @@ def main(argv=None) -> int:
         "--shared-cpus",
         action="store_true",
         help="let the measuring actors and compile workers share every CPU (default: apart)",
+    )
+    p.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        help="split the GPUs over this many Ray nodes on this machine, each with a Triton cache of its own",
     )
     p.add_argument("--out", default="results/sweep_scaling")
     p.add_argument("--compare", default=None, help="print the table of the runs under this folder")

@@ -18,7 +18,7 @@ from testkit import H100_FACTS, HAVE_PTXAS
 
 import kernels
 from kernels import launch as launch_module
-from workbench.sweep.compile_ahead import compile_task
+from workbench.sweep.compile_ahead import cache_folder, compile_task
 from workbench.sweep.compile_ahead_driver import CompileAhead
 from workbench.sweep.compile_note import note_on_record
 from workbench.sweep.lanes import Lanes
@@ -149,7 +149,7 @@ def test_real_compile_for_an_h100_target_needs_no_gpu(tmp_path, monkeypatch):
     first = compile_task(task, H100)
     assert first["ok"], first["error"]
     (kernel,) = first["kernels"]
-    assert (tmp_path / _cache_folder(kernel["hash"])).is_dir()
+    assert (tmp_path / cache_folder(kernel["hash"])).is_dir()
     from triton.backends.nvidia import driver as nvidia
 
     launchers = list(tmp_path.rglob("__triton_launcher*"))
@@ -189,13 +189,6 @@ def test_first_launch_runs_its_kernel_and_checks_what_it_wrote(monkeypatch):
     monkeypatch.setattr(launch_module, "launch", off_by_one)
     with pytest.raises(RuntimeError, match="expected ones, then a zero"):
         module.first_launch("cpu")
-
-
-def _cache_folder(hash_hex: str) -> str:
-    """Triton's cache folder name for a kernel hash (base32 of its bytes, as its cache manager)."""
-    import base64
-
-    return base64.b32encode(bytes.fromhex(hash_hex)).decode().rstrip("=")
 
 
 def test_a_free_worker_takes_a_compiled_task_first_then_one_no_compiler_holds():
@@ -457,3 +450,18 @@ def test_an_idle_actor_takes_from_the_lane_with_the_most_expected_seconds_not_th
     assert queue.take("b", None) == slow[0] and queue.take("c", None) == fast[1]
     queue.lanes[2].append(fast[0])  # c's lane now holds two fast tasks (2 s), b's one slow (10 s)
     assert queue.take("a", None) == slow[1]  # a's lane is empty: the heaviest lane's back
+
+
+def test_a_nodes_compile_workers_are_fed_from_its_own_actors_lanes_then_from_the_free_ones():
+    """On a cluster each node's compile workers compile what that node's measuring actors will
+    reach: the lanes they hold, then the lanes no actor holds yet, never another node's lanes."""
+    tasks = [_task("rms_norm", "gpu_row", problem={"rows": rows, "hidden": 64}) for rows in range(1, 9)]
+    queue = Lanes(tasks, slots=4)  # lanes of 2: (0, 1), (2, 3), (4, 5), (6, 7)
+    queue.take("a", None)  # a holds lane 0, b lane 1: a on node 1, b on node 2
+    queue.take("b", None)
+    assert [t.key for t in queue.feed_order({"a"})] == [tasks[i].key for i in (1, 4, 6, 5, 7)]
+    assert [t.key for t in queue.feed_order({"b"})] == [tasks[i].key for i in (3, 4, 6, 5, 7)]
+    assert [t.key for t in queue.feed_order(set())] == [
+        tasks[i].key for i in (4, 6, 5, 7)
+    ]  # a node with no actor up yet
+    assert len(list(queue.feed_order())) == 6

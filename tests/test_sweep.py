@@ -133,9 +133,9 @@ def own_executor(ray_executor):
         for pool in ray_executor._pools.values():
             for actor in list(pool.live):
                 ray_executor._retire(pool, actor)
-        for actor in ray_executor._compilers:
+        for actor in ray_executor._all_compilers():
             kill_actor(ray, actor)
-        ray_executor._compilers, ray_executor._warmed_compilers = [], []
+        ray_executor._compilers, ray_executor._warmed_compilers = {}, []
 
     clear()
     ray_executor._target, ray_executor._target_source, ray_executor._target_checked = None, "actor", False
@@ -162,8 +162,9 @@ def test_a_target_the_driver_knows_is_compiled_for_before_any_measuring_actor_re
     monkeypatch.setenv(TARGET_ENV, json.dumps(H100_FACTS))
     own_executor.compile_workers = 1
     tasks = _norm_tasks()[:6]
-    ahead = own_executor._compile_ahead("cpu", triton_cache_root())
-    assert ahead.facts == H100_FACTS and ahead.source == "environment"
+    by_node = own_executor._compile_ahead("cpu", triton_cache_root())
+    (ahead,) = by_node.by_node.values()  # one node: one compile-ahead
+    assert by_node.facts == H100_FACTS and ahead.source == "environment"
     queue = __import__("collections").deque(tasks)
     ahead.feed(queue)
     assert ahead.compiling() == {tasks[0].key}
@@ -172,7 +173,7 @@ def test_a_target_the_driver_knows_is_compiled_for_before_any_measuring_actor_re
     ray.wait([ref], timeout=120)
     ahead.collect(ref)
     assert ahead.results[tasks[0].key]["ok"], ahead.results[tasks[0].key]["error"]
-    own_executor._compilers = ahead.finish()
+    own_executor._compilers = by_node.finish()
 
     result = run_sweep(tasks, own_executor, Store(tmp_path / "r.sqlite"))
     assert sorted(r["sweep_key"] for r in result.records) == sorted(t.key for t in tasks)
@@ -276,7 +277,7 @@ def test_warm_up_has_each_compile_worker_pay_its_first_compile(own_executor, mon
     root = Path(triton_cache_root())
     assert not list(root.rglob("_add_one_kernel*"))
     own_executor.warm_up("cpu")
-    assert len(own_executor._compilers) == 2
+    assert len(own_executor._all_compilers()) == 2
     compiled = {p.parent for p in root.rglob("_add_one_kernel.json")}
     assert len(compiled) == 1  # both compiled the same kernel for the same target: one cache entry
     assert list(next(iter(compiled)).glob("_add_one_kernel.cubin"))

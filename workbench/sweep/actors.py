@@ -20,6 +20,7 @@ and, where placed (:class:`workbench.sweep.cpus.Placement`), run on CPUs of thei
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
@@ -81,9 +82,16 @@ class DeviceWorker:
 
     def run(self, task):
         """Say "started" (the timeout counts from here; ``at``: when, for the timeline), then
-        give the record."""
+        give the record; a task compiled ahead notes whether its kernels were in this node's
+        Triton cache before the first call (``found_on_node``)."""
         use_host_triton_cache(task.triton_cache_root)
         yield {STARTED_KEY: True, "worker": worker_info(), "at": time.time()}
+        ahead = task.extra.get("compiled_ahead")
+        if ahead is not None:  # before the first call: did the compile-ahead reach this node's cache?
+            from workbench.sweep.compile_ahead import found_in_cache
+
+            ahead = {**ahead, "found_on_node": found_in_cache(ahead)}
+            task = dataclasses.replace(task, extra={**task.extra, "compiled_ahead": ahead})
         yield run_task(task)
 
 

@@ -162,6 +162,26 @@ def compile_task(task: SweepTask, facts: dict) -> dict:
     return result
 
 
+def cache_folder(kernel_hash: str) -> str:
+    """The Triton cache folder name of a compiled kernel's hash (its cache manager's: base32 of
+    the hash's bytes, unpadded)."""
+    import base64
+
+    return base64.b32encode(bytes.fromhex(kernel_hash)).decode().rstrip("=")
+
+
+def found_in_cache(result: dict) -> bool | None:
+    """Whether every kernel a compile-ahead ``result`` names is in this process's Triton cache
+    (``TRITON_CACHE_DIR``, else Triton's default): asked by a measuring worker before its first
+    call, it says whether the compile-ahead reached this node's disk. None when the result names
+    no kernel hash (it failed, or compiled nothing)."""
+    hashes = [k.get("hash") for k in result.get("kernels") or [] if k.get("hash")]
+    if not result.get("ok") or not hashes:
+        return None
+    root = os.environ.get("TRITON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".triton", "cache")
+    return all(os.path.isdir(os.path.join(root, cache_folder(h))) for h in hashes)
+
+
 def compile_target(facts: dict):
     """``(Triton GPUTarget, kernels.runtime.DeviceInfo)`` for the device ``facts`` describe: what
     :func:`kernels.launch.compile_only` compiles for, and what host functions plan tiles for."""

@@ -13,6 +13,8 @@ actor as before; its record notes what the compile-ahead did
 (:func:`workbench.sweep.compile_note.note_on_record`).
 
 - :class:`CompileAhead`: one run's compile workers, their calls in flight and results.
+- :class:`CompileAheadByNode`: a :class:`CompileAhead` per node of a cluster, each compiling into
+  its own node's Triton cache (nodes need no shared disk).
 - :func:`default_compile_workers`: how many compile workers a host gets.
 - :func:`as_queued`: a task without the compile-ahead result attached to it, as it was queued.
 
@@ -167,6 +169,70 @@ class CompileAhead:
             "busy_s": sum(float(r.get("ms") or 0.0) for r in done) / 1e3,
             "launchers_built": sum(1 for r in done for k in r.get("kernels") or [] if k.get("launcher_ms") is not None),
         }
+
+
+class CompileAheadByNode:
+    """One run's compile-ahead on every node of a cluster: a :class:`CompileAhead` per node whose
+    compile workers run on that node and write into its own Triton cache, so nodes need no
+    shared disk. Each node's compile workers are fed in the order that node's measuring actors
+    will reach the queue (:meth:`workbench.sweep.lanes.Lanes.feed_order`), and a measuring actor
+    takes what its own node compiled (:meth:`for_node`). On one host, one node: the same as its
+    single :class:`CompileAhead`."""
+
+    def __init__(self, by_node: dict):
+        self.by_node = dict(by_node)  # node id -> CompileAhead
+
+    @property
+    def facts(self) -> dict | None:
+        return next(iter(self.by_node.values())).facts if self.by_node else None
+
+    @facts.setter
+    def facts(self, facts: dict) -> None:
+        for ahead in self.by_node.values():
+            ahead.facts = facts
+
+    def retarget(self, facts: dict) -> None:
+        for ahead in self.by_node.values():
+            ahead.retarget(facts)
+
+    def for_node(self, node) -> CompileAhead | None:
+        """The compile-ahead of the node a measuring actor runs on (None: that node has none)."""
+        return self.by_node.get(node)
+
+    def feed(self, lanes, actor_nodes: dict) -> None:
+        """Feed each node's idle compile workers from the lanes its measuring actors hold
+        (``actor_nodes``: measuring actor -> node), then from the lanes nobody holds yet."""
+        for node, ahead in self.by_node.items():
+            if ahead.idle:
+                ahead.feed(lanes.feed_order({actor for actor, where in actor_nodes.items() if where == node}))
+
+    def refs(self) -> list:
+        return [ref for ahead in self.by_node.values() for ref in ahead.calls]
+
+    def collect(self, ref) -> None:
+        for ahead in self.by_node.values():
+            if ref in ahead.calls:
+                ahead.collect(ref)
+                return
+
+    def expire(self) -> None:
+        for ahead in self.by_node.values():
+            ahead.expire()
+
+    def finish(self) -> dict:
+        """The compile workers to keep for the next run, by node."""
+        return {node: ahead.finish() for node, ahead in self.by_node.items()}
+
+    def summary(self) -> dict:
+        """The nodes' summaries added up (``nodes``: how many had compile workers)."""
+        parts = [ahead.summary() for ahead in self.by_node.values()]
+        total = {key: sum(part[key] for part in parts) for key in ("workers", "compiled", "failed", "measured_after")}
+        total["busy_s"] = sum(part["busy_s"] for part in parts)
+        total["launchers_built"] = sum(part["launchers_built"] for part in parts)
+        total["target"] = parts[0]["target"] if parts else None
+        total["retargeted"] = any(part["retargeted"] for part in parts)
+        total["nodes"] = len(parts)
+        return total
 
 
 def _failed(why: str) -> dict:

@@ -27,7 +27,9 @@ def note_on_record(body: dict, ahead: dict) -> dict:
     on, its milliseconds, the kernels, where it ran, ``error`` when it failed, and
     ``first_call_cached``: True when every kernel the first call launched had been compiled ahead
     (so ``compile_ms`` is a cache load plus one run), False when one had not, None when the
-    record names no kernel hashes (the interpreter, or compile facts not read)."""
+    record names no kernel hashes (the interpreter, or compile facts not read); and
+    ``found_on_node``: whether the measuring worker found every kernel compiled ahead in its own
+    node's Triton cache before its first call (None: not asked, or nothing to find)."""
     body = dict(body)
     facts = dict(body.get("compile_facts") or {})
     first_call = [k.get("hash") for k in facts.get("kernels") or []]
@@ -42,7 +44,9 @@ def note_on_record(body: dict, ahead: dict) -> dict:
         "ms": round(float(ahead.get("ms") or 0.0), 1),
         "kernels": [k.get("name") for k in ahead.get("kernels") or []],
         "worker": f"{worker.get('host', '?')}:{worker.get('pid', '?')}",
+        "node": worker.get("node"),  # the Ray node it compiled on (None outside Ray)
         "first_call_cached": cached,
+        "found_on_node": ahead.get("found_on_node"),
     }
     if ahead.get("error"):
         note["error"] = ahead["error"]

@@ -75,10 +75,17 @@ class Lanes:
     def __bool__(self) -> bool:
         return any(self.lanes)
 
-    def feed_order(self):
-        """Every queued task in the order the actors will reach them: the lanes' fronts in turn."""
-        for depth in range(max(len(lane) for lane in self.lanes)):
-            for lane in self.lanes:
+    def feed_order(self, actors=None):
+        """Every queued task in the order the actors will reach them: the lanes' fronts in turn.
+        ``actors`` (a node's measuring actors): the lanes those hold, then the lanes no actor
+        holds yet, and none of the others (another node's actors will reach those)."""
+        lanes = self.lanes
+        if actors is not None:
+            held = set(self.owners.values())
+            mine = sorted({index for actor, index in self.owners.items() if actor in actors})
+            lanes = [self.lanes[i] for i in mine] + [lane for i, lane in enumerate(self.lanes) if i not in held]
+        for depth in range(max((len(lane) for lane in lanes), default=0)):
+            for lane in lanes:
                 if depth < len(lane):
                     yield lane[depth]
 

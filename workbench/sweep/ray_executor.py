@@ -33,7 +33,8 @@ the queue's lanes (:mod:`workbench.sweep.lanes`), a run's compile-ahead
   run or warm-up (:class:`workbench.sweep.timeline.Timeline`): where a sweep's time went.
 - A call tells the driver when its configuration starts (the first item of a streaming call):
   its timeout counts from there. The workers of a host share one Triton cache folder below
-  :func:`triton_cache_root` (:func:`workbench.sweep.tasks.use_host_triton_cache`).
+  :func:`triton_cache_root` (:func:`workbench.sweep.tasks.use_host_triton_cache`); on a cluster,
+  below each node's own.
 - Compile-ahead (``compile_workers``): CPU-side actors (:class:`workbench.sweep.actors.CompileWorker`)
   compile queued configurations for the measuring device into the same Triton cache while the
   GPUs measure, kernels and host launchers both: the measuring actors load them instead of
@@ -45,8 +46,13 @@ the queue's lanes (:mod:`workbench.sweep.lanes`), a run's compile-ahead
   actor to report its device checks it: where its facts differ, the compile-ahead switches to
   them (what was compiled for the other target would miss its cache). Once the target is known
   each compile worker pays Triton's first compile (:meth:`workbench.sweep.actors.CompileWorker.warm_up`).
-  The compile workers write into their own host's cache: with a cluster of several hosts they
-  serve only theirs, so ``compile_workers`` defaults to 0 there.
+  On a cluster every node that measures gets compile workers of its own (``compile_workers``
+  per node; on cuda by default :func:`workbench.sweep.compile_ahead_driver.default_compile_workers`
+  of the node's CPUs and GPUs), held on that node and writing into its own Triton cache, below
+  the folder its Ray node's environment names (:data:`workbench.sweep.tasks.NODE_CACHE`): nodes
+  need no shared disk. Each node's are fed in the order its measuring actors will reach the
+  queue, and an actor takes what its own node compiled
+  (:class:`workbench.sweep.compile_ahead_driver.CompileAheadByNode`).
 - CPUs (``place_cpus``, an embedded Ray on GPUs): each measuring actor moves onto physical cores
   of its own, and the compile workers onto the rest (:mod:`workbench.sweep.cpus`), so the
   compile-ahead's work does not slow the host side of a measurement (host and call times).
@@ -74,10 +80,16 @@ from pathlib import Path
 from workbench.children import import_path
 from workbench.sweep.actors import STARTED_KEY, CompileWorker, DeviceWorker, kill_actor
 from workbench.sweep.compile_ahead import driver_target
-from workbench.sweep.compile_ahead_driver import COMPILE_TIMEOUT_S, CompileAhead, as_queued, default_compile_workers
+from workbench.sweep.compile_ahead_driver import (
+    COMPILE_TIMEOUT_S,
+    CompileAhead,
+    CompileAheadByNode,
+    as_queued,
+    default_compile_workers,
+)
 from workbench.sweep.executors import Executor
 from workbench.sweep.lanes import Lanes
-from workbench.sweep.tasks import ERROR_CRASH, ERROR_TIMEOUT, error_record
+from workbench.sweep.tasks import ERROR_CRASH, ERROR_TIMEOUT, NODE_CACHE, error_record
 from workbench.sweep.timeline import Timeline
 
 MISSING_RAY = (
@@ -153,7 +165,8 @@ class RayExecutor(Executor):
         self._target_source = "actor"  # where they came from: "driver", "environment" or "actor"
         self._target_checked = False  # a measuring actor reported its facts (and they were taken)
         self._compile_class = None
-        self._compilers: list = []  # compile-ahead actors, kept from run to run like the measuring ones
+        self._compilers: dict = {}  # node id -> its compile-ahead actors, kept from run to run
+        self._actor_nodes: dict = {}  # measuring actor -> the node it runs on (from its warm-up)
         self._warmed_compilers: list = []  # those asked to pay their first compile (warm_up)
         self.compile_ahead: dict = {}  # the last run's compile-ahead: workers, compiled, failed, busy_s
         self.timeline: dict = {}  # the last run's (and its warm-up's) events: see Timeline
@@ -196,9 +209,10 @@ class RayExecutor(Executor):
             for pool in self._pools.values():
                 for actor in list(pool.live):
                     self._retire(pool, actor)
-            for actor in self._compilers:
+            for actor in self._all_compilers():
                 kill_actor(self.ray, actor)
-        self._compilers, self._warmed_compilers = [], []
+        self._compilers, self._warmed_compilers = {}, []
+        self._actor_nodes.clear()
         self._pools.clear()
         if self._owns and self.ray.is_initialized():
             self.ray.shutdown()
@@ -226,7 +240,7 @@ class RayExecutor(Executor):
         self.slots = self._slots(device)
         self._plan_placement(device)
         pool = self._pool(device)
-        root = triton_cache_root()
+        root = self._cache_root()
         self._grow(pool, wanted if wanted is not None else self.slots, root, device)
         self._start_compilers(device, root)
         while pool.starting:
@@ -276,12 +290,32 @@ class RayExecutor(Executor):
             n = int(min(have // self.gpus_per_task, res.get("CPU", 0) // max(self.cpus_per_task, 1e-9)))
         return max(n, 1)
 
-    def _compile_worker_count(self, device: str) -> int:
+    def _cache_root(self) -> str:
+        """Where the workers keep their Triton cache: below the driver's own folder for an
+        embedded Ray (this host's workers), each node's own on a cluster (:data:`NODE_CACHE`)."""
+        return NODE_CACHE if self.address else triton_cache_root()
+
+    def _nodes(self, device: str) -> dict:
+        """The live nodes that can measure on ``device``: node id -> its resources."""
+        name = {"cpu": "CPU", "npu": "NPU"}.get(device, "GPU")
+        return {
+            node["NodeID"]: node["Resources"]
+            for node in self.ray.nodes()
+            if node.get("Alive") and node.get("Resources", {}).get(name, 0) > 0
+        }
+
+    def _compile_worker_count(self, device: str, resources: dict) -> int:
+        """Compile workers for a node with ``resources``: ``compile_workers`` as given, else on
+        cuda :func:`default_compile_workers` of the node's CPUs and measuring slots."""
         if self.compile_workers is not None:
             return max(0, int(self.compile_workers))
-        if device != "cuda" or self.address:
+        if device != "cuda":
             return 0
-        return default_compile_workers(int(self.ray.cluster_resources().get("CPU", 1)), self.slots)
+        slots = int(resources.get("GPU", 0) // max(self.gpus_per_task, 1e-9))
+        return default_compile_workers(int(resources.get("CPU", 1)), max(slots, 1))
+
+    def _all_compilers(self) -> list:
+        return [actor for actors in self._compilers.values() for actor in actors]
 
     # --- running --------------------------------------------------------------------------
     def run(self, tasks, cancel: threading.Event | None = None):
@@ -297,7 +331,7 @@ class RayExecutor(Executor):
         clock.open(warm=False)
         for actor in pool.idle:
             clock.idle(actor)
-        root = triton_cache_root()
+        root = self._cache_root()
         queue = Lanes([dataclasses.replace(t, triton_cache_root=root) for t in tasks], self.slots)
         # generator -> [task, started at (None until the worker says so), worker, actor]
         pending: dict = {}
@@ -310,11 +344,11 @@ class RayExecutor(Executor):
                 if not cancelled:
                     self._grow(pool, len(queue) + len(pending), root, device)  # replace retired actors
                 if ahead is not None and not cancelled:
-                    ahead.feed(queue.feed_order())
+                    ahead.feed(queue, self._actor_nodes)
                 for actor in list(pool.idle):
                     if not queue or cancelled:
                         break
-                    task = queue.take(actor, ahead)
+                    task = queue.take(actor, self._ahead_of(ahead, actor))
                     if task is None:  # its next ones are being compiled ahead: it waits for one
                         continue
                     pool.idle.remove(actor)
@@ -335,7 +369,7 @@ class RayExecutor(Executor):
                         actor = pool.starting[ref]
                         failed = self._warmed_up(pool, ref, ahead)
                         if failed is not None and queue:  # the configuration it would have run says why
-                            task = queue.take(actor, ahead, wait=False)
+                            task = queue.take(actor, self._ahead_of(ahead, actor), wait=False)
                             queue.release(actor)
                             yield as_queued(task), self._error(task, failed)
                         continue
@@ -397,7 +431,11 @@ class RayExecutor(Executor):
             pool.starting[actor.ready.remote(root, device, self.placement)] = actor
             self._clock.asked(actor)
 
-    def _warmed_up(self, pool: _Pool, ref, ahead: CompileAhead | None):
+    def _ahead_of(self, ahead: CompileAheadByNode | None, actor) -> CompileAhead | None:
+        """The compile-ahead of ``actor``'s node (None: none there, or none at all)."""
+        return ahead.for_node(self._actor_nodes.get(actor)) if ahead is not None else None
+
+    def _warmed_up(self, pool: _Pool, ref, ahead: CompileAheadByNode | None):
         """File an actor's finished warm-up: the actor is idle, and its device facts check the
         compile-ahead's target; None, or the RayError of a warm-up that failed (the actor is
         retired: a fresh one takes its place)."""
@@ -408,11 +446,12 @@ class RayExecutor(Executor):
             self._retire(pool, actor)
             return exc
         pool.idle.append(actor)
+        self._actor_nodes[actor] = (info.get("worker") or {}).get("node")
         self._clock.ready(actor, info.get("stamps"), info.get("cpus"))
         self._check_target(ahead, info.get("device"))
         return None
 
-    def _check_target(self, ahead: CompileAhead | None, facts: dict | None) -> None:
+    def _check_target(self, ahead: CompileAheadByNode | None, facts: dict | None) -> None:
         """The first measuring actor's device facts: kept for later runs, taken where the target
         was not known yet, and where they differ from the driver's (or the environment's) the
         compile-ahead switches to them. A ``compile_target`` given is used as given."""
@@ -431,9 +470,9 @@ class RayExecutor(Executor):
         elif ahead.facts != facts:
             ahead.retarget(facts)
 
-    def _compile_ahead(self, device: str, root: str) -> CompileAhead | None:
-        """This run's compile-ahead (None when it has no compile workers, or nothing to compile
-        for: the CPU without a ``compile_target``)."""
+    def _compile_ahead(self, device: str, root: str) -> CompileAheadByNode | None:
+        """This run's compile-ahead, a :class:`CompileAhead` per node (None when no node has
+        compile workers, or there is nothing to compile for: the CPU without a ``compile_target``)."""
         self.compile_ahead = {}
         if not self._start_compilers(device, root):
             return None
@@ -442,18 +481,36 @@ class RayExecutor(Executor):
             return None  # nothing to learn it from: the interpreter compiles nothing
         limit = self.timeout_s if self.timeout_s is not None else COMPILE_TIMEOUT_S
         self._warm_compilers(facts)  # not awaited: each worker's compiles queue behind it
-        return CompileAhead(self.ray, self._compilers, facts, limit, lambda: self._new_compiler(root), source)
+        return CompileAheadByNode(
+            {
+                node: CompileAhead(self.ray, workers, facts, limit, self._compiler_maker(root, node), source)
+                for node, workers in self._compilers.items()
+                if workers
+            }
+        )
+
+    def _compiler_maker(self, root: str, node):
+        return lambda: self._new_compiler(root, node)
 
     def _start_compilers(self, device: str, root: str) -> int:
-        """Start (or trim to) the compile workers ``device`` asks for; how many there are."""
-        count = self._compile_worker_count(device)
-        while len(self._compilers) < count:
-            self._compilers.append(self._new_compiler(root))
-        for actor in self._compilers[count:]:
-            kill_actor(self.ray, actor)
-        self._compilers = self._compilers[:count]
-        self._warmed_compilers = [w for w in self._warmed_compilers if w in self._compilers]
-        return count
+        """Start (or trim to) the compile workers each node that measures on ``device`` asks for,
+        placed on that node; how many there are in all."""
+        nodes = self._nodes(device)
+        for node in list(self._compilers):
+            if node not in nodes:  # gone from the cluster: its workers with it
+                for actor in self._compilers.pop(node):
+                    kill_actor(self.ray, actor)
+        for node, resources in nodes.items():
+            count = self._compile_worker_count(device, resources)
+            workers = self._compilers.setdefault(node, [])
+            while len(workers) < count:
+                workers.append(self._new_compiler(root, node))
+            for actor in workers[count:]:
+                kill_actor(self.ray, actor)
+            del workers[count:]
+        alive = self._all_compilers()
+        self._warmed_compilers = [w for w in self._warmed_compilers if w in alive]
+        return len(alive)
 
     def _warm_compilers(self, facts: dict | None) -> list:
         """Ask each compile worker not asked yet to pay its first compile for ``facts``
@@ -462,15 +519,19 @@ class RayExecutor(Executor):
         if facts is None:
             return []
         refs = []
-        for worker in self._compilers:
+        for worker in self._all_compilers():
             if worker not in self._warmed_compilers:
                 self._warmed_compilers.append(worker)
                 refs.append(worker.warm_up.remote(facts))
         return refs
 
-    def _new_compiler(self, root: str):
+    def _new_compiler(self, root: str, node):
+        """A compile worker on ``node`` (held there: it writes into that node's Triton cache)."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
         cpus = self.placement.compile if self.placement is not None else None
-        return self._compile_class.options(num_cpus=0, num_gpus=0).remote(root, cpus)
+        strategy = NodeAffinitySchedulingStrategy(node, soft=False)
+        return self._compile_class.options(num_cpus=0, num_gpus=0, scheduling_strategy=strategy).remote(root, cpus)
 
     def _known_target(self, device: str) -> tuple[dict | None, str]:
         """The facts to compile for and where they came from ("given", "driver", "environment",

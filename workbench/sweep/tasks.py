@@ -127,12 +127,32 @@ def make_task(
 
 
 def worker_info() -> dict:
-    """Where a task ran: host, pid, the GPUs this process may use."""
-    return {
+    """Where a task ran: host, pid, the GPUs this process may use, and in a Ray worker its node's
+    id (``node``: several nodes may share a host)."""
+    info = {
         "host": socket.gethostname(),
         "pid": os.getpid(),
         "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
     }
+    ray = sys.modules.get("ray")  # never imported for this: only a Ray worker has a node
+    if ray is not None:
+        try:
+            if ray.is_initialized():
+                info["node"] = ray.get_runtime_context().get_node_id()
+        except Exception:  # noqa: BLE001 - a partial Ray install: no node id
+            pass
+    return info
+
+
+# A task's ``triton_cache_root`` that names no folder: each worker's own node's, below the Triton
+# cache folder of its own environment (a cluster's nodes may share no disk).
+NODE_CACHE = "node"
+
+
+def node_triton_cache_root() -> str:
+    """The folder below which this node's workers share a Triton cache: ``workbench-workers``
+    below ``TRITON_CACHE_DIR`` (or Triton's default, ``~/.triton/cache``) as this process sees it."""
+    return str(Path(os.environ.get("TRITON_CACHE_DIR") or Path.home() / ".triton" / "cache") / "workbench-workers")
 
 
 def use_host_triton_cache(root: str | None) -> None:
@@ -140,9 +160,12 @@ def use_host_triton_cache(root: str | None) -> None:
     one. One folder per host, shared by the measuring workers and the compile-ahead processes
     there: what a compile-ahead writes is what a measuring worker's first call finds (Triton
     writes each file under a temporary name and renames it, so concurrent writers are safe).
-    Triton reads the variable when it compiles."""
+    Triton reads the variable when it compiles. ``root`` :data:`NODE_CACHE`: below this node's own
+    (:func:`node_triton_cache_root`)."""
     if not root or os.environ.get("WORKBENCH_TRITON_CACHE_SET"):
         return
+    if root == NODE_CACHE:
+        root = node_triton_cache_root()
     path = Path(root) / socket.gethostname()
     path.mkdir(parents=True, exist_ok=True)
     os.environ["TRITON_CACHE_DIR"] = str(path)
