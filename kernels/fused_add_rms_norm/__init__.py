@@ -12,7 +12,8 @@ means ``y = s * rstd``.
 ``impl="gpu"`` runs :mod:`.gpu` (whole-row tiles), ``impl="npu"`` runs :mod:`.npu` (grid = cores,
 untiled or chunked), ``impl="auto"`` picks the NPU kernels on an NPU and the GPU kernels
 elsewhere (the CPU runs either in the Triton interpreter). Tile overrides are keyword
-arguments: ``BLOCK_SIZE``, ``BLOCK_SIZE_M``, ``num_warps``, ``GRID`` for the GPU kernels;
+arguments: ``BLOCK_SIZE``, ``BLOCK_SIZE_M``, ``num_warps``, ``GRID``, ``DW_REDUCE``, ``BWD_ROWS``,
+``BWD_WARPS``, ``BWD_PREFETCH``, ``BWD_RELOAD_W`` for the GPU kernels;
 ``strategy``, ``CHUNK_THRESHOLD``, ``BLOCK_SIZE_M``, ``BLOCK_SIZE_N``, ``GRID``, ``USE_WHERE``
 for the NPU kernels. Under torch.compile the call is the registered op of :mod:`.ops`.
 """

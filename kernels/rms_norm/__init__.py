@@ -7,10 +7,15 @@
 untiled or chunked), ``impl="auto"`` picks the NPU kernels on an NPU and the GPU kernels
 elsewhere (the CPU runs either in the Triton interpreter). Tile overrides are keyword
 arguments: ``BLOCK_SIZE``, ``BLOCK_SIZE_M``, ``num_warps``, ``GRID``, ``BWD_CHUNK``, ``DW_REDUCE``,
-``BWD_WIDE`` for the GPU kernels;
+``BWD_WIDE``, ``BWD_ROWS``, ``BWD_WARPS``, ``BWD_PREFETCH``, ``BWD_RELOAD_W`` for the GPU kernels;
 ``strategy``, ``CHUNK_THRESHOLD``, ``BLOCK_SIZE_M``, ``BLOCK_SIZE_N``, ``GRID``, ``USE_WHERE``
 for the NPU kernels. ``in_place=True`` lets the backward write dx over the incoming gradient
 (eager only). Under torch.compile the call is the registered op of :mod:`.ops`.
+
+On CUDA a call keeps a plan per layout (``_EAGER``, ``_BACKWARD`` below): after the first call
+of a layout, the forward's launch (and in a training step the whole-row backward's) is a replay
+from the tensors' addresses (:func:`kernels.fast_launch.replay_of`), skipping the checks and
+Triton's launch.
 """
 
 from __future__ import annotations
