@@ -224,7 +224,8 @@ class CompileAheadByNode:
         return {node: ahead.finish() for node, ahead in self.by_node.items()}
 
     def summary(self) -> dict:
-        """The nodes' summaries added up (``nodes``: how many had compile workers)."""
+        """The nodes' summaries added up (``nodes``: how many had compile workers;
+        ``compiled_by_node``: what each node's compiled)."""
         parts = [ahead.summary() for ahead in self.by_node.values()]
         total = {key: sum(part[key] for part in parts) for key in ("workers", "compiled", "failed", "measured_after")}
         total["busy_s"] = sum(part["busy_s"] for part in parts)
@@ -232,6 +233,7 @@ class CompileAheadByNode:
         total["target"] = parts[0]["target"] if parts else None
         total["retargeted"] = any(part["retargeted"] for part in parts)
         total["nodes"] = len(parts)
+        total["compiled_by_node"] = {node: part["compiled"] for node, part in zip(self.by_node, parts)}
         return total
 
 
