@@ -588,10 +588,6 @@ def resolve_tiles(
         # Row programs x column chunks: about two programs per core in all.
         GRID = min(GRID, max(1, 2 * num_cores // cdiv(n_cols, chunk)))
     return GpuTiles(
-            BLOCK_SIZE, BLOCK_SIZE_M, num_warps, GRID, chunk, bwd_warps, DW_REDUCE, bwd_rows, BWD_WIDE, BWD_PREFETCH,
-            BWD_RELOAD_W,
-        )  # fmt: skip
-    return GpuTiles(
         BLOCK_SIZE, BLOCK_SIZE_M, num_warps, min(GRID, n_tiles), chunk, bwd_warps, DW_REDUCE, bwd_rows, BWD_WIDE,
         BWD_PREFETCH, BWD_RELOAD_W,
     )  # fmt: skip
