@@ -12,9 +12,10 @@ rows the ``columns`` form's chunks.
 Times are medians of the kernels' device time (``torch.profiler``, L2 cleared before each call;
 30 calls). Each form's registers and spills are printed beside its time. Each form's dx and dw are compared with the
 default tiles' (a form that is fast and wrong is reported as wrong). Percentages are of the copy
-bandwidth measured in the same process (read + write of a 512 MiB buffer).
+bandwidth the measuring tool uses (``Device.copy_bandwidth_gbps``: a 512 MiB copy, kept per device
+per host).
 
-Prints, per size, the default, the best five and the forward+backward's share of copy bandwidth
+Prints, per size, the default, the best six and the forward+backward's share of copy bandwidth
 with the best backward; writes ``norm_backward_sweep.json``.
 """
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -34,34 +36,20 @@ import torch  # noqa: E402
 from kernels.fused_add_rms_norm import gpu as fused_gpu  # noqa: E402
 from kernels.launch import recording  # noqa: E402
 from kernels.rms_norm import gpu  # noqa: E402
+from workbench.device import get_device  # noqa: E402
 from workbench.timing import ProfilerKernelSampler  # noqa: E402
 
 HIDDEN = {
     "rms_norm": (1024, 2048, 4096, 8192, 16384, 32768),
     "fused_add_rms_norm": (512, 1024, 2048, 4096, 8192, 16384),
 }
-_FLUSH: list = []
 
 
-def flush_l2() -> None:
-    if not _FLUSH:
-        _FLUSH.append(torch.empty(256 * 2**20, dtype=torch.int8, device="cuda"))
-    _FLUSH[0].zero_()
-
-
-def median_us(fn) -> float:
+def median_us(fn, device) -> float:
     """Median device time of one call's kernels (profiler, L2 flushed before each call), 30 calls."""
     fn()
-    sampler = ProfilerKernelSampler(fn, calls=10, flush=flush_l2)
-    samples = sorted(ms for _ in range(3) for ms in sampler.sample())
-    return samples[len(samples) // 2] * 1e3
-
-
-def copy_bandwidth_gbps() -> float:
-    src = torch.empty(256 * 2**20, dtype=torch.int16, device="cuda")
-    dst = torch.empty_like(src)
-    t = median_us(lambda: dst.copy_(src))
-    return 2 * src.numel() * 2 / t / 1e3
+    sampler = ProfilerKernelSampler(fn, calls=10, flush=device.flush_l2)
+    return statistics.median(ms for _ in range(3) for ms in sampler.sample()) * 1e3
 
 
 def compiled_facts(launches) -> str:
@@ -111,7 +99,8 @@ def wide_configs(hidden: int, forms):
             }
 
 
-def sweep_size(family: str, hidden: int, n_rows: int, n_cores: int, deadline: float, bw: float, forms) -> dict:
+def sweep_size(family: str, hidden: int, n_rows: int, device, deadline: float, bw: float, forms) -> dict:
+    n_cores = device.num_cores
     gen = torch.Generator(device="cuda").manual_seed(hidden)
     x = torch.randn(n_rows, hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
     r = torch.randn_like(x) if family == "fused_add_rms_norm" else None
@@ -125,7 +114,7 @@ def sweep_size(family: str, hidden: int, n_rows: int, n_cores: int, deadline: fl
     else:
         forward = lambda: gpu.rms_norm_forward(x, w, 1e-6, 0.0, "llama", base)  # noqa: E731
         v, (_, rstd) = x, forward()
-    fwd_us = median_us(forward)
+    fwd_us = median_us(forward, device)
     e = x.element_size()
     fwd_bytes = ((4 if r is not None else 2) * x.numel() + hidden) * e
     bwd_bytes = ((4 if r is not None else 3) * x.numel() + 2 * hidden) * e
@@ -137,7 +126,7 @@ def sweep_size(family: str, hidden: int, n_rows: int, n_cores: int, deadline: fl
         floor = lambda: torch.add(torch.add(v, dy), ds, out=out)  # noqa: E731
     else:
         floor = lambda: torch.add(v, dy, out=out)  # noqa: E731
-    floor_us = median_us(floor)
+    floor_us = median_us(floor, device)
 
     configs = [{}] + (list(whole_row_configs(hidden, n_cores)) if "whole" in forms else [])
     if r is None and hidden > 4096:
@@ -159,7 +148,7 @@ def sweep_size(family: str, hidden: int, n_rows: int, n_cores: int, deadline: fl
                 torch.allclose(dx.float(), ref_dx.float(), atol=2e-2, rtol=2e-2)
                 and torch.allclose(dw.float(), ref_dw.float(), atol=0.5, rtol=2e-2)
             )
-            t = median_us(call)
+            t = median_us(call, device)
         except Exception as exc:  # a tile that cannot compile or run is a finding, not a crash
             rows.append({"config": cfg, "error": f"{type(exc).__name__}: {str(exc)[:160]}"})
             continue
@@ -210,9 +199,9 @@ def main(argv=None) -> int:
         print("norm_backward_sweep.py needs a CUDA GPU", file=sys.stderr)
         return 2
     start = time.time()
-    n_cores = torch.cuda.get_device_properties(0).multi_processor_count
-    bw = copy_bandwidth_gbps()
-    print(f"{torch.cuda.get_device_name(0)}: copy bandwidth {bw:.0f} GB/s, {n_cores} SMs")
+    device = get_device("cuda")
+    bw = device.copy_bandwidth_gbps()  # the measuring tool's figure (kept per device per host)
+    print(f"{device.name}: copy bandwidth {bw:.0f} GB/s, {device.num_cores} SMs")
     sizes = [(f, h) for f in args.family.split(",") for h in HIDDEN[f]]
     if args.hidden:
         wanted = {int(h) for h in args.hidden.split(",")}
@@ -221,7 +210,7 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     for i, (family, hidden) in enumerate(sizes):
         deadline = time.time() + (start + args.budget - time.time()) / (len(sizes) - i)
-        results.append(sweep_size(family, hidden, args.rows, n_cores, deadline, bw, args.forms.split(",")))
+        results.append(sweep_size(family, hidden, args.rows, device, deadline, bw, args.forms.split(",")))
         (args.out / f"{args.name}.json").write_text(json.dumps({"copy_bw_gbps": bw, "sizes": results}, indent=1))
     return 0
 

@@ -50,33 +50,31 @@ def tile_items(tiles: dict) -> tuple:
 
 
 def eager_plans() -> dict:
-    """A family's eager plans: per layout of a call without gradients, ``(replay, rstd rows,
-    device)`` or False where the launch has no replay. Emptied when a tuned table is installed
-    ("auto" tiles may change) and when the fast launch is reset (its replays are retired, and a
-    layout planned while it was off plans again)."""
+    """A family's plans per call layout (a replay of its launch, or False where it has none).
+    Emptied when a tuned table is installed ("auto" tiles may change) and when the fast launch is
+    reset (its replays are retired, and a layout planned while it was off plans again)."""
     plans: dict = {}
     tuned_tables.on_reload(plans.clear)
     fast_launch.on_reset(plans.clear)
     return plans
 
 
+def remember_plan(plans: dict, key, make_plan) -> None:
+    """Keep ``make_plan()`` (or False where it gives none) as the plan of ``key``; a recorded or
+    compile-only call plans nothing, so the next call plans."""
+    if observed():
+        return
+    if len(plans) >= MAX_PLANS:
+        plans.clear()
+    plans[key] = make_plan() or False
+
+
 def remember_replay(plans: dict, key, make_replay, rstd) -> None:
-    """Keep the replay ``make_replay()`` gives (or False) as the plan of ``key``, with what the
-    replayed call allocates for ``rstd``; a recorded or compile-only call plans nothing, so the
-    next call plans."""
-    if observed():
-        return
-    if len(plans) >= MAX_PLANS:
-        plans.clear()
-    replay = make_replay()
-    plans[key] = (replay, rstd.shape[0], rstd.device) if replay else False
+    """:func:`remember_plan` of a forward's replay, with what the replayed call allocates for
+    ``rstd``: ``(replay, rstd rows, device)``."""
 
+    def plan():
+        replay = make_replay()
+        return (replay, rstd.shape[0], rstd.device) if replay else False
 
-def remember_backward_replay(plans: dict, key, make_replay) -> None:
-    """Keep the replay ``make_replay()`` gives (or False) as the backward plan of ``key``; a
-    recorded or compile-only call plans nothing, so the next call plans."""
-    if observed():
-        return
-    if len(plans) >= MAX_PLANS:
-        plans.clear()
-    plans[key] = make_replay() or False
+    remember_plan(plans, key, plan)

@@ -24,7 +24,7 @@ import functools
 
 import torch
 
-from kernels.plans import cached_plan, eager_plans, remember_backward_replay, remember_replay, tile_items
+from kernels.plans import cached_plan, eager_plans, remember_plan, remember_replay, tile_items
 from kernels.rms_norm import gpu, npu
 from kernels.rms_norm.reference import CASTING_MODES, rms_norm_reference
 from kernels.torch_ops import encode_tiles
@@ -97,9 +97,10 @@ class _RMSNormFunction(torch.autograd.Function):
     # replays the layout's launch (or plans it), and the backward keeps a plan of its own.
     @staticmethod
     def forward(ctx, x, weight, config, planned):
-        y = _planned_forward(x, weight, planned) if planned is not None and planned[1] else None
-        if y is not None:
-            y, x2d, rstd = y
+        replayed = _replayed_forward(x, weight, *planned) if planned is not None and planned[1] else None
+        if replayed is not None:
+            y, rstd = replayed
+            x2d = x if x.dim() == 2 else x.view(-1, x.shape[-1])
         else:
             y, x2d, rstd = _forward(x, weight, config)
             if planned is not None and planned[1] is None:
@@ -123,7 +124,7 @@ class _RMSNormFunction(torch.autograd.Function):
             key = (config, x2d.shape, x2d.dtype, x2d.get_device(), weight is None, dy2d.dtype, dy2d.is_contiguous())
             plan = _BACKWARD.get(key)
             if plan:
-                grads = _planned_backward(plan, dy2d, x2d, weight, rstd, in_place)
+                grads = gpu.rms_norm_backward_replayed(plan, dy2d, x2d, weight, rstd, in_place)
                 if grads is not None:
                     dx, dw = grads
                     return (dx if flat else dx.view(shape)), dw, None, None
@@ -134,18 +135,19 @@ class _RMSNormFunction(torch.autograd.Function):
             make = functools.partial(
                 gpu.rms_norm_backward_replay, dy2d, x2d, weight, rstd, dx, dw, offset, casting_mode, resolved
             )
-            remember_backward_replay(_BACKWARD, key, make)
+            remember_plan(_BACKWARD, key, make)
         return (dx if flat else dx.view(shape)), dw, None, None
 
 
-def _planned_forward(x, weight, planned):
-    """(y, x as rows, rstd) through the layout's replay, or None when it refuses (plan dropped)."""
-    key, (replay, rows, device) = planned
+def _replayed_forward(x, weight, key, plan):
+    """``(y, rstd)`` through the layout's replay, or None when it refuses (the plan is dropped:
+    the next call plans again)."""
+    replay, rows, device = plan
     y = torch.empty_like(x)
-    rstd = torch.empty(rows, dtype=torch.float32, device=device)
+    rstd = torch.empty(rows, dtype=torch.float32, device=device)  # the kernel stores it
     x_address = x.data_ptr()
     if replay(y.data_ptr(), x_address, x_address if weight is None else weight.data_ptr(), rstd.data_ptr()):
-        return y, (x if x.dim() == 2 else x.view(-1, x.shape[-1])), rstd
+        return y, rstd
     _EAGER.pop(key, None)
     return None
 
@@ -158,30 +160,6 @@ def _plan_forward(x, x2d, weight, y, rstd, config, key):
         return
     replay = functools.partial(gpu.rms_norm_forward_replay, x2d, weight, y, rstd, eps, offset, casting_mode, resolved)
     remember_replay(_EAGER, key, replay, rstd)
-
-
-def _planned_backward(replay, dy2d, x2d, weight, rstd, in_place):
-    """(dx, dw) through the backward's replay (whole rows, atomic dw, a contiguous dy), or None
-    when it refuses."""
-    dx = dy2d if in_place else torch.empty_like(x2d)
-    dy_address, rstd_address = dy2d.data_ptr(), rstd.data_ptr()
-    if weight is None:
-        dw, w_address, dw32_address, dw_address, counter_address = (
-            None,
-            x2d.data_ptr(),
-            rstd_address,
-            rstd_address,
-            rstd_address,
-        )
-    else:
-        dw = torch.empty_like(weight)
-        n_cols = x2d.shape[1]
-        dw32_address = gpu.dw_accumulator(weight, n_cols).data_ptr()
-        w_address, dw_address, counter_address = weight.data_ptr(), dw.data_ptr(), dw32_address + 4 * n_cols
-    if replay(dx.data_ptr(), dy_address, dy_address, x2d.data_ptr(), w_address, rstd_address, rstd_address,
-              dw32_address, dw_address, counter_address):  # fmt: skip
-        return dx, dw
-    return None
 
 
 _PLANS: dict = {}
@@ -238,14 +216,10 @@ def rms_norm(
         eager_key = None
     if eager_key is not None and not grads:
         if plan:
-            replay, rows, device = plan
-            y = torch.empty_like(x)
-            rstd = torch.empty(rows, dtype=torch.float32, device=device)  # the kernel stores it: unread here
-            w_address = x_address if weight is None else weight.data_ptr()
-            if replay(y.data_ptr(), x_address, w_address, rstd.data_ptr()):
-                return y
-            del _EAGER[eager_key]  # retired or paused: plan again on the next call
-            eager_key = None
+            replayed = _replayed_forward(x, weight, eager_key, plan)
+            if replayed is not None:
+                return replayed[0]
+            eager_key = None  # retired or paused: planned again on the next call
         elif plan is False:
             eager_key = None
     settings = (type(eps), eps, type(offset), offset, casting_mode, in_place, impl, tile_items(tiles))

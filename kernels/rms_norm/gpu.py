@@ -629,39 +629,31 @@ def forward_options(casting_mode, weight, tiles: GpuTiles) -> dict:
     }
 
 
-# Zero-filled fp32 buffers kept between backwards, one per purpose, device and stream: the dw
-# accumulator (dw, then the programs' counter). The kernels leave what they used zero
-# (_finish_dw), so a buffer is zero whenever the next backward on that stream starts. A fresh
-# torch.zeros per call costs a fill launch (9-12 us of host time on the H100 host, a quarter of
-# the backward's own).
-_KEPT_ZEROS: dict[tuple, torch.Tensor] = {}
-_MAX_KEPT = 64  # streams come and go; past this many, start over
-
-
-def kept_zeros(purpose: str, like: torch.Tensor, n: int) -> torch.Tensor:
-    """fp32 zeros on ``like``'s device, at least ``n`` long, kept for ``purpose`` on the current
-    stream; the kernel that uses them must leave them zero.
-
-    Fresh zeros instead of the kept buffer while a CUDA graph is captured (memory taken during a
-    capture belongs to the graph's pool) and for the stand-in tensors torch.compile traces with."""
-    device = like.device
-    cuda = device.type == "cuda"
-    if type(like) is not torch.Tensor or (cuda and torch.cuda.is_current_stream_capturing()):
-        return torch.zeros(n, dtype=torch.float32, device=device)
-    stream = current_stream_handle(device.index) if cuda else None
-    key = (purpose, device.type, device.index, stream)
-    buffer = _KEPT_ZEROS.get(key)
-    if buffer is None or buffer.numel() < n:
-        if len(_KEPT_ZEROS) >= _MAX_KEPT:
-            _KEPT_ZEROS.clear()
-        buffer = _KEPT_ZEROS[key] = torch.zeros(n, dtype=torch.float32, device=device)
-    return buffer
+# Zero-filled fp32 dw accumulators (dw, then the programs' counter) kept between backwards, one
+# per device and stream: the kernel's last program clears what it used (_finish_dw), so the
+# buffer is zero whenever the next backward on that stream starts. A fresh torch.zeros per call
+# costs a fill launch (9-12 us of host time on the H100 host, a quarter of the backward's own).
+_ACCUMULATORS: dict[tuple, torch.Tensor] = {}
+_MAX_ACCUMULATORS = 64  # streams come and go; past this many, start over
 
 
 def dw_accumulator(weight: torch.Tensor, n_cols: int) -> torch.Tensor:
     """fp32 zeros, at least ``n_cols + 1`` long, for the atomic dw reduction: the kernel adds
-    into ``[:n_cols]``, counts finished programs in ``[n_cols]`` and leaves both zero."""
-    return kept_zeros("dw", weight, n_cols + 1)
+    into ``[:n_cols]``, counts finished programs in ``[n_cols]`` and leaves both zero.
+
+    Fresh zeros instead of the kept buffer while a CUDA graph is captured (memory taken during a
+    capture belongs to the graph's pool) and for the stand-in tensors torch.compile traces with."""
+    device = weight.device
+    cuda = device.type == "cuda"
+    if type(weight) is not torch.Tensor or (cuda and torch.cuda.is_current_stream_capturing()):
+        return torch.zeros(n_cols + 1, dtype=torch.float32, device=device)
+    key = (device.index, current_stream_handle(device.index)) if cuda else (device.type, device.index)
+    buffer = _ACCUMULATORS.get(key)
+    if buffer is None or buffer.numel() <= n_cols:
+        if len(_ACCUMULATORS) >= _MAX_ACCUMULATORS:
+            _ACCUMULATORS.clear()
+        buffer = _ACCUMULATORS[key] = torch.zeros(n_cols + 1, dtype=torch.float32, device=device)
+    return buffer
 
 
 class DwOutputs:
@@ -811,12 +803,9 @@ def _whole_row_backward_launch(dx, dy2d, ds2d, x2d, weight, rstd, dw_pointers, o
 
 def rms_norm_backward_replay(dy2d, x2d, weight, rstd, dx, dw, offset, casting_mode, tiles: GpuTiles, ds2d=None):
     """After ``rms_norm_backward(dy2d, x2d, weight, rstd, ...)`` returned ``dx, dw`` through the
-    whole-row kernel with the atomic dw reduction: its launch again as a replay of the addresses
-    ``(dx, dy, ds, x, w, rstd, rstd, dw32, dw, counter)`` (ds is dy's without a residual
-    gradient, w x's without a weight; with a weight dw32 is :func:`dw_accumulator`'s buffer and
-    the counter the fp32 word after its first ``hidden`` ones, else rstd stands in for all three),
-    for a training step's plan; None where the backward took another form, or has no replay
-    (:func:`kernels.launch.replay_of`)."""
+    whole-row kernel with the atomic dw reduction: its launch again as a replay, for a training
+    step's plan (:func:`rms_norm_backward_replayed` calls it); None where the backward took
+    another form, or has no replay (:func:`kernels.launch.replay_of`)."""
     if tiles.BWD_CHUNK or tiles.DW_REDUCE != "atomic" or not dy2d.is_contiguous():
         return None
     n_cols = x2d.shape[1]
@@ -829,6 +818,27 @@ def rms_norm_backward_replay(dy2d, x2d, weight, rstd, dx, dw, offset, casting_mo
         dx, dy2d, ds2d, x2d, weight, rstd, dw_pointers, offset, casting_mode, tiles
     )
     return replay_of(_rms_norm_backward_kernel, x2d, grid, *args, **kwargs)
+
+
+def rms_norm_backward_replayed(replay, dy2d, x2d, weight, rstd, in_place=False):
+    """``(dx, dw)`` by a replay from :func:`rms_norm_backward_replay` of the same layout (a
+    contiguous dy), allocating what :func:`rms_norm_backward` allocates; None when the replay
+    refuses. Its addresses, in the kernel's order: dx, dy, dy again for ds, x, w (x's without a
+    weight), rstd, rstd for the unused partial sums, then the kept fp32 dw, dw and the counter
+    after the fp32 dw's ``hidden`` words (rstd for all three without a weight)."""
+    dx = dy2d if in_place else torch.empty_like(x2d)
+    dy, r = dy2d.data_ptr(), rstd.data_ptr()
+    if weight is None:
+        dw, w, dw32, dw_address, counter = None, x2d.data_ptr(), r, r, r
+    else:
+        n_cols = x2d.shape[1]
+        dw = torch.empty_like(weight)
+        w, dw_address = weight.data_ptr(), dw.data_ptr()
+        dw32 = dw_accumulator(weight, n_cols).data_ptr()
+        counter = dw32 + 4 * n_cols
+    if replay(dx.data_ptr(), dy, dy, x2d.data_ptr(), w, r, r, dw32, dw_address, counter):
+        return dx, dw
+    return None
 
 
 def tiles_for(x: torch.Tensor, **tiles) -> GpuTiles:

@@ -112,6 +112,11 @@ def triton_cache_root() -> str:
     return str(Path(base) / "workbench-workers")
 
 
+def _measuring_resource(device: str) -> str:
+    """The Ray resource a measuring actor on ``device`` holds: CPU (the interpreter), NPU or GPU."""
+    return {"cpu": "CPU", "npu": "NPU"}.get(device, "GPU")
+
+
 @dataclasses.dataclass
 class _Pool:
     """The actors holding one kind of resources (``options``): all of them, those still warming
@@ -280,7 +285,7 @@ class RayExecutor(Executor):
         if device == "cpu":
             n = int(res.get("CPU", 0) // max(self.cpus_per_task, 1e-9))
         else:
-            name = "GPU" if device != "npu" else "NPU"
+            name = _measuring_resource(device)
             have = res.get(name, 0)
             if not have:
                 raise ValueError(
@@ -297,7 +302,7 @@ class RayExecutor(Executor):
 
     def _nodes(self, device: str) -> dict:
         """The live nodes that can measure on ``device``: node id -> its resources."""
-        name = {"cpu": "CPU", "npu": "NPU"}.get(device, "GPU")
+        name = _measuring_resource(device)
         return {
             node["NodeID"]: node["Resources"]
             for node in self.ray.nodes()
