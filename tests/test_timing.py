@@ -346,3 +346,21 @@ def test_measure_many_refuses_an_unknown_l2_state():
 
     with pytest.raises(ValueError, match="use one of cold, warm"):
         measure_many("rms_norm", [dict(variant="gpu_row")], device="cpu", quick=True, l2="lukewarm")
+
+
+def test_the_profilers_first_session_runs_once_in_the_background_and_is_waited_for():
+    from workbench.timing import ProfilerStart
+
+    start = ProfilerStart()
+    assert start.facts() is None and start.wait() == 0.0  # never begun: nothing to wait for
+    start.begin()
+    thread = start._thread
+    start.begin()  # once per process: a second begin starts nothing
+    assert start._thread is thread
+    start.wait()
+    facts = start.facts()
+    assert not thread.is_alive()
+    assert facts["begun"] <= facts["ended"] and facts["waited_s"] >= 0.0
+    # a CPU-only torch may refuse a CUDA session: the error is kept for the first timing to meet again
+    assert facts["error"] is None or isinstance(facts["error"], str)
+    assert start.wait() == 0.0
