@@ -308,6 +308,7 @@ ACTOR_STEPS = (
     "warm_state",
     "warm_flush",
     "warm_copy_bandwidth",
+    "warm_profiler",
     "warm_first_compile",
     "warmed",
     "seen",
@@ -322,10 +323,8 @@ def timeline_summary(warm_up: dict, run: dict) -> dict:
     - ``actors``: per measuring actor, each step of its start after the one before (``asked`` by
       the driver -> actor ``init`` -> ``imported`` -> ``device`` started -> the warm-up's steps
       ``warm_*`` -> ``warmed`` -> ``seen`` ready by the driver); ``process_at`` (its process's
-      start: Ray may have started it before it was asked for), ``asked_at``, ``ready_at``,
-      ``first_task_at`` and, on cuda, ``profiler_begun_at`` / ``profiler_ended_at`` (its first
-      profiler session, in a thread of its own from the warm-up on), from the sweep's start
-      (negative: before it, in the warm-up); ``cpus``;
+      start: Ray may have started it before it was asked for), ``asked_at``, ``ready_at`` and
+      ``first_task_at``, from the sweep's start (negative: before it, in the warm-up); ``cpus``;
     - ``tasks``: per actor, configurations run, ``busy`` (started -> record arrived, summed),
       ``median_task``, ``waiting`` (free -> given its next configuration: the driver's turn-around
       and any wait for a compile-ahead, summed), ``dispatch`` (given -> started, summed) and
@@ -350,7 +349,7 @@ def timeline_summary(warm_up: dict, run: dict) -> dict:
                 "steps": steps,
                 **{
                     f"{name}_at": round(entry[name] - begun, 3) if entry.get(name) else None
-                    for name in ("process", "asked", "profiler_begun", "profiler_ended")
+                    for name in ("process", "asked")
                 },
                 "cpus": entry.get("cpus"),
                 "ready_at": round(entry["seen"] - begun, 3) if entry.get("seen") else None,
@@ -388,14 +387,10 @@ def describe_where(where: dict) -> list[str]:
         first = a["first_task_at"]
         process = a.get("process_at")
         cpus = a.get("cpus")
-        begun, ended = a.get("profiler_begun_at"), a.get("profiler_ended_at")
-        profiler = ""
-        if begun is not None:
-            profiler = f"; profiler's first session from {begun:.2f} s to {'-' if ended is None else f'{ended:.2f} s'}"
         lines.append(
             f"actor {a['actor']} start: process at {'-' if process is None else f'{process:.2f} s'}, "
             f"asked at {a['asked_at']:.2f} s, {steps}; ready at {a['ready_at']:.2f} s, "
-            f"first configuration at {'-' if first is None else f'{first:.2f} s'}{profiler}"
+            f"first configuration at {'-' if first is None else f'{first:.2f} s'}"
             f"{f'; on CPUs {cpus}' if cpus else ''}"
         )
     for t in where.get("tasks") or []:

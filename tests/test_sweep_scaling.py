@@ -37,7 +37,7 @@ def test_timeline_summary_steps_and_per_actor_times(scaling):
         "begun": 100.0,
         "actors": [
             {"actor": 1, "asked": 100.0, "process": 100.2, "init": 100.7, "imported": 103.0, "device": 103.5,
-             "warmed": 104.0, "seen": 104.1, "profiler_begun": 102.0, "profiler_ended": 106.5},
+             "warmed": 104.0, "seen": 104.1},
         ],
         "tasks": [
             {"actor": 0, "idle": 100.0, "sent": 100.01, "started": 100.02, "arrived": 100.32},
@@ -63,28 +63,6 @@ def test_timeline_summary_steps_and_per_actor_times(scaling):
     assert one["n"] == 1 and one["waiting"] == pytest.approx(0.1) and one["last_at"] == pytest.approx(4.61)
     text = "\n".join(scaling.describe_where(where))
     assert "actor 1 start: process at 0.20 s, asked at 0.00 s" in text and "3 configurations, busy 0.5 s" in text
-    assert second["profiler_begun_at"] == pytest.approx(2.0) and second["profiler_ended_at"] == pytest.approx(6.5)
-    assert first["profiler_begun_at"] is None  # none recorded: none shown
-    assert "profiler's first session from 2.00 s to 6.50 s" in text
-    assert text.count("profiler's first session") == 1
-
-
-def test_timeline_keeps_the_profiler_start_of_actors_asked_for_in_it():
-    from workbench.sweep.timeline import Timeline
-
-    clock = Timeline()
-    clock.open(warm=False)
-    asked, earlier = object(), object()
-    clock._number(earlier)  # an actor of an earlier warm-up: not asked for in this run
-    clock.asked(asked)
-    clock.sent("call-1", asked, 1.0)
-    clock.started("call-1", 1.1, {"begun": 0.5, "ended": None})
-    clock.sent("call-2", earlier, 1.0)
-    clock.started("call-2", 1.2, {"begun": 0.2, "ended": 3.0})
-    clock.profiler(asked, {"begun": 0.5, "ended": 4.0})
-    actors = clock.close()["actors"]
-    assert len(actors) == 1  # the earlier actor gets no entry of half a start
-    assert (actors[0]["profiler_begun"], actors[0]["profiler_ended"]) == (0.5, 4.0)
 
 
 def test_no_timeline_gives_no_summary(scaling):

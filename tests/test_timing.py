@@ -291,6 +291,16 @@ def test_an_uncapturable_call_is_timed_by_the_profiler():
     assert est.median > 0
 
 
+@pytest.mark.gpu
+def test_kernel_timings_after_the_profiler_was_started_in_a_warm_up():
+    timing.start_profiler()  # as a measuring actor's warm-up does (or nothing, if a session ran)
+    assert timing.start_profiler() is False
+    x = torch.randn(1 << 22, device="cuda")
+    y = torch.empty_like(x)
+    sampler, note = timing.kernel_sampler(lambda: y.copy_(x), flush=get_device("cuda").flush_l2)
+    assert note == "" and min(sampler.sample()) > 0
+
+
 def test_a_converged_timing_stops_for_every_variant_and_leaves_the_budget_to_the_others():
     """Kernel samplers of A and B converge; call samplers never do: the kernel group stops
     (for both at once, with equal trials) and the call group alone uses the rest of the budget."""
@@ -348,19 +358,23 @@ def test_measure_many_refuses_an_unknown_l2_state():
         measure_many("rms_norm", [dict(variant="gpu_row")], device="cpu", quick=True, l2="lukewarm")
 
 
-def test_the_profilers_first_session_runs_once_in_the_background_and_is_waited_for():
-    from workbench.timing import ProfilerStart
+def test_the_profiler_is_started_once_per_process(monkeypatch):
+    """The session itself needs CUDA (the GPU tests run it); here, that it runs once."""
+    import contextlib
 
-    start = ProfilerStart()
-    assert start.facts() is None and start.wait() == 0.0  # never begun: nothing to wait for
-    start.begin()
-    thread = start._thread
-    start.begin()  # once per process: a second begin starts nothing
-    assert start._thread is thread
-    start.wait()
-    facts = start.facts()
-    assert not thread.is_alive()
-    assert facts["begun"] <= facts["ended"] and facts["waited_s"] >= 0.0
-    # a CPU-only torch may refuse a CUDA session: the error is kept for the first timing to meet again
-    assert facts["error"] is None or isinstance(facts["error"], str)
-    assert start.wait() == 0.0
+    import torch.profiler
+
+    import workbench.timing as timing
+
+    sessions = []
+
+    @contextlib.contextmanager
+    def session(activities):
+        sessions.append(activities)
+        yield
+
+    monkeypatch.setattr(torch.profiler, "profile", session)
+    monkeypatch.setattr(timing, "_PROFILER_STARTED", False)
+    assert timing.start_profiler() is True
+    assert timing.start_profiler() is False  # the second costs nothing
+    assert sessions == [[torch.profiler.ProfilerActivity.CUDA]]

@@ -124,8 +124,6 @@ class Device(DeviceInfo):
         :meth:`samplers`. Returns, per key, the estimates by timing name, plus ``"note"`` where
         the kernel timing had to fall back.
         """
-        if self.kind == "cuda":  # a profiler session begun in the background must not overlap any timing
-            timing.profiler_start().wait()
         samplers, notes = {}, {}
         for key, fn in fns.items():
             per_fn, notes[key] = self.samplers(fn, which, l2)

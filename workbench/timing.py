@@ -428,7 +428,6 @@ class ProfilerKernelSampler:
         from torch.autograd import DeviceType
         from torch.profiler import ProfilerActivity, profile
 
-        _PROFILER_START.wait()  # two sessions at once would share one trace
         torch.cuda.synchronize()
         with warnings.catch_warnings():
             # torch warns (once, as a session starts) that its events are cleared at its end: here
@@ -440,6 +439,8 @@ class ProfilerKernelSampler:
                         self.flush()
                     self.fn()
                 torch.cuda.synchronize()
+        global _PROFILER_STARTED
+        _PROFILER_STARTED = True
         device_ops = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
         device_ops.sort(key=lambda e: e.time_range.start)
         us = [e.time_range.elapsed_us() for e in device_ops]
@@ -461,77 +462,31 @@ class ProfilerKernelSampler:
         return [sum(us) / self.calls / 1e3]
 
 
-class ProfilerStart:
-    """The process's first profiler session, begun in a thread of its own.
+_PROFILER_STARTED = False  # this process has had a profiler session
 
-    A process's first CUDA profiler session costs seconds (CUPTI's start: 3.4-5.8 s on an H100,
-    ``benchmarks/diagnostics/process_start.py``) where every later one costs milliseconds. A
-    measuring process that pays it inline pays it before its first kernel timing, after its imports,
-    CUDA's start and its first compile. Begun here as soon as torch is imported, it runs beside
-    those; the first timing waits for what is left of it (:meth:`wait`, called by
-    :class:`ProfilerKernelSampler` and :meth:`workbench.device.Device.timings`). One per process:
-    :func:`profiler_start`.
+
+def start_profiler() -> bool:
+    """Run this process's first CUDA profiler session now, over nothing, unless one ran before;
+    whether it ran here.
+
+    A process's first session costs seconds (CUPTI's start: 3.4-5.8 s on an H100,
+    ``benchmarks/diagnostics/process_start.py``), every later one milliseconds. A measuring
+    process that starts the profiler in its warm-up keeps that cost out of its first kernel
+    timing. (Begun in a thread beside the imports instead, it overlapped nothing on 4 H200s: the
+    session holds the GIL, and Kineto reports its start from a second thread as an error.)
     """
+    global _PROFILER_STARTED
+    if _PROFILER_STARTED:
+        return False
+    from torch.profiler import ProfilerActivity, profile
 
-    def __init__(self):
-        import threading
-
-        self._lock = threading.Lock()
-        self._thread = None
-        self.begun = self.ended = None  # time.time() stamps
-        self.waited_s = 0.0  # how long timings waited for it
-        self.error: str | None = None
-
-    def begin(self) -> None:
-        """Start the session in the background (once; later calls do nothing)."""
-        import threading
-
-        with self._lock:
-            if self._thread is not None:
-                return
-            os.environ.setdefault(TEARDOWN_SWITCH, "1")  # as every kernel timing's session ends
-            self.begun = time.time()
-            self._thread = threading.Thread(target=self._session, name="profiler-start", daemon=True)
-            self._thread.start()
-
-    def _session(self) -> None:
-        try:
-            from torch.profiler import ProfilerActivity, profile
-
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=".*Profiler clears events")
-                warnings.filterwarnings("ignore", message="CUDA is not available")  # error kept below
-                with profile(activities=[ProfilerActivity.CUDA]):
-                    pass
-        except Exception as exc:  # noqa: BLE001 - the first timing's own session pays it, and says why
-            self.error = f"{type(exc).__name__}: {str(exc)[:200]}"
-        finally:
-            self.ended = time.time()
-
-    def wait(self) -> float:
-        """Wait until the session (if begun) has ended; the seconds waited."""
-        thread = self._thread
-        if thread is None or not thread.is_alive():
-            return 0.0
-        started = time.perf_counter()
-        thread.join()
-        waited = time.perf_counter() - started
-        self.waited_s += waited
-        return waited
-
-    def facts(self) -> dict | None:
-        """``{"begun", "ended", "waited_s", "error"}``; None where it was never begun."""
-        if self.begun is None:
-            return None
-        return {"begun": self.begun, "ended": self.ended, "waited_s": self.waited_s, "error": self.error}
-
-
-_PROFILER_START = ProfilerStart()
-
-
-def profiler_start() -> ProfilerStart:
-    """This process's :class:`ProfilerStart`."""
-    return _PROFILER_START
+    os.environ.setdefault(TEARDOWN_SWITCH, "1")  # as every kernel timing's session ends
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*Profiler clears events")
+        with profile(activities=[ProfilerActivity.CUDA]):
+            pass
+    _PROFILER_STARTED = True
+    return True
 
 
 def kernel_sampler(fn: Callable[[], object], flush: Callable[[], None] | None = None) -> tuple[Sampler, str]:

@@ -16,9 +16,7 @@ as a measuring actor reads them); ``state_flush`` (NVML and the L2 flush buffer)
 ``triton_key`` (Triton's cache key of itself); ``first_launch``
 (:func:`workbench.sweep.first_compile.first_launch`, the smallest kernel compiled and run);
 ``rms_norm`` (a real family's forward, its tiles new to the process, at 16 x 1000 then at
-24 x 3000: a new compile each time); ``profiler_begin`` / ``profiler_wait`` (the first profiler
-session begun in the background as a measuring actor begins it, and the wait for its end, with
-the session's own length on a row of its own).
+24 x 3000: a new compile each time).
 
 Prints per plan the median of each step over ``--repeats`` processes, with its range; ``--out``
 writes ``process_start.json`` (every process's steps) beside the table.
@@ -48,11 +46,6 @@ PLANS = {
     "compile_first": "import_torch cuda import_workbench device_facts first_launch profiler profiler rms_norm",
     # the profiler's first session in a thread while the rest imports
     "profiler_beside_imports": "import_torch cuda profiler& import_workbench device_facts join profiler first_launch",
-    # the measuring actor's start now: the first session begun in the background right after
-    # torch's import, before CUDA's start (workbench.timing.ProfilerStart), waited for at the first timing
-    "actor_profiler_begun": (
-        "import_torch profiler_begin cuda import_workbench device_facts state_flush first_launch profiler_wait profiler"
-    ),
 }
 
 
@@ -100,18 +93,6 @@ def _steps():
         y = torch.empty_like(x)
         ProfilerKernelSampler(lambda: y.copy_(x), calls=3).sample()
 
-    def profiler_begin(state):
-        from workbench.timing import profiler_start
-
-        profiler_start().begin()
-
-    def profiler_wait(state):
-        from workbench.timing import profiler_start
-
-        profiler_start().wait()
-        facts = profiler_start().facts()
-        state["background"] = ("profiler_begin (in its thread)", (facts["ended"] - facts["begun"]) * 1e3)
-
     def triton_key(state):
         try:
             from triton.runtime.cache import triton_key as key
@@ -136,7 +117,7 @@ def _steps():
 
     return {f.__name__: f for f in (
         import_torch, cuda, import_workbench, device_facts, state_flush, copy_bandwidth, profiler, triton_key,
-        first_launch, rms_norm, profiler_begin, profiler_wait,
+        first_launch, rms_norm,
     )}  # fmt: skip
 
 
@@ -169,8 +150,6 @@ def child(plan: str) -> list[tuple[str, float]]:
         started = time.perf_counter()
         steps[name](state)
         timed.append((label, (time.perf_counter() - started) * 1e3))
-        if "background" in state:  # a step that waited for a background one: how long that took
-            timed.append(state.pop("background"))
     return timed
 
 

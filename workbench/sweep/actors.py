@@ -50,14 +50,14 @@ class DeviceWorker:
     def ready(self, cache_root: str | None, device: str, placement=None) -> dict:
         """Warm up before the first configuration: the measuring stack imported, the device
         started, and what a first measurement does once per process (the device's copy bandwidth,
-        its L2 flush buffer, NVML, versions, Triton's first compile) done.
+        the profiler's first session, its L2 flush buffer, NVML, versions, Triton's first
+        compile) done.
         ``{"worker", "device", "stamps", "cpus"}``: where it runs, the facts of its device a
         compile-ahead compiles for (None: none to compile for), and the two below. Only a failed
         import raises; a device that fails here fails its measurements, which say why.
         ``"stamps"``: when (``time.time()``) the process started, this actor was made, and each
         step of the warm-up ended (imports, the device's start, the rest: ``warmed``, and its own
-        steps ``warm_*``; on cuda ``profiler_begun``: the profiler's first session, begun in a
-        thread that :meth:`profiler_ready` waits for), for the run's timeline. ``placement``
+        steps ``warm_*``), for the run's timeline. ``placement``
         (:class:`workbench.sweep.cpus.Placement`): first, the process moves to its slot's CPUs
         (``"cpus"``: those, or None where it stayed where it was)."""
         from workbench.sweep.cpus import pin_to_slot
@@ -65,15 +65,6 @@ class DeviceWorker:
         stamps = {"process": process_start_time(), "init": self.born}
         cpus = pin_to_slot(placement)
         use_host_triton_cache(cache_root)
-        if device == "cuda":
-            # The profiler's first session takes seconds: begun now, it runs beside the rest of
-            # the imports, CUDA's start and the first compile; the first timing waits for it.
-            import torch  # noqa: F401 - the session's thread would import it anyway
-
-            from workbench.timing import profiler_start
-
-            profiler_start().begin()
-            stamps["profiler_begun"] = time.time()
         import workbench.measure
         from workbench.sweep.compile_ahead import device_facts
 
@@ -94,10 +85,8 @@ class DeviceWorker:
         """Say "started" (the timeout counts from here; ``at``: when, for the timeline), then
         give the record; a task compiled ahead notes whether its kernels were in this node's
         Triton cache before the first call (``found_on_node``)."""
-        from workbench.timing import profiler_start
-
         use_host_triton_cache(task.triton_cache_root)
-        yield {STARTED_KEY: True, "worker": worker_info(), "at": time.time(), "profiler": profiler_start().facts()}
+        yield {STARTED_KEY: True, "worker": worker_info(), "at": time.time()}
         ahead = task.extra.get("compiled_ahead")
         if ahead is not None:  # before the first call: did the compile-ahead reach this node's cache?
             from workbench.sweep.compile_ahead import found_in_cache
@@ -105,14 +94,6 @@ class DeviceWorker:
             ahead = {**ahead, "found_on_node": found_in_cache(ahead)}
             task = dataclasses.replace(task, extra={**task.extra, "compiled_ahead": ahead})
         yield run_task(task)
-
-    def profiler_ready(self) -> dict | None:
-        """Wait for the profiler's first session begun in :meth:`ready`; its
-        :meth:`workbench.timing.ProfilerStart.facts` (None: none was begun)."""
-        from workbench.timing import profiler_start
-
-        profiler_start().wait()
-        return profiler_start().facts()
 
 
 def _warm_up(device: str, measure, stamps: dict) -> None:
@@ -131,6 +112,11 @@ def _warm_up(device: str, measure, stamps: dict) -> None:
         stamps["warm_flush"] = time.time()
         dev.copy_bandwidth_gbps()
         stamps["warm_copy_bandwidth"] = time.time()
+        if dev.kind == "cuda":  # the profiler's first session (seconds), unless the bandwidth's was it
+            from workbench.timing import start_profiler
+
+            start_profiler()
+            stamps["warm_profiler"] = time.time()
         from workbench.sweep.first_compile import first_launch
 
         first_launch(dev.torch_device)

@@ -235,8 +235,7 @@ class RayExecutor(Executor):
     def warm_up(self, device: str, wanted: int | None = None) -> float:
         """Start the measuring actors for ``device`` now (as many as it has slots, or ``wanted``)
         and, on cuda, the compile workers; return when every measuring actor has finished its
-        warm-up (:meth:`DeviceWorker.ready`) and its first profiler session
-        (:meth:`DeviceWorker.profiler_ready`), and every compile worker its first compile
+        warm-up (:meth:`DeviceWorker.ready`) and every compile worker its first compile
         (:meth:`CompileWorker.warm_up`), in seconds. Later runs hand them configurations at
         once: a session that sweeps several times (a tune's rounds, a notebook) pays the start
         once, here, not in its first sweep. An actor whose warm-up fails is replaced by the run
@@ -256,15 +255,8 @@ class RayExecutor(Executor):
         # The target is known now (a measuring actor's, at the latest): the compile workers pay
         # their first compile here too, not in the first sweep's first configurations.
         warming = self._warm_compilers(self._known_target(device)[0])
-        # ... and each measuring actor's first profiler session, begun in its warm-up, ends.
-        profilers = {actor.profiler_ready.remote(): actor for actor in pool.idle}
-        if warming or profilers:
-            self.ray.wait(warming + list(profilers), num_returns=len(warming) + len(profilers))
-        for ref, actor in profilers.items():
-            try:
-                self._clock.profiler(actor, self.ray.get(ref))
-            except self.ray.exceptions.RayError:  # its first configuration says what failed
-                pass
+        if warming:
+            self.ray.wait(warming, num_returns=len(warming))
         self.timeline = self._clock.close()
         return time.monotonic() - begun
 
@@ -393,7 +385,7 @@ class RayExecutor(Executor):
                     kind, value = self._next(ref, entry[0])
                     if kind == "started":
                         entry[1], entry[2] = time.monotonic(), value["worker"]
-                        clock.started(ref, value.get("at"), value.get("profiler"))
+                        clock.started(ref, value.get("at"))
                         continue
                     pending.pop(ref)
                     clock.arrived(ref)

@@ -26,8 +26,7 @@ class Timeline:
 
     An actor's ``asked`` (the driver made it), ``process`` (its process started), ``init`` (the
     actor object was made), ``imported`` / ``device`` / ``warm_*`` / ``warmed`` (the steps of its
-    warm-up), ``seen`` (the driver took it as ready), ``cpus`` (where it runs, when placed) and, on
-    cuda, ``profiler_begun`` / ``profiler_ended`` (its first profiler session, in the background). A
+    warm-up), ``seen`` (the driver took it as ready) and ``cpus`` (where it runs, when placed). A
     task's ``idle`` (its actor was free), ``sent``, ``started`` (the actor began it) and
     ``arrived`` (its record reached the driver). Actors are numbered in the order they were first
     asked for, across runs."""
@@ -74,24 +73,9 @@ class Timeline:
         self._calls[call] = task
         self._events()["tasks"].append(task)
 
-    def started(self, call, at: float | None, profiler: dict | None = None) -> None:
-        """A configuration began; ``profiler``: its actor's
-        :meth:`workbench.timing.ProfilerStart.facts` at that moment."""
+    def started(self, call, at: float | None) -> None:
         if call in self._calls:
             self._calls[call]["started"] = at
-            if profiler:
-                self.profiler(self._calls[call]["actor"], profiler)
-
-    def profiler(self, actor, facts: dict | None) -> None:
-        """When ``actor``'s first profiler session began and ended (``profiler_begun`` /
-        ``profiler_ended``, the latter None while it runs), on its entry if it was asked for in
-        this run or warm-up."""
-        n = actor if isinstance(actor, int) else self._number(actor)
-        entry = self._events()["actors"].get(n)
-        if not facts or entry is None:
-            return
-        entry["profiler_begun"] = facts.get("begun")
-        entry["profiler_ended"] = facts.get("ended")
 
     def arrived(self, call) -> None:
         task = self._calls.pop(call, None)
