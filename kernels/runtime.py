@@ -102,6 +102,14 @@ class DeviceInfo:
         return min(os.cpu_count() or 1, 8)
 
     @functools.cached_property
+    def shared_bytes_per_program(self) -> int | None:
+        """The most shared memory one program (CUDA block) may ask for, in bytes (the opt-in
+        limit, as Triton checks it at launch); None off CUDA or where torch does not say."""
+        if self.kind != "cuda":
+            return None
+        return getattr(torch.cuda.get_device_properties(self.index), "shared_memory_per_block_optin", None)
+
+    @functools.cached_property
     def l2_bytes(self) -> int | None:
         if self.kind == "cuda":
             return getattr(torch.cuda.get_device_properties(self.index), "L2_cache_size", None)
@@ -198,7 +206,8 @@ def device_of(tensor: torch.Tensor) -> DeviceInfo:
 
 
 def described_device(kind: str, index: int = 0, **facts) -> DeviceInfo:
-    """A :class:`DeviceInfo` whose facts (``name``, ``num_cores``, ``l2_bytes``, ``driver``) are
+    """A :class:`DeviceInfo` whose facts (``name``, ``num_cores``, ``l2_bytes``, ``driver``,
+    ``shared_bytes_per_program``) are
     given rather than asked of a runtime: a device this process cannot see (a compile-ahead
     process plans tiles for a GPU it never touches). Facts not given are asked as usual."""
     info = DeviceInfo(kind, index)

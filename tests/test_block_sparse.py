@@ -431,6 +431,31 @@ def test_precision_is_checked_and_only_the_dot_form_uses_it():
     assert torch.equal(a, b)
 
 
+def test_dot_tiles_that_overflow_shared_memory_are_refused_before_they_compile():
+    """The model is the one measured exact on H200s (gpu.SumForwardTiles.shared_bytes): these
+    points ran with that much shared memory, or failed at launch asking for it."""
+    from kernels.runtime import described_device
+
+    def tiles(heuristic, tm, tk, tb, **more):
+        return gpu.resolve_forward_tiles(1, 1024, 1024, 64, 132, heuristic=heuristic, TILE_M=tm, TILE_K=tk,
+                                         BLOCK_B=tb, **more)  # fmt: skip
+
+    assert tiles("large", 16, 128, 32).shared_bytes() == 65536  # 3 stages (Triton's default)
+    assert tiles("small", 16, 128, 64).shared_bytes() == 73728  # 2 stages (the small rule's)
+    assert tiles("large", 16, 512, 32).shared_bytes() == 262144  # failed on the H200: "Required: 262144"
+    assert tiles("small", 16, 512, 64, num_stages=1).shared_bytes() == 4 * 512 * 64
+    assert tiles("small", 8, 32, 64).shared_bytes() == 0  # a broadcast tile stages nothing
+    h100 = described_device("cuda", name="NVIDIA H100 80GB HBM3", num_cores=132, shared_bytes_per_program=232448)
+    problem = spec.resolve_problem({"batch": 64})
+    check = spec.variant("gpu").check
+    check(problem, {"heuristic": "large", "TILE_M": 16, "TILE_K": 512, "BLOCK_B": 16}, "fp32", h100)  # 163840 fits
+    with pytest.raises(ValueError, match=r"needs 262144 bytes of shared memory.*at most 232448: lower TILE_K"):
+        check(problem, {"heuristic": "large", "TILE_M": 16, "TILE_K": 512, "BLOCK_B": 32}, "fp32", h100)
+    check(problem, {"heuristic": "large", "TILE_M": 16, "TILE_K": 512, "BLOCK_B": 32, "num_stages": 2}, "fp32", h100)
+    unknown = described_device("cuda", name="?", num_cores=132, shared_bytes_per_program=None)
+    check(problem, {"heuristic": "large", "TILE_M": 16, "TILE_K": 512, "BLOCK_B": 32}, "fp32", unknown)
+
+
 def test_the_spec_knows_each_variants_precision():
     tf32 = spec.resolve_problem({"batch": 16, "precision": "tf32"})
     ieee16 = spec.resolve_problem({"batch": 16})

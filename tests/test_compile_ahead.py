@@ -232,7 +232,7 @@ def test_each_actor_works_through_a_lane_of_its_own_then_takes_from_the_longest_
 
 
 def _fake_gpus(monkeypatch, *props):
-    """torch.cuda answering for GPUs with these (capability, name, SMs, L2) and no device."""
+    """torch.cuda answering for GPUs with these (capability, name, SMs, L2, shared bytes per block) and no device."""
     monkeypatch.setattr(torch.version, "hip", None)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: len(props))
@@ -241,11 +241,13 @@ def _fake_gpus(monkeypatch, *props):
     monkeypatch.setattr(
         torch.cuda,
         "get_device_properties",
-        lambda i: types.SimpleNamespace(multi_processor_count=props[i][2], L2_cache_size=props[i][3]),
+        lambda i: types.SimpleNamespace(
+            multi_processor_count=props[i][2], L2_cache_size=props[i][3], shared_memory_per_block_optin=props[i][4]
+        ),
     )
 
 
-H100_PROPS = ((9, 0), H100["name"], H100["num_cores"], H100["l2_bytes"])
+H100_PROPS = ((9, 0), H100["name"], H100["num_cores"], H100["l2_bytes"], H100["shared_bytes_per_program"])
 
 
 def test_the_driver_reads_the_target_its_gpus_share(monkeypatch):
@@ -257,7 +259,7 @@ def test_the_driver_reads_the_target_its_gpus_share(monkeypatch):
     _fake_gpus(monkeypatch, H100_PROPS, H100_PROPS)
     assert visible_device_facts("cuda") == H100
     assert visible_device_facts("cpu") is None
-    _fake_gpus(monkeypatch, H100_PROPS, ((8, 0), "NVIDIA A100-SXM4-80GB", 108, 40 << 20))
+    _fake_gpus(monkeypatch, H100_PROPS, ((8, 0), "NVIDIA A100-SXM4-80GB", 108, 40 << 20, 166912))
     assert visible_device_facts("cuda") is None
     _fake_gpus(monkeypatch)
     assert visible_device_facts("cuda") is None

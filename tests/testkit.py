@@ -16,6 +16,7 @@ H100_FACTS = {
     "name": "NVIDIA H100 80GB HBM3",
     "num_cores": 132,
     "l2_bytes": 50 << 20,
+    "shared_bytes_per_program": 232448,
 }
 
 

@@ -558,9 +558,11 @@ def _ours(impl: str, fixed: dict | None = None):
                 tiles["BLOCK_M"] = tiles.pop("TILE_M")
             gpu.resolve_product_tiles(s["G"], s["bs"], s["B"], device.num_cores, **tiles)
         else:
-            gpu.resolve_forward_tiles(
+            chosen = gpu.resolve_forward_tiles(
                 s["G"], s["bs"], s["K"], s["B"], device.num_cores, **tiles, precision=problem["precision"]
             )
+            # before a compile of up to a minute that would fail at launch
+            chosen.check_shared_memory(getattr(device, "shared_bytes_per_program", None))
 
     def source(problem, params, device):
         """Where the sum forward's tiles come from on ``device`` (records' ``tiles_source``)."""

@@ -59,6 +59,7 @@ def _facts(backend: str, arch, warp_size: int, info) -> dict:
         "name": info.name,
         "num_cores": info.num_cores,
         "l2_bytes": info.l2_bytes,
+        "shared_bytes_per_program": info.shared_bytes_per_program,
     }
 
 
@@ -191,7 +192,13 @@ def compile_target(facts: dict):
 
     target = GPUTarget(facts["backend"], facts["arch"], facts["warp_size"])
     device = described_device(
-        facts["kind"], 0, name=facts["name"], num_cores=facts["num_cores"], l2_bytes=facts.get("l2_bytes")
+        facts["kind"],
+        0,
+        name=facts["name"],
+        num_cores=facts["num_cores"],
+        l2_bytes=facts.get("l2_bytes"),
+        # None where the facts do not say (an older driver's, the environment's): no check here
+        shared_bytes_per_program=facts.get("shared_bytes_per_program"),
     )
     return target, device
 
