@@ -53,6 +53,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -458,12 +459,13 @@ def compare(args) -> int:
     from workbench.sweep.compile_note import first_call_cached
 
     root = Path(args.compare)
-    runs = {}
+    runs = {}  # (GPUs, nodes) -> the run
     for d in sorted(root.glob("gpus*")):
-        if (d / "run.json").exists() and (d / "records.json").exists():
+        named = re.fullmatch(r"gpus(\d+)(?:-nodes(\d+))?", d.name)
+        if named and (d / "run.json").exists() and (d / "records.json").exists():
             info = json.loads((d / "run.json").read_text())["runs"]
             recs = json.loads((d / "records.json").read_text())
-            runs[int(d.name[4:])] = {
+            runs[(int(named[1]), int(named[2] or 1))] = {
                 "runs": info,
                 "records": recs,
                 "wall_s": sum(r["sweep_s"] for r in info),
@@ -472,21 +474,26 @@ def compare(args) -> int:
     if not runs:
         print(f"sweep_scaling: no runs under {root}", file=sys.stderr)
         return 2
-    base = runs.get(min(runs))
+    base_key = min(runs, key=lambda k: (k[1], k[0]))  # the fewest GPUs on one node
+    base = runs[base_key]
     print(
-        f"{'GPUs':>4} {'configs':>8} {'failed':>7} {'sweep s':>9} {'cfg/s':>7} {'speedup':>8} "
+        f"{'GPUs':>4} {'nodes':>5} {'configs':>8} {'failed':>7} {'sweep s':>9} {'cfg/s':>7} {'speedup':>8} "
         f"{'session s':>10} {'speedup':>8}  (parts)"
     )
     table = []
-    for n, r in sorted(runs.items()):
+    for (n, nodes), r in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         recs = r["records"]
         failed = sum(1 for x in recs if x.get("error") or not x.get("passed"))
         speed = base["wall_s"] / r["wall_s"] if r["wall_s"] else None
         session = r["session_s"]
         session_speed = base["session_s"] / session if session and base["session_s"] else None
         cached = sum(1 for x in recs if first_call_cached(x))
+        ahead = r["runs"][-1].get("compile_ahead") or {}
+        # first calls that could find a kernel: configurations whose kernels compile at all
+        compilable = len(recs) - (ahead.get("failed") or 0)
         row = dict(
             gpus=n,
+            nodes=nodes,
             configs=len(recs),
             failed=failed,
             warm=all(x.get("warm") for x in r["runs"]),
@@ -496,20 +503,26 @@ def compare(args) -> int:
             session_speedup=session_speed,
             parts=len(r["runs"]),
             first_calls_compiled_ahead=cached,
+            compilable=compilable,
+            found_on_node=ahead.get("found_on_node"),
         )
         table.append(row)
         session_text = f"{session:>10.1f} {session_speed:>7.2f}x" if session_speed else f"{'-':>10} {'-':>8}"
         print(
-            f"{n:>4} {len(recs):>8} {failed:>7} {r['wall_s']:>9.1f} {len(recs) / r['wall_s']:>7.2f} "
-            f"{speed:>7.2f}x {session_text}  ({len(r['runs'])}; {cached} first calls compiled ahead"
+            f"{n:>4} {nodes:>5} {len(recs):>8} {failed:>7} {r['wall_s']:>9.1f} {len(recs) / r['wall_s']:>7.2f} "
+            f"{speed:>7.2f}x {session_text}  ({len(r['runs'])}; {cached} first calls compiled ahead of "
+            f"{compilable} that compile"
             f"{'; workers started before the sweep' if row['warm'] else ''})"
         )
-    result = {"table": table}
-    if len(runs) >= 2:
-        a, b = runs[min(runs)], runs[max(runs)]
-        keys_a = {x["sweep_key"] for x in a["records"]}
+    result = {"table": table, "against": []}
+    a = runs[base_key]
+    keys_a = {x["sweep_key"] for x in a["records"]}
+    ba = _best(a["records"])
+    for key, b in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        if key == base_key:
+            continue
         keys_b = {x["sweep_key"] for x in b["records"]}
-        ba, bb = _best(a["records"]), _best(b["records"])
+        bb = _best(b["records"])
         agree, differ = 0, []
         for shape in sorted(set(ba) | set(bb)):
             if shape not in ba or shape not in bb:
@@ -522,24 +535,35 @@ def compare(args) -> int:
                 agree += 1
             else:
                 differ.append({"shape": shape, "best_1": ca, "best_n": cb})
-        result.update(
-            same_configurations=keys_a == keys_b,
-            only_in_first=len(keys_a - keys_b),
-            only_in_second=len(keys_b - keys_a),
-            best_agree=agree,
-            shapes=len(set(ba) | set(bb)),
-            best_differ=differ,
+        shapes = len(set(ba) | set(bb))
+        result["against"].append(
+            dict(
+                gpus=key[0],
+                nodes=key[1],
+                same_configurations=keys_a == keys_b,
+                only_in_first=len(keys_a - keys_b),
+                only_in_second=len(keys_b - keys_a),
+                each_once=len(b["records"]) == len(keys_b),
+                best_agree=agree,
+                shapes=shapes,
+                best_differ=differ,
+            )
         )
         print(
-            f"same configurations recorded: {keys_a == keys_b} (only 1-GPU {len(keys_a - keys_b)}, only N-GPU {len(keys_b - keys_a)})"
+            f"{key[0]} GPUs on {key[1]} node(s) against {base_key[0]}: same configurations recorded "
+            f"{keys_a == keys_b} (only in the first {len(keys_a - keys_b)}, only here {len(keys_b - keys_a)}), "
+            f"each once {len(b['records']) == len(keys_b)}; best configuration per shape agrees (same, or "
+            f"within noise) {agree}/{shapes}"
         )
-        print(f"best configuration per shape agrees (same, or within noise): {agree}/{len(set(ba) | set(bb))}")
         for d in differ:
             print(f"  differs: {d}")
     (root / "scaling.json").write_text(json.dumps(result, indent=1))
     all_recs = [
-        dict(x, device_name=f"{x.get('device_name') or x.get('device_kind')} ({n} GPU run)")
-        for n, r in runs.items()
+        dict(
+            x,
+            device_name=f"{x.get('device_name') or x.get('device_kind')} ({n} GPU{'' if nodes == 1 else f', {nodes} node'} run)",
+        )
+        for (n, nodes), r in runs.items()
         for x in r["records"]
     ]
     write_report(all_recs, root / "report.html", title="Sweep scaling: 1 GPU vs all GPUs (Ray)")

@@ -86,3 +86,31 @@ def test_the_tune_sized_sweep_covers_every_familys_tune_space(scaling):
     tasks = scaling.tasks_for(items, "cpu", 5.0, True)
     for item, task in zip(items, tasks):
         assert (task.family, task.variant, task.mode, task.dtype) == (item[0], item[1], item[4], item[5])
+
+
+def test_compare_reads_the_two_node_run_beside_the_others(scaling, tmp_path):
+    """--compare takes gpus<N> and gpus<N>-nodes<M> folders (a two-node run once broke it), and
+    checks each run against the one-GPU run: same configurations, each once, the same bests."""
+    import gzip
+    import json
+
+    real = json.loads(gzip.open(ROOT / "reports/sweep-h200x4/at-b4174a2/warm/gpus1/records.json.gz").read())[:12]
+    for name, sweep_s, records in (
+        ("gpus1", 40.0, real),
+        ("gpus4", 12.0, real),
+        ("gpus4-nodes2", 13.0, real + real[:1]),  # one configuration measured twice
+    ):
+        run = tmp_path / name
+        run.mkdir()
+        (run / "records.json").write_text(json.dumps(records))
+        ahead = {"failed": 2, "found_on_node": 9}
+        (run / "run.json").write_text(json.dumps({"runs": [{"sweep_s": sweep_s, "compile_ahead": ahead}]}))
+    assert scaling.main(["--compare", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "scaling.json").read_text())
+    rows = {(r["gpus"], r["nodes"]): r for r in result["table"]}
+    assert rows[(4, 1)]["speedup"] == pytest.approx(40 / 12) and rows[(4, 2)]["speedup"] == pytest.approx(40 / 13)
+    assert rows[(4, 2)]["compilable"] == 11 and rows[(4, 2)]["found_on_node"] == 9
+    against = {(r["gpus"], r["nodes"]): r for r in result["against"]}
+    assert against[(4, 1)]["same_configurations"] and against[(4, 1)]["each_once"]
+    assert against[(4, 2)]["same_configurations"] and not against[(4, 2)]["each_once"]
+    assert against[(4, 1)]["best_agree"] == against[(4, 1)]["shapes"] > 0
