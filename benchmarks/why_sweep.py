@@ -2,6 +2,7 @@
 
     python benchmarks/why_sweep.py --device cuda --out reports/h100-why          # the issue's sizes (H100)
     python benchmarks/why_sweep.py --device cpu --quick --out /tmp/why           # tiny, in the interpreter
+    python benchmarks/why_sweep.py --render reports/h100-why                     # its report.html, from its records
 
 Sweeps (kernel time, forward):
 - RMSNorm ``gpu_row``: BLOCK_SIZE x num_warps at hidden 16384 (bf16). A whole row per program:
@@ -86,6 +87,24 @@ def readme(records: list[dict], argv: list[str], title: str) -> str:
     )
 
 
+def render_folder(folder: Path, sweeps) -> int:
+    """``folder/report.html`` from ``folder/records.json``, as the run that made them wrote it."""
+    import json
+
+    from workbench.reports import reader
+
+    source = folder / "records.json"
+    if not source.exists():
+        print(f"why_sweep.py --render: no records.json in {folder}", file=sys.stderr)
+        return 2
+    records = json.loads(source.read_text())
+    kinds = sorted({r.get("device_kind") or "?" for r in records})
+    title = f"Why a tile is fast or slow ({', '.join(kinds)})"
+    (folder / "report.html").write_text(reader.scrub_paths(render(records, sweeps, title), [folder]))
+    print(f"wrote {folder / 'report.html'}")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="auto", help="cuda (the issue's sizes), cpu (the interpreter) or auto")
@@ -95,7 +114,16 @@ def main(argv=None) -> int:
     parser.add_argument("--isolate", action="store_true", help="a subprocess per configuration")
     parser.add_argument("--timeout-s", type=float, default=None, help="per configuration, with --isolate")
     parser.add_argument("--only", default="", help="comma list of families (default: both sweeps)")
+    parser.add_argument(
+        "--render",
+        metavar="FOLDER",
+        default=None,
+        help="measure nothing: write FOLDER/report.html from its records.json (a committed report keeps its records, "
+        "not its 5 MB page)",
+    )
     args = parser.parse_args(argv)
+    if args.render:
+        return render_folder(Path(args.render), QUICK if args.quick else SWEEPS)
 
     from workbench.device import get_device
     from workbench.progress import Progress

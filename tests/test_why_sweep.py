@@ -36,6 +36,16 @@ def test_why_sweep_runs_in_the_interpreter_and_reports_the_facts(tmp_path, capsy
     table = [line for line in summary if line.startswith("| BLOCK_SIZE=")]
     assert len(table) == len(records)
     assert all("n/a (interpreter)" in line for line in table)
+    # --render writes the same page again from the records alone (what a committed report keeps)
+    (tmp_path / "report.html").unlink()
+    assert tool.main(["--quick", "--render", str(tmp_path)]) == 0
+    again = (tmp_path / "report.html").read_text()
+    assert again.count("plotly-graph-div") == 2 and ">n/a (interpreter)</td>" in again
+
+
+def test_why_sweep_render_needs_records(tmp_path, capsys):
+    assert _tool().main(["--render", str(tmp_path)]) == 2
+    assert "no records.json" in capsys.readouterr().err
 
 
 def test_why_sweep_names_an_unknown_family(tmp_path, capsys):
