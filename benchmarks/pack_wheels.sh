@@ -12,7 +12,7 @@
 #   WITH_TUNE=1 bash benchmarks/pack_wheels.sh      # + Optuna and what `import optuna` loads (workbench tune --strategy bayes)
 #   bash benchmarks/pack_notebooks.sh               # the notebook stack and the peers as one .tar.xz (about 14 MB):
 #                                                   # `workbench report` (gpu_run.sh's report step) on the GPU machine
-#   bash benchmarks/pack_ray.sh [DEST=.whl]         # Ray too, for sweeps (about 41 MB more)
+#   bash benchmarks/pack_ray.sh [DEST=.whl]         # Ray and its dependencies, for sweeps (about 20 MB)
 set -euo pipefail
 DEST=${1:-.whl}
 PIP=${PIP:-python3 -m pip}
