@@ -474,14 +474,16 @@ def compare(args) -> int:
     if not runs:
         print(f"sweep_scaling: no runs under {root}", file=sys.stderr)
         return 2
-    base_key = min(runs, key=lambda k: (k[1], k[0]))  # the fewest GPUs on one node
+    order = sorted(runs, key=lambda k: (k[1], k[0]))  # (GPUs, nodes): one node first, fewest GPUs first
+    base_key = order[0]
     base = runs[base_key]
     print(
         f"{'GPUs':>4} {'nodes':>5} {'configs':>8} {'failed':>7} {'sweep s':>9} {'cfg/s':>7} {'speedup':>8} "
         f"{'session s':>10} {'speedup':>8}  (parts)"
     )
     table = []
-    for (n, nodes), r in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    for n, nodes in order:
+        r = runs[(n, nodes)]
         recs = r["records"]
         failed = sum(1 for x in recs if x.get("error") or not x.get("passed"))
         speed = base["wall_s"] / r["wall_s"] if r["wall_s"] else None
@@ -515,12 +517,10 @@ def compare(args) -> int:
             f"{'; workers started before the sweep' if row['warm'] else ''})"
         )
     result = {"table": table, "against": []}
-    a = runs[base_key]
-    keys_a = {x["sweep_key"] for x in a["records"]}
-    ba = _best(a["records"])
-    for key, b in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        if key == base_key:
-            continue
+    keys_a = {x["sweep_key"] for x in base["records"]}
+    ba = _best(base["records"])
+    for key in order[1:]:
+        b = runs[key]
         keys_b = {x["sweep_key"] for x in b["records"]}
         bb = _best(b["records"])
         agree, differ = 0, []

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from testkit import HAVE_PTXAS
+from testkit import HAVE_PTXAS, norm_task
 
 import kernels
 from kernels.spec import unregister
@@ -48,26 +48,12 @@ def ray_executor(fault_family):
 
 def _norm_tasks():
     """12 interpreter configurations of rms_norm, 2 of which cannot run (tile < hidden)."""
-    spec = kernels.get("rms_norm")
-    tasks = []
-    for hidden in (64, 100):
-        for block in (64, 128, 256):
-            for variant in ("gpu_row", "gpu_multirow"):
-                tasks.append(
-                    make_task(
-                        spec,
-                        variant,
-                        device="cpu",
-                        dtype="fp32",
-                        mode="forward",
-                        problem={"rows": 4, "hidden": hidden},
-                        params={"BLOCK_SIZE": block},
-                        quick=True,
-                        rep_ms=2,
-                        warmup_ms=0,
-                    )
-                )
-    return tasks
+    return [
+        norm_task(variant, 4, hidden, {"BLOCK_SIZE": block}, rep_ms=2)
+        for hidden in (64, 100)
+        for block in (64, 128, 256)
+        for variant in ("gpu_row", "gpu_multirow")
+    ]
 
 
 def _faults(spec, cases):

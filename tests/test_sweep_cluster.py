@@ -13,13 +13,11 @@ from __future__ import annotations
 import os
 
 import pytest
-from testkit import H100_FACTS, HAVE_PTXAS
+from testkit import H100_FACTS, HAVE_PTXAS, norm_task
 
-import kernels
 from workbench.children import import_path
 from workbench.store import Store
 from workbench.sweep.engine import opened, run_sweep
-from workbench.sweep.tasks import make_task
 
 ray = pytest.importorskip("ray", reason="the distributed extra (ray) is not installed")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
@@ -54,26 +52,12 @@ def two_nodes(tmp_path_factory):
 
 def _tasks():
     """16 interpreter configurations of rms_norm (two problems, every tile that fits)."""
-    spec = kernels.get("rms_norm")
-    tasks = []
-    for hidden in (64, 100):
-        for block_m in (1, 2, 4, 8):
-            for warps in (2, 4):
-                tasks.append(
-                    make_task(
-                        spec,
-                        "gpu_multirow",
-                        device="cpu",
-                        dtype="fp32",
-                        mode="forward",
-                        problem={"rows": 8, "hidden": hidden},
-                        params={"BLOCK_SIZE_M": block_m, "num_warps": warps},
-                        quick=True,
-                        rep_ms=1,
-                        warmup_ms=0,
-                    )
-                )
-    return tasks
+    return [
+        norm_task("gpu_multirow", 8, hidden, {"BLOCK_SIZE_M": block_m, "num_warps": warps})
+        for hidden in (64, 100)
+        for block_m in (1, 2, 4, 8)
+        for warps in (2, 4)
+    ]
 
 
 def test_each_node_compiles_ahead_into_its_own_cache_for_its_own_actors(two_nodes, tmp_path):

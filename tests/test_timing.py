@@ -361,6 +361,7 @@ def test_measure_many_refuses_an_unknown_l2_state():
 def test_the_profiler_is_started_once_per_process(monkeypatch):
     """The session itself needs CUDA (the GPU tests run it); here, that it runs once."""
     import contextlib
+    import types
 
     import torch.profiler
 
@@ -371,9 +372,10 @@ def test_the_profiler_is_started_once_per_process(monkeypatch):
     @contextlib.contextmanager
     def session(activities):
         sessions.append(activities)
-        yield
+        yield types.SimpleNamespace(events=lambda: [])
 
     monkeypatch.setattr(torch.profiler, "profile", session)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(timing, "_PROFILER_STARTED", False)
     assert timing.start_profiler() is True
     assert timing.start_profiler() is False  # the second costs nothing

@@ -20,6 +20,25 @@ H100_FACTS = {
 }
 
 
+def norm_task(variant: str, rows: int, hidden: int, params: dict, rep_ms: float = 1):
+    """A sweep task of rms_norm's ``variant`` for the interpreter: fp32 forward, quick, no warm-up."""
+    import kernels
+    from workbench.sweep.tasks import make_task
+
+    return make_task(
+        kernels.get("rms_norm"),
+        variant,
+        device="cpu",
+        dtype="fp32",
+        mode="forward",
+        problem={"rows": rows, "hidden": hidden},
+        params=params,
+        quick=True,
+        rep_ms=rep_ms,
+        warmup_ms=0,
+    )
+
+
 def _have_ptxas() -> bool:
     import triton
 

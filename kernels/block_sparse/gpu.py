@@ -388,14 +388,18 @@ class SumForwardTiles:
     def shared_bytes(self) -> int:
         """Shared memory per program of the tl.dot form, in bytes: Triton's pipeliner stages the
         fp32 loads, each of ``S`` stages a TILE_K x BLOCK_B tile of the inputs and ``S - 1`` of
-        them a TILE_M x TILE_K tile of the weights (``S``: num_stages, Triton's default 3 where
-        0). Exact for all 678 tl.dot tiles of a tune-sized sweep on H200s (Triton 3.6), those that
+        them a TILE_M x TILE_K tile of the weights (``S``: :attr:`pipeline_stages`). Exact for all 678 tl.dot tiles of a tune-sized sweep on H200s (Triton 3.6), those that
         ran and the 27 that failed at launch for want of it, after compiling for 44-70 s each.
         The broadcast form stages nothing: 0."""
         if not self.USE_DOT:
             return 0
-        stages = self.num_stages or 3
+        stages = self.pipeline_stages
         return 4 * self.TILE_K * (stages * self.BLOCK_B + (stages - 1) * self.TILE_M)
+
+    @property
+    def pipeline_stages(self) -> int:
+        """The software pipeline's depth the kernel compiles with (num_stages; 0 is Triton's 3)."""
+        return self.num_stages or 3
 
     def check_shared_memory(self, limit: int | None) -> None:
         """A ValueError naming the tiles to lower where :meth:`shared_bytes` exceeds ``limit``
@@ -403,7 +407,7 @@ class SumForwardTiles:
         need = self.shared_bytes()
         if limit is None or need <= limit:
             return
-        stages = self.num_stages or 3
+        stages = self.pipeline_stages
         raise ValueError(
             f"TILE_M={self.TILE_M}, TILE_K={self.TILE_K}, BLOCK_B={self.BLOCK_B} with {stages} pipeline stages "
             f"needs {need} bytes of shared memory per program (4 x TILE_K x ({stages} x BLOCK_B + {stages - 1} x "

@@ -31,7 +31,7 @@ import json
 import os
 import time
 
-from workbench.sweep.tasks import SweepTask, register_family, worker_info
+from workbench.sweep.tasks import SweepTask, register_family, triton_cache_dir, worker_info
 
 
 def device_facts(device: str) -> dict | None:
@@ -179,7 +179,7 @@ def found_in_cache(result: dict) -> bool | None:
     hashes = [k.get("hash") for k in result.get("kernels") or [] if k.get("hash")]
     if not result.get("ok") or not hashes:
         return None
-    root = os.environ.get("TRITON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".triton", "cache")
+    root = triton_cache_dir()
     return all(os.path.isdir(os.path.join(root, cache_folder(h))) for h in hashes)
 
 

@@ -75,7 +75,6 @@ import os
 import threading
 import time
 from collections import deque
-from pathlib import Path
 
 from workbench.children import import_path
 from workbench.sweep.actors import STARTED_KEY, CompileWorker, DeviceWorker, kill_actor
@@ -89,7 +88,7 @@ from workbench.sweep.compile_ahead_driver import (
 )
 from workbench.sweep.executors import Executor
 from workbench.sweep.lanes import Lanes
-from workbench.sweep.tasks import ERROR_CRASH, ERROR_TIMEOUT, NODE_CACHE, error_record
+from workbench.sweep.tasks import ERROR_CRASH, ERROR_TIMEOUT, NODE_CACHE, error_record, triton_cache_root
 from workbench.sweep.timeline import Timeline
 
 MISSING_RAY = (
@@ -104,12 +103,6 @@ def import_ray():
     except ImportError:
         raise ValueError(MISSING_RAY) from None
     return ray
-
-
-def triton_cache_root() -> str:
-    """The folder below which the workers of each host share a Triton cache (one folder per host)."""
-    base = os.environ.get("TRITON_CACHE_DIR") or str(Path.home() / ".triton" / "cache")
-    return str(Path(base) / "workbench-workers")
 
 
 def _measuring_resource(device: str) -> str:

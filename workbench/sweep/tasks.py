@@ -149,10 +149,18 @@ def worker_info() -> dict:
 NODE_CACHE = "node"
 
 
-def node_triton_cache_root() -> str:
-    """The folder below which this node's workers share a Triton cache: ``workbench-workers``
-    below ``TRITON_CACHE_DIR`` (or Triton's default, ``~/.triton/cache``) as this process sees it."""
-    return str(Path(os.environ.get("TRITON_CACHE_DIR") or Path.home() / ".triton" / "cache") / "workbench-workers")
+def triton_cache_dir() -> str:
+    """Triton's cache folder as this process sees it now (``TRITON_CACHE_DIR``, else Triton's
+    default), from Triton's own setting."""
+    from triton import knobs
+
+    return knobs.cache.dir
+
+
+def triton_cache_root() -> str:
+    """The folder below which the workers of this host (on a cluster: this node) share a Triton
+    cache, one folder per host: ``workbench-workers`` below :func:`triton_cache_dir`."""
+    return str(Path(triton_cache_dir()) / "workbench-workers")
 
 
 def use_host_triton_cache(root: str | None) -> None:
@@ -161,11 +169,11 @@ def use_host_triton_cache(root: str | None) -> None:
     there: what a compile-ahead writes is what a measuring worker's first call finds (Triton
     writes each file under a temporary name and renames it, so concurrent writers are safe).
     Triton reads the variable when it compiles. ``root`` :data:`NODE_CACHE`: below this node's own
-    (:func:`node_triton_cache_root`)."""
+    (:func:`triton_cache_root`)."""
     if not root or os.environ.get("WORKBENCH_TRITON_CACHE_SET"):
         return
     if root == NODE_CACHE:
-        root = node_triton_cache_root()
+        root = triton_cache_root()
     path = Path(root) / socket.gethostname()
     path.mkdir(parents=True, exist_ok=True)
     os.environ["TRITON_CACHE_DIR"] = str(path)
