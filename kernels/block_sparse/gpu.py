@@ -139,6 +139,7 @@ from kernels.block_sparse.tile_math import (
     combine_partials,
     element_flows_of,
     forward_buffers,
+    k_per_split,
     load_children,
     load_edges,
     node_rows,
@@ -152,6 +153,7 @@ from kernels.block_sparse.tile_math import (
     used_splits,
 )
 from kernels.launch import launch as _launch
+from kernels.launch import replay_of
 from kernels.tiling import cdiv, next_power_of_2
 
 HEURISTICS = ("auto", "large", "small", "split")
@@ -811,26 +813,95 @@ def sum_forward(
     With ``tiles.SPLITS > 1`` the edges are split over that many programs per tile (split-K):
     partial (shift, scaled sum) pairs go to a ``2 x [SPLITS, G*bs, B]`` workspace and a second,
     flat kernel merges them into ``out``."""
+    n_edges = cids.shape[1]
+    n_rows = cids.shape[0] * block_size
+    out, ws_max, ws_sum, k_per, splits = forward_buffers(element_mars, n_rows, n_edges, tiles.SPLITS, tiles.TILE_K, out)
+    for kernel, grid, args, kwargs in _sum_forward_launches(
+        out, ws_max, ws_sum, element_mars, params, cids, pids, block_size, tiles, edges, k_per, splits
+    ):
+        launch(kernel, element_mars, grid, *args, **kwargs)
+    return out
+
+
+def _sum_forward_launches(
+    out, ws_max, ws_sum, element_mars, params, cids, pids, block_size, tiles, edges, k_per, splits
+):
+    """``[(kernel, grid, arguments, keywords)]`` of a sum-layer forward: the edge kernel, and
+    with split-K the combine kernel after it."""
     n_blocks, n_edges = cids.shape
     batch = element_mars.shape[1]
     n_rows = n_blocks * block_size
-    out, ws_max, ws_sum, k_per, splits = forward_buffers(element_mars, n_rows, n_edges, tiles.SPLITS, tiles.TILE_K, out)
-    grid = tiles.grid(n_blocks, block_size, batch, n_edges)
     args = (out, ws_max, ws_sum, element_mars, params, cids, pids, batch, n_edges, block_size, n_rows, k_per)
     args += edges.kernel_args()
-    stages = {"num_stages": tiles.num_stages} if tiles.num_stages else {}
-    tile = dict(TILE_M=tiles.TILE_M, TILE_K=tiles.TILE_K, BLOCK_B=tiles.BLOCK_B, PROGRAM_M=tiles.PROGRAM_M)
-    launch(
-        _sum_forward_kernel, element_mars, grid, *args, **tile, FORM=tiles.form, SPLIT=splits > 1,
-        PRECISION=tiles.PRECISION, AFFINE=edges.affine, num_warps=tiles.num_warps, **stages,
+    kwargs = dict(
+        TILE_M=tiles.TILE_M, TILE_K=tiles.TILE_K, BLOCK_B=tiles.BLOCK_B, PROGRAM_M=tiles.PROGRAM_M, FORM=tiles.form,
+        SPLIT=splits > 1, PRECISION=tiles.PRECISION, AFFINE=edges.affine, num_warps=tiles.num_warps,
     )  # fmt: skip
+    if tiles.num_stages:
+        kwargs["num_stages"] = tiles.num_stages
+    launches = [(_sum_forward_kernel, tiles.grid(n_blocks, block_size, batch, n_edges), args, kwargs)]
     if splits > 1:
         n = n_rows * batch
-        grid = (cdiv(n, COMBINE_BLOCK),)
-        launch(
-            _sum_combine_kernel, element_mars, grid, out, ws_max, ws_sum, n, splits, BLOCK=COMBINE_BLOCK, num_warps=4
+        combine = (out, ws_max, ws_sum, n, splits)
+        launches.append(
+            (_sum_combine_kernel, (cdiv(n, COMBINE_BLOCK),), combine, dict(BLOCK=COMBINE_BLOCK, num_warps=4))
         )
-    return out
+    return launches
+
+
+class SumForwardReplay:
+    """A sum-layer forward launched again from its tensors' addresses alone, for an eager call's
+    plan (kernels/block_sparse/__init__.py keys everything else): ``replay(element_mars, params,
+    cids, pids)`` allocates the output (and the split-K workspace), replays the launches of the
+    forward it was made from (:func:`kernels.launch.replay_of`) and returns the output, or None
+    when a launch refuses (the caller goes the long way; a refused combine after a replayed edge
+    kernel only costs that kernel again)."""
+
+    __slots__ = ("_replays", "_out_shape", "_ws_shape", "_half", "_device")
+
+    def __init__(self, replays, out_shape, ws_shape, device):
+        self._replays, self._out_shape, self._ws_shape, self._device = replays, out_shape, ws_shape, device
+        self._half = 0 if ws_shape is None else ws_shape[1] * ws_shape[2] * ws_shape[3] * 4  # bytes of ws[0]
+
+    def __call__(self, element_mars, params, cids, pids):
+        out = torch.empty(self._out_shape, dtype=torch.float32, device=self._device)
+        o = out.data_ptr()
+        forward = self._replays[0]
+        if self._ws_shape is None:
+            return (
+                out
+                if forward(o, o, o, element_mars.data_ptr(), params.data_ptr(), cids.data_ptr(), pids.data_ptr())
+                else None
+            )
+        ws = torch.empty(self._ws_shape, dtype=torch.float32, device=self._device)
+        w = ws.data_ptr()
+        if forward(o, w, w + self._half, element_mars.data_ptr(), params.data_ptr(), cids.data_ptr(), pids.data_ptr()):
+            if self._replays[1](o, w, w + self._half):
+                return out
+        return None
+
+
+def sum_forward_replay(element_mars, params, cids, pids, block_size: int, tiles: SumForwardTiles, out, edges):
+    """After ``sum_forward(...)`` returned ``out`` (allocated by it): a :class:`SumForwardReplay`
+    of its launches, or None where one of them has no replay."""
+    n_edges = cids.shape[1]
+    n_rows = cids.shape[0] * block_size
+    splits = used_splits(n_edges, tiles.SPLITS, tiles.TILE_K)
+    if splits > 1:  # stand-ins of the workspace's shape: the replay takes addresses only
+        ws = torch.empty((2, splits, n_rows, out.shape[1]), dtype=torch.float32, device=out.device)
+        buffers = (out, ws[0], ws[1], k_per_split(n_edges, splits, tiles.TILE_K), splits)
+    else:
+        buffers = (out, out, out, n_edges, 1)
+    replays = []
+    for kernel, grid, args, kwargs in _sum_forward_launches(
+        buffers[0], buffers[1], buffers[2], element_mars, params, cids, pids, block_size, tiles, edges, *buffers[3:]
+    ):
+        replay = replay_of(kernel, element_mars, grid, *args, **kwargs)
+        if replay is None:
+            return None
+        replays.append(replay)
+    ws_shape = None if splits == 1 else (2, splits, n_rows, out.shape[1])
+    return SumForwardReplay(tuple(replays), tuple(out.shape), ws_shape, out.device)
 
 
 def sum_backward(
