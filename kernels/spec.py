@@ -8,6 +8,7 @@ example by :func:`kernels.custom.family`).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 from dataclasses import dataclass, field
@@ -151,6 +152,10 @@ class Variant:
     kernels whose ``auto`` tiles may come from a tuned table, says where a configuration's tiles
     come from (:mod:`kernels.tuned_tables`: ``"tuned:<device key>@<bucket>"``, ``"heuristic
     (...)"`` with the reason, or ``"explicit"``); records carry it as ``tiles_source``.
+    ``bind(inputs, problem, **params)``, where given, returns the zero-argument call ``run`` would
+    make, its arguments looked up once: the call a user writes (``rms_norm(x, w, eps=...)``),
+    which :meth:`call` gives the measuring tool to time, so that host and call times count the
+    variant and not the plumbing from a problem dict to its arguments.
     """
 
     name: str
@@ -166,6 +171,16 @@ class Variant:
     prebuild: Callable[[], None] | None = None
     precision: Callable[[Mapping[str, Any]], str] | None = None
     tiles_source: Callable[..., str] | None = None
+    bind: Callable[..., Callable[[], Any]] | None = None
+
+    def call(
+        self, inputs: Mapping[str, Any], problem: Mapping[str, Any], params: Mapping[str, Any]
+    ) -> Callable[[], Any]:
+        """The zero-argument call of this variant on ``inputs`` that the measuring tool times:
+        ``bind``'s where the variant has one, else ``run`` with these arguments."""
+        if self.bind is not None:
+            return self.bind(inputs, problem, **params)
+        return functools.partial(self.run, inputs, problem, **params)
 
     @property
     def is_peer(self) -> bool:

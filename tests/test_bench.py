@@ -143,3 +143,62 @@ def test_kept_inputs_beyond_the_limit_are_dropped_oldest_first(monkeypatch):
     kept_inputs.kept(("huge",), make("huge", 10_000))
     assert made[-1] == "huge" and made.count("huge") == 1
     kept_inputs.forget_inputs()
+
+
+@pytest.mark.parametrize("family", ["rms_norm", "fused_add_rms_norm", "block_sparse"])
+def test_the_timed_call_is_the_variant_s_own_call_with_its_arguments_looked_up_once(family):
+    """Host and call times count the variant, not the plumbing from a problem to its arguments:
+    the measuring tool times ``Variant.call``, which for our kernels and the call-time peers is
+    the family's function with its arguments bound (a tile at the kernel's own default left out,
+    as a user leaves it out), and which computes what ``run`` computes."""
+    import functools
+
+    from kernels import get
+    from kernels.block_sparse import sum_layer
+    from kernels.fused_add_rms_norm import fused_add_rms_norm
+    from kernels.rms_norm import rms_norm
+
+    api = {"rms_norm": rms_norm, "fused_add_rms_norm": fused_add_rms_norm, "block_sparse": sum_layer}[family]
+    spec = get(family)
+    prob = spec.resolve_problem(spec.quick)
+    bound = 0
+    for var in spec.variants:
+        if var.unavailable_reason("cpu") or var.bind is None:
+            continue
+        params = var.resolve_params({})
+        inputs = spec.make_inputs(prob, torch.float32, "cpu", 0)
+        with torch.no_grad():
+            call = var.call(inputs, prob, params)
+            got, want = call(), var.run(inputs, prob, **params)
+        got, want = (got if isinstance(got, tuple) else (got,)), (want if isinstance(want, tuple) else (want,))
+        assert all(torch.equal(g, w) for g, w in zip(got, want)), var.name
+        if not var.is_peer:
+            assert isinstance(call, functools.partial) and call.func is api, var.name
+            assert not {"DW_REDUCE", "BWD_WIDE", "CHUNK_THRESHOLD"} & set(call.keywords), call.keywords
+            bound += 1
+    assert bound >= 3
+    plain = [v for v in spec.variants if v.bind is None and not v.unavailable_reason("cpu")]
+    for var in plain:  # without a bind: run itself, with these arguments
+        call = var.call({"a": 1}, prob, {})
+        assert call.func is var.run and call.args == ({"a": 1}, prob)
+
+
+def test_measure_times_the_bound_call(monkeypatch):
+    from kernels.spec import Variant
+
+    made, calls = [], []
+    real = Variant.call
+
+    def spy(self, inputs, problem, params):
+        call = real(self, inputs, problem, params)
+        made.append(self.name)
+
+        def counted():
+            calls.append(1)
+            return call()
+
+        return counted
+
+    monkeypatch.setattr(Variant, "call", spy)
+    rec = measure("rms_norm", "npu", device="cpu", dtype="fp32", mode="forward", quick=True, rep_ms=1)
+    assert rec.passed and made == ["npu"] and len(calls) >= 2  # the first (checked) call and the timed ones

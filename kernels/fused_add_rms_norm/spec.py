@@ -3,6 +3,7 @@ its variants, bytes and tolerances."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 
 from kernels.fused_add_rms_norm import fused_add_rms_norm, gpu, npu
@@ -51,14 +52,15 @@ def _eager(inputs, problem):
 
 
 def _torch_compile(inputs, problem):
-    return compiled(fused_add_rms_norm_reference)(
-        inputs["x"],
-        inputs["residual"],
-        inputs.get("weight"),
-        problem["eps"],
-        problem["offset"],
+    return _torch_compile_bind(inputs, problem)()
+
+
+def _torch_compile_bind(inputs, problem):
+    return functools.partial(
+        compiled(fused_add_rms_norm_reference),
+        inputs["x"], inputs["residual"], inputs.get("weight"), problem["eps"], problem["offset"],
         problem["casting_mode"],
-    )
+    )  # fmt: skip
 
 
 def _rms_norm_after_add(inputs, problem):
@@ -92,20 +94,20 @@ def _liger_available():
 
 
 def _liger(inputs, problem):
+    return _liger_bind(inputs, problem)()
+
+
+def _liger_bind(inputs, problem):
     from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
 
     if inputs.get("weight") is None:
         raise ValueError("Liger's fused add + RMSNorm needs a weight; set weight=True")
     # (X, R, W, eps, offset, casting_mode, in_place): in_place=False keeps dy intact.
-    return LigerFusedAddRMSNormFunction.apply(
-        inputs["x"],
-        inputs["residual"],
-        inputs["weight"],
-        problem["eps"],
-        problem["offset"],
-        problem["casting_mode"],
-        False,
-    )
+    return functools.partial(
+        LigerFusedAddRMSNormFunction.apply,
+        inputs["x"], inputs["residual"], inputs["weight"], problem["eps"], problem["offset"],
+        problem["casting_mode"], False,
+    )  # fmt: skip
 
 
 def _ub_estimate(problem, params, dtype):
@@ -151,6 +153,7 @@ spec = KernelSpec(
             _torch_compile,
             devices=("cuda", "npu"),
             doc="torch.compile of the unfused eager math",
+            bind=_torch_compile_bind,
         ),
         Variant(
             "rms_norm_after_add",
@@ -165,6 +168,7 @@ spec = KernelSpec(
             devices=("cuda",),
             available=_liger_available,
             doc="Liger-Kernel's LigerFusedAddRMSNormFunction",
+            bind=_liger_bind,
         ),
     ),
 )

@@ -6,6 +6,9 @@ The knobs, tile Params, input maker and our-variant builder here are shared by t
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 import torch
 
 from kernels.peers import compiled, missing
@@ -34,9 +37,24 @@ def norm_inputs(problem, dtype, device, seed, names=("x",)) -> dict:
     return inputs
 
 
-def chosen_tiles(fixed, params) -> dict:
-    """The tile keyword arguments a variant passes: its fixed tiles plus every non-auto Param."""
-    return {**fixed, **{k: v for k, v in params.items() if v != "auto"}}
+def chosen_tiles(fixed, params, defaults=None) -> dict:
+    """The tile keyword arguments a variant passes: its fixed tiles plus every non-auto Param,
+    less those equal (value and type) to ``defaults``, the kernel's own (:func:`keyword_defaults`)."""
+    defaults = defaults or {}
+    chosen = {k: v for k, v in params.items() if v != "auto"}
+    chosen = {
+        k: v for k, v in chosen.items() if k not in defaults or type(v) is not type(defaults[k]) or v != defaults[k]
+    }
+    return {**fixed, **chosen}
+
+
+def keyword_defaults(fn) -> dict:
+    """The keyword defaults of ``fn`` other than "auto": the tiles a kernel takes as given."""
+    return {
+        name: p.default
+        for name, p in inspect.signature(fn).parameters.items()
+        if p.default is not inspect.Parameter.empty and not (isinstance(p.default, str) and p.default == "auto")
+    }
 
 
 def tile_check(impl, fixed, gpu_module, npu_module):
@@ -79,27 +97,43 @@ def our_variants(api, tensor_names, gpu_module, npu_module, backward_params, doc
 
     def ours(impl, fixed=None):
         fixed = dict(fixed or {})
+        # A tile at the kernel's own default is left out of the call, as a user leaves it out.
+        defaults = keyword_defaults((gpu_module if impl == "gpu" else npu_module).resolve_tiles)
 
-        def run(inputs, problem, **params):
-            return api(
+        def bind(inputs, problem, **params):
+            return functools.partial(
+                api,
                 *(inputs[n] for n in tensor_names),
                 inputs.get("weight"),
                 eps=problem["eps"],
                 offset=problem["offset"],
                 casting_mode=problem["casting_mode"],
                 impl=impl,
-                **chosen_tiles(fixed, params),
+                **chosen_tiles(fixed, params, defaults),
             )
 
-        return run, tile_check(impl, fixed, gpu_module, npu_module), tile_source(impl, fixed, gpu_module)
+        def run(inputs, problem, **params):
+            return bind(inputs, problem, **params)()
 
-    row_run, row_check, row_source = ours("gpu", {"BLOCK_SIZE_M": 1})
-    multi_run, multi_check, multi_source = ours("gpu")
-    npu_run, npu_check, npu_source = ours("npu")
+        return run, bind, tile_check(impl, fixed, gpu_module, npu_module), tile_source(impl, fixed, gpu_module)
+
+    row_run, row_bind, row_check, row_source = ours("gpu", {"BLOCK_SIZE_M": 1})
+    multi_run, multi_bind, multi_check, multi_source = ours("gpu")
+    npu_run, npu_bind, npu_check, npu_source = ours("npu")
     gpu_only = ("cuda", "cpu")
     row_params, multi_params = GPU_ROW_PARAMS + backward_params, GPU_MULTIROW_PARAMS + backward_params
     return (
-        Variant("gpu_row", "gpu", row_run, row_params, gpu_only, row_check, doc=docs[0], tiles_source=row_source),
+        Variant(
+            "gpu_row",
+            "gpu",
+            row_run,
+            row_params,
+            gpu_only,
+            row_check,
+            doc=docs[0],
+            tiles_source=row_source,
+            bind=row_bind,
+        ),
         Variant(
             "gpu_multirow",
             "gpu",
@@ -109,9 +143,18 @@ def our_variants(api, tensor_names, gpu_module, npu_module, backward_params, doc
             multi_check,
             doc=docs[1],
             tiles_source=multi_source,
+            bind=multi_bind,
         ),
         Variant(
-            "npu", "npu", npu_run, NPU_PARAMS, ("npu", "cuda", "cpu"), npu_check, doc=docs[2], tiles_source=npu_source
+            "npu",
+            "npu",
+            npu_run,
+            NPU_PARAMS,
+            ("npu", "cuda", "cpu"),
+            npu_check,
+            doc=docs[2],
+            tiles_source=npu_source,
+            bind=npu_bind,
         ),
     )
 
@@ -220,16 +263,27 @@ def _eager(inputs, problem):
 
 
 def _functional(inputs, problem):
+    return _functional_bind(inputs, problem)()
+
+
+def _functional_bind(inputs, problem):
     w = inputs.get("weight")
-    if w is not None and problem["offset"]:
-        w = w + problem["offset"]
-    return torch.nn.functional.rms_norm(inputs["x"], (problem["hidden"],), w, problem["eps"])
+    if w is not None and problem["offset"]:  # F.rms_norm has no offset: the add is part of the call
+        return lambda: torch.nn.functional.rms_norm(
+            inputs["x"], (problem["hidden"],), w + problem["offset"], problem["eps"]
+        )
+    return functools.partial(torch.nn.functional.rms_norm, inputs["x"], (problem["hidden"],), w, problem["eps"])
 
 
 def _torch_compile(inputs, problem):
-    return compiled(rms_norm_reference)(
-        inputs["x"], inputs.get("weight"), problem["eps"], problem["offset"], problem["casting_mode"]
-    )
+    return _torch_compile_bind(inputs, problem)()
+
+
+def _torch_compile_bind(inputs, problem):
+    return functools.partial(
+        compiled(rms_norm_reference),
+        inputs["x"], inputs.get("weight"), problem["eps"], problem["offset"], problem["casting_mode"],
+    )  # fmt: skip
 
 
 def _liger_available():
@@ -237,13 +291,18 @@ def _liger_available():
 
 
 def _liger(inputs, problem):
+    return _liger_bind(inputs, problem)()
+
+
+def _liger_bind(inputs, problem):
     from liger_kernel.ops.rms_norm import LigerRMSNormFunction
 
     if inputs.get("weight") is None:
         raise ValueError("Liger's RMSNorm needs a weight; set weight=True")
-    return LigerRMSNormFunction.apply(
-        inputs["x"], inputs["weight"], problem["eps"], problem["offset"], problem["casting_mode"], False
-    )
+    return functools.partial(
+        LigerRMSNormFunction.apply,
+        inputs["x"], inputs["weight"], problem["eps"], problem["offset"], problem["casting_mode"], False,
+    )  # fmt: skip
 
 
 spec = KernelSpec(
@@ -281,10 +340,24 @@ spec = KernelSpec(
             _functional,
             available=lambda: None if hasattr(torch.nn.functional, "rms_norm") else "needs torch >= 2.4",
             doc="torch.nn.functional.rms_norm",
+            bind=_functional_bind,
         ),
         Variant(
-            "torch_compile", "torch", _torch_compile, devices=("cuda", "npu"), doc="torch.compile of the eager math"
-        ),
-        Variant("liger", "peer", _liger, devices=("cuda",), available=_liger_available, doc="Liger-Kernel RMSNorm"),
+            "torch_compile",
+            "torch",
+            _torch_compile,
+            devices=("cuda", "npu"),
+            doc="torch.compile of the eager math",
+            bind=_torch_compile_bind,
+        ),  # fmt: skip
+        Variant(
+            "liger",
+            "peer",
+            _liger,
+            devices=("cuda",),
+            available=_liger_available,
+            doc="Liger-Kernel RMSNorm",
+            bind=_liger_bind,
+        ),  # fmt: skip
     ),
 )
