@@ -8,7 +8,10 @@ fresh process and again after the suite's own measurement of the same cell.
 For RMSNorm forward and forward+backward (ours, F.rms_norm, an empty autograd.Function, and
 the floors of a Python autograd op that launches: one launch through kernels/launch.py in its
 backward, or one in each direction as ours makes, each into a fresh tensor), the fused add+RMSNorm forward (ours against F.rms_norm of
-x + r), and two bare driver calls, each a median over many calls, in µs
+x + r), the calls the suite times for the forward cells (``suite step: ...``: the variant's bound
+call as ``workbench.measure.prepared_call`` makes it), the block-sparse sum layer's forward at
+batch 1 and 16 beside PyJuice's layer call (L = 1024, PyJuice where installed), and two bare driver
+calls, each a median over many calls, in µs
 (``WORKBENCH_FAST_LAUNCH=0`` times ours through Triton's own launch):
 
 - ``host``: issue time of one call, the device idle before it (the suite's host timing);
@@ -55,7 +58,7 @@ from kernels.fused_add_rms_norm import fused_add_rms_norm  # noqa: E402
 from kernels.launch import launch  # noqa: E402
 from kernels.rms_norm import rms_norm  # noqa: E402
 from workbench.device import get_device  # noqa: E402
-from workbench.measure import measure_many  # noqa: E402
+from workbench.measure import measure_many, prepared_call  # noqa: E402
 from workbench.timing import ProfilerKernelSampler  # noqa: E402
 
 
@@ -113,6 +116,8 @@ def calls(rows: int, hidden: int) -> dict:
         **driver_calls(x),
         "ours fwd": no_grad(lambda: rms_norm(x, w)),
         "F.rms_norm fwd": no_grad(lambda: f(x, (hidden,), w, 1e-6)),
+        **suite_steps(rows, hidden),
+        **block_sparse_calls(),
         "ours fused fwd": no_grad(lambda: fused_add_rms_norm(x, r, w)),
         "F.rms_norm(x + r) fwd": no_grad(lambda: f(x + r, (hidden,), w, 1e-6)),
         "ours fwd+bwd": lambda: torch.autograd.grad(rms_norm(x, w), (x, w), dy),
@@ -121,6 +126,49 @@ def calls(rows: int, hidden: int) -> dict:
         "floor: 1 launch (bwd)": lambda: torch.autograd.grad(Floor.apply(x, w, False), (x,), dy),
         "floor: 2 launches": lambda: torch.autograd.grad(Floor.apply(x, w, True), (x,), dy),
     }
+
+
+def suite_steps(rows: int, hidden: int) -> dict:
+    """The calls the suite times for its call and host cells (workbench.measure.prepared_call:
+    the variant's bound call under ``torch.no_grad``), in this process's state."""
+    problem = {"rows": rows, "hidden": hidden}
+    steps = {}
+    for name, variant in (("suite step: ours fwd", "gpu_multirow"), ("suite step: F.rms_norm fwd", "torch_functional")):
+        steps[name] = prepared_call("rms_norm", dict(variant=variant, dtype="bf16", mode="forward", problem=problem))[1]
+    return steps
+
+
+def block_sparse_calls(nodes: int = 1024, batches=(1, 16)) -> dict:
+    """The block-sparse sum layer's eager forward (the HMM transition layer of the suite's
+    block_sparse_forward_call, L = ``nodes``) beside PyJuice's layer call on its own buffers, and
+    ours as the suite times it; PyJuice's rows are left out where it is not installed."""
+    from kernels import block_sparse
+    from kernels.block_sparse import peer
+
+    out = {}
+    for batch in batches:
+        problem = {"layer": "sum", "nodes": nodes, "block_size": 0, "K": 0, "tied": False, "batch": batch}
+        layer = block_sparse.make_layer(problem, device="cuda")
+        args = (layer["element_mars"], layer["params"], layer["cids"], layer["pids"], min(nodes & -nodes, 1024))
+
+        def ours(args=args):
+            with torch.no_grad():
+                return block_sparse.sum_layer(*args)
+
+        out[f"ours block-sparse b{batch}"] = ours
+        config = dict(variant="gpu", dtype="fp32", mode="forward", problem=problem)
+        out[f"suite step: ours block-sparse b{batch}"] = prepared_call("block_sparse", config)[1]
+        if peer.available() is None:
+            spec = block_sparse.spec
+            prob = spec.resolve_problem(problem)
+            kernel = spec.variant("pyjuice").kernel(spec.make_inputs(prob, torch.float32, "cuda", 0), prob)
+
+            def pyjuice(kernel=kernel):
+                with torch.no_grad():
+                    return kernel()
+
+            out[f"PyJuice layer b{batch}"] = pyjuice
+    return out
 
 
 def driver_calls(tensor) -> dict:
@@ -212,10 +260,10 @@ def blocks_left_alive(fn, n: int = 500) -> float:
 
 def table(rows: int, hidden: int, flush) -> dict:
     out = {name: protocols(fn, flush) for name, fn in calls(rows, hidden).items()}
-    print(f"{'µs':26s} {'host':>8s} {'loop':>8s} {'call':>8s} {'call+sync':>10s} {'blocks':>7s}  syncs")
+    print(f"{'µs':36s} {'host':>8s} {'loop':>8s} {'call':>8s} {'call+sync':>10s} {'blocks':>7s}  syncs")
     for name, r in out.items():
         print(
-            f"{name:26s} {r['host']:8.1f} {r['loop']:8.1f} {r['call']:8.1f} {r['call+sync']:10.1f}"
+            f"{name:36s} {r['host']:8.1f} {r['loop']:8.1f} {r['call']:8.1f} {r['call+sync']:10.1f}"
             f" {r['blocks']:7.2f}  {r['syncs']}"
         )
     print("fast launch:", {k: v for k, v in fast_launch.status().items() if k in ("enabled", "hits", "fallbacks")})
@@ -284,9 +332,14 @@ def main(argv=None) -> None:
         host = None if rec.host_ms is None else round(rec.host_ms * 1e3, 1)
         heap = (rec.device_state or {}).get("python_heap", {}).get("collector", "not frozen")
         print(f"{rec.mode:8s} {rec.variant:18s} call {call}  host {host}  ({heap}) {rec.error or ''}")
-    print("\n== Python functions of one ours fwd+bwd call (fresh-ish process, cProfile)")
-    listing = python_calls(calls(args.rows, args.hidden)["ours fwd+bwd"])
-    print("\n".join(listing[:60]))
+    listings = {}
+    for name in ("ours fwd+bwd", "ours fwd", "ours block-sparse b1", "PyJuice layer b1"):
+        fn = calls(args.rows, args.hidden).get(name)
+        if fn is not None:
+            print(f"\n== Python functions of one {name} call (fresh-ish process, cProfile)")
+            listings[name] = python_calls(fn)
+            print("\n".join(listings[name][:40]))
+    listing = listings["ours fwd+bwd"]
     print("\n== the same process afterwards")
     after = table(args.rows, args.hidden, flush)
     t0 = time.perf_counter()
@@ -306,6 +359,7 @@ def main(argv=None) -> None:
         "frozen": frozen,
         "suite_cell": [r.to_dict() for r in recs],
         "python_calls": listing,
+        "python_calls_by_call": listings,
     }
     Path(args.out, "call_breakdown.json").write_text(json.dumps(body, indent=1, default=str))
 
