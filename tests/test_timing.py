@@ -285,6 +285,7 @@ def test_an_uncapturable_call_is_timed_by_the_profiler():
 
     with pytest.raises(RuntimeError):  # torch reports the failed capture as a RuntimeError
         timing.CudaGraphSampler(call)
+    torch.randn(16, device="cuda")  # the failed capture left the device's random generator usable
     sampler, note = timing.kernel_sampler(call, flush=get_device("cuda").flush_l2)
     assert sampler.method == "profiler, L2 flushed" and note == ""
     est = timing.run_interleaved({"k": sampler}, budget_s=1.0)["k"]

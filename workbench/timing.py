@@ -385,15 +385,24 @@ def _capture(fn: Callable[[], object], calls: int, flush=None, events=None):
             fn()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(calls):
-            if flush is not None:
-                flush()
-            if events:
-                events[i][0].record()
-            fn()
-            if events:
-                events[i][1].record()
+    # A capture that fails (a read-back, a host sync) ends before torch hands the device's
+    # random generator back: every later torch.randn on the device then raises "Offset
+    # increment outside graph capture". Its state from before the capture is put back instead.
+    generator = torch.cuda.default_generators[torch.cuda.current_device()]
+    saved = generator.clone_state()
+    try:
+        with torch.cuda.graph(graph):
+            for i in range(calls):
+                if flush is not None:
+                    flush()
+                if events:
+                    events[i][0].record()
+                fn()
+                if events:
+                    events[i][1].record()
+    except BaseException:
+        generator.graphsafe_set_state(saved)
+        raise
     torch.cuda.synchronize()
     return graph
 
