@@ -70,11 +70,43 @@ def remember_plan(plans: dict, key, make_plan) -> None:
 
 
 def remember_replay(plans: dict, key, make_replay, rstd) -> None:
-    """:func:`remember_plan` of a forward's replay, with what the replayed call allocates for
-    ``rstd``: ``(replay, rstd rows, device)``."""
+    """:func:`remember_plan` of a forward's replay, with what the replayed call needs for
+    ``rstd``: ``(replay, rstd rows, device, address of a discard buffer of that many rows or
+    None)``. A call with gradients allocates rstd (its backward reads it); one without writes it
+    into the discard buffer (:func:`discard_rows`) instead of allocating it."""
 
     def plan():
         replay = make_replay()
-        return (replay, rstd.shape[0], rstd.device) if replay else False
+        if not replay:
+            return False
+        rows, device = rstd.shape[0], rstd.device
+        discard = discard_rows(device, rows)
+        return (replay, rows, device, None if discard is None else discard.data_ptr())
 
     remember_plan(plans, key, plan)
+
+
+MAX_DISCARD_BYTES = 64 << 20  # past this, planned calls allocate their unread rows again
+_DISCARDS: dict = {}  # (device, rows) -> fp32 buffer, kept for the process's lifetime
+
+
+def discard_rows(device, rows: int):
+    """An fp32 buffer of ``rows`` values on ``device`` that a planned call writes and nobody reads
+    (a norm forward's rstd when no backward follows), or None.
+
+    Why: each allocation is a few microseconds of an eager call's host time (a torch.empty on
+    the H100 host), the same order as the gap to F.rms_norm's. Kept for the process's lifetime
+    and shared by every plan of that size, so a CUDA graph captured with its address stays valid
+    whatever happens to the plans; concurrent calls on two streams write the same unread values.
+    None while a graph is captured (memory taken then belongs to the graph's pool) and once the
+    kept buffers would pass :data:`MAX_DISCARD_BYTES`."""
+    key = (device, rows)
+    buffer = _DISCARDS.get(key)
+    if buffer is None:
+        import torch
+
+        kept = sum(b.numel() * 4 for b in _DISCARDS.values())
+        if kept + rows * 4 > MAX_DISCARD_BYTES or torch.cuda.is_current_stream_capturing():
+            return None
+        buffer = _DISCARDS[key] = torch.empty(rows, dtype=torch.float32, device=device)
+    return buffer

@@ -447,3 +447,52 @@ def test_block_sparse_plans_survive_graph_capture_and_the_off_switch(fresh_path,
     for _ in range(3):
         torch.testing.assert_close(sum_layer(em, params, cids, pids, 1024), want + 1.0, atol=1e-5, rtol=1e-5)
     assert fast_launch.status()["hits"] == 0
+
+
+def test_a_planned_call_without_gradients_allocates_its_outputs_alone(fresh_path):
+    """rstd of a forward no backward reads goes to a kept discard buffer (kernels.plans.discard_rows):
+    a planned call makes one device allocation (RMSNorm: y) or two (fused: y and s), not one more
+    for rstd; with gradients rstd is allocated (the backward reads it) and still correct."""
+    from kernels.fused_add_rms_norm import fused_add_rms_norm
+
+    x = torch.randn(300, 1024, device="cuda", dtype=torch.bfloat16)
+    r = torch.randn_like(x)
+    w = torch.randn(1024, device="cuda", dtype=torch.bfloat16)
+
+    def allocations(fn, n=20):
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_stats()["allocation.all.allocated"]
+        hits = fast_launch.status()["hits"]
+        for _ in range(n):
+            fn()
+        assert fast_launch.status()["hits"] - hits == n
+        return (torch.cuda.memory_stats()["allocation.all.allocated"] - before) / n
+
+    with torch.no_grad():
+        assert allocations(lambda: rms_norm(x, w)) == 1
+        assert allocations(lambda: fused_add_rms_norm(x, r, w)) == 2
+    want = torch.nn.functional.rms_norm(x.float(), (1024,), w.float(), 1e-6)
+    torch.testing.assert_close(rms_norm(x, w).float(), want, atol=2e-2, rtol=2e-2)
+    # with gradients the planned forward allocates rstd for its backward, which stays right
+    xg = x.clone().requires_grad_(True)
+    for _ in range(3):
+        (dx,) = torch.autograd.grad(rms_norm(xg, w).float().sum(), (xg,))
+    xr = x.float().requires_grad_(True)
+    (dx_ref,) = torch.autograd.grad(torch.nn.functional.rms_norm(xr, (1024,), w.float(), 1e-6).sum(), (xr,))
+    torch.testing.assert_close(dx.float(), dx_ref, atol=2e-2, rtol=2e-2)
+    # a graph captured with the discard buffer's address stays valid when the plans go
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            captured = rms_norm(x, w)
+    torch.cuda.current_stream().wait_stream(stream)
+    fast_launch.reset()  # retires the replays and empties the plans
+    x.mul_(2)
+    graph.replay()
+    torch.cuda.synchronize()
+    want = torch.nn.functional.rms_norm(x.float(), (1024,), w.float(), 1e-6)
+    torch.testing.assert_close(captured.float(), want, atol=2e-2, rtol=2e-2)

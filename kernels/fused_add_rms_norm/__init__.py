@@ -152,11 +152,14 @@ def fused_add_rms_norm(
         eager_key = None
     if eager_key is not None:
         if plan:
-            replay, rows, device = plan
+            replay, rows, device, discard_address = plan
             y, s = torch.empty_like(x), torch.empty_like(x)
-            rstd = torch.empty(rows, dtype=torch.float32, device=device)  # the kernel stores it: unread here
+            rstd = None  # the kernel stores rstd, unread here: into the plan's discard buffer where it has one
+            if discard_address is None:
+                rstd = torch.empty(rows, dtype=torch.float32, device=device)
+                discard_address = rstd.data_ptr()
             w_address = x_address if weight is None else weight.data_ptr()
-            if replay(y.data_ptr(), s.data_ptr(), x_address, r_address, w_address, rstd.data_ptr()):
+            if replay(y.data_ptr(), s.data_ptr(), x_address, r_address, w_address, discard_address):
                 return y, s
             del _EAGER[eager_key]  # retired or paused: plan again on the next call
             eager_key = None

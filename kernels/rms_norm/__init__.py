@@ -97,7 +97,7 @@ class _RMSNormFunction(torch.autograd.Function):
     # replays the layout's launch (or plans it), and the backward keeps a plan of its own.
     @staticmethod
     def forward(ctx, x, weight, config, planned):
-        replayed = _replayed_forward(x, weight, *planned) if planned is not None and planned[1] else None
+        replayed = _replayed_forward(x, weight, *planned, False) if planned is not None and planned[1] else None
         if replayed is not None:
             y, rstd = replayed
             x2d = x if x.dim() == 2 else x.view(-1, x.shape[-1])
@@ -139,14 +139,18 @@ class _RMSNormFunction(torch.autograd.Function):
         return (dx if flat else dx.view(shape)), dw, None, None
 
 
-def _replayed_forward(x, weight, key, plan):
+def _replayed_forward(x, weight, key, plan, x_address, discard):
     """``(y, rstd)`` through the layout's replay, or None when it refuses (the plan is dropped:
-    the next call plans again)."""
-    replay, rows, device = plan
+    the next call plans again). ``discard``: no backward follows, so the kernel's rstd goes to the
+    plan's discard buffer (kernels.plans.discard_rows), where it has one, and rstd is None."""
+    replay, rows, device, discard_address = plan
     y = torch.empty_like(x)
-    rstd = torch.empty(rows, dtype=torch.float32, device=device)  # the kernel stores it
-    x_address = x.data_ptr()
-    if replay(y.data_ptr(), x_address, x_address if weight is None else weight.data_ptr(), rstd.data_ptr()):
+    if discard and discard_address is not None:
+        rstd, rstd_address = None, discard_address
+    else:
+        rstd = torch.empty(rows, dtype=torch.float32, device=device)  # the kernel stores it
+        rstd_address = rstd.data_ptr()
+    if replay(y.data_ptr(), x_address, x_address if weight is None else weight.data_ptr(), rstd_address):
         return y, rstd
     _EAGER.pop(key, None)
     return None
@@ -216,7 +220,7 @@ def rms_norm(
         eager_key = None
     if eager_key is not None and not grads:
         if plan:
-            replayed = _replayed_forward(x, weight, eager_key, plan)
+            replayed = _replayed_forward(x, weight, eager_key, plan, x_address, True)
             if replayed is not None:
                 return replayed[0]
             eager_key = None  # retired or paused: planned again on the next call
@@ -229,7 +233,7 @@ def rms_norm(
     if x.numel() == 0:
         return x.clone()
     if grads:
-        return _RMSNormFunction.apply(x, weight, config, None if eager_key is None else (eager_key, plan))
+        return _RMSNormFunction.apply(x, weight, config, None if eager_key is None else (eager_key, plan, x_address))
     if eager_key is not None:
         return _eager_forward(x, weight, config, eager_key)
     return _forward(x, weight, config)[0]  # no autograd node: apply alone costs ~17 us of host time
