@@ -277,6 +277,11 @@ class KernelSpec:
     flops: Callable[[Mapping[str, Any], str], int] | None = None
     # What ``workbench tune`` searches and the tuned tables hold (None: the family is not tuned).
     tuning: Tuning | None = None
+    # Optional: the seconds a configuration's compile is expected to take on a GPU's host,
+    # ``compile_s(problem, params) -> float`` (None where unknown); a sweep's compile-ahead
+    # starts the longest first, so a configuration that compiles for ten seconds is not the last
+    # one a measuring GPU waits for.
+    compile_s: Callable[[Mapping[str, Any], Mapping[str, Any]], float | None] | None = None
     # The module that defines the spec, which a worker process imports to find it (None: defined in
     # a notebook cell or a script, so its sweeps run on the local executor only). A module path
     # registered for the family (the built-ins', an entry point's) stands for it.

@@ -467,3 +467,45 @@ def test_a_nodes_compile_workers_are_fed_from_its_own_actors_lanes_then_from_the
         tasks[i].key for i in (4, 6, 5, 7)
     ]  # a node with no actor up yet
     assert len(list(queue.feed_order())) == 6
+
+
+def test_configurations_expected_to_compile_long_start_first_on_a_quarter_of_the_workers():
+    """A compile the family expects to take seconds (KernelSpec.compile_s: RMSNorm at hidden
+    16384 with 4 rows on 2 warps, 1024 elements a thread) starts at the first feed, however late
+    the measuring actors reach it, on at most a quarter of the workers; the other workers follow
+    the actors' order, and a long task an actor already took is not compiled ahead."""
+    from workbench.sweep.compile_ahead_driver import LONG_COMPILE_S, expected_compile_s
+
+    def rms(hidden, rows, warps):
+        return _task("rms_norm", "gpu_multirow", problem={"rows": 64, "hidden": hidden},
+                     params={"BLOCK_SIZE_M": rows, "num_warps": warps})  # fmt: skip
+
+    quick = [rms(1024, 1, 4) for _ in range(1)] + [rms(h, 1, 4) for h in (512, 2048, 4096, 256, 128, 64)]
+    long_one, longer_one = rms(16384, 4, 2), rms(16384, 8, 2)
+    assert expected_compile_s(longer_one) > expected_compile_s(long_one) >= LONG_COMPILE_S
+    assert all(expected_compile_s(t) < LONG_COMPILE_S for t in quick)
+    tasks = quick + [long_one, longer_one]
+
+    class Worker:
+        def __init__(self, name):
+            self.name = name
+            self.compile = types.SimpleNamespace(remote=lambda task, facts: (self.name, task.key))
+
+    ahead = CompileAhead(None, [Worker(f"w{i}") for i in range(8)], H100, 60, None)
+    lanes = Lanes(tasks, slots=2)
+    ahead.feed(lanes.feed_order())
+    sent = [key for _worker, key in ahead.calls]
+    # two long slots of eight workers: the longest first, then the other long one, then the queue
+    assert sent[:2] == [longer_one.key, long_one.key]
+    assert sent[2:] == [t.key for t in lanes.feed_order() if t.key not in sent[:2]][:6]
+    # a long task the actors took before any worker was free is not compiled ahead
+    ahead2 = CompileAhead(None, [Worker(f"w{i}") for i in range(4)], H100, 60, None)
+    lanes2 = Lanes(tasks, slots=1)
+    ahead2.idle.clear()
+    ahead2.feed(lanes2.feed_order())  # nothing idle: nothing sent, nothing found yet
+    assert not ahead2.calls
+    ahead2.attach(longer_one)
+    ahead2.idle.extend(ahead2.workers)
+    ahead2.feed(lanes2.feed_order())
+    sent2 = [key for _worker, key in ahead2.calls]
+    assert longer_one.key not in sent2 and sent2[0] == long_one.key

@@ -9,7 +9,14 @@ import importlib.util
 from kernels.fused_add_rms_norm import fused_add_rms_norm, gpu, npu
 from kernels.fused_add_rms_norm.reference import fused_add_rms_norm_reference
 from kernels.peers import compiled
-from kernels.rms_norm.spec import GPU_BACKWARD_LOOP_PARAMS, NORM_KNOBS, norm_inputs, norm_tuning, our_variants
+from kernels.rms_norm.spec import (
+    GPU_BACKWARD_LOOP_PARAMS,
+    NORM_KNOBS,
+    norm_compile_s,
+    norm_inputs,
+    norm_tuning,
+    our_variants,
+)
 from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Variant, elem_bytes
 
 
@@ -133,6 +140,7 @@ spec = KernelSpec(
     tolerances=dict(DEFAULT_TOLERANCES),
     ub_estimate=_ub_estimate,
     tuning=norm_tuning((512, 1024, 2048, 4096, 8192, 16384)),
+    compile_s=norm_compile_s,
     variants=our_variants(
         fused_add_rms_norm,
         ("x", "residual"),

@@ -184,6 +184,19 @@ def norm_tuning(hidden_sizes: tuple) -> Tuning:
 MAX_TUNE_ELEMENTS_PER_THREAD = 128
 
 
+def norm_compile_s(problem, params) -> float | None:
+    """A norm forward's expected compile seconds from its elements per thread (the row tile over
+    the threads), or None where a tile is left "auto". The H100 host's compiles (issue 44's
+    sweeps, Triton's compile for sm_90): medians of 0.3-0.6 s up to 128 elements a thread, then
+    0.9, 2.3 and 7.3 s at 256, 512 and 1024, as the tile spills."""
+    rows, warps, block = params.get("BLOCK_SIZE_M"), params.get("num_warps"), params.get("BLOCK_SIZE", "auto")
+    if "auto" in (rows, warps) or rows is None or warps is None:
+        return None
+    block = next_power_of_2(problem["hidden"]) if block in ("auto", None) else block
+    per_thread = block * rows / (32 * warps)
+    return 0.4 * max(1.0, per_thread / MAX_TUNE_ELEMENTS_PER_THREAD) ** 1.5
+
+
 def _worth_timing(hidden: int, params: dict) -> bool:
     tile = next_power_of_2(hidden) * params["BLOCK_SIZE_M"]
     return tile <= gpu.MAX_TILE_ELEMENTS and tile <= MAX_TUNE_ELEMENTS_PER_THREAD * 32 * params["num_warps"]
@@ -320,6 +333,7 @@ spec = KernelSpec(
     tolerances=dict(DEFAULT_TOLERANCES),
     ub_estimate=npu.ub_estimate,  # NPU tiles -> Unified Buffer bytes (calibrated; > npu.UB_BYTES overflows)
     tuning=norm_tuning((1024, 2048, 4096, 8192, 16384, 32768)),
+    compile_s=norm_compile_s,
     variants=our_variants(
         rms_norm,
         ("x",),

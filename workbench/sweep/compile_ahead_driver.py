@@ -31,6 +31,19 @@ from collections import deque
 from workbench.sweep.actors import kill_actor
 
 COMPILE_TIMEOUT_S = 300.0  # a compile-ahead past this (or the executor's timeout) is given up
+LONG_COMPILE_S = 2.0  # a configuration expected to compile this long or longer starts first
+
+
+def expected_compile_s(task) -> float:
+    """The seconds ``task``'s family expects its compile to take (``KernelSpec.compile_s``),
+    else 0 (unknown, or a family this process cannot look up)."""
+    try:
+        from kernels import get
+
+        estimate = get(task.family).compile_s
+        return float(estimate(task.problem, task.params) or 0.0) if estimate is not None else 0.0
+    except Exception:  # noqa: BLE001 - an estimate only orders the compiles
+        return 0.0
 
 
 def default_compile_workers(cpus: int, slots: int) -> int:
@@ -55,7 +68,8 @@ def as_queued(task):
 class CompileAhead:
     """One run's compile-ahead: its compile workers, the calls in flight, the results by task key.
 
-    ``feed`` gives idle compile workers the first queued tasks none has had; ``pick`` chooses the
+    ``feed`` gives idle compile workers the queued tasks none has had (the long ones first, see
+    :meth:`feed`); ``pick`` chooses the
     task a free measuring actor takes (see the module docstring) and ``attach`` gives it its
     compile-ahead's result; ``collect`` files a finished call; ``expire`` gives up calls past
     ``limit_s`` (their worker is replaced); ``retarget`` starts again for other device facts.
@@ -73,25 +87,53 @@ class CompileAhead:
         self.calls: dict = {}  # ref -> (task key, worker, sent at)
         self.results: dict = {}  # task key -> compile_task's result
         self.taken = 0  # tasks measured with a compile-ahead result
+        self._long: list | None = None  # queued tasks expected to compile long, longest first
+        self._long_keys: set = set()
+        self._sent_to_actors: set = set()  # keys of the tasks measuring actors have taken
 
     def compiling(self) -> set:
         """The keys of the tasks being compiled now."""
         return {key for key, _worker, _sent in self.calls.values()}
 
     def feed(self, tasks) -> None:
-        """Give idle compile workers the first of ``tasks`` (in the order the measuring actors
-        will take them) that none has had."""
+        """Give idle compile workers the tasks none has had: first, on up to a quarter of the
+        workers at a time, those whose family expects a compile of :data:`LONG_COMPILE_S` or
+        more (:func:`expected_compile_s`), longest first; then the first of ``tasks`` (in the
+        order the measuring actors will take them).
+
+        Why: on 4 H100s (issue 44, 7488ffb) the last configuration of the 208-configuration sweep
+        was an RMSNorm forward at hidden 16384 with 4 rows on 2 warps (1024 elements a thread,
+        2322 spilled registers) whose compile took 10.8-13.2 s. Begun when the actors' order
+        reached it, it left one GPU waiting 3.9 s for it at the end (one node), or its actor
+        compiled it itself for 11.8 s (two nodes, 27.6 s against 19.4). Begun first, it is
+        done long before the measuring reaches it."""
         if self.facts is None or not self.idle:
             return
+        if self._long is None:  # the first feed sees the whole queue
+            tasks = list(tasks)
+            expected = {task.key: expected_compile_s(task) for task in tasks}
+            self._long = sorted((t for t in tasks if expected[t.key] >= LONG_COMPILE_S), key=lambda t: -expected[t.key])
+            self._long_keys = {task.key for task in self._long}
+        busy = self.compiling()
+        slots = max(1, len(self.workers) // 4) - len(busy & self._long_keys)
+        while slots > 0 and self.idle and self._long:
+            task = self._long.pop(0)
+            if task.key not in self.results and task.key not in busy and task.key not in self._sent_to_actors:
+                self._send(task)
+                slots -= 1
         busy = self.compiling()
         for task in tasks:
             if not self.idle:
                 break
             if task.key in self.results or task.key in busy:
                 continue
-            worker = self.idle.popleft()
-            ref = worker.compile.remote(task, self.facts)
-            self.calls[ref] = (task.key, worker, time.monotonic())
+            self._send(task)
+            busy.add(task.key)
+
+    def _send(self, task) -> None:
+        worker = self.idle.popleft()
+        ref = worker.compile.remote(task, self.facts)
+        self.calls[ref] = (task.key, worker, time.monotonic())
 
     def refs(self) -> list:
         return list(self.calls)
@@ -111,6 +153,7 @@ class CompileAhead:
 
     def attach(self, task):
         """``task`` as sent to its measuring actor: with its compile-ahead's result, if any."""
+        self._sent_to_actors.add(task.key)
         result = self.results.get(task.key)
         if result is None:
             return task
@@ -139,6 +182,7 @@ class CompileAhead:
         old target is dropped (those calls' workers are replaced), and compiled again."""
         self.facts, self.source, self.retargeted = facts, "actor", True
         self.results.clear()
+        self._long = None  # found again, from what is queued now, on the next feed
         for _key, worker, _sent in list(self.calls.values()):
             self._replace(worker)
         self.calls.clear()
