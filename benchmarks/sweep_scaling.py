@@ -491,8 +491,11 @@ def compare(args) -> int:
         session_speed = base["session_s"] / session if session and base["session_s"] else None
         cached = sum(1 for x in recs if first_call_cached(x))
         ahead = r["runs"][-1].get("compile_ahead") or {}
-        # first calls that could find a kernel: configurations whose kernels compile at all
-        compilable = len(recs) - (ahead.get("failed") or 0)
+        # first calls that could find a kernel: configurations whose kernels compile at all (from
+        # the records: on several nodes each node's compile-ahead counts the failures again)
+        compilable = sum(
+            1 for x in recs if x.get("passed") or ((x.get("compile_facts") or {}).get("compiled_ahead") or {}).get("ok")
+        )
         row = dict(
             gpus=n,
             nodes=nodes,
