@@ -51,6 +51,7 @@ and OUT/report.html.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import re
@@ -462,9 +463,12 @@ def compare(args) -> int:
     runs = {}  # (GPUs, nodes) -> the run
     for d in sorted(root.glob("gpus*")):
         named = re.fullmatch(r"gpus(\d+)(?:-nodes(\d+))?", d.name)
-        if named and (d / "run.json").exists() and (d / "records.json").exists():
+        records = next((d / name for name in ("records.json", "records.json.gz") if (d / name).exists()), None)
+        if named and (d / "run.json").exists() and records is not None:
             info = json.loads((d / "run.json").read_text())["runs"]
-            recs = json.loads((d / "records.json").read_text())
+            opener = gzip.open if records.suffix == ".gz" else open  # committed reports keep them gzipped
+            with opener(records, "rt") as f:
+                recs = json.load(f)
             runs[(int(named[1]), int(named[2] or 1))] = {
                 "runs": info,
                 "records": recs,

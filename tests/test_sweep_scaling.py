@@ -95,6 +95,9 @@ def test_compare_reads_the_two_node_run_beside_the_others(scaling, tmp_path):
     import json
 
     real = json.loads(gzip.open(ROOT / "reports/sweep-h200x4/at-b4174a2/warm/gpus1/records.json.gz").read())[:12]
+    for record in real[-2:]:  # two configurations that cannot compile
+        record.update(passed=False, error="ValueError: tile too large")
+        record["compile_facts"] = {"compiled_ahead": {"ok": False}}
     for name, sweep_s, records in (
         ("gpus1", 40.0, real),
         ("gpus4", 12.0, real),
@@ -102,8 +105,12 @@ def test_compare_reads_the_two_node_run_beside_the_others(scaling, tmp_path):
     ):
         run = tmp_path / name
         run.mkdir()
-        (run / "records.json").write_text(json.dumps(records))
-        ahead = {"failed": 2, "found_on_node": 9}
+        if name == "gpus4":  # committed reports keep their records gzipped
+            (run / "records.json.gz").write_bytes(gzip.compress(json.dumps(records).encode()))
+        else:
+            (run / "records.json").write_text(json.dumps(records))
+        # two nodes: each node's compile-ahead counted the two failures
+        ahead = {"failed": 4 if "nodes" in name else 2, "found_on_node": 9}
         (run / "run.json").write_text(json.dumps({"runs": [{"sweep_s": sweep_s, "compile_ahead": ahead}]}))
     assert scaling.main(["--compare", str(tmp_path)]) == 0
     result = json.loads((tmp_path / "scaling.json").read_text())
