@@ -246,15 +246,18 @@ def backward_rows(
         w = weight_row(W_ptr, cols, col_mask, offset, HAS_WEIGHT)
     dw_acc = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
     n_tiles = tl.cdiv(n_rows, BLOCK_SIZE_M)
+    # Each tile's three load lines stay inline: 0ae745e, which moved them into a helper returning
+    # the loaded tiles, is the first commit at which the fused op's GPU opcheck (AOT dispatch,
+    # tests/test_torch_ops.py) failed; it passed before.
     if PREFETCH:
-        rows, row_mask, mask, offsets, x, dy = _row_tile(
-            X_ptr, DY_ptr, first, cols, col_mask, row_stride, n_rows, BLOCK_SIZE_M
-        )
+        rows, row_mask = block_rows(first, n_rows, BLOCK_SIZE_M)
+        mask, offsets = tile_offsets(rows, row_mask, cols, col_mask, row_stride, True)
+        x, dy = load_v_dy(X_ptr, DY_ptr, offsets, mask)
         for tile in range(first, n_tiles, step):
             # The next tile's loads first (masked off past the last tile).
-            next_rows, next_row_mask, next_mask, next_offsets, next_x, next_dy = _row_tile(
-                X_ptr, DY_ptr, tile + step, cols, col_mask, row_stride, n_rows, BLOCK_SIZE_M
-            )
+            next_rows, next_row_mask = block_rows(tile + step, n_rows, BLOCK_SIZE_M)
+            next_mask, next_offsets = tile_offsets(next_rows, next_row_mask, cols, col_mask, row_stride, True)
+            next_x, next_dy = load_v_dy(X_ptr, DY_ptr, next_offsets, next_mask)
             dw_acc += _backward_rows_tile(
                 DX_ptr, DS_ptr, RSTD_ptr, DOT_ptr, W_ptr, x, dy, w, cols, col_mask, offset, rows, row_mask, mask,
                 offsets, n_cols, CASTING_MODE, HAS_WEIGHT, HAS_DS, ROW_DOT, RELOAD_W,
@@ -263,23 +266,14 @@ def backward_rows(
             rows, row_mask, mask, offsets = next_rows, next_row_mask, next_mask, next_offsets
     else:
         for tile in range(first, n_tiles, step):
-            rows, row_mask, mask, offsets, x, dy = _row_tile(
-                X_ptr, DY_ptr, tile, cols, col_mask, row_stride, n_rows, BLOCK_SIZE_M
-            )
+            rows, row_mask = block_rows(tile, n_rows, BLOCK_SIZE_M)
+            mask, offsets = tile_offsets(rows, row_mask, cols, col_mask, row_stride, True)
+            x, dy = load_v_dy(X_ptr, DY_ptr, offsets, mask)
             dw_acc += _backward_rows_tile(
                 DX_ptr, DS_ptr, RSTD_ptr, DOT_ptr, W_ptr, x, dy, w, cols, col_mask, offset, rows, row_mask, mask,
                 offsets, n_cols, CASTING_MODE, HAS_WEIGHT, HAS_DS, ROW_DOT, RELOAD_W,
             )  # fmt: skip
     return dw_acc
-
-
-@triton.jit
-def _row_tile(X_ptr, DY_ptr, tile, cols, col_mask, row_stride, n_rows, BLOCK_SIZE_M: tl.constexpr):
-    """Row tile ``tile`` over ``cols``: its rows, masks and offsets, then v and dy loaded."""
-    rows, row_mask = block_rows(tile, n_rows, BLOCK_SIZE_M)
-    mask, offsets = tile_offsets(rows, row_mask, cols, col_mask, row_stride, True)
-    x, dy = load_v_dy(X_ptr, DY_ptr, offsets, mask)
-    return rows, row_mask, mask, offsets, x, dy
 
 
 @triton.jit
