@@ -51,6 +51,18 @@ def _offset(shape, dtype, offset, seed):
     return buf[offset : offset + numel].view(shape)
 
 
+def _captured(call):
+    """``(graph, output)`` of ``call`` captured in a CUDA graph on a side stream."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            output = call()
+    torch.cuda.current_stream().wait_stream(stream)
+    return graph, output
+
+
 LAYOUTS = [
     # (shape, dtype, element offset, weight, casting mode, eps)
     ((4096, 1024), torch.bfloat16, 0, True, "llama", 1e-6),
@@ -263,13 +275,7 @@ def test_graph_capture_and_torch_compile_still_work(fresh_path):
     want = torch.nn.functional.rms_norm(x.float(), (1024,), w.float(), 1e-6)
     for _ in range(3):
         rms_norm(x, w)  # planned before the capture
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            captured = rms_norm(x, w)
-    torch.cuda.current_stream().wait_stream(stream)
+    graph, captured = _captured(lambda: rms_norm(x, w))
     x.copy_(x * 2)
     graph.replay()
     torch.cuda.synchronize()
@@ -431,13 +437,7 @@ def test_block_sparse_plans_survive_graph_capture_and_the_off_switch(fresh_path,
     want = sum_layer(em, params, cids, pids, 1024)
     for _ in range(2):
         sum_layer(em, params, cids, pids, 1024)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            captured = sum_layer(em, params, cids, pids, 1024)
-    torch.cuda.current_stream().wait_stream(stream)
+    graph, captured = _captured(lambda: sum_layer(em, params, cids, pids, 1024))
     em.add_(1.0)  # log-space: every output moves by one
     graph.replay()
     torch.cuda.synchronize()
@@ -483,13 +483,7 @@ def test_a_planned_call_without_gradients_allocates_its_outputs_alone(fresh_path
     (dx_ref,) = torch.autograd.grad(torch.nn.functional.rms_norm(xr, (1024,), w.float(), 1e-6).sum(), (xr,))
     torch.testing.assert_close(dx.float(), dx_ref, atol=2e-2, rtol=2e-2)
     # a graph captured with the discard buffer's address stays valid when the plans go
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            captured = rms_norm(x, w)
-    torch.cuda.current_stream().wait_stream(stream)
+    graph, captured = _captured(lambda: rms_norm(x, w))
     fast_launch.reset()  # retires the replays and empties the plans
     x.mul_(2)
     graph.replay()

@@ -363,7 +363,7 @@ spec = KernelSpec(
             devices=("cuda", "npu"),
             doc="torch.compile of the eager math",
             bind=_torch_compile_bind,
-        ),  # fmt: skip
+        ),
         Variant(
             "liger",
             "peer",
@@ -372,6 +372,6 @@ spec = KernelSpec(
             available=_liger_available,
             doc="Liger-Kernel RMSNorm",
             bind=_liger_bind,
-        ),  # fmt: skip
+        ),
     ),
 )
