@@ -256,7 +256,7 @@ def compile_ahead_summary(result, executor) -> dict:
     seconds, overlapped with measuring, so no part of the wall time), plus how many records'
     first call found every kernel compiled ahead (``first_call_cached``) and that first call's
     seconds summed over them (``cached_first_call_s``). Empty without compile-ahead."""
-    from workbench.sweep.compile_note import first_call_cached
+    from workbench.sweep.compile_note import first_call_cached, note_of
 
     summary = dict(executor.compile_ahead)
     if not summary:
@@ -264,10 +264,7 @@ def compile_ahead_summary(result, executor) -> dict:
     cached = [r for r in result.records if first_call_cached(r)]
     summary["first_call_cached"] = len(cached)
     summary["cached_first_call_s"] = sum((r.get("compile_ms") or 0.0) for r in cached) / 1e3
-    notes = [
-        ((r.get("compile_facts") or {}).get("compiled_ahead") or {}, (r.get("worker") or {}).get("node"))
-        for r in result.records
-    ]
+    notes = [(note_of(r), (r.get("worker") or {}).get("node")) for r in result.records]
     summary["compiled_on_its_node"] = sum(1 for note, node in notes if note.get("ok") and note.get("node") == node)
     summary["found_on_node"] = sum(1 for note, _node in notes if note.get("found_on_node"))
     return summary
@@ -457,7 +454,7 @@ def _overlap(a: dict, b: dict) -> bool:
 
 def compare(args) -> int:
     from workbench.reports.sweep import write_report
-    from workbench.sweep.compile_note import first_call_cached
+    from workbench.sweep.compile_note import first_call_cached, note_of
 
     root = Path(args.compare)
     runs = {}  # (GPUs, nodes) -> the run
@@ -497,9 +494,7 @@ def compare(args) -> int:
         ahead = r["runs"][-1].get("compile_ahead") or {}
         # first calls that could find a kernel: configurations whose kernels compile at all (from
         # the records: on several nodes each node's compile-ahead counts the failures again)
-        compilable = sum(
-            1 for x in recs if x.get("passed") or ((x.get("compile_facts") or {}).get("compiled_ahead") or {}).get("ok")
-        )
+        compilable = sum(1 for x in recs if x.get("passed") or note_of(x).get("ok"))
         row = dict(
             gpus=n,
             nodes=nodes,

@@ -15,6 +15,8 @@ process runs, and :func:`kernels.tuned_tables.disabled`, reach calls already pla
 
 from __future__ import annotations
 
+import torch
+
 from kernels import fast_launch, tuned_tables
 from kernels.launch import observed
 
@@ -103,8 +105,6 @@ def discard_rows(device, rows: int):
     key = (device, rows)
     buffer = _DISCARDS.get(key)
     if buffer is None:
-        import torch
-
         kept = sum(b.numel() * 4 for b in _DISCARDS.values())
         if kept + rows * 4 > MAX_DISCARD_BYTES or torch.cuda.is_current_stream_capturing():
             return None

@@ -131,6 +131,15 @@ class Knob:
             raise ValueError(f"{self.name}={text!r} must be {what}") from None
 
 
+def run_of(bind: Callable[..., Callable[[], Any]]) -> Callable[..., Any]:
+    """The ``run`` of a variant that has a ``bind`` (:class:`Variant`): the bound call, made."""
+
+    def run(inputs, problem, **params):
+        return bind(inputs, problem, **params)()
+
+    return run
+
+
 @dataclass(frozen=True)
 class Variant:
     """One way of computing the family: our GPU or NPU kernel, a torch path, or a peer library.
@@ -155,7 +164,8 @@ class Variant:
     ``bind(inputs, problem, **params)``, where given, returns the zero-argument call ``run`` would
     make, its arguments looked up once: the call a user writes (``rms_norm(x, w, eps=...)``),
     which :meth:`call` gives the measuring tool to time, so that host and call times count the
-    variant and not the plumbing from a problem dict to its arguments.
+    variant and not the plumbing from a problem dict to its arguments; its ``run`` is then
+    :func:`run_of` the bind.
     """
 
     name: str

@@ -258,8 +258,8 @@ def blocks_left_alive(fn, n: int = 500) -> float:
     return round((after - before) / n, 2)
 
 
-def table(rows: int, hidden: int, flush) -> dict:
-    out = {name: protocols(fn, flush) for name, fn in calls(rows, hidden).items()}
+def table(fns: dict, flush) -> dict:
+    out = {name: protocols(fn, flush) for name, fn in fns.items()}
     print(f"{'µs':36s} {'host':>8s} {'loop':>8s} {'call':>8s} {'call+sync':>10s} {'blocks':>7s}  syncs")
     for name, r in out.items():
         print(
@@ -306,15 +306,16 @@ def main(argv=None) -> None:
     cupti = os.environ.get("TEARDOWN_CUPTI", "(unset)")
     lazy = os.environ.get("DISABLE_CUPTI_LAZY_REINIT", "(unset)")
     print(f"== a fresh process (TEARDOWN_CUPTI={cupti}, DISABLE_CUPTI_LAZY_REINIT={lazy})")
-    fresh = table(args.rows, args.hidden, flush)
-    sampler = ProfilerKernelSampler(calls(args.rows, args.hidden)["ours fwd+bwd"], flush=flush)
+    fns = calls(args.rows, args.hidden)  # made once: every table times the same calls on the same tensors
+    fresh = table(fns, flush)
+    sampler = ProfilerKernelSampler(fns["ours fwd+bwd"], flush=flush)
     session_ms = []
     for _ in range(5):
         t0 = time.perf_counter()
         sampler.sample()
         session_ms.append(round((time.perf_counter() - t0) * 1e3, 1))
     print(f"\n== after 5 kernel-timing profiler sessions of 10 calls each (ms per session: {session_ms})")
-    after_profiler = table(args.rows, args.hidden, flush)
+    after_profiler = table(fns, flush)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     if args.sessions_only:
         body = {"teardown_cupti": cupti, "disable_lazy_reinit": lazy, "fresh": fresh}
@@ -334,21 +335,21 @@ def main(argv=None) -> None:
         print(f"{rec.mode:8s} {rec.variant:18s} call {call}  host {host}  ({heap}) {rec.error or ''}")
     listings = {}
     for name in ("ours fwd+bwd", "ours fwd", "ours block-sparse b1", "PyJuice layer b1"):
-        fn = calls(args.rows, args.hidden).get(name)
+        fn = fns.get(name)
         if fn is not None:
             print(f"\n== Python functions of one {name} call (fresh-ish process, cProfile)")
             listings[name] = python_calls(fn)
             print("\n".join(listings[name][:40]))
     listing = listings["ours fwd+bwd"]
     print("\n== the same process afterwards")
-    after = table(args.rows, args.hidden, flush)
+    after = table(fns, flush)
     t0 = time.perf_counter()
     gc.collect()
     gc.freeze()
     print(
         f"\n== after gc.collect() + gc.freeze() ({(time.perf_counter() - t0) * 1e3:.0f} ms, {gc.get_freeze_count()} objects)"
     )
-    frozen = table(args.rows, args.hidden, flush)
+    frozen = table(fns, flush)
     gc.unfreeze()
     body = {
         "teardown_cupti": cupti,

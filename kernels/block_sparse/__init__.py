@@ -61,7 +61,7 @@ from kernels.block_sparse.reference import (
 from kernels.block_sparse.tile_math import SHIFTS
 from kernels.plans import eager_plans, remember_plan, tile_items
 from kernels.runtime import device_of
-from kernels.spec import KernelSpec, Knob, Param, Tuning, Variant
+from kernels.spec import KernelSpec, Knob, Param, Tuning, Variant, run_of
 from kernels.tuned_tables import device_key
 
 IMPLS = ("gpu", "npu", "auto")
@@ -621,9 +621,6 @@ def _ours(impl: str, fixed: dict | None = None):
             **tiles,
         )
 
-    def run(inputs, problem, **params):
-        return bind(inputs, problem, **params)()
-
     def check(problem, params, dtype, device):
         s = _shape(problem)
         tiles = split(problem, params)
@@ -653,7 +650,7 @@ def _ours(impl: str, fixed: dict | None = None):
             precision=problem["precision"],
         ).source  # fmt: skip
 
-    return run, bind, check, source
+    return run_of(bind), bind, check, source
 
 
 def _compile_s(problem, params) -> float | None:

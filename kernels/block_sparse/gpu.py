@@ -139,7 +139,6 @@ from kernels.block_sparse.tile_math import (
     combine_partials,
     element_flows_of,
     forward_buffers,
-    k_per_split,
     load_children,
     load_edges,
     node_rows,
@@ -853,31 +852,28 @@ class SumForwardReplay:
     """A sum-layer forward launched again from its tensors' addresses alone, for an eager call's
     plan (kernels/block_sparse/__init__.py keys everything else): ``replay(element_mars, params,
     cids, pids)`` allocates the output (and the split-K workspace), replays the launches of the
-    forward it was made from (:func:`kernels.launch.replay_of`) and returns the output, or None
-    when a launch refuses (the caller goes the long way; a refused combine after a replayed edge
-    kernel only costs that kernel again)."""
+    forward it was made from (:func:`kernels.launch.replay_of`: the edge kernel, then split-K's
+    combine) and returns the output, or None when a launch refuses (the caller goes the long way;
+    a refused combine after a replayed edge kernel only costs that kernel again)."""
 
-    __slots__ = ("_replays", "_out_shape", "_ws_shape", "_half", "_device")
+    __slots__ = ("_forward", "_combine", "_out_shape", "_ws_shape", "_half", "_device")
 
-    def __init__(self, replays, out_shape, ws_shape, device):
-        self._replays, self._out_shape, self._ws_shape, self._device = replays, out_shape, ws_shape, device
+    def __init__(self, forward, combine, out_shape, ws_shape, device):
+        self._forward, self._combine, self._out_shape, self._ws_shape = forward, combine, out_shape, ws_shape
+        self._device = device
         self._half = 0 if ws_shape is None else ws_shape[1] * ws_shape[2] * ws_shape[3] * 4  # bytes of ws[0]
 
     def __call__(self, element_mars, params, cids, pids):
         out = torch.empty(self._out_shape, dtype=torch.float32, device=self._device)
-        o = out.data_ptr()
-        forward = self._replays[0]
-        if self._ws_shape is None:
-            return (
-                out
-                if forward(o, o, o, element_mars.data_ptr(), params.data_ptr(), cids.data_ptr(), pids.data_ptr())
-                else None
-            )
-        ws = torch.empty(self._ws_shape, dtype=torch.float32, device=self._device)
-        w = ws.data_ptr()
-        if forward(o, w, w + self._half, element_mars.data_ptr(), params.data_ptr(), cids.data_ptr(), pids.data_ptr()):
-            if self._replays[1](o, w, w + self._half):
-                return out
+        o = ws_max = ws_sum = out.data_ptr()  # without split-K the output stands in, unused
+        if self._ws_shape is not None:
+            ws = torch.empty(self._ws_shape, dtype=torch.float32, device=self._device)  # held until launched
+            ws_max = ws.data_ptr()
+            ws_sum = ws_max + self._half
+        if self._forward(
+            o, ws_max, ws_sum, element_mars.data_ptr(), params.data_ptr(), cids.data_ptr(), pids.data_ptr()
+        ) and (self._combine is None or self._combine(o, ws_max, ws_sum)):
+            return out
         return None
 
 
@@ -886,22 +882,19 @@ def sum_forward_replay(element_mars, params, cids, pids, block_size: int, tiles:
     of its launches, or None where one of them has no replay."""
     n_edges = cids.shape[1]
     n_rows = cids.shape[0] * block_size
-    splits = used_splits(n_edges, tiles.SPLITS, tiles.TILE_K)
-    if splits > 1:  # stand-ins of the workspace's shape: the replay takes addresses only
-        ws = torch.empty((2, splits, n_rows, out.shape[1]), dtype=torch.float32, device=out.device)
-        buffers = (out, ws[0], ws[1], k_per_split(n_edges, splits, tiles.TILE_K), splits)
-    else:
-        buffers = (out, out, out, n_edges, 1)
+    # The split-K workspace, if any, is a stand-in of the replay's own: the replay takes addresses.
+    out, ws_max, ws_sum, k_per, splits = forward_buffers(element_mars, n_rows, n_edges, tiles.SPLITS, tiles.TILE_K, out)
     replays = []
     for kernel, grid, args, kwargs in _sum_forward_launches(
-        buffers[0], buffers[1], buffers[2], element_mars, params, cids, pids, block_size, tiles, edges, *buffers[3:]
+        out, ws_max, ws_sum, element_mars, params, cids, pids, block_size, tiles, edges, k_per, splits
     ):
         replay = replay_of(kernel, element_mars, grid, *args, **kwargs)
         if replay is None:
             return None
         replays.append(replay)
     ws_shape = None if splits == 1 else (2, splits, n_rows, out.shape[1])
-    return SumForwardReplay(tuple(replays), tuple(out.shape), ws_shape, out.device)
+    combine = replays[1] if len(replays) > 1 else None
+    return SumForwardReplay(replays[0], combine, tuple(out.shape), ws_shape, out.device)
 
 
 def sum_backward(

@@ -17,7 +17,7 @@ from kernels.rms_norm.spec import (
     norm_tuning,
     our_variants,
 )
-from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Variant, elem_bytes
+from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Variant, elem_bytes, run_of
 
 
 def _make_inputs(problem, dtype, device, seed):
@@ -58,10 +58,6 @@ def _eager(inputs, problem):
     return _reference(inputs, problem)
 
 
-def _torch_compile(inputs, problem):
-    return _torch_compile_bind(inputs, problem)()
-
-
 def _torch_compile_bind(inputs, problem):
     return functools.partial(
         compiled(fused_add_rms_norm_reference),
@@ -98,10 +94,6 @@ def _liger_available():
     except Exception as exc:  # a broken install: say why instead of failing the whole sweep
         return f"Liger-Kernel cannot be imported: {exc}"
     return None
-
-
-def _liger(inputs, problem):
-    return _liger_bind(inputs, problem)()
 
 
 def _liger_bind(inputs, problem):
@@ -158,7 +150,7 @@ spec = KernelSpec(
         Variant(
             "torch_compile",
             "torch",
-            _torch_compile,
+            run_of(_torch_compile_bind),
             devices=("cuda", "npu"),
             doc="torch.compile of the unfused eager math",
             bind=_torch_compile_bind,
@@ -172,7 +164,7 @@ spec = KernelSpec(
         Variant(
             "liger",
             "peer",
-            _liger,
+            run_of(_liger_bind),
             devices=("cuda",),
             available=_liger_available,
             doc="Liger-Kernel's LigerFusedAddRMSNormFunction",

@@ -14,7 +14,7 @@ import torch
 from kernels.peers import compiled, missing
 from kernels.rms_norm import gpu, npu, rms_norm
 from kernels.rms_norm.reference import CASTING_MODES, rms_norm_reference
-from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Knob, Param, Tuning, Variant, elem_bytes
+from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Knob, Param, Tuning, Variant, elem_bytes, run_of
 from kernels.tiling import next_power_of_2
 
 POW2 = tuple(2**k for k in range(4, 17))  # 16 … 65536
@@ -41,11 +41,15 @@ def chosen_tiles(fixed, params, defaults=None) -> dict:
     """The tile keyword arguments a variant passes: its fixed tiles plus every non-auto Param,
     less those equal (value and type) to ``defaults``, the kernel's own (:func:`keyword_defaults`)."""
     defaults = defaults or {}
-    chosen = {k: v for k, v in params.items() if v != "auto"}
-    chosen = {
-        k: v for k, v in chosen.items() if k not in defaults or type(v) is not type(defaults[k]) or v != defaults[k]
-    }
-    return {**fixed, **chosen}
+    given = {k: v for k, v in params.items() if v != "auto" and not _is_default(v, defaults.get(k, _NONE))}
+    return {**fixed, **given}
+
+
+_NONE = object()
+
+
+def _is_default(value, default) -> bool:
+    return type(value) is type(default) and value == default
 
 
 def keyword_defaults(fn) -> dict:
@@ -112,10 +116,7 @@ def our_variants(api, tensor_names, gpu_module, npu_module, backward_params, doc
                 **chosen_tiles(fixed, params, defaults),
             )
 
-        def run(inputs, problem, **params):
-            return bind(inputs, problem, **params)()
-
-        return run, bind, tile_check(impl, fixed, gpu_module, npu_module), tile_source(impl, fixed, gpu_module)
+        return run_of(bind), bind, tile_check(impl, fixed, gpu_module, npu_module), tile_source(impl, fixed, gpu_module)
 
     row_run, row_bind, row_check, row_source = ours("gpu", {"BLOCK_SIZE_M": 1})
     multi_run, multi_bind, multi_check, multi_source = ours("gpu")
@@ -275,10 +276,6 @@ def _eager(inputs, problem):
     return _reference(inputs, problem)
 
 
-def _functional(inputs, problem):
-    return _functional_bind(inputs, problem)()
-
-
 def _functional_bind(inputs, problem):
     w = inputs.get("weight")
     if w is not None and problem["offset"]:  # F.rms_norm has no offset: the add is part of the call
@@ -286,10 +283,6 @@ def _functional_bind(inputs, problem):
             inputs["x"], (problem["hidden"],), w + problem["offset"], problem["eps"]
         )
     return functools.partial(torch.nn.functional.rms_norm, inputs["x"], (problem["hidden"],), w, problem["eps"])
-
-
-def _torch_compile(inputs, problem):
-    return _torch_compile_bind(inputs, problem)()
 
 
 def _torch_compile_bind(inputs, problem):
@@ -301,10 +294,6 @@ def _torch_compile_bind(inputs, problem):
 
 def _liger_available():
     return missing("liger_kernel", "liger-kernel")
-
-
-def _liger(inputs, problem):
-    return _liger_bind(inputs, problem)()
 
 
 def _liger_bind(inputs, problem):
@@ -351,7 +340,7 @@ spec = KernelSpec(
         Variant(
             "torch_functional",
             "torch",
-            _functional,
+            run_of(_functional_bind),
             available=lambda: None if hasattr(torch.nn.functional, "rms_norm") else "needs torch >= 2.4",
             doc="torch.nn.functional.rms_norm",
             bind=_functional_bind,
@@ -359,7 +348,7 @@ spec = KernelSpec(
         Variant(
             "torch_compile",
             "torch",
-            _torch_compile,
+            run_of(_torch_compile_bind),
             devices=("cuda", "npu"),
             doc="torch.compile of the eager math",
             bind=_torch_compile_bind,
@@ -367,7 +356,7 @@ spec = KernelSpec(
         Variant(
             "liger",
             "peer",
-            _liger,
+            run_of(_liger_bind),
             devices=("cuda",),
             available=_liger_available,
             doc="Liger-Kernel RMSNorm",

@@ -17,9 +17,14 @@ from __future__ import annotations
 NOTE = "compiled_ahead"
 
 
+def note_of(record: dict) -> dict:
+    """The record's compile-ahead note ({} where it has none)."""
+    return (record.get("compile_facts") or {}).get(NOTE) or {}
+
+
 def first_call_cached(record: dict) -> bool:
     """True when the record's first call found every kernel compiled ahead (its note says so)."""
-    return bool(((record.get("compile_facts") or {}).get(NOTE) or {}).get("first_call_cached"))
+    return bool(note_of(record).get("first_call_cached"))
 
 
 def note_on_record(body: dict, ahead: dict) -> dict:
