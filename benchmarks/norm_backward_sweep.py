@@ -1,16 +1,19 @@
 """Where the norms' backward loses bandwidth: a sweep of its tiles and forms at the suite's sizes.
 
     python3 benchmarks/norm_backward_sweep.py --out /tmp/res [--family rms_norm,fused_add_rms_norm]
-        [--hidden 1024,4096] [--rows 4096] [--budget 500]
+        [--hidden 1024,4096] [--rows 4096] [--budget 500] [--loops plain,staged] [--warm 8]
     bash benchmarks/gpu_run.sh run python3 benchmarks/norm_backward_sweep.py --out /tmp/res/nbs   # GPU machine
 
 For each hidden size (bf16, 4096 rows by default) it times the forward at its default tiles and
 the backward (``rms_norm_backward``; the fused family's with the residual gradient ``ds``) over
 its forms and tiles: the whole-row kernel's rows per program, warps, programs per SM (``GRID``) and
-the one-tile-ahead loads (``BWD_PREFETCH``), w loaded per tile (``BWD_RELOAD_W``), and for wide
-rows the ``columns`` form's chunks.
+its loop (``--loops``: ``plain``, the loop as written or with the one-tile-ahead loads in
+registers, ``BWD_PREFETCH``; ``staged``, tiles staged ahead in shared memory by Triton's
+pipeline, ``BWD_STAGES``), w loaded per tile (``BWD_RELOAD_W``), and for wide rows the
+``columns`` form's chunks. ``--warm`` processes first compile every configuration into Triton's
+cache, each running a share of them once, so the timing process spends its budget timing.
 Times are medians of the kernels' device time (``torch.profiler``, L2 cleared before each call;
-30 calls). Each form's registers and spills are printed beside its time. Each form's dx and dw are compared with the
+30 calls). Each form's registers, spills and shared memory are printed beside its time. Each form's dx and dw are compared with the
 default tiles' (a form that is fast and wrong is reported as wrong). Percentages are of the copy
 bandwidth the measuring tool uses (``Device.copy_bandwidth_gbps``: a 512 MiB copy, kept per device
 per host).
@@ -25,6 +28,7 @@ import argparse
 import itertools
 import json
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -58,18 +62,29 @@ def compiled_facts(launches) -> str:
     for launch in launches:
         c = launch.compiled
         name = launch.name.split("_kernel")[0].removeprefix("_rms_norm_")
-        facts.append(f"{name}: {getattr(c, 'n_regs', '?')} regs, {getattr(c, 'n_spills', '?')} spills")
+        shared = getattr(getattr(c, "metadata", None), "shared", "?")
+        facts.append(
+            f"{name}: {getattr(c, 'n_regs', '?')} regs, {getattr(c, 'n_spills', '?')} spills, {shared} B shared"
+        )
     return "; ".join(facts)
 
 
-# (programs per SM, prefetch, reload w) of the whole-row backward's loop
-LOOPS = ((1, False, False), (1, True, False), (1, False, True), (1, True, True), (2, False, True), (4, False, True))
+# (programs per SM, prefetch, reload w, stages) of the whole-row backward's loop: the plain loop
+# and the one-tile-ahead loads in registers, then tiles staged ahead in shared memory (BWD_STAGES).
+LOOPS = {
+    "plain": ((1, False, False, 1), (1, True, False, 1), (1, False, True, 1), (1, True, True, 1), (2, False, True, 1),
+              (4, False, True, 1)),
+    "staged": ((1, False, False, 2), (1, False, False, 3), (1, False, True, 2), (1, False, True, 3),
+               (2, False, True, 2)),
+}  # fmt: skip
 
 
-def whole_row_configs(hidden: int, n_cores: int):
-    """Rows per program x warps x LOOPS, kept to tiles of 8-64 elements a thread."""
+def whole_row_configs(hidden: int, n_cores: int, loops):
+    """Rows per program x warps x ``loops``, kept to tiles of 8-64 elements a thread."""
     width = 1 << (hidden - 1).bit_length()
-    for rows, warps, (per_sm, prefetch, reload_w) in itertools.product((1, 2, 4, 8, 16), (2, 4, 8, 16, 32), LOOPS):
+    for rows, warps, (per_sm, prefetch, reload_w, stages) in itertools.product(
+        (1, 2, 4, 8, 16), (2, 4, 8, 16, 32), loops
+    ):
         per_thread = rows * width // (32 * warps)
         if not 8 <= per_thread <= 64 or rows * width > gpu.MAX_TILE_ELEMENTS:
             continue
@@ -79,16 +94,18 @@ def whole_row_configs(hidden: int, n_cores: int):
             "GRID": per_sm * n_cores,
             "BWD_PREFETCH": prefetch,
             "BWD_RELOAD_W": reload_w,
+            "BWD_STAGES": stages,
             "BWD_CHUNK": 65536,
         }
 
 
-def wide_configs(hidden: int, forms):
-    """The chunked forms for rows too wide for one program's registers."""
+def wide_configs(hidden: int, forms, loops):
+    """The chunked forms for rows too wide for one program's registers (``loops``' loads ahead)."""
+    ahead = sorted({(prefetch, stages) for _, prefetch, _, stages in loops})
     for chunk, rows, warps in itertools.product((2048, 4096, 8192, 16384), (1, 2), (4, 8, 16, 32)):
         if chunk >= hidden or not 8 <= rows * chunk // (32 * warps) <= 64:
             continue
-        for prefetch in (False, True) if "columns" in forms else ():
+        for prefetch, stages in ahead if "columns" in forms else ():
             yield {
                 "BWD_CHUNK": chunk,
                 "BWD_WIDE": "columns",
@@ -96,29 +113,89 @@ def wide_configs(hidden: int, forms):
                 "BWD_WARPS": warps,
                 "BWD_PREFETCH": prefetch,
                 "BWD_RELOAD_W": True,
+                "BWD_STAGES": stages,
             }
 
 
-def sweep_size(family: str, hidden: int, n_rows: int, device, deadline: float, bw: float, forms) -> dict:
-    n_cores = device.num_cores
-    gen = torch.Generator(device="cuda").manual_seed(hidden)
-    x = torch.randn(n_rows, hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
-    r = torch.randn_like(x) if family == "fused_add_rms_norm" else None
-    w = (1 + 0.1 * torch.randn(hidden, device="cuda", generator=gen)).to(torch.bfloat16)
-    dy = torch.randn_like(x)
-    ds = torch.randn_like(x) if r is not None else None
-    base = gpu.resolve_tiles(n_rows, hidden, n_cores)
-    if r is not None:
-        forward = lambda: fused_gpu.fused_add_rms_norm_forward(x, r, w, 1e-6, 0.0, "llama", base)  # noqa: E731
-        _, v, rstd = forward()
-    else:
-        forward = lambda: gpu.rms_norm_forward(x, w, 1e-6, 0.0, "llama", base)  # noqa: E731
-        v, (_, rstd) = x, forward()
-    fwd_us = median_us(forward, device)
+class Problem:
+    """One size's inputs (bf16, fixed seed: every process that builds it gets the same) and the
+    backward at given tiles."""
+
+    def __init__(self, family: str, hidden: int, n_rows: int, n_cores: int):
+        self.family, self.hidden, self.n_rows, self.n_cores = family, hidden, n_rows, n_cores
+        gen = torch.Generator(device="cuda").manual_seed(hidden)
+        self.x = torch.randn(n_rows, hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
+        self.r = torch.randn_like(self.x) if family == "fused_add_rms_norm" else None
+        self.w = (1 + 0.1 * torch.randn(hidden, device="cuda", generator=gen)).to(torch.bfloat16)
+        self.dy = torch.randn_like(self.x)
+        self.ds = torch.randn_like(self.x) if self.r is not None else None
+        self.base = gpu.resolve_tiles(n_rows, hidden, n_cores)
+        if self.r is not None:
+            _, self.v, self.rstd = self.forward()
+        else:
+            self.v, (_, self.rstd) = self.x, self.forward()
+
+    def forward(self):
+        if self.r is not None:
+            return fused_gpu.fused_add_rms_norm_forward(self.x, self.r, self.w, 1e-6, 0.0, "llama", self.base)
+        return gpu.rms_norm_forward(self.x, self.w, 1e-6, 0.0, "llama", self.base)
+
+    def backward(self, tiles):
+        return gpu.rms_norm_backward(self.dy, self.v, self.w, self.rstd, 0.0, "llama", tiles, ds2d=self.ds)
+
+    def configs(self, forms, loops) -> list[dict]:
+        """The default ({}) first, then the forms' tiles this family can run."""
+        configs = [{}] + (list(whole_row_configs(self.hidden, self.n_cores, loops)) if "whole" in forms else [])
+        if self.r is None and self.hidden > 4096:
+            configs += list(wide_configs(self.hidden, forms, loops))
+        return configs
+
+    def tiles(self, cfg):
+        """The resolved tiles of ``cfg``, or None where this family cannot run them (the fused
+        backward keeps whole rows); ValueError for tiles the device cannot hold."""
+        tiles = gpu.resolve_tiles(self.n_rows, self.hidden, self.n_cores, **cfg)
+        if self.r is not None and tiles.BWD_CHUNK:
+            return None
+        if tiles.bwd_stages > 1:
+            gpu.check_staged_tiles(tiles, self.v, self.dy, self.ds, self.w)
+        return tiles
+
+
+def warm_shard(sizes, n_rows: int, forms, loops, shard: int, shards: int) -> None:
+    """Compile (by running once) every ``shards``-th configuration from ``shard`` into Triton's
+    cache on disk, so the timing process finds them compiled."""
+    n_cores = torch.cuda.get_device_properties(0).multi_processor_count
+    for family, hidden in sizes:
+        problem = Problem(family, hidden, n_rows, n_cores)
+        for cfg in problem.configs(forms, loops)[shard::shards]:
+            try:
+                tiles = problem.tiles(cfg)
+                if tiles is not None:
+                    problem.backward(tiles)
+            except Exception:  # noqa: BLE001 - the timing process reports it
+                pass
+    torch.cuda.synchronize()
+
+
+def warm(argv, shards: int) -> float:
+    """Run :func:`warm_shard` in ``shards`` processes at once (Triton compiles one kernel at a
+    time per process); seconds taken."""
+    started = time.time()
+    script = str(Path(__file__).resolve())
+    procs = [subprocess.Popen([sys.executable, script, *argv, "--warm-shard", f"{i}/{shards}"]) for i in range(shards)]
+    for proc in procs:
+        proc.wait()
+    return time.time() - started
+
+
+def sweep_size(family: str, hidden: int, n_rows: int, device, deadline: float, bw: float, forms, loops) -> dict:
+    problem = Problem(family, hidden, n_rows, device.num_cores)
+    x, r, dy, ds, v = problem.x, problem.r, problem.dy, problem.ds, problem.v
+    fwd_us = median_us(problem.forward, device)
     e = x.element_size()
     fwd_bytes = ((4 if r is not None else 2) * x.numel() + hidden) * e
     bwd_bytes = ((4 if r is not None else 3) * x.numel() + 2 * hidden) * e
-    ref_dx, ref_dw = gpu.rms_norm_backward(dy, v, w, rstd, 0.0, "llama", base, ds2d=ds)
+    ref_dx, ref_dw = problem.backward(problem.base)
     # The floor a backward could reach: elementwise passes moving its bytes (2 reads and a write;
     # the fused family's 3 and 1, in two passes).
     out = torch.empty_like(x)
@@ -128,19 +205,21 @@ def sweep_size(family: str, hidden: int, n_rows: int, device, deadline: float, b
         floor = lambda: torch.add(v, dy, out=out)  # noqa: E731
     floor_us = median_us(floor, device)
 
-    configs = [{}] + (list(whole_row_configs(hidden, n_cores)) if "whole" in forms else [])
-    if r is None and hidden > 4096:
-        configs += list(wide_configs(hidden, forms))
+    configs = problem.configs(forms, loops)
     rows = []
     for cfg in configs:
         if time.time() > deadline:
             rows.append({"config": cfg, "skipped": "budget"})
             continue
         try:
-            tiles = gpu.resolve_tiles(n_rows, hidden, n_cores, **cfg)
-            if r is not None and tiles.BWD_CHUNK:
-                continue
-            call = lambda: gpu.rms_norm_backward(dy, v, w, rstd, 0.0, "llama", tiles, ds2d=ds)  # noqa: E731, B023
+            tiles = problem.tiles(cfg)
+        except ValueError as exc:  # staged tiles over the device's shared memory: not run
+            rows.append({"config": cfg, "skipped": str(exc)[:200]})
+            continue
+        if tiles is None:
+            continue
+        try:
+            call = lambda: problem.backward(tiles)  # noqa: E731, B023
             with recording() as launches:
                 dx, dw = call()
             torch.cuda.synchronize()
@@ -194,23 +273,36 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=float, default=500.0, help="seconds for the whole sweep")
     ap.add_argument("--forms", default="whole,columns", help="backward forms to sweep (whole, columns)")
     ap.add_argument("--name", default="norm_backward_sweep", help="the JSON file's name (without .json)")
+    ap.add_argument("--loops", default="plain,staged", help=f"loop kinds to sweep ({', '.join(LOOPS)})")
+    ap.add_argument("--warm", type=int, default=8, help="processes compiling the tiles first (0: none)")
+    ap.add_argument("--warm-shard", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("norm_backward_sweep.py needs a CUDA GPU", file=sys.stderr)
         return 2
     start = time.time()
-    device = get_device("cuda")
-    bw = device.copy_bandwidth_gbps()  # the measuring tool's figure (kept per device per host)
-    print(f"{device.name}: copy bandwidth {bw:.0f} GB/s, {device.num_cores} SMs")
     sizes = [(f, h) for f in args.family.split(",") for h in HIDDEN[f]]
     if args.hidden:
         wanted = {int(h) for h in args.hidden.split(",")}
         sizes = [(f, h) for f, h in sizes if h in wanted]
+    forms = args.forms.split(",")
+    loops = [loop for kind in args.loops.split(",") for loop in LOOPS[kind]]
+    if args.warm_shard:
+        shard, shards = map(int, args.warm_shard.split("/"))
+        warm_shard(sizes, args.rows, forms, loops, shard, shards)
+        return 0
+    if args.warm:
+        print(
+            f"compiled in {warm(argv if argv is not None else sys.argv[1:], args.warm):.0f} s by {args.warm} processes"
+        )
+    device = get_device("cuda")
+    bw = device.copy_bandwidth_gbps()  # the measuring tool's figure (kept per device per host)
+    print(f"{device.name}: copy bandwidth {bw:.0f} GB/s, {device.num_cores} SMs")
     results = []
     args.out.mkdir(parents=True, exist_ok=True)
     for i, (family, hidden) in enumerate(sizes):
         deadline = time.time() + (start + args.budget - time.time()) / (len(sizes) - i)
-        results.append(sweep_size(family, hidden, args.rows, device, deadline, bw, args.forms.split(",")))
+        results.append(sweep_size(family, hidden, args.rows, device, deadline, bw, forms, loops))
         (args.out / f"{args.name}.json").write_text(json.dumps({"copy_bw_gbps": bw, "sizes": results}, indent=1))
     return 0
 

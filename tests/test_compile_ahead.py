@@ -9,6 +9,7 @@ into the Triton cache. A compile-ahead that fails never changes a record's measu
 
 from __future__ import annotations
 
+import json
 import types
 from collections import deque
 
@@ -159,6 +160,35 @@ def test_real_compile_for_an_h100_target_needs_no_gpu(tmp_path, monkeypatch):
         assert kernel["launcher_ms"] is None and not launchers
     again = compile_task(task, H100)
     assert [k["hash"] for k in again["kernels"]] == [k["hash"] for k in first["kernels"]]
+
+
+@pytest.mark.skipif(not HAVE_PTXAS, reason="no ptxas (Triton's NVIDIA backend) to compile with")
+@pytest.mark.parametrize("stages, rows, hidden", [(2, 1, 1000), (3, 2, 300)])
+def test_staged_backward_shared_memory_is_what_triton_allocates(tmp_path, monkeypatch, stages, rows, hidden):
+    """The model behind the staged backward's shared-memory check (kernels.rms_norm.gpu.staged_bytes)
+    against what Triton's pipeliner gave the compiled kernel: the model may leave out only the
+    few hundred bytes of the row sums."""
+    from kernels.rms_norm import gpu
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    params = {"BWD_STAGES": stages, "BWD_ROWS": rows, "BWD_RELOAD_W": True}
+    result = compile_task(_task("rms_norm", "gpu_row", "full", {"rows": 64, "hidden": hidden}, params), H100)
+    assert result["ok"], result["error"]
+    (backward,) = [k for k in result["kernels"] if k["name"] == "_rms_norm_backward_kernel"]
+    (meta,) = (tmp_path / cache_folder(backward["hash"])).glob("_rms_norm_backward_kernel.json")
+    tiles = gpu.resolve_tiles(64, hidden, H100["num_cores"], **params)
+    x = torch.empty(64, hidden, device="meta")  # fp32, as the task
+    modelled = gpu.staged_bytes(tiles, x, x, None, torch.empty(hidden, device="meta"))
+    assert modelled <= json.loads(meta.read_text())["shared"] <= modelled + 1024
+
+
+def test_staged_tiles_a_device_cannot_hold_are_refused_before_compiling(recorded_compiles):
+    """Eight rows of 4096 fp32 x and dy, four stages: 768 KiB of staged tiles on an H100's 227 KiB."""
+    params = {"BWD_STAGES": 4, "BWD_ROWS": 8}
+    result = compile_task(_task("rms_norm", "gpu_row", "full", {"rows": 64, "hidden": 4096}, params), H100)
+    assert not result["ok"] and "lower BWD_STAGES or BWD_ROWS" in result["error"], result["error"]
+    assert "232448 bytes" in result["error"]
+    assert all(name != "_rms_norm_backward_kernel" for name, _ in recorded_compiles)
 
 
 @pytest.mark.skipif(not HAVE_PTXAS, reason="no ptxas (Triton's NVIDIA backend) to compile with")

@@ -90,6 +90,8 @@ def test_casting_modes_and_dtypes(device, impl_tiles, casting_mode, dtype):
         (9, 123, "gpu", {"BLOCK_SIZE_M": 2, "GRID": 3, "DW_REDUCE": "partials"}),
         # the backward a tile ahead with w loaded per tile, and its own rows and warps
         (9, 123, "gpu", {"BWD_ROWS": 2, "BWD_WARPS": 2, "GRID": 3, "BWD_PREFETCH": True, "BWD_RELOAD_W": True}),
+        # ... or tiles (ds's too) staged ahead in shared memory
+        (9, 123, "gpu", {"BWD_ROWS": 2, "GRID": 2, "BWD_STAGES": 2}),
         (1, 300, "gpu", {"DW_REDUCE": "partials"}),
         (9, 123, "npu", {"BLOCK_SIZE_M": 4, "GRID": 3}),
         (1, 300, "npu", {"strategy": "chunked", "BLOCK_SIZE_N": 128}),

@@ -219,15 +219,21 @@ class WallSampler:
 
 
 class HostSampler:
-    """Time to issue one call from Python with the device idle before it (no sync inside the timing)."""
+    """Time to issue one call from Python with the device idle before it (no sync inside the timing).
+
+    ``warm_call``: each batch starts with one untimed call, so the first timed call does not
+    pay for the other samplers that ran since this one's last batch (their Python code and
+    data in the CPU's caches)."""
 
     method = "host-issue"
 
-    def __init__(self, fn: Callable[[], object], sync: Callable[[], None], batch: int = 5):
-        self.fn, self.sync, self.batch = fn, sync, batch
+    def __init__(self, fn: Callable[[], object], sync: Callable[[], None], batch: int = 5, warm_call: bool = False):
+        self.fn, self.sync, self.batch, self.warm_call = fn, sync, batch, warm_call
 
     def sample(self) -> list[float]:
         out = []
+        if self.warm_call:
+            self.fn()
         for _ in range(self.batch):
             self.sync()
             t0 = time.perf_counter()

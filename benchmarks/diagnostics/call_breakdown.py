@@ -26,7 +26,10 @@ calls, each a median over many calls, in µs
 
 After the fresh table, five kernel-timing profiler sessions (the suite's kernel sampler) run
 and the table is taken again: CUPTI stays attached after a session unless Kineto tears it down
-(``TEARDOWN_CUPTI=1``), and every later CUDA call pays for it. Then the suite's own
+(``TEARDOWN_CUPTI=1``), and every later CUDA call pays for it. Then the norm calls' host times
+are sampled as the suite samples a cell (:func:`interleaved`: the host sampler alone, beside the
+call sampler, beside both others, and with an untimed call before each host batch), which
+shows which part of the suite's protocol moves them from the fresh loop's. Then the suite's own
 ``measure_many`` of the same cell runs in this process (profiler sessions, torch.compile and
 Liger loaded) and the table is taken again, and once more after the process's objects are
 frozen out of the garbage collector's way (``gc.freeze``). Run it with and without
@@ -59,7 +62,7 @@ from kernels.launch import launch  # noqa: E402
 from kernels.rms_norm import rms_norm  # noqa: E402
 from workbench.device import get_device  # noqa: E402
 from workbench.measure import measure_many, prepared_call  # noqa: E402
-from workbench.timing import ProfilerKernelSampler  # noqa: E402
+from workbench.timing import HostSampler, ProfilerKernelSampler, run_interleaved  # noqa: E402
 
 
 class Empty(torch.autograd.Function):
@@ -258,6 +261,40 @@ def blocks_left_alive(fn, n: int = 500) -> float:
     return round((after - before) / n, 2)
 
 
+def interleaved(fns: dict, dev, names) -> dict:
+    """Host µs of ``names`` sampled as the suite samples a cell (``workbench.timing.run_interleaved``
+    over every call's samplers, the heap frozen), with the suite's other timings beside the host
+    one or not, and with an untimed call before each host batch (``HostSampler(warm_call=True)``):
+    which part of the suite's protocol moves its host times away from the fresh loop's."""
+    cases = (
+        ("host alone", ("host",), False),
+        ("call + host", ("call", "host"), False),
+        ("kernel + call + host (the suite)", ("kernel", "call", "host"), False),
+        ("the suite, warm call per host batch", ("kernel", "call", "host"), True),
+    )
+    out = {}
+    for label, which, warm_call in cases:
+        samplers = {}
+        for name in names:
+            per_fn, _ = dev.samplers(fns[name], which)
+            if warm_call:
+                per_fn["host"] = HostSampler(fns[name], sync=dev.synchronize, warm_call=True)
+            samplers |= {(name, timing): sampler for timing, sampler in per_fn.items()}
+        gc.collect()
+        gc.freeze()
+        try:
+            est = run_interleaved(samplers, budget_s=1.0 * len(samplers), group=lambda key: key[1])
+        finally:
+            gc.unfreeze()
+            for sampler in samplers.values():
+                getattr(sampler, "close", lambda: None)()
+        out[label] = {name: round(est[(name, "host")].median * 1e3, 1) for name in names}
+    print(f"{'host µs':40s} " + " ".join(f"{name[:22]:>22s}" for name in names))
+    for label, row in out.items():
+        print(f"{label:40s} " + " ".join(f"{row[name]:22.1f}" for name in names))
+    return out
+
+
 def table(fns: dict, flush) -> dict:
     out = {name: protocols(fn, flush) for name, fn in fns.items()}
     print(f"{'µs':36s} {'host':>8s} {'loop':>8s} {'call':>8s} {'call+sync':>10s} {'blocks':>7s}  syncs")
@@ -317,6 +354,9 @@ def main(argv=None) -> None:
     print(f"\n== after 5 kernel-timing profiler sessions of 10 calls each (ms per session: {session_ms})")
     after_profiler = table(fns, flush)
     Path(args.out).mkdir(parents=True, exist_ok=True)
+    print("\n== host times sampled as the suite samples them, in this process")
+    names = ["ours fwd", "F.rms_norm fwd", "suite step: ours fwd", "suite step: F.rms_norm fwd"]
+    interleaved_hosts = interleaved(fns, dev, names + ["ours fwd+bwd", "F.rms_norm fwd+bwd"])
     if args.sessions_only:
         body = {"teardown_cupti": cupti, "disable_lazy_reinit": lazy, "fresh": fresh}
         body |= {"profiler_session_ms": session_ms, "after_profiler_sessions": after_profiler}
@@ -356,6 +396,7 @@ def main(argv=None) -> None:
         "fresh": fresh,
         "profiler_session_ms": session_ms,
         "after_profiler_sessions": after_profiler,
+        "interleaved_hosts": interleaved_hosts,
         "after_suite_cell": after,
         "frozen": frozen,
         "suite_cell": [r.to_dict() for r in recs],

@@ -13,7 +13,7 @@ means ``y = s * rstd``.
 untiled or chunked), ``impl="auto"`` picks the NPU kernels on an NPU and the GPU kernels
 elsewhere (the CPU runs either in the Triton interpreter). Tile overrides are keyword
 arguments: ``BLOCK_SIZE``, ``BLOCK_SIZE_M``, ``num_warps``, ``GRID``, ``DW_REDUCE``, ``BWD_ROWS``,
-``BWD_WARPS``, ``BWD_PREFETCH``, ``BWD_RELOAD_W`` for the GPU kernels;
+``BWD_WARPS``, ``BWD_PREFETCH``, ``BWD_RELOAD_W``, ``BWD_STAGES`` for the GPU kernels;
 ``strategy``, ``CHUNK_THRESHOLD``, ``BLOCK_SIZE_M``, ``BLOCK_SIZE_N``, ``GRID``, ``USE_WHERE``
 for the NPU kernels. Under torch.compile the call is the registered op of :mod:`.ops`.
 """
@@ -32,6 +32,7 @@ from kernels.torch_ops import encode_tiles
 
 _GPU_TILES = (
     "BLOCK_SIZE", "BLOCK_SIZE_M", "num_warps", "GRID", "DW_REDUCE", "BWD_ROWS", "BWD_WARPS", "BWD_PREFETCH", "BWD_RELOAD_W",
+    "BWD_STAGES",
 )  # fmt: skip
 _NPU_TILES = ("strategy", "CHUNK_THRESHOLD", "BLOCK_SIZE_M", "BLOCK_SIZE_N", "GRID", "USE_WHERE")
 

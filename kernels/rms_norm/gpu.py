@@ -86,6 +86,7 @@ CASTING_CODES = {"llama": 0, "gemma": 1, "none": 2}
 MAX_TILE_ELEMENTS = 65536
 NUM_WARPS = (1, 2, 4, 8, 16, 32)
 DW_REDUCTIONS = ("atomic", "partials")
+BWD_STAGE_COUNTS = (1, 2, 3, 4)  # the backward's software pipeline depth (BWD_STAGES)
 WIDE_BACKWARDS = ("columns", "reread")
 # The backward keeps a whole row in registers up to this width and walks wider rows in chunks
 # of BWD_CHUNK_DEFAULT (set from the H100 tile sweep in benchmarks/profile_calls.py).
@@ -104,6 +105,7 @@ class BackwardDefaults:
     prefetch: bool
     reload_w: bool
     reload_w_with_residual: bool  # the fused family's backward (it also loads ds)
+    stages: int = 1  # tiles staged ahead in shared memory (BWD_STAGES; 1: the plain loop)
 
 
 # From the H100 sweeps of benchmarks/norm_backward_sweep.py (4096 rows, bf16, profiler kernel time
@@ -182,6 +184,7 @@ def _rms_norm_backward_kernel(
     HAS_DS: tl.constexpr,  # fused add + RMSNorm: the residual stream's gradient ds is added to dx
     PREFETCH: tl.constexpr,
     RELOAD_W: tl.constexpr,
+    STAGES: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
     BLOCK_SIZE_M: tl.constexpr,
 ):
@@ -196,7 +199,7 @@ def _rms_norm_backward_kernel(
     dw_acc = backward_rows(
         DX_ptr, DY_ptr, DS_ptr, X_ptr, W_ptr, RSTD_ptr, RSTD_ptr, pid, n_programs, cols, col_mask, row_stride, n_rows,
         n_cols, offset, CASTING_MODE, HAS_WEIGHT, HAS_DS, True, BLOCK_SIZE, BLOCK_SIZE_M, PREFETCH,
-        RELOAD_W,
+        RELOAD_W, STAGES,
     )  # fmt: skip
     if HAS_WEIGHT:
         _store_dw(
@@ -403,6 +406,7 @@ def _rms_norm_backward_columns_kernel(
     DW_ATOMIC: tl.constexpr,
     PREFETCH: tl.constexpr,
     RELOAD_W: tl.constexpr,
+    STAGES: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
     BLOCK_SIZE_M: tl.constexpr,
 ):
@@ -415,7 +419,7 @@ def _rms_norm_backward_columns_kernel(
     dw_acc = backward_rows(
         DX_ptr, DY_ptr, DX_ptr, X_ptr, W_ptr, RSTD_ptr, DOT_ptr, pid_r, n_row_programs, cols, col_mask, row_stride,
         n_rows, n_cols, offset, CASTING_MODE, HAS_WEIGHT, False, False, BLOCK_SIZE, BLOCK_SIZE_M, PREFETCH,
-        RELOAD_W,
+        RELOAD_W, STAGES,
     )  # fmt: skip
     if HAS_WEIGHT:
         n_programs = n_row_programs * tl.num_programs(1)
@@ -451,6 +455,7 @@ class GpuTiles:
     BWD_WIDE: str  # chunked rows: "columns" (two kernels) or "reread" (one, via L2)
     bwd_prefetch: bool = False  # the whole-row and columns backwards load a tile ahead
     bwd_reload_w: bool = False  # ... and load w per tile instead of holding it in registers
+    bwd_stages: int = 1  # ... or stage tiles ahead in shared memory (Triton's pipeline; 1: none)
     source: str = "heuristic"  # where the forward's tiles came from (records' tiles_source)
 
 
@@ -493,6 +498,7 @@ def resolve_tiles(
     BWD_WARPS="auto",
     BWD_PREFETCH="auto",
     BWD_RELOAD_W="auto",
+    BWD_STAGES="auto",
     *,
     residual: bool = False,
 ) -> GpuTiles:
@@ -542,16 +548,16 @@ def resolve_tiles(
     chunk = 0 if BWD_CHUNK >= BLOCK_SIZE else BWD_CHUNK  # below BLOCK_SIZE: within the tile limit too
     # The backward's rows per program and warps: the forward's when given, else their own defaults
     # (chunked: 2 rows of 16 warps, the best of the hidden-32768 sweep).
-    per_core, prefetch, reload_w = 1, False, False
+    per_core, prefetch, reload_w, stages = 1, False, False, 1
     if chunk:
         bwd_rows, bwd_warps = 2, 16
     else:
         d = default_backward_tiles(BLOCK_SIZE)
-        bwd_rows, bwd_warps, per_core, prefetch = d.rows, d.warps, d.per_core, d.prefetch
+        bwd_rows, bwd_warps, per_core, prefetch, stages = d.rows, d.warps, d.per_core, d.prefetch, d.stages
         reload_w = d.reload_w_with_residual if residual else d.reload_w
     if not auto_rows or explicit_warps:
         # The forward's tiles given: the backward takes them, one program per SM, the plain loop.
-        per_core, prefetch, reload_w = 1, False, False
+        per_core, prefetch, reload_w, stages = 1, False, False, 1
     if not auto_rows:
         bwd_rows = BLOCK_SIZE_M
     if explicit_warps:
@@ -575,6 +581,18 @@ def resolve_tiles(
         BWD_RELOAD_W = reload_w
     elif BWD_RELOAD_W not in (False, True):
         raise ValueError(f"BWD_RELOAD_W={BWD_RELOAD_W!r} must be True, False or 'auto'")
+    if BWD_STAGES == "auto":
+        BWD_STAGES = 1 if BWD_PREFETCH else stages
+    elif isinstance(BWD_STAGES, bool) or BWD_STAGES not in BWD_STAGE_COUNTS:
+        raise ValueError(
+            f"BWD_STAGES={BWD_STAGES!r} is not allowed; use one of {', '.join(map(str, BWD_STAGE_COUNTS))} "
+            "(row tiles in flight through shared memory; 1: none) or 'auto'"
+        )
+    if BWD_STAGES > 1 and BWD_PREFETCH:
+        raise ValueError(
+            f"BWD_PREFETCH=True and BWD_STAGES={BWD_STAGES} both load ahead (the next tile in registers, "
+            "or tiles in shared memory); set BWD_PREFETCH=False or BWD_STAGES=1"
+        )
     n_tiles = cdiv(max(n_rows, 1), bwd_rows)
     if GRID == "auto":
         GRID = min(per_core * num_cores, n_tiles)
@@ -589,7 +607,7 @@ def resolve_tiles(
         GRID = min(GRID, max(1, 2 * num_cores // cdiv(n_cols, chunk)))
     return GpuTiles(
         BLOCK_SIZE, BLOCK_SIZE_M, num_warps, min(GRID, n_tiles), chunk, bwd_warps, DW_REDUCE, bwd_rows, BWD_WIDE,
-        BWD_PREFETCH, BWD_RELOAD_W,
+        BWD_PREFETCH, BWD_RELOAD_W, BWD_STAGES,
     )  # fmt: skip
 
 
@@ -694,6 +712,8 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: GpuT
     the fused family's tiles never chunk the backward)."""
     n_rows, n_cols = x2d.shape
     dy2d = dy2d.contiguous()
+    if tiles.bwd_stages > 1:
+        check_staged_tiles(tiles, x2d, dy2d, ds2d, weight)
     dx = dy2d if in_place else torch.empty_like(x2d)
     grid = tiles.GRID
     chunked = tiles.BWD_CHUNK > 0
@@ -745,6 +765,7 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: GpuT
             **meta,
             PREFETCH=tiles.bwd_prefetch,
             RELOAD_W=tiles.bwd_reload_w,
+            STAGES=tiles.bwd_stages,
             BLOCK_SIZE=tiles.BWD_CHUNK,
             BLOCK_SIZE_M=rows,
             num_warps=warps,
@@ -779,6 +800,33 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: GpuT
     return dx, dw_out.result(weight)
 
 
+def staged_bytes(tiles: GpuTiles, x2d, dy2d, ds2d=None, weight=None) -> int:
+    """Shared memory the backward's software pipeline holds (``BWD_STAGES``): ``stages - 1``
+    copies of every tile its loop loads ahead (x and dy, ds for the fused family, w when loaded
+    per tile). What Triton's pipeliner allocated, read from the compiled kernels' ``shared``:
+    32,804 / 65,608 / 98,348 bytes for 1 / 2 / 1 rows of 4096 fp32 x and dy at 2 / 2 / 4 stages,
+    the few bytes over being the row sums' (tests/test_compile_ahead.py compares the two)."""
+    width = tiles.BWD_CHUNK or tiles.BLOCK_SIZE
+    row_bytes = x2d.element_size() + dy2d.element_size() + (ds2d.element_size() if ds2d is not None else 0)
+    w_bytes = weight.element_size() * width if weight is not None and tiles.bwd_reload_w else 0
+    return (tiles.bwd_stages - 1) * (tiles.bwd_block_size_m * width * row_bytes + w_bytes)
+
+
+def check_staged_tiles(tiles: GpuTiles, x2d, dy2d, ds2d=None, weight=None) -> None:
+    """ValueError when the staged tiles (:func:`staged_bytes`) exceed the shared memory one program
+    may use on x's device (unknown sizes, as on the CPU interpreter, pass)."""
+    device = device_of(x2d)
+    limit = device.shared_bytes_per_program
+    need = staged_bytes(tiles, x2d, dy2d, ds2d, weight)
+    if limit and need > limit:
+        width = tiles.BWD_CHUNK or tiles.BLOCK_SIZE
+        raise ValueError(
+            f"BWD_STAGES={tiles.bwd_stages} keeps {tiles.bwd_stages - 1} copies of the backward's "
+            f"{tiles.bwd_block_size_m} x {width} row tiles in shared memory ({need} bytes), over the {limit} bytes "
+            f"one program may use on {device.name}; lower BWD_STAGES or BWD_ROWS"
+        )
+
+
 def _whole_row_backward_launch(dx, dy2d, ds2d, x2d, weight, rstd, dw_pointers, offset, casting_mode, tiles: GpuTiles):
     """(grid, arguments, keywords) of the whole-row backward kernel's launch; ``dw_pointers``:
     :class:`DwOutputs`' four."""
@@ -794,6 +842,7 @@ def _whole_row_backward_launch(dx, dy2d, ds2d, x2d, weight, rstd, dw_pointers, o
         "HAS_DS": ds2d is not None,
         "PREFETCH": tiles.bwd_prefetch,
         "RELOAD_W": tiles.bwd_reload_w,
+        "STAGES": tiles.bwd_stages,
         "BLOCK_SIZE": tiles.BLOCK_SIZE,
         "BLOCK_SIZE_M": tiles.bwd_block_size_m,
         "num_warps": tiles.bwd_num_warps,

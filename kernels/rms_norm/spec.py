@@ -235,6 +235,7 @@ GPU_BACKWARD_LOOP_PARAMS = (
     Param("BWD_WARPS", ("auto",) + gpu.NUM_WARPS, "auto", "backward warps per program"),
     Param("BWD_PREFETCH", ("auto", False, True), "auto", "backward loads the next row tile before this one's math"),
     Param("BWD_RELOAD_W", ("auto", False, True), "auto", "backward loads w per tile instead of holding it"),
+    Param("BWD_STAGES", ("auto",) + gpu.BWD_STAGE_COUNTS, "auto", "backward row tiles in flight via shared memory"),
 )
 # ... and RMSNorm's chunked backward for rows too wide for registers (the fused kernel keeps whole rows).
 GPU_BACKWARD_PARAMS = (

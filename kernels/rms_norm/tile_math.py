@@ -227,7 +227,7 @@ def backward_rows(
     DX_ptr, DY_ptr, DS_ptr, X_ptr, W_ptr, RSTD_ptr, DOT_ptr, first, step, cols, col_mask, row_stride, n_rows, n_cols,
     offset, CASTING_MODE: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_DS: tl.constexpr, ROW_DOT: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_SIZE_M: tl.constexpr, PREFETCH: tl.constexpr = False,
-    RELOAD_W: tl.constexpr = False,
+    RELOAD_W: tl.constexpr = False, STAGES: tl.constexpr = 1,
 ):  # fmt: skip
     """The GPU backward over the columns ``cols`` of row tiles ``first, first + step, …``: dx
     stored (:func:`store_dx`), dw summed over the tiles and returned ``[BLOCK_SIZE]``.
@@ -240,7 +240,12 @@ def backward_rows(
     or two programs per SM nothing else would hide the load latency between tiles.
 
     ``RELOAD_W``: ``offset + w`` is loaded again for every tile (from L1/L2) instead of held in
-    registers across the loop, which frees a row's worth of registers per thread."""
+    registers across the loop, which frees a row's worth of registers per thread.
+
+    ``STAGES`` (without ``PREFETCH``): Triton's software pipeline copies the tiles ``STAGES - 1``
+    ahead into shared memory (``cp.async``) while this one is computed, so loads stay in flight
+    without holding the next tile in registers; 1 is the plain loop. A loop without a dot is
+    pipelined only when its ``num_stages`` is given, as here."""
     w = 0.0
     if not RELOAD_W:
         w = weight_row(W_ptr, cols, col_mask, offset, HAS_WEIGHT)
@@ -265,7 +270,7 @@ def backward_rows(
             x, dy = next_x, next_dy
             rows, row_mask, mask, offsets = next_rows, next_row_mask, next_mask, next_offsets
     else:
-        for tile in range(first, n_tiles, step):
+        for tile in tl.range(first, n_tiles, step, num_stages=STAGES):
             rows, row_mask = block_rows(tile, n_rows, BLOCK_SIZE_M)
             mask, offsets = tile_offsets(rows, row_mask, cols, col_mask, row_stride, True)
             x, dy = load_v_dy(X_ptr, DY_ptr, offsets, mask)
