@@ -74,8 +74,8 @@ def compiled_facts(launches) -> str:
 LOOPS = {
     "plain": ((1, False, False, 1), (1, True, False, 1), (1, False, True, 1), (1, True, True, 1), (2, False, True, 1),
               (4, False, True, 1)),
-    "staged": ((1, False, False, 2), (1, False, False, 3), (1, False, True, 2), (1, False, True, 3),
-               (2, False, True, 2)),
+    "staged": ((1, False, False, 3), (1, False, True, 3), (1, False, False, 4), (1, False, True, 4),
+               (2, False, False, 3)),
 }  # fmt: skip
 
 

@@ -163,15 +163,22 @@ def test_real_compile_for_an_h100_target_needs_no_gpu(tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(not HAVE_PTXAS, reason="no ptxas (Triton's NVIDIA backend) to compile with")
-@pytest.mark.parametrize("stages, rows, hidden", [(2, 1, 1000), (3, 2, 300)])
-def test_staged_backward_shared_memory_is_what_triton_allocates(tmp_path, monkeypatch, stages, rows, hidden):
+@pytest.mark.parametrize(
+    "stages, rows, warps, hidden",
+    [
+        (2, 1, 4, 1000),
+        (3, 2, 4, 300),
+        (2, 8, 32, 2048),
+    ],  # the last: warps split the rows, dw's sum meets in shared memory
+)
+def test_staged_backward_shared_memory_is_what_triton_allocates(tmp_path, monkeypatch, stages, rows, warps, hidden):
     """The model behind the staged backward's shared-memory check (kernels.rms_norm.gpu.staged_bytes)
-    against what Triton's pipeliner gave the compiled kernel: the model may leave out only the
+    against what Triton's pipeliner gave the compiled kernel: the model may leave out only a
     few hundred bytes of the row sums."""
     from kernels.rms_norm import gpu
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
-    params = {"BWD_STAGES": stages, "BWD_ROWS": rows, "BWD_RELOAD_W": True}
+    params = {"BWD_STAGES": stages, "BWD_ROWS": rows, "BWD_WARPS": warps, "BWD_RELOAD_W": True}
     result = compile_task(_task("rms_norm", "gpu_row", "full", {"rows": 64, "hidden": hidden}, params), H100)
     assert result["ok"], result["error"]
     (backward,) = [k for k in result["kernels"] if k["name"] == "_rms_norm_backward_kernel"]

@@ -238,14 +238,24 @@ def test_backward_defaults_follow_the_row_width_and_the_family():
     from kernels.runtime import DeviceInfo
 
     t = gpu.resolve_tiles(4096, 8192, 132)
-    assert (t.bwd_block_size_m, t.bwd_num_warps, t.bwd_prefetch, t.bwd_reload_w, t.GRID) == (1, 32, True, True, 132)
-    assert gpu.resolve_tiles(4096, 1024, 132).GRID == 264  # two programs per SM for short rows
+    assert (t.bwd_block_size_m, t.bwd_num_warps, t.bwd_stages, t.bwd_prefetch, t.GRID) == (1, 32, 3, False, 132)
+    assert gpu.resolve_tiles(8192, 512, 132, residual=True).GRID == 264  # two programs per SM for short rows
     assert gpu.resolve_tiles(4096, 16384, 132).bwd_reload_w
+    assert gpu.resolve_tiles(4096, 16384, 132).bwd_stages == 1
+    # Staged tiles asked for turn the automatic prefetch off; a prefetch asked for, the stages.
+    assert not gpu.resolve_tiles(4096, 16384, 132, BWD_STAGES=2).bwd_prefetch
+    assert gpu.resolve_tiles(4096, 2048, 132, BWD_PREFETCH=True).bwd_stages == 1
     assert not gpu.resolve_tiles(4096, 16384, 132, residual=True).bwd_reload_w
     cpu = DeviceInfo("cpu")
     assert gpu.tiles_for_rows(64, 16384, cpu).bwd_reload_w and not fused_gpu.tiles_for_rows(64, 16384, cpu).bwd_reload_w
     plain = gpu.resolve_tiles(4096, 8192, 132, BLOCK_SIZE_M=2)
-    assert (plain.bwd_block_size_m, plain.bwd_prefetch, plain.bwd_reload_w, plain.GRID) == (2, False, False, 132)
+    assert (plain.bwd_block_size_m, plain.bwd_prefetch, plain.bwd_reload_w, plain.bwd_stages, plain.GRID) == (
+        2,
+        False,
+        False,
+        1,
+        132,
+    )
 
 
 def test_bad_inputs_are_clear_errors():

@@ -196,6 +196,30 @@ def test_the_call_timing_starts_on_an_idle_device():
     assert backend.log == one + one  # the flush is over before the start event: no host time hidden
 
 
+def test_call_and_host_batches_start_with_an_untimed_call():
+    """warm_call: one call before the batch's first flush (call) or sync (host), timed by nothing;
+    the device's samplers ask for it."""
+    backend = _EventLog()
+    sampler = timing.EventCallSampler(
+        lambda: backend.log.append("call"),
+        backend,
+        flush=lambda: backend.log.append("flush"),
+        batch=2,
+        warm_call=True,
+    )
+    assert sampler.sample() == [1.0, 1.0]
+    one = ["flush", "sync", "start", "call", "end", "wait end"]
+    assert backend.log == ["call"] + one + one
+    log = []
+    host = timing.HostSampler(lambda: log.append("call"), sync=lambda: log.append("sync"), batch=2, warm_call=True)
+    assert len(host.sample()) == 2
+    assert log == ["call", "sync", "call", "sync", "call", "sync"]
+    from workbench.device import Device
+
+    samplers, _ = Device("cuda").samplers(lambda: None, which=("call", "host"))  # built, not run: no GPU needed
+    assert samplers["call"].warm_call and samplers["host"].warm_call
+
+
 def test_judge_call_targets_read_call_time():
     row = RatioRow(
         target="t", kind="versus", title="t", family="rms_norm", mode="forward", x_name="hidden", x=1, ours="o"

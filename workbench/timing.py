@@ -259,11 +259,15 @@ class EventCallSampler:
 
     method = "device-events, idle start"
 
-    def __init__(self, fn: Callable[[], object], backend, flush: Callable[[], None], batch: int = 5):
-        self.fn, self.backend, self.flush, self.batch = fn, backend, flush, batch
+    def __init__(
+        self, fn: Callable[[], object], backend, flush: Callable[[], None], batch: int = 5, warm_call: bool = False
+    ):
+        self.fn, self.backend, self.flush, self.batch, self.warm_call = fn, backend, flush, batch, warm_call
 
     def sample(self) -> list[float]:
         out = []
+        if self.warm_call:  # as HostSampler's: before the flush, so the timed calls still start cold
+            self.fn()
         for _ in range(self.batch):
             self.flush()
             self.backend.synchronize()

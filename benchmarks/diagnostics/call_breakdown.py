@@ -264,21 +264,21 @@ def blocks_left_alive(fn, n: int = 500) -> float:
 def interleaved(fns: dict, dev, names) -> dict:
     """Host µs of ``names`` sampled as the suite samples a cell (``workbench.timing.run_interleaved``
     over every call's samplers, the heap frozen), with the suite's other timings beside the host
-    one or not, and with an untimed call before each host batch (``HostSampler(warm_call=True)``):
-    which part of the suite's protocol moves its host times away from the fresh loop's."""
+    one or not, with and without the untimed call that starts each batch
+    (``HostSampler(warm_call=...)``, the suite's ``True``): which part of the protocol moves its
+    host times away from the fresh loop's."""
     cases = (
-        ("host alone", ("host",), False),
-        ("call + host", ("call", "host"), False),
-        ("kernel + call + host (the suite)", ("kernel", "call", "host"), False),
-        ("the suite, warm call per host batch", ("kernel", "call", "host"), True),
+        ("host alone, no warm call", ("host",), False),
+        ("call + host, no warm call", ("call", "host"), False),
+        ("kernel + call + host, no warm call", ("kernel", "call", "host"), False),
+        ("the suite's: warm call per batch", ("kernel", "call", "host"), True),
     )
     out = {}
     for label, which, warm_call in cases:
         samplers = {}
         for name in names:
             per_fn, _ = dev.samplers(fns[name], which)
-            if warm_call:
-                per_fn["host"] = HostSampler(fns[name], sync=dev.synchronize, warm_call=True)
+            per_fn["host"] = HostSampler(fns[name], sync=dev.synchronize, warm_call=warm_call)
             samplers |= {(name, timing): sampler for timing, sampler in per_fn.items()}
         gc.collect()
         gc.freeze()

@@ -11,14 +11,22 @@ Backward. With ``xhat = x * rstd`` and ``m = dy * (offset + w)``::
     dx = rstd * (m - xhat * mean(m * xhat))      (per row)
     dw = sum over rows of dy * xhat
 
-A persistent grid of ``GRID`` programs (default: one per SM, two for rows of 1024 elements or
+A persistent grid of ``GRID`` programs (default: one per SM, two for rows of 512 elements or
 fewer) walks the row tiles grid-stride; each program accumulates its own fp32 partial ``dw``.
-Two switches shape that loop: ``BWD_PREFETCH`` loads the next tile's x and dy before this
-tile's arithmetic and stores (with one program per SM nothing else hides the load latency
-between tiles), and ``BWD_RELOAD_W`` loads ``w`` per tile from L1/L2 instead of holding it in
-registers, which keeps wide rows from spilling. Their defaults, with the backward's rows per
-program and warps, come per row width from the H100 sweep (``BACKWARD_DEFAULTS``). The partials
-are reduced at the end, in one of two ways (``DW_REDUCE``):
+With one program per SM nothing but the loop itself can hide the load latency between tiles,
+and three switches shape it:
+
+- ``BWD_STAGES``: Triton's software pipeline copies the next ``BWD_STAGES - 1`` tiles of x and
+  dy into shared memory (``cp.async``) while this tile is computed and stored; the default for
+  rows of 1024-8192 elements (3 stages);
+- ``BWD_PREFETCH``: the next tile's x and dy are loaded into registers before this tile's
+  arithmetic (twice the registers; the one or the other);
+- ``BWD_RELOAD_W``: ``w`` is loaded per tile from L1/L2 instead of held in registers, which
+  keeps wide rows from spilling.
+
+Their defaults, with the backward's rows per program and warps, come per row width from the H100
+sweep (``BACKWARD_DEFAULTS``). The partials are reduced at the end, in one of two ways
+(``DW_REDUCE``):
 
 - ``atomic`` (default): every program adds its partial into an fp32 ``dw`` with atomics and
   bumps a counter; the program that finds itself last casts ``dw`` to the weight's dtype. One
@@ -63,6 +71,7 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.errors import OutOfResources
 
 from kernels import tuned_tables
 from kernels.launch import launch, replay_of
@@ -109,17 +118,20 @@ class BackwardDefaults:
 
 
 # From the H100 sweeps of benchmarks/norm_backward_sweep.py (4096 rows, bf16, profiler kernel time
-# with the L2 flushed), against the earlier rule (8/8/4/2/1 rows, 4/4/8/8/16/16 warps, one program
-# per SM): fused 512: 13.6 us against 16.5; RMSNorm 1024: 17.3 against 17.6; 2048 even; 4096 kept
-# (44-45 us for the five best); 8192: 78.6 against 84.6 (fused 100.2 against 103.6), 64 registers
-# and no spills with 32 warps; 16384: 164.3 against 180.2 with w loaded per tile, where the fused
-# family loses with it (241.4 against 213.1: its ds load spills more).
+# with the L2 flushed). Rows of 1024-8192 stage their tiles three deep in shared memory
+# (BWD_STAGES=3), the fastest loop at each of them (RMSNorm / fused, against the plain or
+# prefetching loop before): 1024: 15.1 / 18.5 us against 16.9 / 19.9; 2048: 24.3 / 30.5 against
+# 26.2 / 31.9; 4096: 41.9 / 54.2 against 44.9 / 56.7; 8192: 77.2 / 99.7 against 78.6 / 100.7.
+# Before staging (against the earlier rule of 8/8/4/2/1 rows, 4/4/8/8/16/16 warps, one program
+# per SM): fused 512: 13.6 us against 16.5, two programs per SM; 16384: 164.3 against 180.2 with
+# w loaded per tile, where the fused family loses with it (241.4 against 213.1: its ds load
+# spills more).
 BACKWARD_DEFAULTS = (
     BackwardDefaults(512, 16, 4, 2, False, True, True),
-    BackwardDefaults(1024, 8, 4, 2, False, True, True),
-    BackwardDefaults(2048, 8, 8, 1, False, True, True),
-    BackwardDefaults(4096, 4, 8, 1, False, False, False),
-    BackwardDefaults(8192, 1, 32, 1, True, True, True),
+    BackwardDefaults(1024, 8, 4, 1, False, False, False, stages=3),
+    BackwardDefaults(2048, 4, 8, 1, False, False, False, stages=3),
+    BackwardDefaults(4096, 2, 16, 1, False, False, False, stages=3),
+    BackwardDefaults(8192, 1, 32, 1, False, False, False, stages=3),
     BackwardDefaults(MAX_TILE_ELEMENTS, 1, 16, 1, False, True, False),
 )
 
@@ -573,8 +585,8 @@ def resolve_tiles(
         if BWD_WARPS not in NUM_WARPS:
             raise ValueError(f"BWD_WARPS={BWD_WARPS!r} is not allowed; use one of {', '.join(map(str, NUM_WARPS))}")
         bwd_warps = BWD_WARPS
-    if BWD_PREFETCH == "auto":
-        BWD_PREFETCH = prefetch
+    if BWD_PREFETCH == "auto":  # staged tiles asked for: no registers' prefetch besides
+        BWD_PREFETCH = prefetch and BWD_STAGES in ("auto", 1)
     elif BWD_PREFETCH not in (False, True):
         raise ValueError(f"BWD_PREFETCH={BWD_PREFETCH!r} must be True, False or 'auto'")
     if BWD_RELOAD_W == "auto":
@@ -726,95 +738,113 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: GpuT
     warps = tiles.bwd_num_warps
     w = weight if weight is not None else x2d
     meta = dict(CASTING_MODE=CASTING_CODES[casting_mode], HAS_WEIGHT=weight is not None, DW_ATOMIC=atomic)
-    if columns:
-        # dx needs each row's mean(m * xhat) before any chunk of it: a first pass stores it.
-        dot = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
-        launch(
-            _rms_norm_backward_rowdot_kernel,
-            x2d,
-            (cdiv(n_rows, rows),),
-            dot,
-            dy2d,
-            x2d,
-            w,
-            rstd,
-            x2d.stride(0),
-            n_rows,
-            n_cols,
-            offset,
-            HAS_WEIGHT=weight is not None,
-            BLOCK_SIZE=tiles.BWD_CHUNK,
-            BLOCK_SIZE_M=rows,
-            num_warps=warps,
-        )
-        launch(
-            _rms_norm_backward_columns_kernel,
-            x2d,
-            (grid, cdiv(n_cols, tiles.BWD_CHUNK)),
-            dx,
-            dy2d,
-            x2d,
-            w,
-            rstd,
-            dot,
-            *dw_out.pointers,
-            x2d.stride(0),
-            n_rows,
-            n_cols,
-            offset,
-            **meta,
-            PREFETCH=tiles.bwd_prefetch,
-            RELOAD_W=tiles.bwd_reload_w,
-            STAGES=tiles.bwd_stages,
-            BLOCK_SIZE=tiles.BWD_CHUNK,
-            BLOCK_SIZE_M=rows,
-            num_warps=warps,
-        )
-    elif chunked:
-        launch(
-            _rms_norm_backward_chunked_kernel,
-            x2d,
-            (grid,),
-            dx,
-            dy2d,
-            x2d,
-            w,
-            rstd,
-            *dw_out.pointers,
-            x2d.stride(0),
-            n_rows,
-            n_cols,
-            offset,
-            **meta,
-            BLOCK_SIZE=tiles.BWD_CHUNK,
-            BLOCK_SIZE_M=rows,
-            num_warps=warps,
-        )
-    else:
-        if ds2d is not None:
-            ds2d = ds2d.contiguous()
-        grid, args, kwargs = _whole_row_backward_launch(
-            dx, dy2d, ds2d, x2d, weight, rstd, dw_out.pointers, offset, casting_mode, tiles
-        )
-        launch(_rms_norm_backward_kernel, x2d, grid, *args, **kwargs)
+    try:
+        if columns:
+            # dx needs each row's mean(m * xhat) before any chunk of it: a first pass stores it.
+            dot = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
+            launch(
+                _rms_norm_backward_rowdot_kernel,
+                x2d,
+                (cdiv(n_rows, rows),),
+                dot,
+                dy2d,
+                x2d,
+                w,
+                rstd,
+                x2d.stride(0),
+                n_rows,
+                n_cols,
+                offset,
+                HAS_WEIGHT=weight is not None,
+                BLOCK_SIZE=tiles.BWD_CHUNK,
+                BLOCK_SIZE_M=rows,
+                num_warps=warps,
+            )
+            launch(
+                _rms_norm_backward_columns_kernel,
+                x2d,
+                (grid, cdiv(n_cols, tiles.BWD_CHUNK)),
+                dx,
+                dy2d,
+                x2d,
+                w,
+                rstd,
+                dot,
+                *dw_out.pointers,
+                x2d.stride(0),
+                n_rows,
+                n_cols,
+                offset,
+                **meta,
+                PREFETCH=tiles.bwd_prefetch,
+                RELOAD_W=tiles.bwd_reload_w,
+                STAGES=tiles.bwd_stages,
+                BLOCK_SIZE=tiles.BWD_CHUNK,
+                BLOCK_SIZE_M=rows,
+                num_warps=warps,
+            )
+        elif chunked:
+            launch(
+                _rms_norm_backward_chunked_kernel,
+                x2d,
+                (grid,),
+                dx,
+                dy2d,
+                x2d,
+                w,
+                rstd,
+                *dw_out.pointers,
+                x2d.stride(0),
+                n_rows,
+                n_cols,
+                offset,
+                **meta,
+                BLOCK_SIZE=tiles.BWD_CHUNK,
+                BLOCK_SIZE_M=rows,
+                num_warps=warps,
+            )
+        else:
+            if ds2d is not None:
+                ds2d = ds2d.contiguous()
+            grid, args, kwargs = _whole_row_backward_launch(
+                dx, dy2d, ds2d, x2d, weight, rstd, dw_out.pointers, offset, casting_mode, tiles
+            )
+            launch(_rms_norm_backward_kernel, x2d, grid, *args, **kwargs)
+    except OutOfResources as exc:  # past the staged tiles, what Triton's compile found (row sums' scratch)
+        raise ValueError(
+            f"the backward's tiles ({tiles.bwd_block_size_m} rows of {tiles.BWD_CHUNK or tiles.BLOCK_SIZE} on "
+            f"{tiles.bwd_num_warps} warps, BWD_STAGES={tiles.bwd_stages}) need {exc.required} bytes of {exc.name}, "
+            f"over the {exc.limit} one program may use; lower BWD_STAGES, BWD_ROWS or BWD_WARPS"
+        ) from exc
     return dx, dw_out.result(weight)
 
 
 def staged_bytes(tiles: GpuTiles, x2d, dy2d, ds2d=None, weight=None) -> int:
-    """Shared memory the backward's software pipeline holds (``BWD_STAGES``): ``stages - 1``
-    copies of every tile its loop loads ahead (x and dy, ds for the fused family, w when loaded
-    per tile). What Triton's pipeliner allocated, read from the compiled kernels' ``shared``:
-    32,804 / 65,608 / 98,348 bytes for 1 / 2 / 1 rows of 4096 fp32 x and dy at 2 / 2 / 4 stages,
-    the few bytes over being the row sums' (tests/test_compile_ahead.py compares the two)."""
+    """Shared memory a staged backward (``BWD_STAGES`` > 1) holds while its loop runs:
+    ``stages - 1`` copies of every tile the loop loads ahead (x and dy, ds for the fused family,
+    w when loaded per tile), and the scratch of dw's sum over a tile's rows where warps split
+    them. What Triton's pipeliner allocated, read from the compiled kernels' ``shared`` (H100,
+    Triton 3.6: 65,728 bytes for 8 rows of 1024 bf16 at 3 stages; 245,792 for the fused
+    family's 4 rows of 4096 on 32 warps at 3 stages with w, 32,768 of them the rows' sum
+    across 2 warps); tests/test_compile_ahead.py compares the two for the Triton installed."""
     width = tiles.BWD_CHUNK or tiles.BLOCK_SIZE
+    rows, warps = tiles.bwd_block_size_m, tiles.bwd_num_warps
     row_bytes = x2d.element_size() + dy2d.element_size() + (ds2d.element_size() if ds2d is not None else 0)
     w_bytes = weight.element_size() * width if weight is not None and tiles.bwd_reload_w else 0
-    return (tiles.bwd_stages - 1) * (tiles.bwd_block_size_m * width * row_bytes + w_bytes)
+    staged = (tiles.bwd_stages - 1) * (rows * width * row_bytes + w_bytes)
+    # Warps lie along the row first, 16 bytes of x a thread at a time; those left over split the
+    # rows, and summing dw over rows then meets in shared memory (fp32, one row per such warp).
+    per_thread = max(1, rows * width // (32 * warps))
+    vector = min(16 // x2d.element_size(), per_thread)
+    along_row = min(warps, max(1, width // (32 * vector)))
+    across_rows = min(rows, warps // along_row)
+    return staged + (across_rows * width * 4 if weight is not None and across_rows > 1 else 0)
 
 
 def check_staged_tiles(tiles: GpuTiles, x2d, dy2d, ds2d=None, weight=None) -> None:
     """ValueError when the staged tiles (:func:`staged_bytes`) exceed the shared memory one program
-    may use on x's device (unknown sizes, as on the CPU interpreter, pass)."""
+    may use on x's device (unknown sizes, as on the CPU interpreter, pass). Whatever else the
+    compile finds is reported by :func:`rms_norm_backward` in the same terms."""
     device = device_of(x2d)
     limit = device.shared_bytes_per_program
     need = staged_bytes(tiles, x2d, dy2d, ds2d, weight)
