@@ -239,7 +239,8 @@ def test_backward_defaults_follow_the_row_width_and_the_family():
 
     t = gpu.resolve_tiles(4096, 8192, 132)
     assert (t.bwd_block_size_m, t.bwd_num_warps, t.bwd_stages, t.bwd_prefetch, t.GRID) == (1, 32, 3, False, 132)
-    assert gpu.resolve_tiles(8192, 512, 132, residual=True).GRID == 264  # two programs per SM for short rows
+    short = gpu.resolve_tiles(8192, 512, 132, residual=True)  # short rows: four stages deep on 2 warps
+    assert (short.bwd_block_size_m, short.bwd_num_warps, short.bwd_stages, short.GRID) == (4, 2, 4, 132)
     assert gpu.resolve_tiles(4096, 16384, 132).bwd_reload_w
     assert gpu.resolve_tiles(4096, 16384, 132).bwd_stages == 1
     # Staged tiles asked for turn the automatic prefetch off; a prefetch asked for, the stages.

@@ -11,14 +11,13 @@ Backward. With ``xhat = x * rstd`` and ``m = dy * (offset + w)``::
     dx = rstd * (m - xhat * mean(m * xhat))      (per row)
     dw = sum over rows of dy * xhat
 
-A persistent grid of ``GRID`` programs (default: one per SM, two for rows of 512 elements or
-fewer) walks the row tiles grid-stride; each program accumulates its own fp32 partial ``dw``.
+A persistent grid of ``GRID`` programs (default: one per SM) walks the row tiles grid-stride; each program accumulates its own fp32 partial ``dw``.
 With one program per SM nothing but the loop itself can hide the load latency between tiles,
 and three switches shape it:
 
 - ``BWD_STAGES``: Triton's software pipeline copies the next ``BWD_STAGES - 1`` tiles of x and
   dy into shared memory (``cp.async``) while this tile is computed and stored; the default for
-  rows of 1024-8192 elements (3 stages);
+  rows of up to 8192 elements (3 stages, 4 up to 512);
 - ``BWD_PREFETCH``: the next tile's x and dy are loaded into registers before this tile's
   arithmetic (twice the registers; the one or the other);
 - ``BWD_RELOAD_W``: ``w`` is loaded per tile from L1/L2 instead of held in registers, which
@@ -122,12 +121,14 @@ class BackwardDefaults:
 # (BWD_STAGES=3), the fastest loop at each of them (RMSNorm / fused, against the plain or
 # prefetching loop before): 1024: 15.1 / 18.5 us against 16.9 / 19.9; 2048: 24.3 / 30.5 against
 # 26.2 / 31.9; 4096: 41.9 / 54.2 against 44.9 / 56.7; 8192: 77.2 / 99.7 against 78.6 / 100.7.
-# Before staging (against the earlier rule of 8/8/4/2/1 rows, 4/4/8/8/16/16 warps, one program
-# per SM): fused 512: 13.6 us against 16.5, two programs per SM; 16384: 164.3 against 180.2 with
-# w loaded per tile, where the fused family loses with it (241.4 against 213.1: its ds load
-# spills more).
+# Rows of 512 stage four deep on 2 warps: fused 11.9 us against 12.8 for 16 rows on 4 warps, two
+# programs per SM and no staging (the rule before; three stages, 12.3); four stages elsewhere
+# came within 0.3 us of three. Staging did not help from 16384 up, where a whole row spills
+# anyway. Before staging (against the earlier rule of 8/8/4/2/1 rows, 4/4/8/8/16/16 warps, one
+# program per SM): 16384: 164.3 against 180.2 with w loaded per tile, where the fused family loses
+# with it (241.4 against 213.1: its ds load spills more).
 BACKWARD_DEFAULTS = (
-    BackwardDefaults(512, 16, 4, 2, False, True, True),
+    BackwardDefaults(512, 4, 2, 1, False, False, False, stages=4),
     BackwardDefaults(1024, 8, 4, 1, False, False, False, stages=3),
     BackwardDefaults(2048, 4, 8, 1, False, False, False, stages=3),
     BackwardDefaults(4096, 2, 16, 1, False, False, False, stages=3),

@@ -223,7 +223,7 @@ _BLOCK_SIZE_M_VALUES = ("auto", 1, 2, 4, 8, 16, 32, 64)
 GPU_ROW_PARAMS = (
     Param("BLOCK_SIZE", ("auto",) + POW2, "auto", "row tile; >= hidden (next power of two)"),
     Param("num_warps", ("auto",) + gpu.NUM_WARPS, "auto", "warps per program"),
-    Param("GRID", _GRID_VALUES, "auto", "backward programs (auto: one or two per SM, by row width)"),
+    Param("GRID", _GRID_VALUES, "auto", "backward programs (auto: one per SM)"),
 )
 GPU_MULTIROW_PARAMS = (
     GPU_ROW_PARAMS[:1] + (Param("BLOCK_SIZE_M", _BLOCK_SIZE_M_VALUES, "auto", "rows per program"),) + GPU_ROW_PARAMS[1:]
