@@ -51,9 +51,12 @@ op's GPU kernels, read top to bottom as one explanation (Liger's one-file-per-op
 tutorials); the shared tile arithmetic is :mod:`.tile_math`.
 
 Measured limits (H100, 4096 rows bf16, ``benchmarks/norm_backward_sweep.py``): from hidden 8192
-the whole-row backward moves its bytes at 82-86% of the copy bandwidth, an elementwise pass over
-the same bytes at 96-100%; at hidden 1024 it takes 17.3 us where that pass takes 11.0, the
-launch, the tile loop's latency and the dw reduction being most of it. At 32768 the ``columns``
+the whole-row backward moves its bytes at 86-87% of the copy bandwidth, an elementwise pass over
+the same bytes at 96-100%; at hidden 1024 it takes 15.2 us (staged) where that pass takes 11.0,
+the launch, the tile loop's latency and the dw reduction being most of it. Behind the forward, as
+a training step runs it, the backward finds x in the L2 and staging gains less: the sweep's
+``--after-forward`` found the defaults within 0.2-0.7 us of the best tiles at every size swept
+(RMSNorm 1024: 20.6 against 19.9 us for the pair). At 32768 the ``columns``
 form moves five row-sized transfers instead of three (58% of the copy bandwidth for the
 backward's three). A form where groups of programs share a row and exchange its mean through global
 atomics (one transfer each way) was measured at 424-500 us against columns' 451-459 there, and
