@@ -742,6 +742,9 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: GpuT
     warps = tiles.bwd_num_warps
     w = weight if weight is not None else x2d
     meta = dict(CASTING_MODE=CASTING_CODES[casting_mode], HAS_WEIGHT=weight is not None, DW_ATOMIC=atomic)
+    inputs = (dy2d, x2d, w, rstd)  # in every backward kernel's order, as are the sizes after them
+    sizes = (x2d.stride(0), n_rows, n_cols, offset)
+    tile = dict(BLOCK_SIZE=tiles.BWD_CHUNK, BLOCK_SIZE_M=rows, num_warps=warps)
     try:
         if columns:
             # dx needs each row's mean(m * xhat) before any chunk of it: a first pass stores it.
@@ -751,41 +754,25 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: GpuT
                 x2d,
                 (cdiv(n_rows, rows),),
                 dot,
-                dy2d,
-                x2d,
-                w,
-                rstd,
-                x2d.stride(0),
-                n_rows,
-                n_cols,
-                offset,
+                *inputs,
+                *sizes,
                 HAS_WEIGHT=weight is not None,
-                BLOCK_SIZE=tiles.BWD_CHUNK,
-                BLOCK_SIZE_M=rows,
-                num_warps=warps,
+                **tile,
             )
             launch(
                 _rms_norm_backward_columns_kernel,
                 x2d,
                 (grid, cdiv(n_cols, tiles.BWD_CHUNK)),
                 dx,
-                dy2d,
-                x2d,
-                w,
-                rstd,
+                *inputs,
                 dot,
                 *dw_out.pointers,
-                x2d.stride(0),
-                n_rows,
-                n_cols,
-                offset,
+                *sizes,
                 **meta,
                 PREFETCH=tiles.bwd_prefetch,
                 RELOAD_W=tiles.bwd_reload_w,
                 STAGES=tiles.bwd_stages,
-                BLOCK_SIZE=tiles.BWD_CHUNK,
-                BLOCK_SIZE_M=rows,
-                num_warps=warps,
+                **tile,
             )
         elif chunked:
             launch(
@@ -793,19 +780,11 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: GpuT
                 x2d,
                 (grid,),
                 dx,
-                dy2d,
-                x2d,
-                w,
-                rstd,
+                *inputs,
                 *dw_out.pointers,
-                x2d.stride(0),
-                n_rows,
-                n_cols,
-                offset,
+                *sizes,
                 **meta,
-                BLOCK_SIZE=tiles.BWD_CHUNK,
-                BLOCK_SIZE_M=rows,
-                num_warps=warps,
+                **tile,
             )
         else:
             if ds2d is not None:
