@@ -58,10 +58,18 @@ def test_parser_gives_nothing_for_output_without_rows():
 
 def test_command_asks_for_the_counters_it_reads():
     cmd = ncu.command("/x/ncu", ["python", "-m", "workbench.profile_child", "{}"])
-    assert cmd[:7] == ["/x/ncu", "--profile-from-start", "off", "--csv", "--page", "raw", "--metrics"]
+    head = ["/x/ncu", "--profile-from-start", "off", "--csv", "--page", "raw", "--print-units", "base", "--metrics"]
+    assert cmd[:9] == head  # base units: durations in ns and bytes in bytes, however large
     for metric in ncu.COUNTERS.values():
-        assert metric in cmd[7]
-    assert cmd[8:] == ["python", "-m", "workbench.profile_child", "{}"]
+        assert metric in cmd[9]
+    assert cmd[10:] == ["python", "-m", "workbench.profile_child", "{}"]
+
+
+def test_summary_says_the_dram_bytes_where_the_counters_have_them():
+    (rms,) = ncu.parse(RMS.read_text())  # taken before the bytes were asked for
+    assert "MB read" not in ncu.summary_line(rms)
+    line = ncu.summary_line(dict(rms, dram_read_bytes=16.8e6, dram_write_bytes=8.4e6))
+    assert "DRAM 83% (16.8 MB read, 8.4 MB written)" in line
 
 
 # --- the command's errors ----------------------------------------------------------------------
@@ -111,9 +119,9 @@ def test_a_child_that_outlives_the_limit_is_killed_and_one_line(capsys, tmp_path
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the child needs to fail for want of CUDA")
 def test_a_configuration_failing_under_ncu_is_its_own_one_line(capsys, tmp_path):
-    # The fake ncu drops ncu's own seven options and runs the real child, which cannot get CUDA
+    # The fake ncu drops ncu's own nine arguments and runs the real child, which cannot get CUDA
     # on this machine and says so after its mark.
-    fake = _fake_ncu(tmp_path, 'shift 7; exec "$@"')
+    fake = _fake_ncu(tmp_path, 'shift 9; exec "$@"')
     line = _one_line_error(capsys, ["profile", "scalar_ops", "--variant", "triton", "--ncu", fake, "--no-record"])
     assert line.startswith("workbench profile: the configuration failed under ncu:")
     assert "cuda" in line

@@ -9,9 +9,9 @@ Every way this can fail is a :class:`ProfileError` with one line that says what 
 ``ncu`` found, the profiler not allowed to read the GPU's counters (``ERR_NVGPUCTRPERM``), the
 time limit, the child failing, no kernel profiled.
 
-Counters kept per kernel (:data:`COUNTERS`): duration, DRAM throughput (% of peak), L2 hit rate,
-achieved occupancy, SM throughput, the theoretical occupancy and its per-resource limits as
-Nsight Compute computes them, and the warp-stall reasons, largest first. Nsight Compute locks
+Counters kept per kernel (:data:`COUNTERS`), in base units: duration, DRAM throughput (% of peak)
+and the bytes read and written, L2 hit rate, achieved occupancy, SM throughput, the theoretical
+occupancy and its per-resource limits as Nsight Compute computes them, and the warp-stall reasons, largest first. Nsight Compute locks
 the SM clocks to base while profiling (1.59 GHz on the lent H100), so its duration is longer
 than the workbench's kernel time: compare its percentages, not its times.
 """
@@ -41,6 +41,9 @@ _STALL_SUFFIX = "_per_issue_active.ratio"
 COUNTERS = {
     "duration_ns": "gpu__time_duration.sum",
     "dram_pct": "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    # the bytes DRAM moved, to hold against the fewest a kernel must move (its spec's min_bytes)
+    "dram_read_bytes": "dram__bytes_read.sum",
+    "dram_write_bytes": "dram__bytes_write.sum",
     "l2_hit_pct": "lts__t_sector_hit_rate.pct",
     "achieved_occupancy_pct": "sm__warps_active.avg.pct_of_peak_sustained_active",
     "sm_throughput_pct": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
@@ -97,7 +100,9 @@ def require_ncu(explicit: str | None = None) -> str:
 
 def command(ncu: str, child: list[str]) -> list[str]:
     """The ncu command line around ``child`` (a command: the configuration's process)."""
-    return [ncu, "--profile-from-start", "off", "--csv", "--page", "raw", "--metrics", METRICS, *child]
+    # base units: ncu otherwise scales each column to its own (ns or us, byte or Mbyte) per run
+    return [ncu, "--profile-from-start", "off", "--csv", "--page", "raw", "--print-units", "base", "--metrics", METRICS,
+            *child]  # fmt: skip
 
 
 def profile(config: dict, *, ncu: str | None = None, timeout_s: float = 120.0, python: str | None = None) -> list[dict]:
@@ -205,15 +210,22 @@ def as_record_counters(kernels: list[dict], ncu_path: str | None = None) -> dict
 
 
 def summary_line(kernel: dict) -> str:
-    """``sum_forward: DRAM 7% | L2 hit 43% | occupancy 24% achieved (25% theoretical) | SM 27% |
-    stalls: long_scoreboard 3.77, short_scoreboard 2.97, mio_throttle 1.2``."""
+    """``sum_forward: DRAM 7% (1.2 MB read, 0.3 MB written) | L2 hit 43% | occupancy 24% achieved
+    (25% theoretical) | SM 27% | stalls: long_scoreboard 3.77, short_scoreboard 2.97, mio_throttle 1.2``
+    (the bytes where the counters have them)."""
 
     def pct(v):
         return "n/a" if v is None else f"{v:.0f}%"
 
     stalls = ", ".join(f"{r} {v:.3g}" for r, v in kernel.get("top_stalls") or [])
+    read, written = kernel.get("dram_read_bytes"), kernel.get("dram_write_bytes")
+    moved = (
+        f" ({read / 1e6:.1f} MB read, {written / 1e6:.1f} MB written)"
+        if read is not None and written is not None
+        else ""
+    )
     return (
-        f"{kernel.get('kernel')}: DRAM {pct(kernel.get('dram_pct'))} | L2 hit {pct(kernel.get('l2_hit_pct'))} | "
+        f"{kernel.get('kernel')}: DRAM {pct(kernel.get('dram_pct'))}{moved} | L2 hit {pct(kernel.get('l2_hit_pct'))} | "
         f"occupancy {pct(kernel.get('achieved_occupancy_pct'))} achieved "
         f"({pct(kernel.get('theoretical_occupancy_pct'))} theoretical) | SM {pct(kernel.get('sm_throughput_pct'))}"
         + (f" | stalls: {stalls}" if stalls else "")
