@@ -102,9 +102,9 @@ class Device(DeviceInfo):
                 out["kernel"], note = timing.kernel_sampler(fn, flush=self.flush_l2 if l2 == "cold" else None)
             else:
                 out["kernel"] = timing.BackToBackSampler(fn, self.backend, method=f"{self.kind}-events")
-        # Each call and host batch starts with an untimed call (warm_call): trials alternate
-        # between configurations, and without it the first timed call of a batch paid for the
-        # other configurations' Python run since (docs/measuring.md).
+        # Each call and host batch starts with an untimed call (warm_call), as a loop calling the
+        # same op has it: trials alternate between configurations, and on the H100 the call took
+        # 9-11% off the host times of both sides of an RMSNorm cell (docs/measuring.md).
         if "call" in which:
             out["call"] = timing.EventCallSampler(fn, self.backend, flush=self.flush_l2, warm_call=True)
         if "host" in which:

@@ -11,9 +11,10 @@ Backward. With ``xhat = x * rstd`` and ``m = dy * (offset + w)``::
     dx = rstd * (m - xhat * mean(m * xhat))      (per row)
     dw = sum over rows of dy * xhat
 
-A persistent grid of ``GRID`` programs (default: one per SM) walks the row tiles grid-stride; each program accumulates its own fp32 partial ``dw``.
-With one program per SM nothing but the loop itself can hide the load latency between tiles,
-and three switches shape it:
+A persistent grid of ``GRID`` programs (default: one per SM) walks the row tiles grid-stride;
+each program accumulates its own fp32 partial ``dw``. With one program per SM nothing but the
+loop itself can hide the load latency between tiles, and three switches shape it (in the
+whole-row and the ``columns`` forms below):
 
 - ``BWD_STAGES``: Triton's software pipeline copies the next ``BWD_STAGES - 1`` tiles of x and
   dy into shared memory (``cp.async``) while this tile is computed and stored; the default for
