@@ -5,9 +5,10 @@
         [--ncu PATH] [--timeout-s 180] [--store FILE] [--no-record]
 
 Runs ncu on one configuration (:mod:`workbench.ncu`) and prints, per kernel, DRAM throughput
-(% of peak), L2 hit rate, achieved and theoretical occupancy, SM throughput and the top
-warp-stall reasons. Then, unless ``--no-record``, measures the configuration as ``workbench
-bench`` does and stores its record with the counters beside its compile facts.
+(% of peak) and bytes read and written, L2 hit rate, achieved and theoretical occupancy, SM
+throughput and the top warp-stall reasons. Then, unless ``--no-record``, measures the
+configuration as ``workbench bench`` does and stores its record with the counters beside its
+compile facts.
 
 Bad input, no ncu, the profiler not allowed (ERR_NVGPUCTRPERM), a child that outlives
 ``--timeout-s``: one line on stderr, exit 2. Exit 1 when the configuration ran and was wrong.
@@ -28,9 +29,10 @@ from workbench.cli.args import (
 from workbench.progress import Progress
 
 DESCRIPTION = """Nsight Compute counters for one configuration's kernels: per kernel, DRAM throughput
-(% of peak), L2 hit rate, achieved and theoretical occupancy, SM throughput and the top warp-stall
-reasons. Then, unless --no-record, the configuration is measured as workbench bench measures it
-and its record is stored with the counters beside its compile facts. No ncu, the profiler not
+(% of peak) and bytes read and written, L2 hit rate, achieved and theoretical occupancy, SM
+throughput and the top warp-stall reasons. Then, unless --no-record, the configuration is
+measured as workbench bench measures it and its record is stored with the counters beside its
+compile facts. No ncu, the profiler not
 allowed (ERR_NVGPUCTRPERM) or a child past --timeout-s: one line, exit 2; a wrong result: exit 1."""
 
 EXAMPLES = """examples:
