@@ -88,6 +88,16 @@ def remember_replay(plans: dict, key, make_replay, rstd) -> None:
     remember_plan(plans, key, plan)
 
 
+def unread_rows(rows: int, device, discard_address):
+    """``(tensor or None, address)`` for the fp32 rows a replayed call writes and nobody reads:
+    the plan's discard buffer (:func:`discard_rows`; no tensor) where it has one, else a fresh
+    tensor of ``rows`` values on ``device``."""
+    if discard_address is not None:
+        return None, discard_address
+    rows_tensor = torch.empty(rows, dtype=torch.float32, device=device)
+    return rows_tensor, rows_tensor.data_ptr()
+
+
 MAX_DISCARD_BYTES = 64 << 20  # past this, planned calls allocate their unread rows again
 _DISCARDS: dict = {}  # (device, rows) -> fp32 buffer, kept for the process's lifetime
 

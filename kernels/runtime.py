@@ -207,8 +207,9 @@ def device_of(tensor: torch.Tensor) -> DeviceInfo:
 
 def described_device(kind: str, index: int = 0, **facts) -> DeviceInfo:
     """A :class:`DeviceInfo` whose facts (``name``, ``num_cores``, ``l2_bytes``, ``driver``,
-    ``shared_bytes_per_program``) are given rather than asked of a runtime: a device this process cannot see (a compile-ahead
-    process plans tiles for a GPU it never touches). Facts not given are asked as usual."""
+    ``shared_bytes_per_program``) are given rather than asked of a runtime: a device this process
+    cannot see (a compile-ahead process plans tiles for a GPU it never touches). Facts not given
+    are asked as usual."""
     info = DeviceInfo(kind, index)
     info.__dict__.update(facts)  # what the cached properties would have cached
     return info

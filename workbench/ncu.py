@@ -11,9 +11,10 @@ time limit, the child failing, no kernel profiled.
 
 Counters kept per kernel (:data:`COUNTERS`), in base units: duration, DRAM throughput (% of peak)
 and the bytes read and written, L2 hit rate, achieved occupancy, SM throughput, the theoretical
-occupancy and its per-resource limits as Nsight Compute computes them, and the warp-stall reasons, largest first. Nsight Compute locks
-the SM clocks to base while profiling (1.59 GHz on the lent H100), so its duration is longer
-than the workbench's kernel time: compare its percentages, not its times.
+occupancy and its per-resource limits as Nsight Compute computes them, and the warp-stall
+reasons, largest first. Nsight Compute locks the SM clocks to base while profiling (1.59 GHz on
+the lent H100), so its duration is longer than the workbench's kernel time: compare its
+percentages, not its times.
 """
 
 from __future__ import annotations

@@ -26,13 +26,13 @@ import torch
 
 from kernels.fused_add_rms_norm import gpu, npu
 from kernels.fused_add_rms_norm.reference import fused_add_rms_norm_reference
-from kernels.plans import cached_plan, eager_plans, remember_replay, tile_items
+from kernels.plans import cached_plan, eager_plans, remember_replay, tile_items, unread_rows
 from kernels.rms_norm import check_norm_inputs, resolve_norm_tiles
 from kernels.torch_ops import encode_tiles
 
 _GPU_TILES = (
-    "BLOCK_SIZE", "BLOCK_SIZE_M", "num_warps", "GRID", "DW_REDUCE", "BWD_ROWS", "BWD_WARPS", "BWD_PREFETCH", "BWD_RELOAD_W",
-    "BWD_STAGES",
+    "BLOCK_SIZE", "BLOCK_SIZE_M", "num_warps", "GRID", "DW_REDUCE", "BWD_ROWS", "BWD_WARPS", "BWD_PREFETCH",
+    "BWD_RELOAD_W", "BWD_STAGES",
 )  # fmt: skip
 _NPU_TILES = ("strategy", "CHUNK_THRESHOLD", "BLOCK_SIZE_M", "BLOCK_SIZE_N", "GRID", "USE_WHERE")
 
@@ -155,12 +155,9 @@ def fused_add_rms_norm(
         if plan:
             replay, rows, device, discard_address = plan
             y, s = torch.empty_like(x), torch.empty_like(x)
-            rstd = None  # the kernel stores rstd, unread here: into the plan's discard buffer where it has one
-            if discard_address is None:
-                rstd = torch.empty(rows, dtype=torch.float32, device=device)
-                discard_address = rstd.data_ptr()
+            rstd, rstd_address = unread_rows(rows, device, discard_address)  # the kernel stores it, unread here
             w_address = x_address if weight is None else weight.data_ptr()
-            if replay(y.data_ptr(), s.data_ptr(), x_address, r_address, w_address, discard_address):
+            if replay(y.data_ptr(), s.data_ptr(), x_address, r_address, w_address, rstd_address):
                 return y, s
             del _EAGER[eager_key]  # retired or paused: plan again on the next call
             eager_key = None

@@ -9,8 +9,8 @@ elsewhere (the CPU runs either in the Triton interpreter). Tile overrides are ke
 arguments: ``BLOCK_SIZE``, ``BLOCK_SIZE_M``, ``num_warps``, ``GRID``, ``BWD_CHUNK``, ``DW_REDUCE``,
 ``BWD_WIDE``, ``BWD_ROWS``, ``BWD_WARPS``, ``BWD_PREFETCH``, ``BWD_RELOAD_W``, ``BWD_STAGES`` for
 the GPU kernels; ``strategy``, ``CHUNK_THRESHOLD``, ``BLOCK_SIZE_M``, ``BLOCK_SIZE_N``, ``GRID``,
-``USE_WHERE`` for the NPU kernels. ``in_place=True`` lets the backward write dx over the incoming gradient
-(eager only). Under torch.compile the call is the registered op of :mod:`.ops`.
+``USE_WHERE`` for the NPU kernels. ``in_place=True`` lets the backward write dx over the incoming
+gradient (eager only). Under torch.compile the call is the registered op of :mod:`.ops`.
 
 On CUDA a call keeps a plan per layout (``_EAGER``, ``_BACKWARD`` below): after the first call
 of a layout, the forward's launch (and in a training step the whole-row backward's) is a replay
@@ -24,7 +24,7 @@ import functools
 
 import torch
 
-from kernels.plans import cached_plan, eager_plans, remember_plan, remember_replay, tile_items
+from kernels.plans import cached_plan, eager_plans, remember_plan, remember_replay, tile_items, unread_rows
 from kernels.rms_norm import gpu, npu
 from kernels.rms_norm.reference import CASTING_MODES, rms_norm_reference
 from kernels.torch_ops import encode_tiles
@@ -145,11 +145,7 @@ def _replayed_forward(x, weight, key, plan, x_address, discard):
     plan's discard buffer (kernels.plans.discard_rows), where it has one, and rstd is None."""
     replay, rows, device, discard_address = plan
     y = torch.empty_like(x)
-    if discard and discard_address is not None:
-        rstd, rstd_address = None, discard_address
-    else:
-        rstd = torch.empty(rows, dtype=torch.float32, device=device)  # the kernel stores it
-        rstd_address = rstd.data_ptr()
+    rstd, rstd_address = unread_rows(rows, device, discard_address if discard else None)
     if replay(y.data_ptr(), x_address, x_address if weight is None else weight.data_ptr(), rstd_address):
         return y, rstd
     _EAGER.pop(key, None)

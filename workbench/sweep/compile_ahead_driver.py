@@ -120,8 +120,8 @@ class CompileAhead:
             task = self._long.pop(0)
             if task.key not in self.results and task.key not in busy and task.key not in self._sent_to_actors:
                 self._send(task)
+                busy.add(task.key)
                 slots -= 1
-        busy = self.compiling()
         for task in tasks:
             if not self.idle:
                 break
