@@ -230,7 +230,9 @@ class Tuning:
     family's table (:mod:`kernels.tuned_tables`), which ``impl="auto"`` then reads for the
     nearest size. ``quick_*``: the same at interpreter sizes (``--device cpu``). ``simpler``:
     the tile names whose smaller values make a configuration simpler (fewer warps, stages,
-    splits), in the order a tie within noise is broken.
+    splits), in the order a tie within noise is broken. ``part``: which of the family's tiles the
+    table sets, each part in a table of its own (``"forward"``, or ``"backward"`` for a family
+    whose backward kernel has tiles of its own, timed in ``mode="full"``).
     """
 
     variant: str
@@ -245,6 +247,7 @@ class Tuning:
     quick_problem: Mapping[str, Any] | None = None
     keep: Callable[[int, Mapping[str, Any]], bool] | None = None
     simpler: tuple[str, ...] = ("num_warps", "num_stages", "SPLITS")
+    part: str = "forward"
 
 
 @dataclass(frozen=True)
@@ -285,8 +288,11 @@ class KernelSpec:
     # Optional: the floating-point operations a mode must do, ``flops(problem, mode) -> int``,
     # for a family that computes (the roofline puts its FLOP/s against the device's peak).
     flops: Callable[[Mapping[str, Any], str], int] | None = None
-    # What ``workbench tune`` searches and the tuned tables hold (None: the family is not tuned).
+    # What ``workbench tune`` searches and the tuned tables hold (None: the family is not tuned);
+    # ``backward_tuning``: the same for a backward kernel's own tiles (``workbench tune --part
+    # backward``), in tables of their own.
     tuning: Tuning | None = None
+    backward_tuning: Tuning | None = None
     # Optional: the seconds a configuration's compile is expected to take on a GPU's host,
     # ``compile_s(problem, params) -> float`` (None where unknown); a sweep's compile-ahead
     # starts the longest first, so a configuration that compiles for ten seconds is not the last
@@ -296,6 +302,20 @@ class KernelSpec:
     # a notebook cell or a script, so its sweeps run on the local executor only). A module path
     # registered for the family (the built-ins', an entry point's) stands for it.
     module: str | None = None
+
+    @property
+    def tuned_parts(self) -> tuple[str, ...]:
+        """The parts ``workbench tune`` can tune for this family (``--part``)."""
+        return tuple(t.part for t in (self.tuning, self.backward_tuning) if t is not None)
+
+    def tuning_of(self, part: str = "forward") -> Tuning:
+        """The :class:`Tuning` of ``part``; ValueError names the parts this family tunes."""
+        for t in (self.tuning, self.backward_tuning):
+            if t is not None and t.part == part:
+                return t
+        if not self.tuned_parts:
+            raise ValueError(f"{self.name} has no tune space (its KernelSpec sets no tuning)")
+        raise ValueError(f"{self.name} tunes no {part!r} tiles; it tunes: {', '.join(self.tuned_parts)}")
 
     def variant(self, name: str) -> Variant:
         for v in self.variants:

@@ -6,6 +6,13 @@ after the device's stable key (:func:`device_key`: ``"cuda:NVIDIA H100 80GB HBM3
 ``cuda_NVIDIA_H100_80GB_HBM3.json``). ``KERNELS_TUNED_DIR``, when set, replaces the package
 folders with ``$KERNELS_TUNED_DIR/<family>/`` (a user's own tables, or a test's).
 
+A family may tune more than one *part* of its kernels, each with its own tiles and table: the
+norms' forward (rows per program, warps) and their backward (the backward kernel's rows, warps
+and loop), timed forward+backward. The forward's tables are the files above; another part's live
+in a folder of its name, ``kernels/<family>/tuned/<part>/<file>.json``, with ``"part"`` in the
+table. Records carry one source per part in ``tiles_source`` (:func:`joined_sources`:
+``"tuned:cuda:NVIDIA H200@4096; backward: heuristic (...)"``; :func:`source_of` reads one back).
+
 A table (schema :data:`SCHEMA`)::
 
     {"schema": "kernel-workbench/tuned-table/1", "family": "block_sparse",
@@ -50,6 +57,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 SCHEMA = "kernel-workbench/tuned-table/1"
+FORWARD = "forward"  # the part a table without "part" holds
 EXPLICIT = "explicit"
 DISABLED = "heuristic (tuned tables disabled)"
 _PACKAGE_ROOT = Path(__file__).resolve().parent
@@ -100,28 +108,51 @@ def place(family: str, folder: str | os.PathLike) -> None:
             del cache[key]
 
 
-def table_dir(family: str) -> Path:
-    """Where ``family``'s tables live: ``$KERNELS_TUNED_DIR/<family>`` when that is set, else the
-    folder :func:`place` gave it, else the family's package folder ``kernels/<family>/tuned``."""
+def table_dir(family: str, part: str = FORWARD) -> Path:
+    """Where ``family``'s tables of ``part`` live: ``$KERNELS_TUNED_DIR/<family>`` when that is
+    set, else the folder :func:`place` gave it, else the family's package folder
+    ``kernels/<family>/tuned``; a part other than the forward in a folder of its name there."""
     root = os.environ.get("KERNELS_TUNED_DIR")
     if root:
-        return Path(root) / family
-    return _PLACED.get(family) or _PACKAGE_ROOT / family / "tuned"
+        folder = Path(root) / family
+    else:
+        folder = _PLACED.get(family) or _PACKAGE_ROOT / family / "tuned"
+    return folder if part == FORWARD else folder / part
 
 
-def table_path(family: str, key: str) -> Path:
-    return table_dir(family) / file_name(key)
+def table_path(family: str, key: str, part: str = FORWARD) -> Path:
+    return table_dir(family, part) / file_name(key)
+
+
+def joined_sources(forward: str, **parts: str) -> str:
+    """One ``tiles_source`` for a configuration whose parts take tiles from different places:
+    the forward's, then ``"; <part>: <source>"`` for each other part that has one (``""``: the
+    part has no table on this device, and its record says nothing of it)."""
+    return forward + "".join(f"; {part}: {source}" for part, source in parts.items() if source)
+
+
+def source_of(tiles_source: str, part: str = FORWARD) -> str:
+    """``part``'s source in a ``tiles_source`` written by :func:`joined_sources` (the forward's:
+    what comes before the first ``"; "``); ``""`` where the record names no such part."""
+    head, *rest = str(tiles_source or "").split("; ")
+    if part == FORWARD:
+        return head
+    prefix = f"{part}: "
+    return next((r[len(prefix) :] for r in rest if r.startswith(prefix)), "")
 
 
 # --- reading and checking ------------------------------------------------------------------
-def check_table(table: Any, family: str | None = None) -> dict:
-    """``table`` when it is a tuned table (of ``family``, when given); TableError says what is not."""
+def check_table(table: Any, family: str | None = None, part: str | None = None) -> dict:
+    """``table`` when it is a tuned table (of ``family`` and ``part``, when given); TableError
+    says what is not."""
     if not isinstance(table, dict):
         raise TableError(f"it holds a JSON {type(table).__name__}, not a tuned table (an object)")
     if table.get("schema") != SCHEMA:
         raise TableError(f"its schema is {table.get('schema')!r}, not {SCHEMA!r}")
     if family is not None and table.get("family") != family:
         raise TableError(f"it is a table of family {table.get('family')!r}, not {family!r}")
+    if part is not None and table.get("part", FORWARD) != part:
+        raise TableError(f"it holds the {table.get('part', FORWARD)!r} tiles, not the {part!r} tiles")
     for name in ("device_key", "knob"):
         if not isinstance(table.get(name), str) or not table[name]:
             raise TableError(f"its {name!r} is missing or not a string")
@@ -141,7 +172,7 @@ def check_table(table: Any, family: str | None = None) -> dict:
     return table
 
 
-def read_table(path: str | os.PathLike, family: str | None = None) -> dict:
+def read_table(path: str | os.PathLike, family: str | None = None, part: str | None = None) -> dict:
     """The table in ``path``, checked (:func:`check_table`); TableError names the file. The file
     is only read, never changed."""
     path = Path(path)
@@ -152,7 +183,7 @@ def read_table(path: str | os.PathLike, family: str | None = None) -> dict:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TableError(f"tuned table {path}: not valid JSON ({exc}); it was left untouched") from None
     try:
-        return check_table(table, family)
+        return check_table(table, family, part)
     except TableError as exc:
         raise TableError(f"tuned table {path}: {exc}; it was left untouched") from None
 
@@ -168,20 +199,20 @@ def nearest_bucket(sizes, size: int) -> int | None:
 
 
 # --- the library's lookup ------------------------------------------------------------------
-_TABLES: dict[tuple[str, str], dict | str] = {}  # (family, key) -> table, or why it is unusable
-_LOOKUPS: dict[tuple[str, str, int], Lookup] = {}
+_TABLES: dict[tuple[str, str, str], dict | str] = {}  # (family, part, key) -> table, or why it is unusable
+_LOOKUPS: dict[tuple[str, str, str, int], Lookup] = {}
 _WARNED: set[str] = set()
 _DEPENDENTS: list[Callable[[], None]] = []
-_DISABLED_DEPTH = 0  # open disabled() blocks
+_DISABLED: dict[str | None, int] = {}  # open disabled() blocks per part (None: every part)
 
 
-def _load(family: str, key: str) -> dict | str:
-    """The family's table for ``key``, or the reason there is none (a string)."""
-    path = table_path(family, key)
+def _load(family: str, key: str, part: str) -> dict | str:
+    """The family's table of ``part`` for ``key``, or the reason there is none (a string)."""
+    path = table_path(family, key, part)
     if not path.is_file():
         return f"heuristic (no table for {key})"
     try:
-        table = read_table(path, family)
+        table = read_table(path, family, part)
     except TableError as exc:
         reason = f"heuristic (table {path.name} unusable: {exc})"
         if str(path) not in _WARNED:
@@ -193,18 +224,18 @@ def _load(family: str, key: str) -> dict | str:
     return table
 
 
-def lookup(family: str, key: str, size: int) -> Lookup:
-    """The tuned tiles of ``family`` on device ``key`` for a problem of ``size`` (the table's
-    ``knob``), or no tiles and why (module docstring); none inside :func:`disabled`. Cached per
-    (family, key, size)."""
-    if _DISABLED_DEPTH:
+def lookup(family: str, key: str, size: int, part: str = FORWARD) -> Lookup:
+    """The tuned tiles of ``family``'s ``part`` on device ``key`` for a problem of ``size`` (the
+    table's ``knob``), or no tiles and why (module docstring); none inside :func:`disabled`.
+    Cached per (family, part, key, size)."""
+    if _DISABLED and (_DISABLED.get(None) or _DISABLED.get(part)):
         return _DISABLED_LOOKUP
-    hit = _LOOKUPS.get((family, key, size))
+    hit = _LOOKUPS.get((family, part, key, size))
     if hit is not None:
         return hit
-    table = _TABLES.get((family, key))
+    table = _TABLES.get((family, part, key))
     if table is None:
-        table = _TABLES[(family, key)] = _load(family, key)
+        table = _TABLES[(family, part, key)] = _load(family, key, part)
     if isinstance(table, str):
         answer = Lookup(None, table)
     else:
@@ -217,8 +248,13 @@ def lookup(family: str, key: str, size: int) -> Lookup:
             answer = Lookup(dict(by_size[bucket]["tiles"]), f"tuned:{key}@{bucket}{untimed}", bucket)
     if len(_LOOKUPS) >= 16384:  # many sizes: start over rather than grow without bound
         _LOOKUPS.clear()
-    _LOOKUPS[(family, key, size)] = answer
+    _LOOKUPS[(family, part, key, size)] = answer
     return answer
+
+
+def has_table(family: str, key: str | None, part: str = FORWARD) -> bool:
+    """Whether a table file of ``family``'s ``part`` exists for device ``key`` (usable or not)."""
+    return key is not None and table_path(family, key, part).is_file()
 
 
 def on_reload(clear: Callable[[], None]) -> None:
@@ -241,22 +277,24 @@ def _forget_answers() -> None:
 
 
 @contextlib.contextmanager
-def disabled():
-    """Within the block, every :func:`lookup` answers "no entry" with source :data:`DISABLED`:
-    the families' rules run as if no table were installed. Process-wide (every thread); blocks
-    nest. The cached answers and the registered tile caches are cleared on entering and on
-    leaving, also when the block raises, so lookups after it answer from the tables again."""
-    global _DISABLED_DEPTH
-    _DISABLED_DEPTH += 1
+def disabled(part: str | None = None):
+    """Within the block, every :func:`lookup` (of ``part``; None: of every part) answers "no
+    entry" with source :data:`DISABLED`: the families' rules run as if no such table were
+    installed. Process-wide (every thread); blocks nest. The cached answers and the registered
+    tile caches are cleared on entering and on leaving, also when the block raises, so lookups
+    after it answer from the tables again."""
+    _DISABLED[part] = _DISABLED.get(part, 0) + 1
     try:
         _forget_answers()
         yield
     finally:
-        _DISABLED_DEPTH -= 1
+        _DISABLED[part] -= 1
+        if not _DISABLED[part]:
+            del _DISABLED[part]
         _forget_answers()
 
 
-def choose(family: str, key: str | None, size: int, given, names) -> Lookup:
+def choose(family: str, key: str | None, size: int, given, names, part: str = FORWARD) -> Lookup:
     """The table's tiles for a call that passed ``given`` tile arguments: none, with source
     ``"explicit"``, when the call set any of ``names`` (the tiles the family tunes; a table's
     tiles were measured together, so they apply together or not at all); none, with source
@@ -265,7 +303,7 @@ def choose(family: str, key: str | None, size: int, given, names) -> Lookup:
         return _EXPLICIT_LOOKUP
     if key is None:
         return _NO_DEVICE_LOOKUP
-    return lookup(family, key, size)
+    return lookup(family, key, size, part)
 
 
 _EXPLICIT_LOOKUP = Lookup(None, EXPLICIT)

@@ -632,9 +632,10 @@ class Session:
         budget_s: float | None = None,
         install: bool = False,
         out: str | Path | None = None,
+        part: str = "forward",
     ):
-        """``workbench tune`` from a notebook: search the family's tune grid (``spec.tuning``) at
-        each size (default: the family's tune sizes, the quick ones when ``s.quick``) on this
+        """``workbench tune`` from a notebook: search the family's tune grid (``spec.tuning``;
+        ``part="backward"``: ``spec.backward_tuning``, the backward kernel's own tiles) at each size (default: the family's tune sizes, the quick ones when ``s.quick``) on this
         device, in this process (so a family declared in a notebook cell tunes too), pick one
         configuration per size, and write the candidate table, the records and the tune report
         into ``out`` (default ``out_dir/tune-<family>-<device>``). Shows the per-size table and
@@ -652,14 +653,15 @@ class Session:
 
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy={strategy!r}: use one of {', '.join(STRATEGIES)}")
-        space = Space.of(self.spec, quick=self.quick)
+        space = Space.of(self.spec, quick=self.quick, part=part)
         if sizes is not None:
             knob = self.spec.knob(space.tuning.knob)
             space = space.with_sizes(knob.validate(v) for v in sizes)
         rep_ms = rep_ms if rep_ms is not None else (5.0 if self.device.kind == "cpu" else self.rep_ms)
         options = TuneOptions(strategy, seed, budget_s, trials, rep_ms)
-        out = Path(out) if out is not None else self.out_dir / f"tune-{self.family}-{self.device.kind}"
-        command = f"Session({self.family!r}, device={self.device.kind!r}).tune(strategy={strategy!r})"
+        suffix = "" if part == "forward" else f"-{part}"
+        out = Path(out) if out is not None else self.out_dir / f"tune-{self.family}-{self.device.kind}{suffix}"
+        command = f"Session({self.family!r}, device={self.device.kind!r}).tune(strategy={strategy!r}, part={part!r})"
         tuned = tune_family(space, options, self._executor("local", None), self.device, self.device.kind, out,
                             command=command)  # fmt: skip
         paths = report.write_tuned(tuned, out, options)

@@ -44,7 +44,7 @@ from kernels.rms_norm.gpu import (
     forward_options,
     resolve_tiles,
     rms_norm_backward,
-    with_tuned_forward,
+    with_tuned_tiles,
 )
 from kernels.rms_norm.tile_math import load_input, normalized, row_rstd, weighted
 from kernels.runtime import device_of
@@ -101,7 +101,7 @@ def _fused_add_rms_norm_forward_kernel(
 # --- host side ---------------------------------------------------------------------------
 def tiles_for(x: torch.Tensor, **tiles) -> GpuTiles:
     """Checked tiles for x viewed as rows of its last axis (ValueError names the tile and what is
-    allowed), the forward's from this family's tuned table where the device has one. The fused
+    allowed), from this family's tuned tables where the device has them. The fused
     backward always holds whole rows (its hidden sizes stay within the register tile)."""
     n_cols = int(x.shape[-1])  # a traced (symbolic) size specialises here
     return tiles_for_rows(int(x.numel()) // max(n_cols, 1), n_cols, device_of(x), **tiles)
@@ -109,7 +109,7 @@ def tiles_for(x: torch.Tensor, **tiles) -> GpuTiles:
 
 def tiles_for_rows(n_rows: int, n_cols: int, dev, **tiles) -> GpuTiles:
     """:func:`tiles_for` from the shape and device alone (``source``: records' tiles_source)."""
-    return with_tuned_forward(
+    return with_tuned_tiles(
         "fused_add_rms_norm", dev, n_rows, n_cols, tiles, BWD_CHUNK=MAX_TILE_ELEMENTS, residual=True
     )
 

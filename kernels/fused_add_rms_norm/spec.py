@@ -12,6 +12,7 @@ from kernels.peers import compiled
 from kernels.rms_norm.spec import (
     GPU_BACKWARD_LOOP_PARAMS,
     NORM_KNOBS,
+    norm_backward_tuning,
     norm_compile_s,
     norm_inputs,
     norm_tuning,
@@ -132,6 +133,7 @@ spec = KernelSpec(
     tolerances=dict(DEFAULT_TOLERANCES),
     ub_estimate=_ub_estimate,
     tuning=norm_tuning((512, 1024, 2048, 4096, 8192, 16384)),
+    backward_tuning=norm_backward_tuning((512, 1024, 2048, 4096, 8192, 16384)),
     compile_s=norm_compile_s,
     variants=our_variants(
         fused_add_rms_norm,

@@ -474,6 +474,7 @@ class GpuTiles:
     bwd_reload_w: bool = False  # ... and load w per tile instead of holding it in registers
     bwd_stages: int = 1  # ... or stage tiles ahead in shared memory (Triton's pipeline; 1: none)
     source: str = "heuristic"  # where the forward's tiles came from (records' tiles_source)
+    bwd_source: str = ""  # ... and the backward's rows, warps and loop ("": no backward table here)
 
 
 def default_num_warps(tile_elements: int) -> int:
@@ -825,12 +826,13 @@ def staged_bytes(tiles: GpuTiles, x2d, dy2d, ds2d=None, weight=None) -> int:
     return staged + (across_rows * width * 4 if weight is not None and across_rows > 1 else 0)
 
 
-def check_staged_tiles(tiles: GpuTiles, x2d, dy2d, ds2d=None, weight=None) -> None:
+def check_staged_tiles(tiles: GpuTiles, x2d, dy2d, ds2d=None, weight=None, device=None) -> None:
     """ValueError when the staged tiles (:func:`staged_bytes`) exceed the shared memory one program
-    may use on x's device (unknown sizes, as on the CPU interpreter, pass). Whatever else the
-    compile finds is reported by :func:`rms_norm_backward` in the same terms."""
-    device = device_of(x2d)
-    limit = device.shared_bytes_per_program
+    may use on ``device`` (default: x's; unknown sizes, as on the CPU interpreter, pass). Whatever
+    else the compile finds is reported by :func:`rms_norm_backward` in the same terms. The tensors
+    are read for their element sizes only: meta tensors check tiles before any input exists."""
+    device = device if device is not None else device_of(x2d)
+    limit = getattr(device, "shared_bytes_per_program", None)
     need = staged_bytes(tiles, x2d, dy2d, ds2d, weight)
     if limit and need > limit:
         width = tiles.BWD_CHUNK or tiles.BLOCK_SIZE
@@ -911,26 +913,63 @@ def tiles_for(x: torch.Tensor, **tiles) -> GpuTiles:
 
 
 def tiles_for_rows(n_rows: int, n_cols: int, dev, **tiles) -> GpuTiles:
-    """:func:`tiles_for` from the shape and device alone (``source``: records' tiles_source)."""
-    return with_tuned_forward("rms_norm", dev, n_rows, n_cols, tiles)
+    """:func:`tiles_for` from the shape and device alone (``source``, ``bwd_source``: records'
+    tiles_source)."""
+    return with_tuned_tiles("rms_norm", dev, n_rows, n_cols, tiles)
 
 
 # The forward's tiles a tuned table sets; a call that sets either gets none of the table's.
 TUNED_TILES = ("BLOCK_SIZE_M", "num_warps")
+# The backward's tiles its own table sets (``workbench tune --part backward``) ...
+BACKWARD_TUNED_TILES = ("BWD_ROWS", "BWD_WARPS", "BWD_STAGES", "BWD_RELOAD_W")
+# ... measured with every other backward tile "auto": a call that sets any of these gets none of
+# them (the forward's rows and warps given, the backward takes those: resolve_tiles).
+BACKWARD_TABLE_OFF = (*BACKWARD_TUNED_TILES, "BWD_PREFETCH", "BWD_CHUNK", "BLOCK_SIZE_M", "num_warps")
 
 
-def with_tuned_forward(family: str, dev, n_rows: int, n_cols: int, tiles: dict, **fixed) -> GpuTiles:
-    """:func:`resolve_tiles`, with the forward's ``BLOCK_SIZE_M`` and ``num_warps`` taken from
-    ``family``'s tuned table for ``dev`` at the nearest hidden size (:mod:`kernels.tuned_tables`)
-    when the call leaves both "auto"; the backward keeps its own rule (the table times the
-    forward). A table entry that does not fit this row falls back to the rule and ``source`` says
-    why. Called once per shape (the families cache their plans)."""
+def with_tuned_tiles(family: str, dev, n_rows: int, n_cols: int, tiles: dict, **fixed) -> GpuTiles:
+    """:func:`resolve_tiles`, with the tiles ``family``'s tuned tables for ``dev`` hold at the
+    nearest hidden size (:mod:`kernels.tuned_tables`):
+
+    - the forward's ``BLOCK_SIZE_M`` and ``num_warps`` when the call leaves both "auto";
+    - the whole-row backward's ``BWD_ROWS``, ``BWD_WARPS``, ``BWD_STAGES`` and ``BWD_RELOAD_W``
+      from the backward table (``tuned/backward/``) when the call leaves every backward tile and
+      the forward's rows and warps "auto".
+
+    A table entry that does not fit this row falls back to the rule, and ``source`` /
+    ``bwd_source`` say why (``bwd_source`` stays ``""`` where the device has no backward table).
+    Called once per shape (the families cache their plans)."""
     base = resolve_tiles(n_rows, n_cols, dev.num_cores, **fixed, **tiles)
-    found = tuned_tables.choose(family, tuned_tables.device_key(dev), n_cols, tiles, TUNED_TILES)
-    if not found.tiles:  # no entry, or an empty one: the tune kept the rule at this size
-        return dataclasses.replace(base, source=found.source)
+    key = tuned_tables.device_key(dev)
+    found = tuned_tables.choose(family, key, n_cols, tiles, TUNED_TILES)
+    result = dataclasses.replace(base, source=found.source)
+    if found.tiles:  # else no entry, or an empty one: the tune kept the rule at this size
+        try:
+            tuned = resolve_tiles(n_rows, n_cols, dev.num_cores, **fixed, **{**tiles, **found.tiles})
+        except (TypeError, ValueError) as exc:
+            result = dataclasses.replace(base, source=f"heuristic (tuned tiles {found.tiles} do not fit: {exc})")
+        else:
+            result = dataclasses.replace(
+                base, BLOCK_SIZE_M=tuned.BLOCK_SIZE_M, num_warps=tuned.num_warps, source=found.source
+            )
+    if not tuned_tables.has_table(family, key, "backward"):
+        return result
+    back = tuned_tables.choose(family, key, n_cols, tiles, BACKWARD_TABLE_OFF, part="backward")
+    if not back.tiles or base.BWD_CHUNK:  # the table times whole rows only
+        return dataclasses.replace(result, bwd_source=back.source)
     try:
-        tuned = resolve_tiles(n_rows, n_cols, dev.num_cores, **fixed, **{**tiles, **found.tiles})
+        tuned = resolve_tiles(n_rows, n_cols, dev.num_cores, **fixed, **{**tiles, **back.tiles})
     except (TypeError, ValueError) as exc:
-        return dataclasses.replace(base, source=f"heuristic (tuned tiles {found.tiles} do not fit: {exc})")
-    return dataclasses.replace(base, BLOCK_SIZE_M=tuned.BLOCK_SIZE_M, num_warps=tuned.num_warps, source=found.source)
+        return dataclasses.replace(
+            result, bwd_source=f"heuristic (tuned backward tiles {back.tiles} do not fit: {exc})"
+        )
+    return dataclasses.replace(
+        result,
+        GRID=tuned.GRID,
+        bwd_block_size_m=tuned.bwd_block_size_m,
+        bwd_num_warps=tuned.bwd_num_warps,
+        bwd_prefetch=tuned.bwd_prefetch,
+        bwd_reload_w=tuned.bwd_reload_w,
+        bwd_stages=tuned.bwd_stages,
+        bwd_source=back.source,
+    )

@@ -11,10 +11,22 @@ import inspect
 
 import torch
 
+from kernels import tuned_tables
 from kernels.peers import compiled, missing
 from kernels.rms_norm import gpu, npu, rms_norm
 from kernels.rms_norm.reference import CASTING_MODES, rms_norm_reference
-from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Knob, Param, Tuning, Variant, elem_bytes, run_of
+from kernels.spec import (
+    DEFAULT_TOLERANCES,
+    DTYPES,
+    KernelSpec,
+    Knob,
+    Param,
+    Tuning,
+    Variant,
+    dtype_name,
+    elem_bytes,
+    run_of,
+)
 from kernels.tiling import next_power_of_2
 
 POW2 = tuple(2**k for k in range(4, 17))  # 16 … 65536
@@ -61,13 +73,19 @@ def keyword_defaults(fn) -> dict:
     }
 
 
-def tile_check(impl, fixed, gpu_module, npu_module):
-    """A Variant.check for a norm family: resolve its tiles for the problem without launching."""
+def tile_check(impl, fixed, gpu_module, npu_module, residual=False):
+    """A Variant.check for a norm family: resolve its tiles for the problem without launching,
+    and on a GPU hold the staged backward's shared memory to the device's limit (``residual``:
+    the fused family's backward also stages ds)."""
 
     def check(problem, params, dtype, device):
         tiles = chosen_tiles(fixed, params)
         if impl == "gpu":
-            gpu_module.resolve_tiles(problem["rows"], problem["hidden"], device.num_cores, **tiles)
+            t = gpu_module.tiles_for_rows(problem["rows"], problem["hidden"], device, **tiles)
+            if t.bwd_stages > 1:
+                row = torch.empty(0, dtype=DTYPES[dtype_name(dtype)], device="meta")
+                w = row if problem["weight"] else None
+                gpu.check_staged_tiles(t, row, row, row if residual else None, w, device=device)
         else:
             npu_module.resolve_tiles(
                 problem["rows"],
@@ -83,13 +101,16 @@ def tile_check(impl, fixed, gpu_module, npu_module):
 
 def tile_source(impl, fixed, gpu_module):
     """A Variant.tiles_source for a norm family: where the GPU forward's tiles come from on the
-    device (its tuned table, the rule, or the call's explicit tiles); the NPU kernels read no table."""
+    device (its tuned table, the rule, or the call's explicit tiles), then the backward's
+    (``"...; backward: ..."``, :func:`kernels.tuned_tables.joined_sources`); the NPU kernels read
+    no table."""
 
     def source(problem, params, device):
         tiles = chosen_tiles(fixed, params)
         if impl != "gpu":
             return "explicit" if tiles else "heuristic"
-        return gpu_module.tiles_for_rows(problem["rows"], problem["hidden"], device, **tiles).source
+        t = gpu_module.tiles_for_rows(problem["rows"], problem["hidden"], device, **tiles)
+        return tuned_tables.joined_sources(t.source, backward=t.bwd_source)
 
     return source
 
@@ -116,7 +137,8 @@ def our_variants(api, tensor_names, gpu_module, npu_module, backward_params, doc
                 **chosen_tiles(fixed, params, defaults),
             )
 
-        return run_of(bind), bind, tile_check(impl, fixed, gpu_module, npu_module), tile_source(impl, fixed, gpu_module)
+        check = tile_check(impl, fixed, gpu_module, npu_module, residual=len(tensor_names) > 1)
+        return run_of(bind), bind, check, tile_source(impl, fixed, gpu_module)
 
     row_run, row_bind, row_check, row_source = ours("gpu", {"BLOCK_SIZE_M": 1})
     multi_run, multi_bind, multi_check, multi_source = ours("gpu")
@@ -177,6 +199,53 @@ def norm_tuning(hidden_sizes: tuple) -> Tuning:
         quick_problem={"rows": 16},
         keep=_worth_timing,
     )
+
+
+def norm_backward_tuning(hidden_sizes: tuple) -> Tuning:
+    """What ``workbench tune --part backward`` searches for a norm family: the whole-row backward's
+    rows per program, warps, staged loop and w per tile (``gpu.BACKWARD_TUNED_TILES``), timed
+    forward+backward at 4096 bf16 rows, as a training step runs them (the backward then finds
+    x in the L2), per hidden size up to the widest whole row (wider rows take the chunked
+    backward, which the table does not set). The grid leaves out what the H100 sweeps
+    (benchmarks/norm_backward_sweep.py) never found fastest, to fit a tune in one device call:
+    two stages (four came within 0.3 us of three but at 512, where the rule stages four) and
+    w loaded per tile on rows of 4096 or fewer (``_backward_worth_timing``)."""
+    models = (2048, 4096, 5120, 8192)
+    sizes = tuple(sorted(h for h in set(hidden_sizes) | set(models) if h <= gpu.BWD_WHOLE_ROW_MAX))
+    return Tuning(
+        variant="gpu_multirow",
+        knob="hidden",
+        sizes=sizes,
+        params={
+            "BWD_ROWS": (1, 2, 4, 8, 16),
+            "BWD_WARPS": (2, 4, 8, 16, 32),
+            "BWD_STAGES": (1, 3),
+            "BWD_RELOAD_W": (False, True),
+        },
+        problem={"rows": 4096},
+        mode="full",
+        dtype="bf16",
+        quick_sizes=(64, 300),
+        quick_params={"BWD_ROWS": (1, 4), "BWD_WARPS": (2, 4), "BWD_STAGES": (1, 3), "BWD_RELOAD_W": (False,)},
+        quick_problem={"rows": 16},
+        keep=_backward_worth_timing,
+        simpler=("BWD_STAGES", "BWD_RELOAD_W", "BWD_WARPS", "BWD_ROWS"),
+        part="backward",
+    )
+
+
+# A backward tile holds x, dy and dx a thread: outside 8-64 elements a thread it either spills or
+# leaves the loop too little work (the bounds benchmarks/norm_backward_sweep.py sweeps within).
+BACKWARD_ELEMENTS_PER_THREAD = (8, 64)
+
+
+def _backward_worth_timing(hidden: int, params: dict) -> bool:
+    tile = next_power_of_2(hidden) * params["BWD_ROWS"]
+    low, high = BACKWARD_ELEMENTS_PER_THREAD
+    per_thread = tile // (32 * params["BWD_WARPS"])
+    if params["BWD_RELOAD_W"] and next_power_of_2(hidden) <= 4096:
+        return False  # w in registers is a few registers a thread there
+    return tile <= gpu.MAX_TILE_ELEMENTS and (low <= per_thread <= high or hidden < low * 32)
 
 
 # Past 128 elements per thread a forward tile spills: on the H100 such tiles ran 1.3-70x slower
@@ -323,6 +392,7 @@ spec = KernelSpec(
     tolerances=dict(DEFAULT_TOLERANCES),
     ub_estimate=npu.ub_estimate,  # NPU tiles -> Unified Buffer bytes (calibrated; > npu.UB_BYTES overflows)
     tuning=norm_tuning((1024, 2048, 4096, 8192, 16384, 32768)),
+    backward_tuning=norm_backward_tuning((1024, 2048, 4096, 8192, 16384)),
     compile_s=norm_compile_s,
     variants=our_variants(
         rms_norm,

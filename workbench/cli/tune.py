@@ -1,11 +1,12 @@
 """``workbench tune``: search a family's tiles per size on a device and write the tuned table.
 
     workbench tune FAMILY [--device cuda] [--executor local|ray] [--address ADDR] [--sizes 1,16,64]
-        [--strategy grid|random|bayes] [--seed N] [--trials N] [--budget-s N] [--rep-ms N]
-        [--out DIR] [--write]
+        [--part forward|backward] [--strategy grid|random|bayes] [--seed N] [--trials N]
+        [--budget-s N] [--rep-ms N] [--out DIR] [--write]
 
 It measures the family's tune grid (``KernelSpec.tuning``: the variant, its tile values and the
-sizes) with the sweep engine, picks one configuration per size (workbench/tune/pick.py) and
+sizes; ``--part backward``: ``KernelSpec.backward_tuning``, the backward kernel's own tiles timed
+forward+backward, in tables of their own under ``tuned/backward/``) with the sweep engine, picks one configuration per size (workbench/tune/pick.py) and
 writes the candidate table to ``OUT/tuned/<device>.json``, the records to
 ``OUT/records.sqlite`` / ``.csv`` / ``.json``, and the tune report to ``OUT/report.html`` and
 ``OUT/summary.md``. Without ``--write`` it prints the diff against the installed table
@@ -39,14 +40,17 @@ family's tune grid (its variant, tile values and sizes) with the sweep engine, p
 configuration per size and writes the candidate table to OUT/tuned/<device>.json, the records to
 OUT/records.sqlite, .csv and .json, and the tune report to OUT/report.html and summary.md.
 Without --write it prints the difference from the installed table (kernels/FAMILY/tuned/); with
-it, it installs the candidate there, keeping the installed table's other sizes. A configuration
+it, it installs the candidate there, keeping the installed table's other sizes. --part backward
+tunes the backward kernel's own tiles of a family that has them (the norms), timed
+forward+backward, into tables of their own (kernels/FAMILY/tuned/backward/). A configuration
 with a wrong result: exit 1, and nothing is installed."""
 
 EXAMPLES = """examples:
   workbench tune rms_norm --device cpu                                  # the path at the interpreter's sizes
   workbench tune rms_norm --device cuda                                 # the full grid, diff against the table
   workbench tune block_sparse --sizes 1,16,64 --strategy bayes --trials 40 --executor ray
-  workbench tune rms_norm --write                                       # install kernels/rms_norm/tuned/<gpu>.json"""
+  workbench tune rms_norm --write                                       # install kernels/rms_norm/tuned/<gpu>.json
+  workbench tune rms_norm --part backward --write                       # ... kernels/rms_norm/tuned/backward/<gpu>.json"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,6 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cuda", help="cuda, npu, or cpu (the interpreter at quick sizes)")
     add_executor_options(p, isolate=False)
     p.add_argument("--sizes", default=None, help="comma list of the tune knob's values (default: the family's)")
+    p.add_argument(
+        "--part",
+        default="forward",
+        help="which tiles: forward (default), or backward (the norms' backward kernel, timed forward+backward)",
+    )
     p.add_argument("--strategy", default="grid", help="grid (every configuration), random, or bayes (Optuna's TPE)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random and bayes strategies")
     p.add_argument("--trials", type=int, default=None, help="random / bayes: configurations per size")
@@ -92,9 +101,9 @@ def _host_device(kind: str, executor: str, address: str | None):
         return get_device(kind)
     except ValueError:
         if executor == "ray" and address:
-            from types import SimpleNamespace
+            from kernels.runtime import described_device
 
-            return SimpleNamespace(kind=kind, name="?", num_cores=132, index=0)
+            return described_device(kind, name="?", num_cores=132, shared_bytes_per_program=None)
         raise
 
 
@@ -121,7 +130,10 @@ def main(argv) -> int:
         positive(value, option)
     if args.trials is not None and args.trials < 1:
         raise UsageError(f"--trials {args.trials}: must be at least 1")
-    space = Space.of(kernels.get(args.family), quick=args.device == "cpu")
+    try:
+        space = Space.of(kernels.get(args.family), quick=args.device == "cpu", part=args.part)
+    except ValueError as exc:
+        raise UsageError(f"--part {args.part}: {exc}") from None
     space = space.with_sizes(_sizes(space, args.sizes))
     out = Path(args.out or f"results/tune/{args.family}-{args.device}")
     check_output_path(out, "--out", folder=True)
@@ -130,7 +142,8 @@ def main(argv) -> int:
     rep_ms = args.rep_ms if args.rep_ms is not None else (5.0 if args.device == "cpu" else 100.0)
     options = TuneOptions(args.strategy, args.seed, args.budget_s, args.trials, rep_ms)
     print(
-        f"tune {args.family}: {space.tuning.knob} = {', '.join(map(str, space.sizes))}; strategy {args.strategy}; "
+        f"tune {args.family} ({space.part}): {space.tuning.knob} = {', '.join(map(str, space.sizes))}; "
+        f"strategy {args.strategy}; "
         f"{executor.describe()} on {args.device} -> {out}",
         flush=True,
     )

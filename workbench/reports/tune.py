@@ -81,7 +81,8 @@ def headline(result, key: str | None, options) -> list[str]:
     measured = sum(c.evaluated for c in result.choices)
     grid = sum(result.grid_sizes.values())
     lines = [
-        f"Tuned {spec.name} ({result.space.tuning.variant}, {result.space.tuning.mode}, {result.space.tuning.dtype}) "
+        f"Tuned {spec.name}'s {result.space.part} tiles ({result.space.tuning.variant}, {result.space.tuning.mode}, "
+        f"{result.space.tuning.dtype}) "
         f"on {key or 'no device (nothing ran)'}: strategy {options.strategy} (seed {options.seed}), "
         f"{measured} configurations measured of a {grid}-configuration grid over {len(result.choices)} sizes, "
         f"{result.wall_s:.1f} s" + (" (stopped by the budget)" if result.out_of_budget else "") + ".",
@@ -107,7 +108,8 @@ def write_tuned(tuned, out: Path, options) -> list[Path]:
 
 
 def write_report(result, out: Path, key: str | None, options, table: dict | None, diff: list[str]) -> list[Path]:
-    title = f"Tune {result.space.spec.name}"
+    part = "" if result.space.part == "forward" else f" ({result.space.part})"
+    title = f"Tune {result.space.spec.name}{part}"
     lines = headline(result, key, options)
     rows = size_rows(result)
     workers = worker_rows(result)

@@ -26,12 +26,11 @@ takes) is :mod:`workbench.sweep.compile_ahead_driver`.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
 
-from workbench.sweep.tasks import SweepTask, register_family, triton_cache_dir, worker_info
+from workbench.sweep.tasks import SweepTask, register_family, tables_state, triton_cache_dir, worker_info
 
 
 def device_facts(device: str) -> dict | None:
@@ -206,7 +205,6 @@ def compile_target(facts: dict):
 def _compile(task: SweepTask, facts: dict) -> dict:
     import torch
 
-    from kernels import tuned_tables
     from kernels.spec import DTYPES, dtype_name, get
 
     register_family(task)
@@ -218,7 +216,7 @@ def _compile(task: SweepTask, facts: dict) -> dict:
     dtype = dtype_name(task.dtype)
     problem = spec.resolve_problem(task.problem, quick=task.quick)
     params = var.resolve_params(task.params)
-    with contextlib.nullcontext() if task.tables else tuned_tables.disabled():
+    with tables_state(task.tables):
         if var.check is not None:
             var.check(problem, params, dtype, device)
         inputs = spec.make_inputs(problem, DTYPES[dtype], torch.device("cpu"), task.seed)

@@ -59,11 +59,30 @@ class SweepTask:
     triton_cache_root: str | None = None  # set: the worker keeps its host's Triton cache below it
     extra: dict = field(default_factory=dict)  # "compiled_ahead": a compile-ahead's result (the Ray executor)
     l2: str = "cold"  # kernel timing with the L2 flushed ("cold") or left warm (measure_many's l2)
-    tables: bool = True  # False: measured with the tuned tables off (kernels.tuned_tables.disabled): the rule
+    # False: measured with the tuned tables off (kernels.tuned_tables.disabled): the rule; a part's
+    # name ("backward"): that part's tables off, the others on
+    tables: bool | str = True
+
+
+def tables_state(tables: bool | str):
+    """The context a task with ``tables`` is measured in: the tables as installed (True), every
+    table off (False), or one part's tables off (its name)."""
+    from kernels import tuned_tables
+
+    if tables is True:
+        return contextlib.nullcontext()
+    return tuned_tables.disabled(None if tables is False else tables)
 
 
 def task_key(
-    variant: str, device: str, dtype: str, mode: str, problem: dict, params: dict, l2: str = "cold", tables: bool = True
+    variant: str,
+    device: str,
+    dtype: str,
+    mode: str,
+    problem: dict,
+    params: dict,
+    l2: str = "cold",
+    tables: bool | str = True,
 ) -> str:
     """The configuration key as text (the JSON of :func:`workbench.sweep.config.config_key`; a
     warm-L2 timing, or one with the tuned tables off, is another measurement of the same
@@ -73,8 +92,8 @@ def task_key(
     key = config_key(variant, device, dtype, mode, problem, params)
     if l2 != "cold":
         key = (*key, ("l2", l2))
-    if not tables:
-        key = (*key, ("tables", "off"))
+    if tables is not True:
+        key = (*key, ("tables", "off" if tables is False else f"{tables} off"))
     return json.dumps(key, default=str)
 
 
@@ -94,11 +113,12 @@ def make_task(
     axis: str | None = None,
     x: Any = None,
     l2: str = "cold",
-    tables: bool = True,
+    tables: bool | str = True,
 ) -> SweepTask:
     """A task with problem and params resolved against the spec (raw where invalid: the worker
     then records why), keyed like the notebook Session's cache. ``tables=False``: measured with
-    the tuned tables off (what the family's rule gives where a table has an entry)."""
+    the tuned tables off (what the family's rule gives where a table has an entry); a part's name:
+    with that part's tables off (:func:`tables_state`)."""
     from kernels.spec import dtype_name, worker_module
     from workbench.sweep.config import resolve_config
 
@@ -192,17 +212,17 @@ def run_task(task: SweepTask, spec=None) -> dict:
     """Measure the task's configuration in this process; the record as a dict (never raises
     for a configuration that cannot run: its record says why). ``spec``: the family's
     KernelSpec when the caller holds it (in-process; a family that is not registered). A task
-    with ``tables`` False is measured inside :func:`kernels.tuned_tables.disabled`. A task whose
+    with ``tables`` other than True is measured inside :func:`kernels.tuned_tables.disabled`
+    (:func:`tables_state`). A task whose
     ``extra["compiled_ahead"]`` holds a compile-ahead's result gets it noted on its record
     (:func:`workbench.sweep.compile_note.note_on_record`)."""
     use_host_triton_cache(task.triton_cache_root)
     register_family(task)
-    from kernels import tuned_tables
     from kernels.spec import get
     from workbench.measure import measure
 
     spec = spec if spec is not None and spec.name == task.family else get(task.family)
-    with contextlib.nullcontext() if task.tables else tuned_tables.disabled():
+    with tables_state(task.tables):
         rec = measure(
             spec,
             task.variant,

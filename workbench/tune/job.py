@@ -5,7 +5,8 @@ says what it found in its own way.
 
 Files in ``out``: ``records.sqlite`` (the sweep store; a second tune into the same folder takes
 what is recorded there), ``records.csv`` / ``.json`` and ``tuned/<device>.json`` (the candidate:
-the sizes this run measured, the installed table's other sizes kept as they were). Nothing is
+the sizes this run measured, the installed table's other sizes kept as they were;
+``tuned/<part>/<device>.json`` for a part other than the forward). Nothing is
 installed here: :meth:`Tuned.install` does that, and refuses a tune that saw a wrong result.
 """
 
@@ -43,9 +44,13 @@ class Tuned:
     def family(self) -> str:
         return self.result.space.spec.name
 
+    @property
+    def part(self) -> str:
+        return self.result.space.part
+
     def installed_path(self) -> Path:
         """Where :meth:`install` writes: beside the family's code, or under ``$KERNELS_TUNED_DIR``."""
-        return table.installed_path(self.family, self.key)
+        return table.installed_path(self.family, self.key, self.part)
 
     def install(self) -> Path:
         """Install the candidate, so ``"auto"`` tiles take it from now on; ValueError where a
@@ -79,7 +84,7 @@ def tune_family(
     out = Path(out)
     key = tuned_tables.device_key(host) if getattr(host, "name", "?") != "?" else None
     if key is not None:
-        table.read_installed(family, key)  # a bad installed table stops here, before measuring
+        table.read_installed(family, key, space.part)  # a bad installed table stops here, before measuring
     out.mkdir(parents=True, exist_ok=True)
     store = Store(out / STORE_NAME)
     try:
@@ -90,7 +95,7 @@ def tune_family(
     key = result.device_key or key
     if key is None:
         raise ValueError(f"no configuration of {family} ran on {device_kind}; see {out / 'records.csv'}")
-    installed = table.read_installed(family, key)
+    installed = table.read_installed(family, key, space.part)
     provenance = {
         "commit": code_version(),
         **{k: versions()[k] for k in ("torch", "triton")},
@@ -105,7 +110,8 @@ def tune_family(
         **(extra_provenance or {}),
     }
     candidate = table.merge(installed, table.build_table(space, key, result.choices, provenance))
-    written = table.write_table(candidate, out / "tuned" / tuned_tables.file_name(key))
+    folder = out / "tuned" if space.part == tuned_tables.FORWARD else out / "tuned" / space.part
+    written = table.write_table(candidate, folder / tuned_tables.file_name(key))
     write_csv(rows, out / "records.csv")
     write_json(rows, out / "records.json")
     return Tuned(result, key, candidate, table.diff_lines(installed, candidate), written)

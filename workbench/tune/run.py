@@ -4,8 +4,8 @@ the kernel times, and pick one configuration per size.
 Each size first measures its default (every tile "auto": what ``impl="auto"`` does today, the
 installed table included). Where that default came from an installed table's entry (its
 ``tiles_source`` is ``tuned:...``) that is not empty, the size also measures the family's rule:
-the same call with the tuned tables off (a task with ``tables=False``, measured inside
-:func:`kernels.tuned_tables.disabled`), so an entry that a later change of the rule overtook is
+the same call with the tuned part's tables off (a task with ``tables=False``, or the part's name
+for a part other than the forward, measured inside :func:`kernels.tuned_tables.disabled`), so an entry that a later change of the rule overtook is
 seen and dropped (:mod:`workbench.tune.pick`). Then come the strategy's proposals, in rounds:
 ``grid`` and ``random`` send every configuration they will measure in one round (the executor
 keeps every worker busy); ``bayes`` asks about two configurations per worker per round, spread
@@ -110,7 +110,9 @@ def run_tune(space: Space, options: TuneOptions, executor, store, device, device
 
     sizes = sorted(space.sizes, reverse=True)  # larger problems first: no slow tail
     defaults = {size: task(size, {}) for size in sizes}  # every tile "auto"
-    rule_tasks = {size: task(size, {}, tables=False) for size in sizes}  # the same, tables off
+    # The same with the tuned part's tables off (every table for the forward, as before parts).
+    rule_off = False if space.part == tuned_tables.FORWARD else space.part
+    rule_tasks = {size: task(size, {}, tables=rule_off) for size in sizes}
     searches, limits, asked = {}, {}, {}
     for i, size in enumerate(sizes):
         candidates = space.candidates(size, device)
@@ -123,7 +125,7 @@ def run_tune(space: Space, options: TuneOptions, executor, store, device, device
         rules = [
             (size, None, rule_tasks[size])
             for size in sizes
-            if _has_entry(known.get(defaults[size].key), spec.name, size)
+            if _has_entry(known.get(defaults[size].key), spec.name, size, space.part)
         ]
         if rules and not cancel.is_set():
             measure(rules, "rules: ")
@@ -167,13 +169,13 @@ def run_tune(space: Space, options: TuneOptions, executor, store, device, device
     return result
 
 
-def _has_entry(default: dict | None, family: str, size) -> bool:
-    """Whether ``default`` (a size's default record) ran an installed table's entry other than an
-    empty one (an empty entry is the rule already): then the rule is measured too."""
-    if default is None or not str(default.get("tiles_source", "")).startswith("tuned:"):
+def _has_entry(default: dict | None, family: str, size, part: str = tuned_tables.FORWARD) -> bool:
+    """Whether ``default`` (a size's default record) ran an installed table's entry of ``part``
+    other than an empty one (an empty entry is the rule already): then the rule is measured too."""
+    if default is None or not tuned_tables.source_of(default.get("tiles_source", ""), part).startswith("tuned:"):
         return False
     key = record_device_key(default)
-    return key is None or tuned_tables.lookup(family, key, size).tiles != {}
+    return key is None or tuned_tables.lookup(family, key, size, part).tiles != {}
 
 
 def record_device_key(record: dict) -> str | None:

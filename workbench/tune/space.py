@@ -25,10 +25,14 @@ class Space:
     quick: bool
 
     @classmethod
-    def of(cls, spec: KernelSpec, quick: bool) -> Space:
-        if spec.tuning is None:
-            raise ValueError(f"{spec.name} has no tune space (its KernelSpec sets no tuning)")
-        return cls(spec, spec.tuning, quick)
+    def of(cls, spec: KernelSpec, quick: bool, part: str = "forward") -> Space:
+        """The space of ``spec``'s ``part`` (ValueError where the family tunes no such part)."""
+        return cls(spec, spec.tuning_of(part), quick)
+
+    @property
+    def part(self) -> str:
+        """Which of the family's tiles this space tunes (its table's part)."""
+        return self.tuning.part
 
     def with_sizes(self, sizes) -> Space:
         """This space measuring ``sizes`` instead of the Tuning's (its quick sizes on the CPU)."""

@@ -36,7 +36,7 @@ def _timing(record: dict | None) -> dict:
     return {"kernel_ms": kernel_ms(record), "kernel_lo_ms": lo, "kernel_hi_ms": hi}
 
 
-def entry_tiles(choice: Choice, family: str, key: str, names) -> dict:
+def entry_tiles(choice: Choice, family: str, key: str, names, part: str = tuned_tables.FORWARD) -> dict:
     """What the table stores for a choice: ``{}`` for the rule (an empty entry keeps the family's
     rule and says the tune confirmed it); for the default, the tiles it ran with — the installed
     table's entry when the default came from one (where the rule was measured, it was not within
@@ -46,8 +46,8 @@ def entry_tiles(choice: Choice, family: str, key: str, names) -> dict:
         return {}
     if chosen is not choice.default:
         return tiles_of(chosen, names)
-    if str(chosen.get("tiles_source", "")).startswith("tuned:"):
-        return dict(tuned_tables.lookup(family, key, choice.size).tiles or {})
+    if tuned_tables.source_of(chosen.get("tiles_source", ""), part).startswith("tuned:"):
+        return dict(tuned_tables.lookup(family, key, choice.size, part).tiles or {})
     return {}
 
 
@@ -60,7 +60,8 @@ def build_table(space, key: str, choices: Sequence[Choice], provenance: dict) ->
     for c in choices:
         if c.chosen is None:
             continue
-        bucket = {"size": c.size, "tiles": entry_tiles(c, space.spec.name, key, names), **_timing(c.chosen)}
+        tiles = entry_tiles(c, space.spec.name, key, names, space.part)
+        bucket = {"size": c.size, "tiles": tiles, **_timing(c.chosen)}
         bucket["why"] = c.why
         bucket["evaluated"] = c.evaluated
         bucket["within_noise"] = len(c.within_noise)
@@ -70,9 +71,12 @@ def build_table(space, key: str, choices: Sequence[Choice], provenance: dict) ->
         if c.rule is not None:
             bucket["rule"] = {"tiles_source": c.rule.get("tiles_source", ""), **_timing(c.rule)}
         buckets.append(bucket)
+    # A forward table says no part (tables written before parts read the same).
+    part = {} if space.part == tuned_tables.FORWARD else {"part": space.part}
     return {
         "schema": tuned_tables.SCHEMA,
         "family": space.spec.name,
+        **part,
         "device_key": key,
         "knob": t.knob,
         "variant": t.variant,
@@ -85,7 +89,7 @@ def build_table(space, key: str, choices: Sequence[Choice], provenance: dict) ->
     }
 
 
-MERGE_KEYS = ("schema", "family", "device_key", "knob", "variant", "mode", "dtype", "problem")
+MERGE_KEYS = ("schema", "family", "part", "device_key", "knob", "variant", "mode", "dtype", "problem")
 
 
 def merge(installed: dict | None, tuned: dict) -> dict:
@@ -105,14 +109,15 @@ def merge(installed: dict | None, tuned: dict) -> dict:
     return {**tuned, "provenance": provenance, "buckets": buckets}
 
 
-def installed_path(family: str, key: str) -> Path:
-    return tuned_tables.table_path(family, key)
+def installed_path(family: str, key: str, part: str = tuned_tables.FORWARD) -> Path:
+    return tuned_tables.table_path(family, key, part)
 
 
-def read_installed(family: str, key: str) -> dict | None:
-    """The installed table for ``key``, None where there is none; TableError for a bad file."""
-    path = installed_path(family, key)
-    return tuned_tables.read_table(path, family) if path.exists() else None
+def read_installed(family: str, key: str, part: str = tuned_tables.FORWARD) -> dict | None:
+    """The installed table of ``part`` for ``key``, None where there is none; TableError for a
+    bad file."""
+    path = installed_path(family, key, part)
+    return tuned_tables.read_table(path, family, part) if path.exists() else None
 
 
 def _tiles_text(tiles: dict | None) -> str:
@@ -158,7 +163,8 @@ def write_table(table: dict, path: str | os.PathLike) -> Path:
 
 def install(table: dict) -> Path:
     """Install ``table`` for its device; a bad installed file is a TableError and stays as it is."""
-    read_installed(table["family"], table["device_key"])
-    path = write_table(table, installed_path(table["family"], table["device_key"]))
+    part = table.get("part", tuned_tables.FORWARD)
+    read_installed(table["family"], table["device_key"], part)
+    path = write_table(table, installed_path(table["family"], table["device_key"], part))
     tuned_tables.reload()
     return path
