@@ -124,18 +124,22 @@ def test_an_entry_that_does_not_fit_falls_back(tables):
 
 
 def test_every_committed_table_reads_cleanly():
-    """Each table under kernels/<family>/tuned/ is that family's, filed under its own key."""
+    """Each table under kernels/<family>/tuned/ (and tuned/backward/) is that family's and that
+    part's, filed under its own key."""
     import kernels
 
     found = 0
     for family in kernels.families():
-        folder = tuned_tables.table_dir(family)
-        for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
-            body = tuned_tables.read_table(path, family)
-            assert path.name == tuned_tables.file_name(body["device_key"])
-            assert body["knob"] == kernels.get(family).tuning.knob
-            found += 1
-    assert found >= 5  # the H100 block-sparse table and the four Ascend910B ones
+        spec = kernels.get(family)
+        for part in spec.tuned_parts or ("forward",):
+            folder = tuned_tables.table_dir(family, part)
+            for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+                body = tuned_tables.read_table(path, family, part)
+                assert path.name == tuned_tables.file_name(body["device_key"])
+                tuning = spec.tuning_of(part)
+                assert (body["knob"], body.get("mode", tuning.mode)) == (tuning.knob, tuning.mode)
+                found += 1
+    assert found >= 9  # the forward tables of four families, the norms' backward ones
 
 
 def test_disabled_answers_no_entry_inside_and_the_tables_again_after(tables, monkeypatch):
