@@ -177,3 +177,17 @@ def test_the_backward_grid_drops_staged_tiles_over_the_shared_memory():
         for params in fewer:
             t = rms_gpu.resolve_tiles(4096, 4096, 132, **params)
             assert rms_gpu.staged_bytes(t, row, row, row if residual else None, row) <= 49152
+
+
+def test_a_notebook_session_tunes_the_backward_part(tables, tmp_path):
+    from widgets import Session
+
+    s = Session("rms_norm", device="cpu", dtype="fp32", quick=True, headless=True, out_dir=tmp_path / "out",
+                store=False, rep_ms=1)  # fmt: skip
+    tuned = s.tune(sizes=[300], part="backward", install=True)
+    assert not tuned.wrong and tuned.part == "backward"
+    assert (tmp_path / "out" / "tune-rms_norm-cpu-backward" / "report.html").exists()
+    assert tuned.installed_path() == tables / "rms_norm" / "backward" / tuned_tables.file_name(CPU_KEY)
+    assert tuned.installed_path().is_file() and not (tables / "rms_norm" / tuned_tables.file_name(CPU_KEY)).exists()
+    with pytest.raises(ValueError, match="tunes no 'sideways' tiles"):
+        s.tune(part="sideways")
