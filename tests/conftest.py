@@ -66,3 +66,16 @@ def measured_on_gpu():
         return rec
 
     return run
+
+
+@pytest.fixture
+def tables(tmp_path, monkeypatch):
+    """A private folder of tuned tables (``KERNELS_TUNED_DIR``) for the test, every table and answer
+    read so far forgotten on the way in and out."""
+    from kernels import tuned_tables
+
+    monkeypatch.setenv("KERNELS_TUNED_DIR", str(tmp_path / "tables"))
+    tuned_tables.reload()
+    yield tmp_path / "tables"
+    monkeypatch.delenv("KERNELS_TUNED_DIR")
+    tuned_tables.reload()

@@ -27,15 +27,6 @@ CPU_KEY = tuned_tables.device_key(device_info("cpu"))
 ENTRY = {"BWD_ROWS": 2, "BWD_WARPS": 1, "BWD_STAGES": 3, "BWD_RELOAD_W": True}
 
 
-@pytest.fixture
-def tables(tmp_path, monkeypatch):
-    monkeypatch.setenv("KERNELS_TUNED_DIR", str(tmp_path / "tables"))
-    tuned_tables.reload()
-    yield tmp_path / "tables"
-    monkeypatch.delenv("KERNELS_TUNED_DIR")
-    tuned_tables.reload()
-
-
 def install(root, family: str, buckets: list, part: str | None = "backward", **extra):
     folder = root / family / part if part else root / family
     folder.mkdir(parents=True, exist_ok=True)

@@ -22,15 +22,6 @@ CPU_KEY = tuned_tables.device_key(device_info("cpu"))
 FAST = ["--device", "cpu", "--sizes", "300", "--rep-ms", "2"]
 
 
-@pytest.fixture
-def tables(tmp_path, monkeypatch):
-    monkeypatch.setenv("KERNELS_TUNED_DIR", str(tmp_path / "tables"))
-    tuned_tables.reload()
-    yield tmp_path / "tables"
-    monkeypatch.delenv("KERNELS_TUNED_DIR")
-    tuned_tables.reload()
-
-
 def _cli(argv, capsys):
     code = main(argv)
     out, err = capsys.readouterr()
