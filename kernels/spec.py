@@ -160,7 +160,9 @@ class Variant:
     see :meth:`KernelSpec.precision_of`. ``tiles_source(problem, params, device)``, for our
     kernels whose ``auto`` tiles may come from a tuned table, says where a configuration's tiles
     come from (:mod:`kernels.tuned_tables`: ``"tuned:<device key>@<bucket>"``, ``"heuristic
-    (...)"`` with the reason, or ``"explicit"``); records carry it as ``tiles_source``.
+    (...)"`` with the reason, or ``"explicit"``; a part with a table of its own adds
+    ``"; backward: ..."``, :func:`kernels.tuned_tables.joined_sources`); records carry it as
+    ``tiles_source``.
     ``bind(inputs, problem, **params)``, where given, returns the zero-argument call ``run`` would
     make, its arguments looked up once: the call a user writes (``rms_norm(x, w, eps=...)``),
     which :meth:`call` gives the measuring tool to time, so that host and call times count the

@@ -114,7 +114,8 @@ class Record:
     # Nsight Compute counters per kernel, where `workbench profile` ran (workbench.ncu).
     counters: dict = field(default_factory=dict)
     # Where our kernel's tiles came from (Variant.tiles_source): "tuned:<device key>@<bucket>",
-    # "heuristic (<why no table>)" or "explicit"; "" for variants without tiles.
+    # "heuristic (<why no table>)" or "explicit", then "; backward: <the same>" for a part with a
+    # table of its own (kernels.tuned_tables.joined_sources); "" for variants without tiles.
     tiles_source: str = ""
     error: str | None = None
     seed: int = 0

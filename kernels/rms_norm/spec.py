@@ -208,8 +208,9 @@ def norm_backward_tuning(hidden_sizes: tuple) -> Tuning:
     x in the L2), per hidden size up to the widest whole row (wider rows take the chunked
     backward, which the table does not set). The grid leaves out what the H100 sweeps
     (benchmarks/norm_backward_sweep.py) never found fastest, to fit a tune in one device call:
-    two stages (four came within 0.3 us of three but at 512, where the rule stages four) and
-    w loaded per tile on rows of 4096 or fewer (``_backward_worth_timing``)."""
+    two and four stages (the sweeps never chose two; four came within 0.3 us of three except at
+    512, where the rule already stages four) and w loaded per tile on rows of 4096 or fewer
+    (``_backward_worth_timing``)."""
     models = (2048, 4096, 5120, 8192)
     sizes = tuple(sorted(h for h in set(hidden_sizes) | set(models) if h <= gpu.BWD_WHOLE_ROW_MAX))
     return Tuning(
@@ -245,6 +246,7 @@ def _backward_worth_timing(hidden: int, params: dict) -> bool:
     per_thread = tile // (32 * params["BWD_WARPS"])
     if params["BWD_RELOAD_W"] and next_power_of_2(hidden) <= 4096:
         return False  # w in registers is a few registers a thread there
+    # Rows under 256 elements (the interpreter's quick sizes) hold fewer than 8 a thread at any tile.
     return tile <= gpu.MAX_TILE_ELEMENTS and (low <= per_thread <= high or hidden < low * 32)
 
 
