@@ -117,7 +117,14 @@ def table_dir(family: str, part: str = FORWARD) -> Path:
         folder = Path(root) / family
     else:
         folder = _PLACED.get(family) or _PACKAGE_ROOT / family / "tuned"
-    return folder if part == FORWARD else folder / part
+    return part_dir(folder, part)
+
+
+def part_dir(folder: str | os.PathLike, part: str = FORWARD) -> Path:
+    """Where ``part``'s tables sit in a folder of a family's tables: the folder itself for the
+    forward, a subfolder of the part's name for any other (a tune's out folder files its
+    candidate the same way)."""
+    return Path(folder) if part == FORWARD else Path(folder) / part
 
 
 def table_path(family: str, key: str, part: str = FORWARD) -> Path:
@@ -206,11 +213,24 @@ _DEPENDENTS: list[Callable[[], None]] = []
 _DISABLED: dict[str | None, int] = {}  # open disabled() blocks per part (None: every part)
 
 
+class _NoFile(str):
+    """The reason a lookup has no table when the device has no table file at all (a ``str``)."""
+
+
+def _table(family: str, part: str, key: str) -> dict | str:
+    """The family's table of ``part`` for ``key`` read once (:func:`_load`), or why there is none."""
+    table = _TABLES.get((family, part, key))
+    if table is None:
+        table = _TABLES[(family, part, key)] = _load(family, key, part)
+    return table
+
+
 def _load(family: str, key: str, part: str) -> dict | str:
-    """The family's table of ``part`` for ``key``, or the reason there is none (a string)."""
+    """The family's table of ``part`` for ``key``, or the reason there is none (a string;
+    :class:`_NoFile` where there is no file)."""
     path = table_path(family, key, part)
     if not path.is_file():
-        return f"heuristic (no table for {key})"
+        return _NoFile(f"heuristic (no table for {key})")
     try:
         table = read_table(path, family, part)
     except TableError as exc:
@@ -233,11 +253,9 @@ def lookup(family: str, key: str, size: int, part: str = FORWARD) -> Lookup:
     hit = _LOOKUPS.get((family, part, key, size))
     if hit is not None:
         return hit
-    table = _TABLES.get((family, part, key))
-    if table is None:
-        table = _TABLES[(family, part, key)] = _load(family, key, part)
+    table = _table(family, part, key)
     if isinstance(table, str):
-        answer = Lookup(None, table)
+        answer = Lookup(None, str(table))
     else:
         by_size = {b["size"]: b for b in table["buckets"]}
         bucket = nearest_bucket(by_size, size)
@@ -253,8 +271,9 @@ def lookup(family: str, key: str, size: int, part: str = FORWARD) -> Lookup:
 
 
 def has_table(family: str, key: str | None, part: str = FORWARD) -> bool:
-    """Whether a table file of ``family``'s ``part`` exists for device ``key`` (usable or not)."""
-    return key is not None and table_path(family, key, part).is_file()
+    """Whether a table file of ``family``'s ``part`` exists for device ``key`` (usable or not);
+    read once, as :func:`lookup` reads it."""
+    return key is not None and not isinstance(_table(family, part, key), _NoFile)
 
 
 def on_reload(clear: Callable[[], None]) -> None:

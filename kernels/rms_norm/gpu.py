@@ -944,32 +944,34 @@ def with_tuned_tiles(family: str, dev, n_rows: int, n_cols: int, tiles: dict, **
     found = tuned_tables.choose(family, key, n_cols, tiles, TUNED_TILES)
     result = dataclasses.replace(base, source=found.source)
     if found.tiles:  # else no entry, or an empty one: the tune kept the rule at this size
-        try:
-            tuned = resolve_tiles(n_rows, n_cols, dev.num_cores, **fixed, **{**tiles, **found.tiles})
-        except (TypeError, ValueError) as exc:
-            result = dataclasses.replace(base, source=f"heuristic (tuned tiles {found.tiles} do not fit: {exc})")
+        tuned, why = _with_entry(n_rows, n_cols, dev, fixed, tiles, found.tiles)
+        if tuned is None:
+            result = dataclasses.replace(result, source=f"heuristic (tuned tiles {found.tiles} do not fit: {why})")
         else:
-            result = dataclasses.replace(
-                base, BLOCK_SIZE_M=tuned.BLOCK_SIZE_M, num_warps=tuned.num_warps, source=found.source
-            )
+            result = dataclasses.replace(result, BLOCK_SIZE_M=tuned.BLOCK_SIZE_M, num_warps=tuned.num_warps)
     if not tuned_tables.has_table(family, key, "backward"):
         return result
     back = tuned_tables.choose(family, key, n_cols, tiles, BACKWARD_TABLE_OFF, part="backward")
     if not back.tiles or base.BWD_CHUNK:  # the table times whole rows only
         return dataclasses.replace(result, bwd_source=back.source)
-    try:
-        tuned = resolve_tiles(n_rows, n_cols, dev.num_cores, **fixed, **{**tiles, **back.tiles})
-    except (TypeError, ValueError) as exc:
+    tuned, why = _with_entry(n_rows, n_cols, dev, fixed, tiles, back.tiles)
+    if tuned is None:
         return dataclasses.replace(
-            result, bwd_source=f"heuristic (tuned backward tiles {back.tiles} do not fit: {exc})"
+            result, bwd_source=f"heuristic (tuned backward tiles {back.tiles} do not fit: {why})"
         )
     return dataclasses.replace(
-        result,
-        GRID=tuned.GRID,
-        bwd_block_size_m=tuned.bwd_block_size_m,
-        bwd_num_warps=tuned.bwd_num_warps,
-        bwd_prefetch=tuned.bwd_prefetch,
-        bwd_reload_w=tuned.bwd_reload_w,
-        bwd_stages=tuned.bwd_stages,
-        bwd_source=back.source,
+        result, bwd_source=back.source, **{name: getattr(tuned, name) for name in _BACKWARD_FIELDS}
     )
+
+
+# What a backward table's entry sets in the resolved tiles (GRID: the programs its rows make).
+_BACKWARD_FIELDS = ("GRID", "bwd_block_size_m", "bwd_num_warps", "bwd_prefetch", "bwd_reload_w", "bwd_stages")
+
+
+def _with_entry(n_rows: int, n_cols: int, dev, fixed: dict, tiles: dict, entry: dict):
+    """:func:`resolve_tiles` with a table's ``entry`` over the call's ``tiles``: ``(tiles, "")``,
+    or ``(None, why)`` where the entry does not fit this row."""
+    try:
+        return resolve_tiles(n_rows, n_cols, dev.num_cores, **fixed, **{**tiles, **entry}), ""
+    except (TypeError, ValueError) as exc:
+        return None, str(exc)

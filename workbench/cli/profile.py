@@ -29,10 +29,10 @@ from workbench.cli.args import (
 from workbench.progress import Progress
 
 DESCRIPTION = """Nsight Compute counters for one configuration's kernels: per kernel, DRAM throughput
-(% of peak) and bytes read and written, L2 hit rate, achieved and theoretical occupancy, SM
-throughput and the top warp-stall reasons. Then, unless --no-record, the configuration is
-measured as workbench bench measures it and its record is stored with the counters beside its
-compile facts. No ncu, the profiler not
+(% of peak) and bytes read and written (writes still in the L2 when the kernel ends are not
+counted), L2 hit rate, achieved and theoretical occupancy, SM throughput and the top warp-stall
+reasons. Then, unless --no-record, the configuration is measured as workbench bench measures it
+and its record is stored with the counters beside its compile facts. No ncu, the profiler not
 allowed (ERR_NVGPUCTRPERM) or a child past --timeout-s: one line, exit 2; a wrong result: exit 1."""
 
 EXAMPLES = """examples:

@@ -110,7 +110,7 @@ def tune_family(
         **(extra_provenance or {}),
     }
     candidate = table.merge(installed, table.build_table(space, key, result.choices, provenance))
-    folder = out / "tuned" if space.part == tuned_tables.FORWARD else out / "tuned" / space.part
+    folder = tuned_tables.part_dir(out / "tuned", space.part)
     written = table.write_table(candidate, folder / tuned_tables.file_name(key))
     write_csv(rows, out / "records.csv")
     write_json(rows, out / "records.json")
