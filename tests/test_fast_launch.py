@@ -13,8 +13,11 @@ with the path on and off and compare the outputs bit for bit.
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import itertools
 import random
+import re
 
 import pytest
 import torch
@@ -663,6 +666,83 @@ def test_the_installed_triton_matches_its_rules_and_no_others():
         assert fast_launch._launch_protocol_mismatch(other, JITFunction, CompiledKernel) is not None
 
 
+# --- the runner called bare ------------------------------------------------------------------
+class ScratchAwareLauncher:
+    """A runner shaped like Triton 3.6.0's ``CudaLauncher``: ``__call__`` passes its arguments to
+    the C launcher (``launch``) with the kernel's flags and its scratch buffers, which only a
+    kernel with scratch memory has. It counts the calls that went through ``__call__``."""
+
+    def __init__(self, global_scratch_size=0):
+        self.global_scratch_size, self.profile_scratch_size = global_scratch_size, 0
+        self.launch_cooperative_grid, self.launch_pdl = False, True
+        self.through_call = 0
+        self.launched = []
+
+    def launch(self, *args):
+        self.launched.append(args)
+
+    def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+        self.through_call += 1
+        scratch = bytearray(self.global_scratch_size) if self.global_scratch_size else None
+        self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, self.launch_pdl, scratch,
+                    None, *args)  # fmt: skip
+
+
+def _source_digest(cls) -> str:
+    return hashlib.sha256(re.sub(r"\s+", "", inspect.getsource(cls.__call__)).encode()).hexdigest()
+
+
+@pytest.mark.parametrize("scratch", [0, 256])
+def test_a_checked_runner_is_called_bare_unless_its_kernel_needs_scratch(fake_cuda, monkeypatch, scratch):
+    driver, stock = fake_cuda
+    driver.launcher_cls = ScratchAwareLauncher
+    monkeypatch.setattr(fast_launch, "BARE_CALL_SOURCES", {_source_digest(ScratchAwareLauncher): "the test's"})
+    fast_launch.reset()
+    runners = []
+
+    def stock_with_runner(kernel, grid, args, kwargs):
+        compiled = stock(kernel, grid, args, kwargs)
+        if not isinstance(compiled._run, ScratchAwareLauncher):
+            compiled._run = ScratchAwareLauncher(scratch)
+            runners.append(compiled._run)
+        return compiled
+
+    args, kwargs = _base_call()
+    fast_launch.launch(_scale_kernel, (8, 2), args, kwargs, stock_with_runner)  # miss: fills the entry
+    assert fast_launch.status()["bare_launcher"].startswith("on (the test's")
+    compiled = fast_launch.launch(_scale_kernel, (8, 2), args, kwargs, stock_with_runner)  # hit
+    replay = fast_launch.replay_of(_scale_kernel, (8, 2), args, kwargs)
+    assert replay(*(a.data_ptr() for a in args[:3])) is True
+    (runner,) = runners
+    assert runner.through_call == (0 if scratch == 0 else 2)
+    scratch_buffer = None if scratch == 0 else runner.launched[0][7]
+    expected = (
+        8, 2, 1, driver.get_current_stream(0), compiled.function, False, True, scratch_buffer, None,
+        compiled.packed_metadata, None, None, None, *_launched(args), 128, False,
+    )  # fmt: skip
+    assert runner.launched == [expected, expected]
+    assert fast_launch.status()["hits"] == 2
+
+
+def test_only_a_checked_launcher_source_is_called_bare():
+    from triton.backends.nvidia.driver import CudaLauncher
+
+    reader, why = fast_launch._bare_launcher_reader(CudaLauncher)
+    if _source_digest(CudaLauncher) in fast_launch.BARE_CALL_SOURCES:
+        assert why.startswith("on (Triton 3.6.0")
+    else:
+        assert "is not one this path checked" in why
+        assert reader(object()) is None
+
+    class Patched(ScratchAwareLauncher):  # one statement more than the checked source
+        def __call__(self, *args):
+            print("patched")
+            return ScratchAwareLauncher.__call__(self, *args)
+
+    reader, why = fast_launch._bare_launcher_reader(Patched, {_source_digest(ScratchAwareLauncher): "the test's"})
+    assert "not one this path checked" in why and reader(Patched()) is None
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA driver is present here")
 def test_without_a_gpu_driver_it_stays_off(monkeypatch):
     monkeypatch.delenv(fast_launch.ENV_SWITCH, raising=False)
@@ -855,6 +935,8 @@ def test_repeat_launches_take_the_fast_path(monkeypatch):
     status = fast_launch.status()
     assert status["enabled"] is True and status["hits"] == 20 and status["misses"] == 1, status
     assert not status["fallbacks"] and not status["unfilled"], status
+    if triton.__version__ == "3.6.0":  # the release whose CudaLauncher.__call__ the path checked
+        assert status["bare_launcher"].startswith("on (Triton 3.6.0"), status
     fast_launch.reset()
 
 

@@ -7,7 +7,8 @@ fresh process and again after the suite's own measurement of the same cell.
 
 For RMSNorm forward and forward+backward (ours, F.rms_norm, an empty autograd.Function, and
 the floors of a Python autograd op that launches: one launch through kernels/launch.py in its
-backward, or one in each direction as ours makes, each into a fresh tensor), the fused add+RMSNorm forward (ours against F.rms_norm of
+backward, or one in each direction as ours makes, each into a fresh tensor, and the latter with a
+gradient for w too, as ours gives), the fused add+RMSNorm forward (ours against F.rms_norm of
 x + r), the calls the suite times for the forward cells (``suite step: ...``: the variant's bound
 call as ``workbench.measure.prepared_call`` makes it), the block-sparse sum layer's forward at
 batch 1 and 16 beside PyJuice's layer call (L = 1024, PyJuice where installed), and two bare driver
@@ -31,7 +32,8 @@ are sampled as the suite samples a cell (:func:`interleaved`: the host sampler a
 call sampler, beside both others, and with an untimed call before each host batch), which
 shows which part of the suite's protocol moves them from the fresh loop's. Then the suite's own
 ``measure_many`` of the same cell runs in this process (profiler sessions, torch.compile and
-Liger loaded) and the table is taken again, and once more after the process's objects are
+Liger loaded), then the forward cell again beside fewer or other neighbours
+(:func:`suite_neighbours`), and the table is taken again, and once more after the process's objects are
 frozen out of the garbage collector's way (``gc.freeze``). Run it with and without
 ``TEARDOWN_CUPTI=1`` to see what the teardown buys and what a session costs with it
 (``--sessions-only`` stops after the second table: the profiler's after-effect alone).
@@ -101,6 +103,23 @@ class Floor(torch.autograd.Function):
         return dx, None, None
 
 
+class FloorWithDw(torch.autograd.Function):
+    """:class:`Floor` with both launches and a gradient for w as well, as ours and F.rms_norm
+    give: the backward returns dx (launched into) and a fresh, unwritten dw."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        y = torch.empty_like(x)
+        launch(_touch, y, (1,), y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        dx = torch.empty_like(g)
+        launch(_touch, dx, (1,), dx)
+        return dx, torch.empty(g.shape[-1], dtype=g.dtype, device=g.device)
+
+
 def calls(rows: int, hidden: int) -> dict:
     x = torch.randn(rows, hidden, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     w = torch.randn(hidden, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -128,6 +147,7 @@ def calls(rows: int, hidden: int) -> dict:
         "empty Function fwd+bwd": lambda: torch.autograd.grad(Empty.apply(x, w), (x,), dy),
         "floor: 1 launch (bwd)": lambda: torch.autograd.grad(Floor.apply(x, w, False), (x,), dy),
         "floor: 2 launches": lambda: torch.autograd.grad(Floor.apply(x, w, True), (x,), dy),
+        "floor: 2 launches, dx and dw": lambda: torch.autograd.grad(FloorWithDw.apply(x, w), (x, w), dy),
     }
 
 
@@ -295,6 +315,37 @@ def interleaved(fns: dict, dev, names) -> dict:
     return out
 
 
+def suite_neighbours(dev, problem: dict) -> dict:
+    """The forward cell's host and call µs as ``measure_many`` records them, timed beside
+    different neighbours (every variant's samplers interleave with the others'): whether the
+    heavier peers' calls (torch.compile's, Liger's) raise ours and F.rms_norm's. Printed with
+    what else runs in the process (threads, a profile or trace hook), which would raise every
+    host time alike."""
+    import threading
+
+    hooks = {"sys.getprofile": sys.getprofile(), "sys.gettrace": sys.gettrace()}
+    print(f"\n== process: threads {[t.name for t in threading.enumerate()]}, {hooks}")
+    groups = {
+        "ours + F.rms_norm": ["gpu_multirow", "torch_functional"],
+        "+ torch.compile": ["gpu_multirow", "torch_functional", "torch_compile"],
+        "+ Liger": ["gpu_multirow", "torch_functional", "liger"],
+        "all four": ["gpu_multirow", "torch_functional", "torch_compile", "liger"],
+    }
+    out = {}
+    print("== the forward cell timed beside different neighbours (measure_many; host / call µs)")
+    for label, variants in groups.items():
+        configs = [dict(variant=v, dtype="bf16", mode="forward", problem=problem) for v in variants]
+        recs = measure_many("rms_norm", configs, device=dev, on_error="record")
+        row = {r.variant: [_us(r.host_ms), _us(r.call_ms)] for r in recs}
+        out[label] = row
+        print(f"{label:20s} " + "  ".join(f"{v} {h} / {c}" for v, (h, c) in row.items()))
+    return out
+
+
+def _us(ms):
+    return None if ms is None else round(ms * 1e3, 1)
+
+
 def table(fns: dict, flush) -> dict:
     out = {name: protocols(fn, flush) for name, fn in fns.items()}
     print(f"{'µs':36s} {'host':>8s} {'loop':>8s} {'call':>8s} {'call+sync':>10s} {'blocks':>7s}  syncs")
@@ -373,6 +424,7 @@ def main(argv=None) -> None:
         host = None if rec.host_ms is None else round(rec.host_ms * 1e3, 1)
         heap = (rec.device_state or {}).get("python_heap", {}).get("collector", "not frozen")
         print(f"{rec.mode:8s} {rec.variant:18s} call {call}  host {host}  ({heap}) {rec.error or ''}")
+    neighbours = suite_neighbours(dev, problem)
     listings = {}
     for name in ("ours fwd+bwd", "ours fwd", "ours block-sparse b1", "PyJuice layer b1"):
         fn = fns.get(name)
@@ -400,6 +452,7 @@ def main(argv=None) -> None:
         "after_suite_cell": after,
         "frozen": frozen,
         "suite_cell": [r.to_dict() for r in recs],
+        "suite_neighbours": neighbours,
         "python_calls": listing,
         "python_calls_by_call": listings,
     }

@@ -476,6 +476,18 @@ class GpuTiles:
     source: str = "heuristic"  # where the forward's tiles came from (records' tiles_source)
     bwd_source: str = ""  # ... and the backward's rows, warps and loop ("": no backward table here)
 
+    def __hash__(self) -> int:
+        # Computed once: a training step's backward plan key holds the tiles and is hashed on
+        # every call (14 fields: about 0.5 us each time otherwise).
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(dataclasses.astuple(self))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    def __getstate__(self) -> dict:  # a string's hash differs between processes: not pickled
+        return {name: value for name, value in self.__dict__.items() if name != "_hash"}
+
 
 def default_num_warps(tile_elements: int) -> int:
     """Enough warps that each thread holds a few vectors of the tile (Triton tutorial rule)."""
