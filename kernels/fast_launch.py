@@ -450,12 +450,13 @@ def _replay_function(entry, grid, args, addressed, driver, device, knob_state) -
     for i, value in enumerate(tail):
         namespace[f"t{i}"] = value
         launched.append(f"t{i}")
-    checks = [
-        "gate.token is not TOKEN",
-        "config.active is not ACTIVE",
-        "current_device(ACTIVE) != DEVICE",
-        "knob_state() != KNOBS",
-    ]
+    inline = getattr(_current_device, "torch_getter", None)
+    if inline is not None and inline[0] is driver:  # checked after "config.active is not ACTIVE"
+        namespace["get_device"] = inline[1]
+        device_check = "get_device() != DEVICE"
+    else:
+        device_check = "current_device(ACTIVE) != DEVICE"
+    checks = ["gate.token is not TOKEN", "config.active is not ACTIVE", device_check, "knob_state() != KNOBS"]
     if aligned:
         checks.append(f"({' | '.join(aligned)}) & 15")
     checks += [f"not {name} & 15" for name in unaligned]
@@ -653,7 +654,12 @@ def _device_reader(active) -> Callable:
 
     getter = getattr(torch._C, "_cuda_getDevice", None)
     if getter is not None and active.get_current_device is torch.cuda.current_device:
-        return lambda driver: getter() if driver is active else driver.get_current_device()
+
+        def current_device(driver):
+            return getter() if driver is active else driver.get_current_device()
+
+        current_device.torch_getter = (active, getter)  # a replay of ``active`` calls the getter inline
+        return current_device
     return lambda driver: driver.get_current_device()
 
 

@@ -474,6 +474,28 @@ def test_a_replay_refuses_what_would_change_the_kernel_or_its_launch(fake_cuda, 
     assert replay(*addresses) is False and len(compiled.replays) == launched
 
 
+def test_a_replay_reads_torchs_current_device_inline(fake_cuda, monkeypatch):
+    driver, stock = fake_cuda
+    args, kwargs = _base_call()
+    assert launch(stock, _scale_kernel, args, kwargs) == "miss"
+    reads = []
+
+    def torch_getter():
+        reads.append(driver.device)
+        return driver.device
+
+    def current_device(active):  # the general reader: not what a replay of `driver` calls
+        return driver.device
+
+    current_device.torch_getter = (driver, torch_getter)  # as _device_reader marks torch's getter
+    monkeypatch.setattr(fast_launch, "_current_device", current_device)
+    replay = fast_launch.replay_of(_scale_kernel, (4,), args, kwargs)
+    addresses = [t.data_ptr() for t in args[:3]]
+    assert replay(*addresses) is True and reads == [0]
+    driver.device = 1
+    assert replay(*addresses) is False and reads == [0, 1]
+
+
 def test_a_replay_refuses_a_changed_global(fake_cuda, monkeypatch):
     driver, stock = fake_cuda
     y = torch.empty(1)

@@ -5,14 +5,15 @@ fresh process and again after the suite's own measurement of the same cell.
     python3 benchmarks/diagnostics/call_breakdown.py [--rows 4096] [--hidden 1024] [--out DIR]
     bash benchmarks/gpu_run.sh run python3 benchmarks/diagnostics/call_breakdown.py    # on the GPU machine
 
-For RMSNorm forward and forward+backward (ours, F.rms_norm, an empty autograd.Function, and
-the floors of a Python autograd op that launches: one launch through kernels/launch.py in its
-backward, or one in each direction as ours makes, each into a fresh tensor, and the latter with a
-gradient for w too, as ours gives), the fused add+RMSNorm forward (ours against F.rms_norm of
-x + r), the calls the suite times for the forward cells (``suite step: ...``: the variant's bound
-call as ``workbench.measure.prepared_call`` makes it), the block-sparse sum layer's forward at
-batch 1 and 16 beside PyJuice's layer call (L = 1024, PyJuice where installed), and two bare driver
-calls, each a median over many calls, in µs
+For single launches of a kernel that writes one value (Triton's through the fast path and as a
+replay, torch's ``zero_``: :func:`launch_floors`), for RMSNorm forward and forward+backward (ours,
+F.rms_norm, an empty autograd.Function, and the floors of a Python autograd op that launches: one
+launch through kernels/launch.py in its backward, or one in each direction as ours makes, each into
+a fresh tensor, and the latter with a gradient for w too, as ours gives), the fused add+RMSNorm
+forward (ours against F.rms_norm of x + r), the calls the suite times for the forward cells
+(``suite step: ...``: the variant's bound call as ``workbench.measure.prepared_call`` makes it),
+the block-sparse sum layer's forward at batch 1 and 16 beside PyJuice's layer call (L = 1024,
+PyJuice where installed), and two bare driver calls, each a median over many calls, in µs
 (``WORKBENCH_FAST_LAUNCH=0`` times ours through Triton's own launch):
 
 - ``host``: issue time of one call, the device idle before it (the suite's host timing);
@@ -21,7 +22,8 @@ calls, each a median over many calls, in µs
   the flush runs on the device the host already issues the call, so host time up to the
   flush's length is hidden;
 - ``call+sync``: the same with the device drained after the flush, so the events see the whole
-  issue time;
+  issue time (the suite's call protocol);
+- ``idle call``: ``call+sync`` without the flush: what the flush itself adds to a call's time;
 - ``blocks``: Python memory blocks left allocated per call, outputs kept (:func:`blocks_left_alive`);
 - ``syncs``: whether one call synchronises with the device (torch's sync debug mode).
 
@@ -60,7 +62,7 @@ import triton.language as tl  # noqa: E402
 
 from kernels import fast_launch  # noqa: E402
 from kernels.fused_add_rms_norm import fused_add_rms_norm  # noqa: E402
-from kernels.launch import launch  # noqa: E402
+from kernels.launch import launch, replay_of  # noqa: E402
 from kernels.rms_norm import rms_norm  # noqa: E402
 from workbench.device import get_device  # noqa: E402
 from workbench.measure import measure_many, prepared_call  # noqa: E402
@@ -136,6 +138,7 @@ def calls(rows: int, hidden: int) -> dict:
     r = torch.randn_like(x)
     return {
         **driver_calls(x),
+        **launch_floors(x),
         "ours fwd": no_grad(lambda: rms_norm(x, w)),
         "F.rms_norm fwd": no_grad(lambda: f(x, (hidden,), w, 1e-6)),
         **suite_steps(rows, hidden),
@@ -148,6 +151,29 @@ def calls(rows: int, hidden: int) -> dict:
         "floor: 1 launch (bwd)": lambda: torch.autograd.grad(Floor.apply(x, w, False), (x,), dy),
         "floor: 2 launches": lambda: torch.autograd.grad(Floor.apply(x, w, True), (x,), dy),
         "floor: 2 launches, dx and dw": lambda: torch.autograd.grad(FloorWithDw.apply(x, w), (x, w), dy),
+    }
+
+
+def launch_floors(x) -> dict:
+    """One launch of a kernel that writes one value, no Python around it: Triton's through the
+    fast path (the key, then a hit), the same as a replay (what a planned call launches with),
+    a replay into a fresh output shaped like x (what a planned forward does), and torch's own
+    launch (``zero_`` of one value). Their ``call+sync - host`` is what the device adds after
+    the host has issued a launch of each kind."""
+    one = torch.empty(1, device=x.device)
+    launch(_touch, one, (1,), one)
+    replay = replay_of(_touch, one, (1,), one)
+
+    def replay_into_fresh():
+        out = torch.empty_like(x)
+        replay(out.data_ptr())
+        return out
+
+    return {
+        "launch: Triton, fast path": lambda: launch(_touch, one, (1,), one),
+        "launch: Triton, replay": lambda: replay(one.data_ptr()),
+        "launch: Triton, replay, fresh x": replay_into_fresh,
+        "launch: torch zero_": lambda: one.zero_(),
     }
 
 
@@ -219,16 +245,17 @@ def protocols(fn, flush, n: int = 200) -> dict:
     for _ in range(20):
         fn()
     sync()
-    host, call, call_sync = [], [], []
+    host, call, call_sync, idle = [], [], [], []
     for _ in range(n):
         sync()
         t0 = time.perf_counter()
         fn()
         host.append((time.perf_counter() - t0) * 1e3)
     sync()
-    for drain, out in ((False, call), (True, call_sync)):
+    for flushed, drain, out in ((True, False, call), (True, True, call_sync), (False, True, idle)):
         for _ in range(n):
-            flush()
+            if flushed:
+                flush()
             if drain:
                 sync()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -256,6 +283,7 @@ def protocols(fn, flush, n: int = 200) -> dict:
         "loop": round(loop * 1e3, 1),
         "call": _median_us(call),
         "call+sync": _median_us(call_sync),
+        "idle call": _median_us(idle),
         "blocks": blocks_left_alive(fn),
         "syncs": syncs,
     }
@@ -348,11 +376,13 @@ def _us(ms):
 
 def table(fns: dict, flush) -> dict:
     out = {name: protocols(fn, flush) for name, fn in fns.items()}
-    print(f"{'µs':36s} {'host':>8s} {'loop':>8s} {'call':>8s} {'call+sync':>10s} {'blocks':>7s}  syncs")
+    print(
+        f"{'µs':36s} {'host':>8s} {'loop':>8s} {'call':>8s} {'call+sync':>10s} {'idle call':>10s} {'blocks':>7s}  syncs"
+    )
     for name, r in out.items():
         print(
             f"{name:36s} {r['host']:8.1f} {r['loop']:8.1f} {r['call']:8.1f} {r['call+sync']:10.1f}"
-            f" {r['blocks']:7.2f}  {r['syncs']}"
+            f" {r['idle call']:10.1f} {r['blocks']:7.2f}  {r['syncs']}"
         )
     print("fast launch:", {k: v for k, v in fast_launch.status().items() if k in ("enabled", "hits", "fallbacks")})
     return out
