@@ -39,6 +39,8 @@ Liger loaded), then the forward cell again beside fewer or other neighbours
 frozen out of the garbage collector's way (``gc.freeze``). Run it with and without
 ``TEARDOWN_CUPTI=1`` to see what the teardown buys and what a session costs with it
 (``--sessions-only`` stops after the second table: the profiler's after-effect alone).
+``--residual-only`` takes one forward call's time apart instead (:func:`call_residual`), in a fresh
+process and after the suite's measurement of the norm cells.
 """
 
 from __future__ import annotations
@@ -370,6 +372,89 @@ def suite_neighbours(dev, problem: dict) -> dict:
     return out
 
 
+class CallWithHostInside:
+    """The suite's call sampler (``workbench.timing.EventCallSampler``: an untimed call, then per
+    sample the L2 flushed, the device drained, device events around one call) that also keeps
+    the host time of each timed call, taken between the start event's record and the call's
+    return (``inside``). ``flushed=False`` leaves the flush out."""
+
+    method = "device-events, idle start"
+
+    def __init__(self, fn, flush, flushed: bool = True, batch: int = 5):
+        self.fn, self.flush, self.flushed, self.batch = fn, flush, flushed, batch
+        self.inside: list[float] = []
+
+    def sample(self) -> list[float]:
+        out = []
+        self.fn()
+        for _ in range(self.batch):
+            if self.flushed:
+                self.flush()
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            t0 = time.perf_counter()
+            self.fn()
+            self.inside.append((time.perf_counter() - t0) * 1e3)
+            end.record()
+            end.synchronize()
+            out.append(start.elapsed_time(end))
+        return out
+
+
+def call_residual(dev, problem: dict) -> dict:
+    """Where a call's time goes beyond its host time and kernel time, sampled as the suite
+    samples the forward cell (every sampler of ours and F.rms_norm interleaved, the heap frozen):
+    kernel, call (flushed and drained, as the suite's), the host time spent inside those same
+    timed calls, the call without the flush, and the host sampler's host time. ``call - inside``
+    is what the device adds after the host has issued the call; ``inside - host`` is what the
+    flush and drain cost the host's issue of the next call."""
+    steps = {
+        "ours": prepared_call("rms_norm", dict(variant="gpu_multirow", dtype="bf16", mode="forward", problem=problem))[
+            1
+        ],
+        "F.rms_norm": prepared_call(
+            "rms_norm", dict(variant="torch_functional", dtype="bf16", mode="forward", problem=problem)
+        )[1],
+    }
+    samplers, inside = {}, {}
+    for name, fn in steps.items():
+        per_fn, _ = dev.samplers(fn, ("kernel", "host"))
+        samplers[(name, "kernel")] = per_fn["kernel"]
+        for label, flushed in (("call", True), ("idle call", False)):
+            sampler = CallWithHostInside(fn, dev.flush_l2, flushed=flushed)
+            samplers[(name, label)] = sampler
+            inside[(name, label)] = sampler.inside
+        samplers[(name, "host")] = per_fn["host"]
+    gc.collect()
+    gc.freeze()
+    try:
+        est = run_interleaved(samplers, budget_s=1.0 * len(samplers), group=lambda key: key[1])
+    finally:
+        gc.unfreeze()
+    out = {}
+    print("\n== a call's time taken apart, sampled as the suite samples the forward cell (µs, medians)")
+    print(
+        f"{'':12s} {'kernel':>8s} {'call':>8s} {'inside':>8s} {'call-in':>8s} {'idle':>8s} {'inside':>8s} {'host':>8s}"
+    )
+    for name in steps:
+        row = {
+            "kernel": est[(name, "kernel")].median * 1e3,
+            "call": est[(name, "call")].median * 1e3,
+            "inside call": statistics.median(inside[(name, "call")]) * 1e3,
+            "idle call": est[(name, "idle call")].median * 1e3,
+            "inside idle call": statistics.median(inside[(name, "idle call")]) * 1e3,
+            "host": est[(name, "host")].median * 1e3,
+        }
+        row["call - inside"] = row["call"] - row["inside call"]
+        out[name] = {k: round(v, 1) for k, v in row.items()}
+        print(
+            f"{name:12s} {row['kernel']:8.1f} {row['call']:8.1f} {row['inside call']:8.1f} {row['call - inside']:8.1f}"
+            f" {row['idle call']:8.1f} {row['inside idle call']:8.1f} {row['host']:8.1f}"
+        )
+    return out
+
+
 def _us(ms):
     return None if ms is None else round(ms * 1e3, 1)
 
@@ -417,10 +502,24 @@ def main(argv=None) -> None:
     ap.add_argument("--hidden", type=int, default=1024)
     ap.add_argument("--out", default="/tmp/res")
     ap.add_argument("--sessions-only", action="store_true", help="stop after the table taken after the sessions")
+    ap.add_argument("--residual-only", action="store_true", help="only take a call's time apart (call_residual)")
     args = ap.parse_args(argv)
     dev = get_device("cuda")
     flush = dev.flush_l2
     print(f"{dev.name}, torch {torch.__version__}; rows {args.rows}, hidden {args.hidden}, bf16\n")
+    problem = {"rows": args.rows, "hidden": args.hidden}
+    if args.residual_only:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        residual = {"fresh process": call_residual(dev, problem)}
+        variants = ["gpu_multirow", "torch_functional", "torch_compile", "liger"]
+        configs = [
+            dict(variant=v, dtype="bf16", mode=m, problem=problem) for m in ("forward", "full") for v in variants
+        ]
+        measure_many("rms_norm", configs, device=dev, on_error="record")
+        print("\n(after the suite's measure_many of the forward and full cells)")
+        residual["after the suite's cells"] = call_residual(dev, problem)
+        Path(args.out, "call_residual.json").write_text(json.dumps(residual, indent=1))
+        return
     cupti = os.environ.get("TEARDOWN_CUPTI", "(unset)")
     lazy = os.environ.get("DISABLE_CUPTI_LAZY_REINIT", "(unset)")
     print(f"== a fresh process (TEARDOWN_CUPTI={cupti}, DISABLE_CUPTI_LAZY_REINIT={lazy})")
@@ -445,7 +544,6 @@ def main(argv=None) -> None:
         Path(args.out, name).write_text(json.dumps(body, indent=1, default=str))
         return
     variants = ["gpu_multirow", "torch_functional", "torch_compile", "liger"]
-    problem = {"rows": args.rows, "hidden": args.hidden}
     configs = [dict(variant=v, dtype="bf16", mode=m, problem=problem) for m in ("forward", "full") for v in variants]
     recs = measure_many("rms_norm", configs, device=dev, on_error="record")
     print("\n== the suite's measure_many of this cell (call / host µs as it recorded them; the heap as it states)")
