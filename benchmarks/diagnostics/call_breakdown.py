@@ -408,14 +408,20 @@ def call_residual(dev, problem: dict) -> dict:
     kernel, call (flushed and drained, as the suite's), the host time spent inside those same
     timed calls, the call without the flush, and the host sampler's host time. ``call - inside``
     is what the device adds after the host has issued the call; ``inside - host`` is what the
-    flush and drain cost the host's issue of the next call."""
+    flush and drain cost the host's issue of the next call. Beside them, two floors from
+    :func:`launch_floors`: a Triton replay into a fresh output shaped like x (the least a planned
+    forward does) and torch's launch of ``zero_`` on one value."""
+    x = torch.randn(problem["rows"], problem["hidden"], device="cuda", dtype=torch.bfloat16)
+    floors = launch_floors(x)
+
+    def step(variant):
+        return prepared_call("rms_norm", dict(variant=variant, dtype="bf16", mode="forward", problem=problem))[1]
+
     steps = {
-        "ours": prepared_call("rms_norm", dict(variant="gpu_multirow", dtype="bf16", mode="forward", problem=problem))[
-            1
-        ],
-        "F.rms_norm": prepared_call(
-            "rms_norm", dict(variant="torch_functional", dtype="bf16", mode="forward", problem=problem)
-        )[1],
+        "ours": step("gpu_multirow"),
+        "F.rms_norm": step("torch_functional"),
+        "replay, fresh x": floors["launch: Triton, replay, fresh x"],
+        "torch zero_": floors["launch: torch zero_"],
     }
     samplers, inside = {}, {}
     for name, fn in steps.items():
@@ -435,7 +441,7 @@ def call_residual(dev, problem: dict) -> dict:
     out = {}
     print("\n== a call's time taken apart, sampled as the suite samples the forward cell (µs, medians)")
     print(
-        f"{'':12s} {'kernel':>8s} {'call':>8s} {'inside':>8s} {'call-in':>8s} {'idle':>8s} {'inside':>8s} {'host':>8s}"
+        f"{'':16s} {'kernel':>8s} {'call':>8s} {'inside':>8s} {'call-in':>8s} {'idle':>8s} {'inside':>8s} {'host':>8s}"
     )
     for name in steps:
         row = {
@@ -449,7 +455,7 @@ def call_residual(dev, problem: dict) -> dict:
         row["call - inside"] = row["call"] - row["inside call"]
         out[name] = {k: round(v, 1) for k, v in row.items()}
         print(
-            f"{name:12s} {row['kernel']:8.1f} {row['call']:8.1f} {row['inside call']:8.1f} {row['call - inside']:8.1f}"
+            f"{name:16s} {row['kernel']:8.1f} {row['call']:8.1f} {row['inside call']:8.1f} {row['call - inside']:8.1f}"
             f" {row['idle call']:8.1f} {row['inside idle call']:8.1f} {row['host']:8.1f}"
         )
     return out
