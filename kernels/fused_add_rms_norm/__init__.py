@@ -147,7 +147,7 @@ def fused_add_rms_norm(
             w_layout = None if weight is None else (weight.shape, weight.stride(), weight.dtype, weight.get_device())
             eager_key = (x.shape, x.stride(), x.dtype, x.get_device(), x_address & 15, residual.shape,
                          residual.stride(), residual.dtype, residual.get_device(), r_address & 15, w_layout, eps,
-                         offset, casting_mode, impl, tile_items(tiles) if tiles else ())  # fmt: skip
+                         offset, casting_mode, impl, tile_items(tiles))  # fmt: skip
             plan = _EAGER.get(eager_key)
     except (AttributeError, TypeError):  # not tensors, an unhashable setting: the checks below say so
         eager_key = None
@@ -155,9 +155,7 @@ def fused_add_rms_norm(
         if plan:
             replay, rows, device, discard_address = plan
             y, s = torch.empty_like(x), torch.empty_like(x)
-            rstd_address = discard_address  # the kernel stores rstd, unread here
-            if rstd_address is None:  # no kept discard buffer for this many rows
-                rstd, rstd_address = unread_rows(rows, device, None)
+            rstd, rstd_address = unread_rows(rows, device, discard_address)  # the kernel stores it, unread here
             w_address = x_address if weight is None else weight.data_ptr()
             if replay(y.data_ptr(), s.data_ptr(), x_address, r_address, w_address, rstd_address):
                 return y, s

@@ -210,22 +210,15 @@ def rms_norm(
             x_address = x.data_ptr()
             w_layout = None if weight is None else (weight.shape, weight.stride(), weight.dtype, weight.get_device())
             eager_key = (x.shape, x.stride(), x.dtype, x.get_device(), x_address & 15, w_layout, eps, offset,
-                         casting_mode, impl, tile_items(tiles) if tiles else ())  # fmt: skip
+                         casting_mode, impl, tile_items(tiles))  # fmt: skip
             plan = _EAGER.get(eager_key)
     except (AttributeError, TypeError):  # not tensors, an unhashable setting: the checks below say so
         eager_key = None
     if eager_key is not None and not grads:
         if plan:
-            # _replayed_forward written out: after a drained device (the suite's call timing)
-            # this path's Python issued 7.8 us slower than in a warm loop on the H100 host, a
-            # bare replay 1.9 (call_breakdown.py --residual-only): the less Python, the less
-            replay, rows, device, rstd_address = plan
-            y = torch.empty_like(x)
-            if rstd_address is None:  # no kept discard buffer for this many rows
-                rstd, rstd_address = unread_rows(rows, device, None)
-            if replay(y.data_ptr(), x_address, x_address if weight is None else weight.data_ptr(), rstd_address):
-                return y
-            _EAGER.pop(eager_key, None)
+            replayed = _replayed_forward(x, weight, eager_key, plan, x_address, True)
+            if replayed is not None:
+                return replayed[0]
             eager_key = None  # retired or paused: planned again on the next call
         elif plan is False:
             eager_key = None
