@@ -179,6 +179,46 @@ def launch_floors(x) -> dict:
     }
 
 
+def front_pieces(x, w) -> dict:
+    """Our planned forward built up piece by piece, each a call of its own: the replay into a
+    fresh output (:func:`launch_floors`), then with a plan key of x's and w's layouts looked up
+    in a dict first, then with the checks ``rms_norm`` makes before the key (compiling, grad
+    mode, requires_grad), then ``rms_norm`` itself under ``torch.no_grad``. Which piece a
+    drained device makes slow shows in :func:`call_residual`."""
+    one = torch.empty(1, device=x.device)
+    launch(_touch, one, (1,), one)
+    replay = replay_of(_touch, one, (1,), one)
+    plans: dict = {}
+
+    def key():
+        w_layout = (w.shape, w.stride(), w.dtype, w.get_device())
+        return (x.shape, x.stride(), x.dtype, x.get_device(), x.data_ptr() & 15, w_layout, 1e-6, 0.0, "llama", "auto",
+                ())  # fmt: skip
+
+    plans[key()] = replay
+
+    def keyed():
+        planned = plans.get(key())
+        out = torch.empty_like(x)
+        planned(out.data_ptr())
+        return out
+
+    def checked():
+        if torch.compiler.is_compiling():
+            return None
+        if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
+            return None
+        if type(x) is torch.Tensor and x.is_cuda:
+            return keyed()
+        return None
+
+    def ours():
+        with torch.no_grad():
+            return rms_norm(x, w)
+
+    return {"+ plan key": keyed, "+ checks": checked, "rms_norm, no_grad": ours}
+
+
 def suite_steps(rows: int, hidden: int) -> dict:
     """The calls the suite times for its call and host cells (workbench.measure.prepared_call:
     the variant's bound call under ``torch.no_grad``), in this process's state."""
@@ -410,7 +450,8 @@ def call_residual(dev, problem: dict) -> dict:
     is what the device adds after the host has issued the call; ``inside - host`` is what the
     flush and drain cost the host's issue of the next call. Beside them, two floors from
     :func:`launch_floors`: a Triton replay into a fresh output shaped like x (the least a planned
-    forward does) and torch's launch of ``zero_`` on one value."""
+    forward does) and torch's launch of ``zero_`` on one value; between them our forward built
+    up from that replay (:func:`front_pieces`)."""
     x = torch.randn(problem["rows"], problem["hidden"], device="cuda", dtype=torch.bfloat16)
     floors = launch_floors(x)
 
@@ -421,6 +462,7 @@ def call_residual(dev, problem: dict) -> dict:
         "ours": step("gpu_multirow"),
         "F.rms_norm": step("torch_functional"),
         "replay, fresh x": floors["launch: Triton, replay, fresh x"],
+        **front_pieces(x, torch.randn(problem["hidden"], device="cuda", dtype=torch.bfloat16)),
         "torch zero_": floors["launch: torch zero_"],
     }
     samplers, inside = {}, {}
@@ -441,7 +483,7 @@ def call_residual(dev, problem: dict) -> dict:
     out = {}
     print("\n== a call's time taken apart, sampled as the suite samples the forward cell (µs, medians)")
     print(
-        f"{'':16s} {'kernel':>8s} {'call':>8s} {'inside':>8s} {'call-in':>8s} {'idle':>8s} {'inside':>8s} {'host':>8s}"
+        f"{'':18s} {'kernel':>8s} {'call':>8s} {'inside':>8s} {'call-in':>8s} {'idle':>8s} {'inside':>8s} {'host':>8s}"
     )
     for name in steps:
         row = {
@@ -455,7 +497,7 @@ def call_residual(dev, problem: dict) -> dict:
         row["call - inside"] = row["call"] - row["inside call"]
         out[name] = {k: round(v, 1) for k, v in row.items()}
         print(
-            f"{name:16s} {row['kernel']:8.1f} {row['call']:8.1f} {row['inside call']:8.1f} {row['call - inside']:8.1f}"
+            f"{name:18s} {row['kernel']:8.1f} {row['call']:8.1f} {row['inside call']:8.1f} {row['call - inside']:8.1f}"
             f" {row['idle call']:8.1f} {row['inside idle call']:8.1f} {row['host']:8.1f}"
         )
     return out
