@@ -149,7 +149,7 @@ def test_kept_inputs_beyond_the_limit_are_dropped_oldest_first(monkeypatch):
 def test_the_timed_call_is_the_variant_s_own_call_with_its_arguments_looked_up_once(family):
     """Host and call times count the variant, not the plumbing from a problem to its arguments:
     the measuring tool times ``Variant.call``, which for our kernels and the call-time peers is
-    the family's function with its arguments bound (a tile at the kernel's own default left out,
+    the family's function with its arguments bound (a tile or option at its default left out,
     as a user leaves it out), and which computes what ``run`` computes."""
     import functools
 
@@ -177,6 +177,19 @@ def test_the_timed_call_is_the_variant_s_own_call_with_its_arguments_looked_up_o
             assert not {"DW_REDUCE", "BWD_WIDE", "CHUNK_THRESHOLD"} & set(call.keywords), call.keywords
             bound += 1
     assert bound >= 3
+    if family != "block_sparse":  # the norms: eps by position, other options only off their defaults
+        multirow = spec.variant("gpu_multirow")
+        inputs = spec.make_inputs(prob, torch.float32, "cpu", 0)
+        call = multirow.call(inputs, prob, multirow.resolve_params({}))
+        assert call.keywords == {} and call.args[-1] == prob["eps"], (call.args, call.keywords)
+        other = spec.resolve_problem({**spec.quick, "offset": 1.0, "casting_mode": "gemma"})
+        inputs = spec.make_inputs(other, torch.float32, "cpu", 0)
+        call = multirow.call(inputs, other, multirow.resolve_params({}))
+        assert call.keywords == {"offset": 1.0, "casting_mode": "gemma"}, call.keywords
+        with torch.no_grad():
+            got, want = call(), multirow.run(inputs, other, **multirow.resolve_params({}))
+        got, want = (got if isinstance(got, tuple) else (got,)), (want if isinstance(want, tuple) else (want,))
+        assert all(torch.equal(g, w) for g, w in zip(got, want))
     plain = [v for v in spec.variants if v.bind is None and not v.unavailable_reason("cpu")]
     for var in plain:  # without a bind: run itself, with these arguments
         call = var.call({"a": 1}, prob, {})
