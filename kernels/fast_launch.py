@@ -571,16 +571,8 @@ def _fill(kernel, key, args, kwargs, compiled) -> str | None:
         if not _keys_exactly(value, compiled_in=True):
             return "a launch option of a type or value this path does not key"
     globals_read = tuple((scope, name, value) for (name, _), (value, scope) in kernel.used_global_vals.items())
-    runner = compiled.run
-    entry = (
-        _thin_runner(runner),
-        compiled.function,
-        compiled.packed_metadata,
-        tuple(tail),
-        globals_read,
-        compiled,
-        kernel,
-    )
+    runner = _thin_runner(compiled.run)
+    entry = (runner, compiled.function, compiled.packed_metadata, tuple(tail), globals_read, compiled, kernel)
     if len(_CACHE) >= MAX_ENTRIES:
         _CACHE.clear()
     _CACHE[key] = entry
