@@ -351,6 +351,19 @@ def blocks_left_alive(fn, n: int = 500) -> float:
     return round((after - before) / n, 2)
 
 
+def sampled_frozen(samplers: dict) -> dict:
+    """``run_interleaved`` over ``samplers`` keyed ``(call, timing)``, one group per timing, with
+    the heap collected and frozen as the suite freezes it; samplers with a ``close`` are closed."""
+    gc.collect()
+    gc.freeze()
+    try:
+        return run_interleaved(samplers, budget_s=1.0 * len(samplers), group=lambda key: key[1])
+    finally:
+        gc.unfreeze()
+        for sampler in samplers.values():
+            getattr(sampler, "close", lambda: None)()
+
+
 def interleaved(fns: dict, dev, names) -> dict:
     """Host µs of ``names`` sampled as the suite samples a cell (``workbench.timing.run_interleaved``
     over every call's samplers, the heap frozen), with the suite's other timings beside the host
@@ -370,14 +383,7 @@ def interleaved(fns: dict, dev, names) -> dict:
             per_fn, _ = dev.samplers(fns[name], which)
             per_fn["host"] = HostSampler(fns[name], sync=dev.synchronize, warm_call=warm_call)
             samplers |= {(name, timing): sampler for timing, sampler in per_fn.items()}
-        gc.collect()
-        gc.freeze()
-        try:
-            est = run_interleaved(samplers, budget_s=1.0 * len(samplers), group=lambda key: key[1])
-        finally:
-            gc.unfreeze()
-            for sampler in samplers.values():
-                getattr(sampler, "close", lambda: None)()
+        est = sampled_frozen(samplers)
         out[label] = {name: round(est[(name, "host")].median * 1e3, 1) for name in names}
     print(f"{'host µs':40s} " + " ".join(f"{name[:22]:>22s}" for name in names))
     for label, row in out.items():
@@ -474,12 +480,7 @@ def call_residual(dev, problem: dict) -> dict:
             samplers[(name, label)] = sampler
             inside[(name, label)] = sampler.inside
         samplers[(name, "host")] = per_fn["host"]
-    gc.collect()
-    gc.freeze()
-    try:
-        est = run_interleaved(samplers, budget_s=1.0 * len(samplers), group=lambda key: key[1])
-    finally:
-        gc.unfreeze()
+    est = sampled_frozen(samplers)
     out = {}
     print("\n== a call's time taken apart, sampled as the suite samples the forward cell (µs, medians)")
     print(
