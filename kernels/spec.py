@@ -164,7 +164,7 @@ class Variant:
     ``"; backward: ..."``, :func:`kernels.tuned_tables.joined_sources`); records carry it as
     ``tiles_source``.
     ``bind(inputs, problem, **params)``, where given, returns the zero-argument call ``run`` would
-    make, its arguments looked up once: the call a user writes (``rms_norm(x, w, eps=...)``),
+    make, its arguments looked up once: the call a user writes (``rms_norm(x, w, eps)``),
     which :meth:`call` gives the measuring tool to time, so that host and call times count the
     variant and not the plumbing from a problem dict to its arguments; its ``run`` is then
     :func:`run_of` the bind.
