@@ -66,6 +66,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from kernels import tuned_tables
 from kernels.spec import KernelSpec, Variant, dtype_name, get
 from widgets.core import ResultCache
 from workbench.device import Device, get_device
@@ -632,10 +633,11 @@ class Session:
         budget_s: float | None = None,
         install: bool = False,
         out: str | Path | None = None,
-        part: str = "forward",
+        part: str = tuned_tables.FORWARD,
     ):
         """``workbench tune`` from a notebook: search the family's tune grid (``spec.tuning``;
-        ``part="backward"``: ``spec.backward_tuning``, the backward kernel's own tiles) at each size (default: the family's tune sizes, the quick ones when ``s.quick``) on this
+        ``part="backward"``: ``spec.backward_tuning``, the backward kernel's own tiles) at each
+        size (default: the family's tune sizes, the quick ones when ``s.quick``) on this
         device, in this process (so a family declared in a notebook cell tunes too), pick one
         configuration per size, and write the candidate table, the records and the tune report
         into ``out`` (default ``out_dir/tune-<family>-<device>``). Shows the per-size table and
@@ -659,7 +661,7 @@ class Session:
             space = space.with_sizes(knob.validate(v) for v in sizes)
         rep_ms = rep_ms if rep_ms is not None else (5.0 if self.device.kind == "cpu" else self.rep_ms)
         options = TuneOptions(strategy, seed, budget_s, trials, rep_ms)
-        suffix = "" if part == "forward" else f"-{part}"
+        suffix = "" if part == tuned_tables.FORWARD else f"-{part}"
         out = Path(out) if out is not None else self.out_dir / f"tune-{self.family}-{self.device.kind}{suffix}"
         command = f"Session({self.family!r}, device={self.device.kind!r}).tune(strategy={strategy!r}, part={part!r})"
         tuned = tune_family(space, options, self._executor("local", None), self.device, self.device.kind, out,

@@ -15,6 +15,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+from kernels import tuned_tables
 from workbench.reports import reader
 from workbench.tune.pick import interval, kernel_ms
 from workbench.tune.table import tiles_of
@@ -108,7 +109,7 @@ def write_tuned(tuned, out: Path, options) -> list[Path]:
 
 
 def write_report(result, out: Path, key: str | None, options, table: dict | None, diff: list[str]) -> list[Path]:
-    part = "" if result.space.part == "forward" else f" ({result.space.part})"
+    part = "" if result.space.part == tuned_tables.FORWARD else f" ({result.space.part})"
     title = f"Tune {result.space.spec.name}{part}"
     lines = headline(result, key, options)
     rows = size_rows(result)

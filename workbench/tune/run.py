@@ -5,8 +5,8 @@ Each size first measures its default (every tile "auto": what ``impl="auto"`` do
 installed table included). Where that default came from an installed table's entry (its
 ``tiles_source`` is ``tuned:...``) that is not empty, the size also measures the family's rule:
 the same call with the tuned part's tables off (a task with ``tables=False``, or the part's name
-for a part other than the forward, measured inside :func:`kernels.tuned_tables.disabled`), so an entry that a later change of the rule overtook is
-seen and dropped (:mod:`workbench.tune.pick`). Then come the strategy's proposals, in rounds:
+for a part other than the forward, measured inside :func:`kernels.tuned_tables.disabled`), so an
+entry that a later change of the rule overtook is seen and dropped (:mod:`workbench.tune.pick`). Then come the strategy's proposals, in rounds:
 ``grid`` and ``random`` send every configuration they will measure in one round (the executor
 keeps every worker busy); ``bayes`` asks about two configurations per worker per round, spread
 over the sizes, and learns from each round before the next. Within a round the larger sizes go

@@ -13,6 +13,7 @@ import dataclasses
 import itertools
 from dataclasses import dataclass
 
+from kernels import tuned_tables
 from kernels.spec import KernelSpec, Tuning
 
 
@@ -25,7 +26,7 @@ class Space:
     quick: bool
 
     @classmethod
-    def of(cls, spec: KernelSpec, quick: bool, part: str = "forward") -> Space:
+    def of(cls, spec: KernelSpec, quick: bool, part: str = tuned_tables.FORWARD) -> Space:
         """The space of ``spec``'s ``part`` (ValueError where the family tunes no such part)."""
         return cls(spec, spec.tuning_of(part), quick)
 
