@@ -1163,3 +1163,20 @@ def test_small_tiling_walks_many_edges_in_one_masked_step(device, batch):
     want_em, want_p = torch.autograd.grad(want, (em64, p64), ref64(grad))
     assert_close(got_em, want_em, atol=1e-3, scale_by_max=True, what="element gradient")
     assert_close(got_p, want_p, atol=1e-3, scale_by_max=True, what="parameter gradient")
+
+
+@pytest.mark.parametrize("T,L,batch", [(4, 24, 3), (2, 6, 1), (5, 1024, 1)])
+def test_chain_layout_addresses_are_the_views_the_long_way_launches_with(T, L, batch):
+    """The eager chain's replays (kernels/block_sparse/chain_replay.py) launch from addresses
+    computed from the buffers' bases; each must be the address of the view hmm.py slices."""
+    from kernels.block_sparse.chain_replay import ChainLayout
+
+    steps = torch.empty((T, 2 * L, batch))
+    zs = torch.empty((max(T - 1, 1), L, batch))
+    layout = ChainLayout(T, L, batch)
+    base, z_base = steps.data_ptr(), zs.data_ptr()
+    for t in range(T):
+        assert layout.step(base, t) == steps[t].data_ptr() == steps[t, :L].data_ptr()
+        assert layout.step(base, t, upper=True) == steps[t, L:].data_ptr()
+        z = steps[t, :L] if t == T - 1 else zs[t]
+        assert layout.z(base, z_base, t) == z.data_ptr()

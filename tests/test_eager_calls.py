@@ -490,3 +490,81 @@ def test_a_planned_call_without_gradients_allocates_its_outputs_alone(fresh_path
     torch.cuda.synchronize()
     want = torch.nn.functional.rms_norm(x.float(), (1024,), w.float(), 1e-6)
     torch.testing.assert_close(captured.float(), want, atol=2e-2, rtol=2e-2)
+
+
+# --- the HMM chain's replays (kernels/block_sparse/chain_replay.py) -------------------------------
+CHAINS = [
+    # (T, L, batch, HMM options)
+    (6, 1024, 1, {}),  # the suite's chain shape, shorter: split-K forward, one block
+    (5, 1024, 16, {"precision": "tf32"}),  # tl.dot tiles
+    (4, 96, 3, {}),  # three blocks of 32: atomic element flows, odd batch
+    (4, 6, 1, {}),  # 24-byte steps: half the steps' addresses in another alignment class
+    (4, 48, 2, {"EDGES": "gather"}),  # edges loaded from cids / pids
+]
+
+
+def _chain_run(hmm, x):
+    ll, flows = hmm.forward_backward(x)
+    return ll, flows["trans"], flows["prior"], flows["emit"]
+
+
+@pytest.mark.parametrize("T,L,batch,options", CHAINS)
+def test_hmm_eager_chain_replays_match_the_long_way(fresh_path, monkeypatch, T, L, batch, options):
+    """After one chain call at a batch size, later calls replay the transition and product
+    layers from addresses: the log-likelihood bit for bit as Triton's own launch gives it, the
+    flows as close as their atomic adds allow, and the replays counted as hits."""
+    from kernels.block_sparse.hmm import HMM
+
+    hmm = HMM(T=T, L=L, V=7, device="cuda", seed=T + L, **options)
+    x = hmm.sample(batch, seed=batch)
+    stock = _stock(monkeypatch, lambda: _chain_run(hmm, x))
+    _chain_run(hmm, x)  # plans this batch size
+    before = fast_launch.status()
+    runs = [_chain_run(hmm, x) for _ in range(3)]
+    torch.cuda.synchronize()
+    after = fast_launch.status()
+    assert after["misses"] == before["misses"]
+    replayed = after["hits"] - before["hits"]
+    steps = 5 * (T - 1)  # transition + product forward, product + two transition kernels backward
+    if L * batch % 4 == 0:  # every step's addresses in the planned alignment class
+        assert replayed >= 3 * steps, f"{replayed} replays for {3 * steps} step launches"
+    else:  # the steps of the other class run the long way
+        assert replayed > 0
+    want = hmm.reference_loglik(x)
+    for ll, trans, prior, emit in runs:
+        assert torch.equal(_bits(ll), _bits(stock[0])), "log-likelihood differs from the long way"
+        for got, ref in zip((trans, prior, emit), stock[1:]):
+            torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(ll.double(), want, atol=1e-3, rtol=1e-5)
+
+
+def test_hmm_eager_chain_replans_after_a_reset_and_is_seen_when_recorded(fresh_path, monkeypatch):
+    """A reset of the fast path retires the chain's replays (the next call runs the long way and
+    plans again); a recorded chain call launches every kernel through kernels.launch, so the
+    measuring tool sees each one."""
+    from kernels.block_sparse.hmm import HMM
+    from kernels.launch import recording
+
+    T = 4
+    hmm = HMM(T=T, L=64, V=5, device="cuda", seed=1)
+    x = hmm.sample(2)
+    want = _chain_run(hmm, x)
+    _chain_run(hmm, x)
+    fast_launch.reset()
+    hits = fast_launch.status()["hits"]
+    _chain_run(hmm, x)  # the long way: its launches are the fast path's first again
+    assert fast_launch.status()["hits"] == hits
+    _chain_run(hmm, x)
+    assert fast_launch.status()["hits"] - hits >= 5 * (T - 1)
+    with recording() as launches:
+        got = _chain_run(hmm, x)
+    names = [launch.name for launch in launches]
+    assert names.count("_product_forward_kernel") == T - 1 and names.count("_product_backward_kernel") == T - 1
+    assert names.count("_sum_param_flows_kernel") == T  # T - 1 transitions and the root
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    monkeypatch.setenv(fast_launch.ENV_SWITCH, "0")
+    fast_launch.reset()
+    for a, b in zip(_chain_run(hmm, x), want):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    assert fast_launch.status()["hits"] == 0

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import gc
 import json
 import os
@@ -66,6 +67,7 @@ from kernels import fast_launch  # noqa: E402
 from kernels.fused_add_rms_norm import fused_add_rms_norm  # noqa: E402
 from kernels.launch import launch, replay_of  # noqa: E402
 from kernels.rms_norm import rms_norm  # noqa: E402
+from kernels.spec import as_tuple  # noqa: E402
 from workbench.device import get_device  # noqa: E402
 from workbench.measure import measure_many, prepared_call  # noqa: E402
 from workbench.timing import HostSampler, ProfilerKernelSampler, run_interleaved  # noqa: E402
@@ -183,8 +185,10 @@ def front_pieces(x, w) -> dict:
     """Our planned forward built up piece by piece, each a call of its own: the replay into a
     fresh output (:func:`launch_floors`), then with a plan key of x's and w's layouts looked up
     in a dict first, then with the checks ``rms_norm`` makes before the key (compiling, grad
-    mode, requires_grad), then ``rms_norm`` itself under ``torch.no_grad``. Which piece a
-    drained device makes slow shows in :func:`call_residual`."""
+    mode, requires_grad), then ``rms_norm`` itself under ``torch.no_grad``: as ``rms_norm(x, w)``,
+    with eps by position, and that bound call inside the suite's forward step (``as_tuple`` of a
+    ``functools.partial``); last, F.rms_norm called straight, to compare with the suite's
+    F.rms_norm step. Which piece a drained device makes slow shows in :func:`call_residual`."""
     one = torch.empty(1, device=x.device)
     launch(_touch, one, (1,), one)
     replay = replay_of(_touch, one, (1,), one)
@@ -216,7 +220,28 @@ def front_pieces(x, w) -> dict:
         with torch.no_grad():
             return rms_norm(x, w)
 
-    return {"+ plan key": keyed, "+ checks": checked, "rms_norm, no_grad": ours}
+    def ours_eps():
+        with torch.no_grad():
+            return rms_norm(x, w, 1e-6)
+
+    bound = functools.partial(rms_norm, x, w, 1e-6)
+
+    def ours_wrapped():  # workbench.measure's forward step around the variant's bound call
+        with torch.no_grad():
+            return as_tuple(bound())
+
+    def functional():
+        with torch.no_grad():
+            return torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-6)
+
+    return {
+        "+ plan key": keyed,
+        "+ checks": checked,
+        "rms_norm, no_grad": ours,
+        "rms_norm(x, w, eps)": ours_eps,
+        "same, as suite wraps": ours_wrapped,
+        "F.rms_norm, no_grad": functional,
+    }
 
 
 def suite_steps(rows: int, hidden: int) -> dict:
@@ -484,7 +509,7 @@ def call_residual(dev, problem: dict) -> dict:
     out = {}
     print("\n== a call's time taken apart, sampled as the suite samples the forward cell (µs, medians)")
     print(
-        f"{'':18s} {'kernel':>8s} {'call':>8s} {'inside':>8s} {'call-in':>8s} {'idle':>8s} {'inside':>8s} {'host':>8s}"
+        f"{'':22s} {'kernel':>8s} {'call':>8s} {'inside':>8s} {'call-in':>8s} {'idle':>8s} {'inside':>8s} {'host':>8s}"
     )
     for name in steps:
         row = {
@@ -498,7 +523,7 @@ def call_residual(dev, problem: dict) -> dict:
         row["call - inside"] = row["call"] - row["inside call"]
         out[name] = {k: round(v, 1) for k, v in row.items()}
         print(
-            f"{name:18s} {row['kernel']:8.1f} {row['call']:8.1f} {row['inside call']:8.1f} {row['call - inside']:8.1f}"
+            f"{name:22s} {row['kernel']:8.1f} {row['call']:8.1f} {row['inside call']:8.1f} {row['call - inside']:8.1f}"
             f" {row['idle call']:8.1f} {row['inside idle call']:8.1f} {row['host']:8.1f}"
         )
     return out

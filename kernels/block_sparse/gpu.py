@@ -849,52 +849,76 @@ def _sum_forward_launches(
 
 
 class SumForwardReplay:
-    """A sum-layer forward launched again from its tensors' addresses alone, for an eager call's
-    plan (kernels/block_sparse/__init__.py keys everything else): ``replay(element_mars, params,
-    cids, pids)`` allocates the output (and the split-K workspace), replays the launches of the
-    forward it was made from (:func:`kernels.launch.replay_of`: the edge kernel, then split-K's
-    combine) and returns the output, or None when a launch refuses (the caller goes the long way;
-    a refused combine after a replayed edge kernel only costs that kernel again)."""
+    """A sum-layer forward launched again from its tensors' addresses alone
+    (:func:`kernels.launch.replay_of`: the edge kernel, then split-K's combine), for an eager
+    plan (kernels/block_sparse/__init__.py and the HMM chain key everything else).
 
-    __slots__ = ("_forward", "_combine", "_out_shape", "_ws_shape", "_half", "_device")
+    ``replay(element_mars, params, cids, pids)`` allocates the output (and the split-K
+    workspace) and returns it; :meth:`into` writes into given addresses and returns whether it
+    launched. Either refuses (None, False) when a launch does: the caller goes the long way. A
+    refused combine after a replayed edge kernel only costs that kernel again, since the long way
+    rewrites the workspace and the output."""
+
+    __slots__ = ("_forward", "_combine", "_out_shape", "workspace_shape", "_half", "_device")
 
     def __init__(self, forward, combine, out_shape, ws_shape, device):
-        self._forward, self._combine, self._out_shape, self._ws_shape = forward, combine, out_shape, ws_shape
+        self._forward, self._combine, self._out_shape = forward, combine, out_shape
+        self.workspace_shape = ws_shape  # (2, splits, rows, B) with split-K, else None
         self._device = device
         self._half = 0 if ws_shape is None else ws_shape[1] * ws_shape[2] * ws_shape[3] * 4  # bytes of ws[0]
 
     def __call__(self, element_mars, params, cids, pids):
         out = torch.empty(self._out_shape, dtype=torch.float32, device=self._device)
-        o = ws_max = ws_sum = out.data_ptr()  # without split-K the output stands in, unused
-        if self._ws_shape is not None:
-            ws = torch.empty(self._ws_shape, dtype=torch.float32, device=self._device)  # held until launched
-            ws_max = ws.data_ptr()
-            ws_sum = ws_max + self._half
-        if self._forward(
-            o, ws_max, ws_sum, element_mars.data_ptr(), params.data_ptr(), cids.data_ptr(), pids.data_ptr()
-        ) and (self._combine is None or self._combine(o, ws_max, ws_sum)):
-            return out
-        return None
+        ws = None  # held until launched
+        if self.workspace_shape is not None:
+            ws = torch.empty(self.workspace_shape, dtype=torch.float32, device=self._device)
+        launched = self.into(
+            out.data_ptr(), None if ws is None else ws.data_ptr(), element_mars.data_ptr(), params.data_ptr(),
+            cids.data_ptr(), pids.data_ptr(),
+        )  # fmt: skip
+        return out if launched else None
+
+    def into(self, out: int, workspace: int | None, element_mars: int, params: int, cids: int, pids: int) -> bool:
+        """Launch into the output at address ``out``, with the split-K workspace (fp32, shaped
+        ``workspace_shape``) at ``workspace``; without split-K the output stands in for it."""
+        ws_max = ws_sum = out
+        if workspace is not None:
+            ws_max, ws_sum = workspace, workspace + self._half
+        return self._forward(out, ws_max, ws_sum, element_mars, params, cids, pids) and (
+            self._combine is None or self._combine(out, ws_max, ws_sum)
+        )
 
 
 def sum_forward_replay(element_mars, params, cids, pids, block_size: int, tiles: SumForwardTiles, out, edges):
-    """After ``sum_forward(...)`` returned ``out`` (allocated by it): a :class:`SumForwardReplay`
-    of its launches, or None where one of them has no replay."""
+    """After ``sum_forward(...)`` returned ``out``: a :class:`SumForwardReplay` of its launches,
+    or None where one of them has no replay."""
     n_edges = cids.shape[1]
     n_rows = cids.shape[0] * block_size
     # The split-K workspace, if any, is a stand-in of the replay's own: the replay takes addresses.
     out, ws_max, ws_sum, k_per, splits = forward_buffers(element_mars, n_rows, n_edges, tiles.SPLITS, tiles.TILE_K, out)
-    replays = []
-    for kernel, grid, args, kwargs in _sum_forward_launches(
-        out, ws_max, ws_sum, element_mars, params, cids, pids, block_size, tiles, edges, k_per, splits
-    ):
-        replay = replay_of(kernel, element_mars, grid, *args, **kwargs)
-        if replay is None:
-            return None
-        replays.append(replay)
+    replays = replays_of(
+        _sum_forward_launches(
+            out, ws_max, ws_sum, element_mars, params, cids, pids, block_size, tiles, edges, k_per, splits
+        ),
+        element_mars,
+    )
+    if replays is None:
+        return None
     ws_shape = None if splits == 1 else (2, splits, n_rows, out.shape[1])
     combine = replays[1] if len(replays) > 1 else None
     return SumForwardReplay(replays[0], combine, tuple(out.shape), ws_shape, out.device)
+
+
+def replays_of(launches, like: torch.Tensor) -> list | None:
+    """Replays (:func:`kernels.launch.replay_of`) of ``[(kernel, grid, arguments, keywords)]``
+    just launched, each taking its tensor arguments' addresses in order; None where one has none."""
+    replays = []
+    for kernel, grid, args, kwargs in launches:
+        replay = replay_of(kernel, like, grid, *args, **kwargs)
+        if replay is None:
+            return None
+        replays.append(replay)
+    return replays
 
 
 def sum_backward(
@@ -912,52 +936,98 @@ def sum_backward(
     ``pids[g, k] + [0, bs)`` disjoint); then each address has one writer and a plain
     load-add-store replaces the atomic. Node splits of the element flows always add atomically.
     """
-    n_blocks, n_edges = cids.shape
-    batch = element_mars.shape[1]
     eflows = pflows = None
-    args = (node_flows, element_mars, params, out, cids, pids, batch, n_edges, block_size)
     if element_flows is not None and element_flows is not False:
         eflows = torch.zeros_like(element_mars) if element_flows is True else element_flows
-        m_per = tiles.e_nodes_per_split(block_size)
-        splits = cdiv(block_size, m_per)
-        grid = (n_blocks * cdiv(n_edges, tiles.E_TILE_K), cdiv(batch, tiles.E_BLOCK_B), splits)
-        tile = dict(TILE_M=tiles.E_TILE_M, TILE_K=tiles.E_TILE_K, BLOCK_B=tiles.E_BLOCK_B)
-        atomic = bool(element_atomic) or splits > 1
-        launch(
-            _sum_element_flows_kernel, element_mars, grid, eflows, *args, m_per, *edges.kernel_args(), **tile,
-            ATOMIC=atomic, FORM=tiles.element_form, PRECISION=tiles.PRECISION, AFFINE=edges.affine,
-            num_warps=tiles.num_warps,
-        )  # fmt: skip
     if param_flows is not None and param_flows is not False:
         pflows = torch.zeros_like(params) if param_flows is True else param_flows
-        grid = (n_blocks * cdiv(block_size, tiles.P_TILE_M) * cdiv(n_edges, tiles.P_TILE_K),)
-        tile = dict(TILE_M=tiles.P_TILE_M, TILE_K=tiles.P_TILE_K, BLOCK_B=tiles.P_BLOCK_B)
-        launch(
-            _sum_param_flows_kernel, element_mars, grid, pflows, *args, *edges.kernel_args(), **tile,
-            MUL_PARAMS=mul_params, ATOMIC=bool(param_atomic), FORM=tiles.param_form, PRECISION=tiles.PRECISION,
-            AFFINE=edges.affine, num_warps=tiles.num_warps,
-        )  # fmt: skip
+    flows = (node_flows, element_mars, params, out, cids, pids, block_size, tiles, edges)
+    for kernel, grid, args, kwargs in _sum_backward_launches(
+        eflows, pflows, *flows, mul_params, element_atomic, param_atomic
+    ):
+        launch(kernel, element_mars, grid, *args, **kwargs)
     return eflows, pflows
 
 
-def product_forward(node_mars, cids, block_size: int, tiles: ProductTiles, out=None):
+def _sum_backward_launches(
+    eflows, pflows, node_flows, element_mars, params, out, cids, pids, block_size, tiles, edges, mul_params,
+    element_atomic, param_atomic,
+):  # fmt: skip
+    """``[(kernel, grid, arguments, keywords)]`` of a sum-layer backward: the element flows'
+    kernel where ``eflows`` is a tensor, then the parameter flows' where ``pflows`` is."""
     n_blocks, n_edges = cids.shape
+    batch = element_mars.shape[1]
+    args = (node_flows, element_mars, params, out, cids, pids, batch, n_edges, block_size)
+    launches = []
+    if eflows is not None:
+        m_per = tiles.e_nodes_per_split(block_size)
+        splits = cdiv(block_size, m_per)
+        grid = (n_blocks * cdiv(n_edges, tiles.E_TILE_K), cdiv(batch, tiles.E_BLOCK_B), splits)
+        kwargs = dict(
+            TILE_M=tiles.E_TILE_M, TILE_K=tiles.E_TILE_K, BLOCK_B=tiles.E_BLOCK_B, ATOMIC=bool(element_atomic) or splits > 1,
+            FORM=tiles.element_form, PRECISION=tiles.PRECISION, AFFINE=edges.affine, num_warps=tiles.num_warps,
+        )  # fmt: skip
+        launches.append((_sum_element_flows_kernel, grid, (eflows, *args, m_per, *edges.kernel_args()), kwargs))
+    if pflows is not None:
+        grid = (n_blocks * cdiv(block_size, tiles.P_TILE_M) * cdiv(n_edges, tiles.P_TILE_K),)
+        kwargs = dict(
+            TILE_M=tiles.P_TILE_M, TILE_K=tiles.P_TILE_K, BLOCK_B=tiles.P_BLOCK_B, MUL_PARAMS=mul_params,
+            ATOMIC=bool(param_atomic), FORM=tiles.param_form, PRECISION=tiles.PRECISION, AFFINE=edges.affine,
+            num_warps=tiles.num_warps,
+        )  # fmt: skip
+        launches.append((_sum_param_flows_kernel, grid, (pflows, *args, *edges.kernel_args()), kwargs))
+    return launches
+
+
+def sum_backward_replays(
+    node_flows, element_mars, params, out, cids, pids, block_size: int, tiles: SumBackwardTiles, eflows, pflows,
+    mul_params: bool = True, element_atomic: bool = True, param_atomic: bool = True, edges: EdgeLayout = GATHER,
+):  # fmt: skip
+    """After ``sum_backward(...)`` added into ``eflows`` and ``pflows`` (tensors, or None for a
+    side it skipped): its launches as replays, each of ``(its flows, node_flows, element_mars,
+    params, out, cids, pids)`` addresses, in that order (element flows first); None where one has
+    none. Each adds into its flows, so a caller that falls back after a refusal must run only
+    the refused side the long way."""
+    flows = (node_flows, element_mars, params, out, cids, pids, block_size, tiles, edges)
+    launches = _sum_backward_launches(eflows, pflows, *flows, mul_params, element_atomic, param_atomic)
+    return replays_of(launches, element_mars)
+
+
+def product_forward(node_mars, cids, block_size: int, tiles: ProductTiles, out=None):
+    n_blocks = cids.shape[0]
     batch = node_mars.shape[1]
     if out is None:
         out = torch.empty((n_blocks * block_size, batch), dtype=torch.float32, device=node_mars.device)
-    grid = (n_blocks * cdiv(block_size, tiles.BLOCK_M), cdiv(batch, tiles.BLOCK_B))
-    tile = dict(BLOCK_M=tiles.BLOCK_M, BLOCK_B=tiles.BLOCK_B, num_warps=tiles.num_warps)
-    launch(_product_forward_kernel, node_mars, grid, out, node_mars, cids, batch, n_edges, block_size, **tile)
+    kernel, grid, args, kwargs = _product_launch(_product_forward_kernel, out, node_mars, cids, block_size, tiles)
+    launch(kernel, node_mars, grid, *args, **kwargs)
     return out
 
 
 def product_backward(grad_out, cids, block_size: int, n_rows: int, tiles: ProductTiles, grad_in=None):
     """``grad_in [n_rows, B]``: each child row receives the gradient (flow) of its parents."""
-    n_blocks, n_edges = cids.shape
     batch = grad_out.shape[1]
     if grad_in is None:
         grad_in = torch.zeros((n_rows, batch), dtype=torch.float32, device=grad_out.device)
-    grid = (n_blocks * cdiv(block_size, tiles.BLOCK_M), cdiv(batch, tiles.BLOCK_B))
-    tile = dict(BLOCK_M=tiles.BLOCK_M, BLOCK_B=tiles.BLOCK_B, num_warps=tiles.num_warps)
-    launch(_product_backward_kernel, grad_out, grid, grad_in, grad_out, cids, batch, n_edges, block_size, **tile)
+    kernel, grid, args, kwargs = _product_launch(_product_backward_kernel, grad_in, grad_out, cids, block_size, tiles)
+    launch(kernel, grad_out, grid, *args, **kwargs)
     return grad_in
+
+
+def _product_launch(kernel, written, read, cids, block_size: int, tiles: ProductTiles):
+    """``(kernel, grid, arguments, keywords)`` of a product layer's forward (``written`` the
+    output, ``read`` the children) or backward (``written`` the children's flows, ``read`` the
+    nodes' flows): both kernels take ``(written, read, cids)`` and the same tiles."""
+    n_blocks, n_edges = cids.shape
+    batch = read.shape[1]
+    grid = (n_blocks * cdiv(block_size, tiles.BLOCK_M), cdiv(batch, tiles.BLOCK_B))
+    kwargs = dict(BLOCK_M=tiles.BLOCK_M, BLOCK_B=tiles.BLOCK_B, num_warps=tiles.num_warps)
+    return kernel, grid, (written, read, cids, batch, n_edges, block_size), kwargs
+
+
+def product_replay(written, read, cids, block_size: int, tiles: ProductTiles, backward: bool = False):
+    """After :func:`product_forward` (``written`` its output, ``read`` node_mars) or, with
+    ``backward``, :func:`product_backward` (``written`` grad_in, ``read`` grad_out): its launch as
+    a replay of ``(written, read, cids)`` addresses, or None."""
+    kernel = _product_backward_kernel if backward else _product_forward_kernel
+    replays = replays_of([_product_launch(kernel, written, read, cids, block_size, tiles)], read)
+    return None if replays is None else replays[0]

@@ -26,9 +26,11 @@ gather for all steps) and rows ``L..2L-1`` receive ``s_t`` directly from the sum
 product layer reads both children with no concatenation copy.
 
 Launch overhead: an eager chain issues ``2 (T - 1) + 1`` forward kernels from Python; at small
-batch that can dominate (the issue: 2.8 ms wall for 0.24 ms of kernels). :meth:`HMM.graphed`
-captures forward (+ backward) once in a CUDA graph (``torch.cuda.graph``) and replays it, which
-separates launch overhead from kernel time. Guarded: CUDA only.
+batch that can dominate (the issue: 2.8 ms wall for 0.24 ms of kernels). Two answers: after the
+first call at a batch size on CUDA, the eager chain replays its steps' launches from the buffers'
+addresses (:mod:`.chain_replay`), and :meth:`HMM.graphed` captures forward (+ backward) once in a
+CUDA graph (``torch.cuda.graph``) and replays it, which separates launch overhead from kernel
+time. Guarded: CUDA only.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from kernels.block_sparse import (
     layer_edges,
     npu,
 )
+from kernels.block_sparse.chain_replay import ChainReplays
 from kernels.block_sparse.edges import check_edges
 from kernels.runtime import device_info
 from kernels.tuned_tables import device_key
@@ -72,6 +75,9 @@ class HMM:
     their edges (edges.py; "auto": computed on the GPU, gathered on the NPU). ``precision``: the
     transition layer's ``tl.dot`` input precision on the GPU (``gpu.PRECISIONS``), forward and
     backward (from batch 16 the rule's tiles take the dot forms); the NPU computes in fp32.
+    ``replays``: after the first eager chain call at a batch size on CUDA, later calls launch
+    the transition and product layers from addresses (:mod:`.chain_replay`); False runs every
+    launch through the layer functions (to compare the two).
     """
 
     def __init__(
@@ -85,6 +91,7 @@ class HMM:
         impl: str = "auto",
         heuristic: str = "auto",
         precision: str = "ieee",
+        replays: bool = True,
         **tiles,
     ):
         for name, value, low in (("T", T, 1), ("L", L, 1), ("V", V, 1)):
@@ -111,6 +118,7 @@ class HMM:
         self.tiles = dict(tiles)
         edges_option = check_edges(self.tiles.pop("EDGES", "auto"))
         self._plans: dict[int, ChainPlan] = {}
+        self._replays = ChainReplays(enabled=replays)  # the eager chain's launches from addresses, per batch
 
         dev = self.device.torch_device
         gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -198,16 +206,27 @@ class HMM:
         m, L, bs = self.module, self.L, self.block_size
         bufs = self.emissions(x)
         zs = torch.empty((max(self.T - 1, 1), L, B), dtype=torch.float32, device=x.device)
+        steps = self._replays.forward_pass(self, bufs, zs)  # None: the long way (chain_replay.py)
         for t in range(self.T - 2, -1, -1):
-            child = bufs[t + 1, :L] if t + 1 == self.T - 1 else zs[t + 1]
-            self.trans_forward(child, plan, out=bufs[t, L:])
-            m.product_forward(bufs[t], self.prod_cids, bs, plan.product, out=zs[t])
+            if steps is None or not steps.transition(t):
+                self.trans_forward(self.z_of(bufs, zs, t + 1), plan, out=bufs[t, L:])
+            if steps is None or not steps.product(t):
+                m.product_forward(bufs[t], self.prod_cids, bs, plan.product, out=zs[t])
         top = zs[0] if self.T > 1 else bufs[0, :L]
-        root = self.root_forward(top, plan)
+        root = None if steps is None else steps.root(top, self)
+        if root is None:
+            root = self.root_forward(top, plan)
+        if steps is None and self.T > 1:
+            self._replays.plan_forward(self, plan, bufs, zs, root)
         return {"ll": root[0], "root": root, "bufs": bufs, "zs": zs, "x": x}
 
     def z(self, state: dict, t: int) -> torch.Tensor:
-        return state["bufs"][t, : self.L] if t == self.T - 1 else state["zs"][t]
+        return self.z_of(state["bufs"], state["zs"], t)
+
+    def z_of(self, steps: torch.Tensor, zs: torch.Tensor, t: int) -> torch.Tensor:
+        """``z_t`` (or its flows) in step buffers ``steps`` and z buffers ``zs``: the last step's
+        lower half for ``t = T - 1``, else ``zs[t]``."""
+        return steps[t, : self.L] if t == self.T - 1 else zs[t]
 
     def backward(self, state: dict) -> dict:
         """Flows with root flow 1 per sequence: parameter flows of A (as ``trans_params``), pi, E."""
@@ -233,10 +252,20 @@ class HMM:
             edges=self.root_edges,
             **self.root_writers,
         )
+        steps = self._replays.backward_pass(self, state, fbufs, zflows, trans_flows)
         for t in range(0, T - 1):
-            m.product_backward(zflows[t], self.prod_cids, bs, 2 * L, plan.product, grad_in=fbufs[t])
-            target = fbufs[t + 1, :L] if t + 1 == T - 1 else zflows[t + 1]
-            self.trans_backward(fbufs[t, L:], self.z(state, t + 1), state["bufs"][t, L:], plan, target, trans_flows)
+            if steps is None or not steps.product(t):
+                m.product_backward(zflows[t], self.prod_cids, bs, 2 * L, plan.product, grad_in=fbufs[t])
+            # The transition's two kernels add into their flows: each falls back alone.
+            element = steps is not None and steps.element_flows(t)
+            param = steps is not None and steps.param_flows(t)
+            if not (element and param):
+                self.trans_backward(
+                    fbufs[t, L:], self.z(state, t + 1), state["bufs"][t, L:], plan,
+                    None if element else self.z_of(fbufs, zflows, t + 1), None if param else trans_flows,
+                )  # fmt: skip
+        if steps is None and T > 1:
+            self._replays.plan_backward(self, plan, state, fbufs, zflows, trans_flows, self.trans_writers)
         emit_flows = torch.zeros((L, self.V), dtype=torch.float32, device=dev)
         src = fbufs[:, :L].permute(1, 0, 2).reshape(L, T * B)
         emit_flows.index_add_(1, state["x"].t().reshape(-1), src)
