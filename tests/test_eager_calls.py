@@ -541,23 +541,31 @@ def test_hmm_eager_chain_replays_match_the_long_way(fresh_path, monkeypatch, T, 
 def test_hmm_eager_chain_replans_after_a_reset_and_is_seen_when_recorded(fresh_path, monkeypatch):
     """A reset of the fast path retires the chain's replays (the next call runs the long way and
     plans again); a recorded chain call launches every kernel through kernels.launch, so the
-    measuring tool sees each one."""
+    measuring tool sees each one; HMM(replays=False) always runs the long way."""
     from kernels.block_sparse.hmm import HMM
     from kernels.launch import recording
 
     T = 4
     hmm = HMM(T=T, L=64, V=5, device="cuda", seed=1)
+    long_way = []  # the transition layers run through the layer functions, per call
+    layer = hmm.trans_forward
+    monkeypatch.setattr(hmm, "trans_forward", lambda *a, **k: long_way.append(1) or layer(*a, **k))
+
+    def run():
+        long_way.clear()
+        out = _chain_run(hmm, x)
+        return out, len(long_way)
+
     x = hmm.sample(2)
-    want = _chain_run(hmm, x)
-    _chain_run(hmm, x)
+    want, n = run()
+    assert n == T - 1  # the first call at this batch: the long way, then the plan
+    assert run()[1] == 0
     fast_launch.reset()
-    hits = fast_launch.status()["hits"]
-    _chain_run(hmm, x)  # the long way: its launches are the fast path's first again
-    assert fast_launch.status()["hits"] == hits
-    _chain_run(hmm, x)
-    assert fast_launch.status()["hits"] - hits >= 5 * (T - 1)
+    assert run()[1] == T - 1
+    assert run()[1] == 0
     with recording() as launches:
-        got = _chain_run(hmm, x)
+        got, n = run()
+    assert n == T - 1
     names = [launch.name for launch in launches]
     assert names.count("_product_forward_kernel") == T - 1 and names.count("_product_backward_kernel") == T - 1
     assert names.count("_sum_param_flows_kernel") == T  # T - 1 transitions and the root
@@ -565,6 +573,15 @@ def test_hmm_eager_chain_replans_after_a_reset_and_is_seen_when_recorded(fresh_p
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
     monkeypatch.setenv(fast_launch.ENV_SWITCH, "0")
     fast_launch.reset()
-    for a, b in zip(_chain_run(hmm, x), want):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    for _ in range(2):
+        got, n = run()
+        assert n == T - 1
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
     assert fast_launch.status()["hits"] == 0
+    fixed = HMM(T=T, L=64, V=5, device="cuda", seed=1, replays=False)
+    monkeypatch.setenv(fast_launch.ENV_SWITCH, "1")
+    fast_launch.reset()
+    for _ in range(3):
+        for a, b in zip(_chain_run(fixed, x), want):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)

@@ -75,6 +75,7 @@ def chains(T: int, L: int, batch: int) -> dict:
 
 
 def measure(T: int, L: int, batches, rounds: int, rep_ms: float) -> dict:
+    """Every batch's rows, each batch's table printed as soon as it is measured."""
     from workbench.device import get_device
 
     dev = get_device("cuda")
@@ -95,25 +96,19 @@ def measure(T: int, L: int, batches, rounds: int, rep_ms: float) -> dict:
             }
             for name in calls
         }
+        print_rows(batch, out[batch])
     return out
 
 
-def print_table(results: dict, T: int, L: int) -> None:
-    print(f"\n== eager HMM chain, T={T}, L={L}, forward+backward (µs; median over rounds [range])")
-    print(f"{'batch':>5s} {'call':16s} {'wall':>9s} {'range':>21s} {'issue':>9s}")
-    for batch, rows in results.items():
-        for name, r in rows.items():
-            lo, hi = r["wall_range_us"]
-            print(f"{batch:5d} {name:16s} {r['wall_us']:9.1f} {f'[{lo:.1f}, {hi:.1f}]':>21s} {r['issue_us']:9.1f}")
-        ratios = [f"long way / replayed {rows['long way']['wall_us'] / rows['replayed']['wall_us']:.2f}"]
-        if "PyJuice eager" in rows:
-            ratios.append(
-                f"PyJuice eager / replayed {rows['PyJuice eager']['wall_us'] / rows['replayed']['wall_us']:.2f}"
-            )
-            ratios.append(
-                f"PyJuice eager / long way {rows['PyJuice eager']['wall_us'] / rows['long way']['wall_us']:.2f}"
-            )
-        print(f"{'':5s} {'; '.join(ratios)}")
+def print_rows(batch: int, rows: dict) -> None:
+    for name, r in rows.items():
+        lo, hi = r["wall_range_us"]
+        print(f"{batch:5d} {name:16s} {r['wall_us']:9.1f} {f'[{lo:.1f}, {hi:.1f}]':>21s} {r['issue_us']:9.1f}")
+    ratios = [f"long way / replayed {rows['long way']['wall_us'] / rows['replayed']['wall_us']:.2f}"]
+    if "PyJuice eager" in rows:
+        ratios.append(f"PyJuice eager / replayed {rows['PyJuice eager']['wall_us'] / rows['replayed']['wall_us']:.2f}")
+        ratios.append(f"PyJuice eager / long way {rows['PyJuice eager']['wall_us'] / rows['long way']['wall_us']:.2f}")
+    print(f"{'':5s} {'; '.join(ratios)}", flush=True)
 
 
 def main(argv=None) -> int:
@@ -130,9 +125,10 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("chain_host.py needs a CUDA device: the replays and the graph are CUDA only", file=sys.stderr)
         return 2
-    results = measure(args.T, args.L, args.batches, args.rounds, args.rep_ms)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
-    print_table(results, args.T, args.L)
+    print(f"\n== eager HMM chain, T={args.T}, L={args.L}, forward+backward (µs; median over rounds [range])")
+    print(f"{'batch':>5s} {'call':16s} {'wall':>9s} {'range':>21s} {'issue':>9s}", flush=True)
+    results = measure(args.T, args.L, args.batches, args.rounds, args.rep_ms)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         payload = {"T": args.T, "L": args.L, "device": torch.cuda.get_device_name(), "batches": results}
