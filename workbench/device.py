@@ -122,7 +122,7 @@ class Device(DeviceInfo):
     ) -> dict[object, dict[str, timing.Estimate]]:
         """Kernel, call and host timings of several calls at once, their trials interleaved.
 
-        ``budget_s`` is per call and timing; all samplers alternate (A B C A B C ...) until every
+        ``budget_s`` is per call and timing; all samplers alternate (A B C, B C A, ...) until every
         median's interval is within ``rel_width`` or the budget is spent. ``l2``: see
         :meth:`samplers`. Returns, per key, the estimates by timing name, plus ``"note"`` where
         the kernel timing had to fall back.

@@ -231,7 +231,7 @@ def measure_many(
 
     Each config is a mapping with ``variant`` and optionally ``dtype``, ``mode``, ``problem``,
     ``params`` and ``seed`` (the keywords of :func:`measure`). Every configuration is prepared
-    and checked first; then all of them are timed together, trials alternating (A B C A B C ...)
+    and checked first; then all of them are timed together, trials alternating (A B C, B C A, ...)
     so that drift in clocks or temperature hits each alike, and a ratio between two of them is
     a ratio of numbers taken under the same conditions. ``rep_ms`` is the time budget per
     configuration and timing; sampling stops earlier once every median's interval is within

@@ -17,7 +17,8 @@ of the same call, each answering one question:
   number.
 
 Each timing is a stream of samples. :func:`run_interleaved` draws them round-robin over every
-sampler it is given (A B C A B C ...) so that clock or thermal drift hits all alike, and stops
+sampler it is given, each round starting one place later (A B C, B C A, C A B, ...), so that
+clock or thermal drift and a place in the round hit all alike, and stops
 when the 95% confidence interval of every median is within ``rel_width`` (default +-2%) of it,
 or when the time budget ends; a timing that did not get there is marked not converged, and
 the record that holds it is "noisy". The interval is the distribution-free one for a quantile
@@ -164,8 +165,12 @@ def run_interleaved(
 ) -> dict[object, Estimate]:
     """Sample every sampler round-robin until all medians are within ``rel_width`` or time ends.
 
-    Each round draws once from each sampler in the mapping's order, so trials of variants A, B
-    and C alternate (A B C A B C ...). ``group(key)`` names the timing a sampler belongs to
+    Each round draws once from each sampler still sampling, in the mapping's order turned by
+    one place per round (A B C, B C A, C A B, ...): trials of variants A, B and C alternate, and
+    each sampler takes every place in the round equally often. The place matters: sampled first in every
+    round, right after the round's estimates, an eager norm call read 3-5 us more host time
+    than the same call sampled last in the same rounds (reports/h100-eager-call, "The place in
+    the round"). ``group(key)`` names the timing a sampler belongs to
     (kernel, call, host; one group for all when None). A sampler whose estimate has converged
     still takes its turn while another of its group has not: alternation is what keeps drift
     from favouring one side. Once every sampler of a group has converged, the whole group stops
@@ -181,19 +186,23 @@ def run_interleaved(
     for key in samplers:
         members.setdefault(group(key), []).append(key)
     samples: dict[object, list[float]] = {k: [] for k in samplers}
+    keys = list(samplers)
     active = set(members)
     start = clock()
+    rounds = 0
     while active:
-        for key, sampler in samplers.items():
-            if group(key) in active:
-                samples[key].extend(sampler.sample())
-                if order is not None:
-                    order.append(key)
+        live = [k for k in keys if group(k) in active]
+        turn = rounds % len(live)
+        for key in live[turn:] + live[:turn]:
+            samples[key].extend(samplers[key].sample())
+            if order is not None:
+                order.append(key)
+        rounds += 1
         counts = [len(v) for v in samples.values()]
         for name in list(active):
-            keys = members[name]
-            if min(len(samples[k]) for k in keys) >= min_samples and all(
-                estimate(samples[k], samplers[k].method, rel_width).converged for k in keys
+            keys_of = members[name]
+            if min(len(samples[k]) for k in keys_of) >= min_samples and all(
+                estimate(samples[k], samplers[k].method, rel_width).converged for k in keys_of
             ):
                 active.discard(name)
         if (min(counts) >= min_samples and clock() - start >= budget_s) or max(counts) >= max_samples:
