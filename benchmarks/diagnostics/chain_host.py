@@ -13,9 +13,10 @@ one process, in interleaved rounds:
 - ``PyJuice eager``: PyJuice's own HMM on the same parameters, where PyJuice is installed.
 
 Columns: the synchronised wall of one call (what the suite's ``hmm_chain_eager`` cells time,
-``host-wall``) and the host time to issue it (the call without the final synchronisation), as
-medians over the rounds of each round's median, in microseconds, with the rounds' range. The
-table ends with each batch's ratios. ``--out`` writes ``chain_host.json``.
+``host-wall``) and the host time to issue it (``workbench.timing.HostSampler``: the call without
+its final synchronisation), as medians over the rounds of each round's median, in microseconds,
+with the rounds' range. The table ends with each batch's ratios. ``--out`` writes
+``chain_host.json``.
 """
 
 from __future__ import annotations
@@ -24,23 +25,10 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-
-
-def issue_us(fn, sync, calls: int = 20) -> float:
-    """Median host time of ``fn()`` alone, the device drained before each call."""
-    out = []
-    for _ in range(calls):
-        sync()
-        started = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - started) * 1e6)
-    sync()
-    return statistics.median(out)
 
 
 def chains(T: int, L: int, batch: int) -> dict:
@@ -77,6 +65,7 @@ def chains(T: int, L: int, batch: int) -> dict:
 def measure(T: int, L: int, batches, rounds: int, rep_ms: float) -> dict:
     """Every batch's rows, each batch's table printed as soon as it is measured."""
     from workbench.device import get_device
+    from workbench.timing import HostSampler
 
     dev = get_device("cuda")
     out = {}
@@ -87,7 +76,7 @@ def measure(T: int, L: int, batches, rounds: int, rep_ms: float) -> dict:
         for _ in range(rounds):
             for name, fn in calls.items():
                 walls[name].append(dev.wall_per_call(fn, rep_ms=rep_ms).p50 * 1e3)
-                issues[name].append(issue_us(fn, dev.synchronize))
+                issues[name].append(statistics.median(HostSampler(fn, dev.synchronize, batch=20).sample()) * 1e3)
         out[batch] = {
             name: {
                 "wall_us": statistics.median(walls[name]),
