@@ -8,7 +8,7 @@ replay (:func:`kernels.launch.replay_of`) takes only the tensor arguments' addre
 address the chain launches with is one of its buffers' base address plus an offset fixed by the
 step. So a replayed step is a few integer additions and its launches.
 
-Buffers (fp32, contiguous, batch innermost, ``row`` = B x 4 bytes): the step buffers
+Buffers (fp32, contiguous, batch innermost; L rows are ``ChainLayout.half`` bytes): the step buffers
 ``[T, 2L, B]`` (rows ``0..L-1`` of step t hold ``e_t``, rows ``L..2L-1`` the transition's ``s_t``)
 and the z buffers ``[T - 1, L, B]``; ``z_{T-1}`` is the last step buffer's lower half. The
 backward's flow buffers have the same two shapes.
