@@ -200,6 +200,12 @@ def current_stream_handle(index: int) -> int:
     return torch.cuda.current_stream(index).cuda_stream
 
 
+def auto_impl(tensor: torch.Tensor) -> str:
+    """The kernels ``impl="auto"`` picks for a tensor: ``"npu"`` on an NPU, ``"gpu"`` elsewhere
+    (the CPU runs the GPU kernels in the Triton interpreter)."""
+    return "npu" if tensor.device.type == "npu" else "gpu"
+
+
 def device_of(tensor: torch.Tensor) -> DeviceInfo:
     """The device a tensor lives on (a dict lookup after the first call)."""
     return _INFOS.get(tensor.device)

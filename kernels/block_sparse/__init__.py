@@ -60,7 +60,7 @@ from kernels.block_sparse.reference import (
 )
 from kernels.block_sparse.tile_math import SHIFTS
 from kernels.plans import eager_plans, remember_plan, tile_items
-from kernels.runtime import device_of
+from kernels.runtime import auto_impl, device_of
 from kernels.spec import KernelSpec, Knob, Param, Tuning, Variant, run_of
 from kernels.tuned_tables import device_key
 
@@ -77,7 +77,7 @@ def _impl(impl: str, tensor: torch.Tensor) -> str:
     if impl not in IMPLS:
         raise ValueError(f"impl={impl!r} is not allowed; use one of {', '.join(IMPLS)}")
     if impl == "auto":
-        return "npu" if tensor.device.type == "npu" else "gpu"
+        return auto_impl(tensor)
     return impl
 
 

@@ -964,8 +964,9 @@ def _sum_backward_launches(
         splits = cdiv(block_size, m_per)
         grid = (n_blocks * cdiv(n_edges, tiles.E_TILE_K), cdiv(batch, tiles.E_BLOCK_B), splits)
         kwargs = dict(
-            TILE_M=tiles.E_TILE_M, TILE_K=tiles.E_TILE_K, BLOCK_B=tiles.E_BLOCK_B, ATOMIC=bool(element_atomic) or splits > 1,
-            FORM=tiles.element_form, PRECISION=tiles.PRECISION, AFFINE=edges.affine, num_warps=tiles.num_warps,
+            TILE_M=tiles.E_TILE_M, TILE_K=tiles.E_TILE_K, BLOCK_B=tiles.E_BLOCK_B,
+            ATOMIC=bool(element_atomic) or splits > 1, FORM=tiles.element_form, PRECISION=tiles.PRECISION,
+            AFFINE=edges.affine, num_warps=tiles.num_warps,
         )  # fmt: skip
         launches.append((_sum_element_flows_kernel, grid, (eflows, *args, m_per, *edges.kernel_args()), kwargs))
     if pflows is not None:

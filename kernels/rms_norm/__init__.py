@@ -27,6 +27,7 @@ import torch
 from kernels.plans import cached_plan, eager_plans, remember_plan, remember_replay, tile_items, unread_rows
 from kernels.rms_norm import gpu, npu
 from kernels.rms_norm.reference import CASTING_MODES, rms_norm_reference
+from kernels.runtime import auto_impl
 from kernels.torch_ops import encode_tiles
 
 IMPLS = ("gpu", "npu", "auto")
@@ -70,7 +71,7 @@ def resolve_norm_tiles(impl: str, x: torch.Tensor, tiles: dict, impls: dict):
     if impl not in IMPLS:
         raise ValueError(f"impl={impl!r} is not allowed; use one of {', '.join(IMPLS)}")
     if impl == "auto":
-        impl = "npu" if x.device.type == "npu" else "gpu"
+        impl = auto_impl(x)
     module, names = impls[impl]
     unknown = [name for name in tiles if name not in names]
     if unknown:

@@ -15,6 +15,7 @@ from kernels import tuned_tables
 from kernels.peers import compiled, missing
 from kernels.rms_norm import gpu, npu, rms_norm
 from kernels.rms_norm.reference import CASTING_MODES, rms_norm_reference
+from kernels.runtime import auto_impl
 from kernels.spec import (
     DEFAULT_TOLERANCES,
     DTYPES,
@@ -139,7 +140,7 @@ def our_variants(api, tensor_names, gpu_module, npu_module, backward_params, doc
                 for name in ("offset", "casting_mode")
                 if not _is_default(problem[name], api_defaults[name])
             }
-            if impl != ("npu" if tensors[0].device.type == "npu" else "gpu"):
+            if impl != auto_impl(tensors[0]):
                 options["impl"] = impl
             options.update(chosen_tiles(fixed, params, defaults))
             return functools.partial(api, *tensors, inputs.get("weight"), problem["eps"], **options)

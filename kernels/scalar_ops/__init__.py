@@ -29,7 +29,7 @@ import numbers
 import torch
 
 from kernels.plans import cached_plan, tile_items
-from kernels.runtime import device_info
+from kernels.runtime import auto_impl, device_info
 from kernels.scalar_ops import gpu, npu
 from kernels.scalar_ops.reference import OPS, scalar_op_reference
 from kernels.scalar_ops.strategies import (
@@ -142,7 +142,7 @@ def _resolve_triton(impl, x, tiles):
     if impl not in IMPLS:
         raise ValueError(f"impl={impl!r} is not allowed; use one of {', '.join(IMPLS)}")
     if impl == "auto":
-        impl = "npu" if x.device.type == "npu" else "gpu"
+        impl = auto_impl(x)
     names = _GPU_TILES if impl == "gpu" else _NPU_TILES
     unknown = sorted(set(tiles) - set(names))
     if unknown:

@@ -6,13 +6,13 @@
 
 It measures the family's tune grid (``KernelSpec.tuning``: the variant, its tile values and the
 sizes; ``--part backward``: ``KernelSpec.backward_tuning``, the backward kernel's own tiles timed
-forward+backward, in tables of their own under ``tuned/backward/``) with the sweep engine, picks
-one configuration per size (workbench/tune/pick.py) and writes the candidate table to ``OUT/tuned/<device>.json``, the records to
-``OUT/records.sqlite`` / ``.csv`` / ``.json``, and the tune report to ``OUT/report.html`` and
-``OUT/summary.md``. Without ``--write`` it prints the diff against the installed table
-(``kernels/<family>/tuned/<device>.json``); with it, it installs the candidate there. The
-candidate holds the sizes this run measured and keeps the installed table's other sizes as they
-were (:func:`workbench.tune.table.merge`).
+forward+backward, in tables of their own under ``tuned/backward/``) with the sweep engine, picks one
+configuration per size (workbench/tune/pick.py) and writes the candidate table to
+``OUT/tuned/<device>.json``, the records to ``OUT/records.sqlite`` / ``.csv`` / ``.json``, and the
+tune report to ``OUT/report.html`` and ``OUT/summary.md``. Without ``--write`` it prints the diff
+against the installed table (``kernels/<family>/tuned/<device>.json``); with it, it installs the
+candidate there. The candidate holds the sizes this run measured and keeps the installed table's
+other sizes as they were (:func:`workbench.tune.table.merge`).
 ``--device cpu`` tunes the interpreter at the family's quick sizes (a check of the path; its
 times are interpreter wall time). Bad input, or an installed table that cannot be read, is one
 line on stderr and exit 2 (the table is left as it was); a configuration with a wrong result is

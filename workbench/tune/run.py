@@ -3,17 +3,17 @@ the kernel times, and pick one configuration per size.
 
 Each size first measures its default (every tile "auto": what ``impl="auto"`` does today, the
 installed table included). Where that default came from an installed table's entry (its
-``tiles_source`` is ``tuned:...``) that is not empty, the size also measures the family's rule:
-the same call with the tuned part's tables off (a task with ``tables=False``, or the part's name
-for a part other than the forward, measured inside :func:`kernels.tuned_tables.disabled`), so an
-entry that a later change of the rule overtook is seen and dropped (:mod:`workbench.tune.pick`). Then come the strategy's proposals, in rounds:
-``grid`` and ``random`` send every configuration they will measure in one round (the executor
-keeps every worker busy); ``bayes`` asks about two configurations per worker per round, spread
-over the sizes, and learns from each round before the next. Within a round the larger sizes go
-first, so the slowest configurations do not form the tail. Every record goes through
-:func:`workbench.sweep.engine.run_sweep` into the out folder's store (the driver its one
-writer); a tune run again into the same folder takes what is recorded there instead of
-measuring it again. ``budget_s`` stops asking and cancels what has not started once it is spent.
+``tiles_source`` is ``tuned:...``) that is not empty, the size also measures the family's rule: the
+same call with the tuned part's tables off (a task with ``tables=False``, or the part's name for a
+part other than the forward, measured inside :func:`kernels.tuned_tables.disabled`), so an entry
+that a later change of the rule overtook is seen and dropped (:mod:`workbench.tune.pick`). Then come
+the strategy's proposals, in rounds: ``grid`` and ``random`` send every configuration they will
+measure in one round (the executor keeps every worker busy); ``bayes`` asks about two configurations
+per worker per round, spread over the sizes, and learns from each round before the next. Within a
+round the larger sizes go first, so the slowest configurations do not form the tail. Every record
+goes through :func:`workbench.sweep.engine.run_sweep` into the out folder's store (the driver its
+one writer); a tune run again into the same folder takes what is recorded there instead of measuring
+it again. ``budget_s`` stops asking and cancels what has not started once it is spent.
 """
 
 from __future__ import annotations
