@@ -11,12 +11,17 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
+import testkit
 
 from workbench import notebook_git
 from workbench.reports.mathml import markdown_with_mathml
@@ -108,6 +113,7 @@ def test_a_save_that_changed_only_outputs_leaves_git_status_clean(filtered_repo)
     assert _git(filtered_repo, "diff", "--stat").strip() == ""  # the filter sees no change ...
     assert _git(filtered_repo, "status", "--porcelain").strip() == "M notebooks/n.ipynb"  # ... but the size did
     notebook_git.refresh_index_after_save(model={"type": "notebook"}, os_path=str(nb))
+    assert notebook_git.wait_for_refreshes(timeout=60)  # git runs off the save's path
     assert _git(filtered_repo, "status", "--porcelain").strip() == ""
     assert _git(filtered_repo, "diff", "--cached", "--stat").strip() == ""  # nothing was staged
 
@@ -115,6 +121,83 @@ def test_a_save_that_changed_only_outputs_leaves_git_status_clean(filtered_repo)
     assert notebook_git.refresh_index(nb) is False
     assert _git(filtered_repo, "status", "--porcelain").strip() == "M notebooks/n.ipynb"
     assert _git(filtered_repo, "diff", "--cached", "--stat").strip() == ""  # the edit was not staged
+
+
+def _tracked_notebooks(repo: Path, count: int) -> list[Path]:
+    """``count`` committed notebooks, then each saved again with outputs (Run All, then Save)."""
+    (repo / "notebooks").mkdir()
+    paths = [repo / "notebooks" / f"n{i}.ipynb" for i in range(count)]
+    for i, nb in enumerate(paths):
+        nb.write_text(_notebook([f"x = {i}", "print(x)"]))
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "notebooks")
+    for i, nb in enumerate(paths):
+        nb.write_text(_notebook([f"x = {i}", "print(x)"], outputs=True))
+    return paths
+
+
+@pytest.fixture
+def slow_git(tmp_path, monkeypatch):
+    """:func:`testkit.slow_git` (an ``add`` 1.5 s slower, the lock held that long) first on PATH."""
+    monkeypatch.setenv("PATH", f"{testkit.slow_git(tmp_path / 'slow-git', 1.5)}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(notebook_git, "SLOW_WRITE_S", 0.5)  # shorter than the add: the slow path runs
+    return 1.5
+
+
+class _ContentsManager:
+    """What the hook reads of Jupyter's contents manager: its logger (the lab's log)."""
+
+    log = logging.getLogger("test-lab")
+
+
+@needs_git
+def test_saves_return_at_once_and_a_slow_git_is_never_killed(filtered_repo, slow_git, caplog):
+    """Several saves at once, with a git that holds its lock longer than the hook's slow-write
+    mark: every save returns at once, git finishes each add, no lock is left, status is clean."""
+    paths = _tracked_notebooks(filtered_repo, 2)
+    assert len(_git(filtered_repo, "status", "--porcelain").splitlines()) == 2
+    returned = []
+
+    def save(nb):
+        started = time.perf_counter()
+        notebook_git.refresh_index_after_save(
+            model={"type": "notebook"}, os_path=str(nb), contents_manager=_ContentsManager()
+        )
+        returned.append(time.perf_counter() - started)
+
+    with caplog.at_level(logging.INFO, logger="test-lab"):
+        threads = [threading.Thread(target=save, args=(nb,)) for nb in paths * 2]  # each saved twice
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert max(returned) < 0.5, returned  # the adds take >= 1.5 s each
+        assert notebook_git.wait_for_refreshes(timeout=120)
+    assert _git(filtered_repo, "status", "--porcelain").strip() == ""
+    assert not (filtered_repo / ".git" / "index.lock").exists()
+    assert "letting it finish" in caplog.text  # the slow add was waited for, not stopped
+    assert "WARNING" not in caplog.text
+
+
+@needs_git
+def test_a_lock_held_by_another_git_is_waited_for_and_never_removed(filtered_repo, monkeypatch, caplog):
+    (nb,) = _tracked_notebooks(filtered_repo, 1)
+    lock = filtered_repo / ".git" / "index.lock"
+    lock.write_text("another git's")
+    monkeypatch.setattr(notebook_git, "LOCK_WAIT_S", 0.5)
+    with caplog.at_level(logging.WARNING, logger="test-lab"):
+        notebook_git.refresh_index_after_save(
+            model={"type": "notebook"}, os_path=str(nb), contents_manager=_ContentsManager()
+        )
+        assert notebook_git.wait_for_refreshes(timeout=60)
+    assert lock.read_text() == "another git's"  # skipped, and the other process's lock left alone
+    assert len(caplog.records) == 1 and "index.lock" in caplog.records[0].getMessage()
+    assert _git(filtered_repo, "status", "--porcelain").strip() == "M notebooks/n0.ipynb"
+
+    monkeypatch.setattr(notebook_git, "LOCK_WAIT_S", 30.0)
+    threading.Timer(0.5, lock.unlink).start()  # the other git finishes while the refresh waits
+    assert notebook_git.refresh_index(nb) is True
+    assert _git(filtered_repo, "status", "--porcelain").strip() == ""
 
 
 @needs_git

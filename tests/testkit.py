@@ -66,3 +66,23 @@ def interleave_long_tests(items: list) -> list:
         if i < len(rest):
             out.append(rest[i])
     return out + rest[len(long) :]
+
+
+def slow_git(folder: Path, seconds: float) -> Path:
+    """A folder holding a ``git`` whose ``add`` runs the notebook filter ``seconds`` slower, so the
+    real git holds ``index.lock`` that long (a loaded machine's nbstripout). Put first on PATH, it
+    shows that a save neither waits for git nor leaves its lock behind (the save hook,
+    workbench/notebook_git.py)."""
+    real = shutil.which("git")
+    folder.mkdir(parents=True, exist_ok=True)
+    shim = folder / "git"
+    shim.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = add ]; then\n'
+        f'  clean="$({real} config filter.nbstripout.clean)"\n'
+        f'  exec {real} -c "filter.nbstripout.clean=sleep {seconds}; $clean" "$@"\n'
+        "fi\n"
+        f'exec {real} "$@"\n'
+    )
+    shim.chmod(0o755)
+    return folder
