@@ -23,10 +23,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import labkit  # noqa: E402
+import testkit  # noqa: E402
 
 EXPLORER_NOTEBOOK = "rms_norm.ipynb"  # the notebook whose live Explorer the tests drive
 WIDTH = 1280  # px: the window the issue's layout targets name
 RUN_ALL_TIMEOUT = 240  # s for one notebook's Run All (each takes well under 90 s here)
+SLOW_GIT_S = 3  # s the lab's git holds its index lock per add (testkit.slow_git)
 
 
 def artifacts_root() -> Path:
@@ -71,7 +73,10 @@ def lab(checkout):
     workspace dirs, serving the checkout copy's notebooks/ with their kernels importing that
     copy (so the default store and records go to its results/). Shut down at the end of the
     session, whatever happened."""
-    server = labkit.Lab(checkout / "notebooks", checkout.parent / "server", env={"PYTHONPATH": str(checkout)})
+    # a slow git first on the lab's PATH: a save must neither wait for it nor leave its lock behind
+    slow = testkit.slow_git(checkout.parent / "slow-git", SLOW_GIT_S)
+    env = {"PYTHONPATH": str(checkout), "PATH": f"{slow}{os.pathsep}{os.environ['PATH']}"}
+    server = labkit.Lab(checkout / "notebooks", checkout.parent / "server", env=env)
     try:
         server.start()
     except Exception:
@@ -118,9 +123,10 @@ def save_artifacts(page, console: list[str], lab, folder: Path) -> list[str]:
 @pytest.fixture(scope="session")
 def run_all(lab, chromium, checkout):
     """Every notebook opened in JupyterLab at its defaults (no parameter injected: on this CPU
-    machine that is the interpreter at small sizes), Run > Run All Cells, then File > Save, one
-    after another as a person would. Returns {"runs": {name: labkit.RunAll}, "git_status",
-    "version", "rms_norm": its still-open NotebookPage (the Explorer tests drive it)}. The other
+    machine that is the interpreter at small sizes), Run > Run All Cells, then File > Save twice,
+    one after another as a person would. Returns {"runs": {name: labkit.RunAll}, "git_status"
+    (once the save hook's git is done), "index_lock_left", "version", "rms_norm": its still-open
+    NotebookPage (the Explorer tests drive it)}. The other
     notebooks' kernels are shut down once they have run."""
     runs: dict[str, labkit.RunAll] = {}
     kept = None
@@ -145,9 +151,13 @@ def run_all(lab, chromium, checkout):
     root.mkdir(parents=True, exist_ok=True)
     (root / "run_all_times.json").write_text(json.dumps(times, indent=1) + "\n")
     print(f"\nRun All at the defaults in JupyterLab, seconds: {times} (total {sum(times.values()):.1f})")
+    saves = {name: [round(t, 2) for t in r.save_seconds] for name, r in runs.items()}
+    print(f"File > Save, seconds from the click to a clean tab: {saves}")
+    status = labkit.settled_git_status(checkout)  # the save hook's git runs in the server's background
     yield {
         "runs": runs,
-        "git_status": labkit.git_status(checkout),
+        "git_status": status,
+        "index_lock_left": (checkout / ".git" / "index.lock").exists(),
         "version": labkit.code_version_of(checkout),
         "rms_norm": kept,
     }

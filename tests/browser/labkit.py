@@ -125,6 +125,18 @@ def git_status(repo: Path) -> list[str]:
     return [line for line in _git(repo, "status", "--porcelain", "--untracked-files=all").splitlines() if line]
 
 
+def settled_git_status(repo: Path, timeout: float = 180) -> list[str]:
+    """:func:`git_status` once the lab's save hook has refreshed the index: the hook runs git in
+    the server's background, so a save's entry can still be in flight; polls until the tree is
+    clean or ``timeout``, then returns what it last saw."""
+    end = time.monotonic() + timeout
+    while True:
+        status = git_status(repo)
+        if not status or time.monotonic() >= end:
+            return status
+        time.sleep(1.0)
+
+
 def code_version_of(repo: Path) -> str:
     """What :func:`workbench.provenance.version_of` names the copy's code."""
     out = subprocess.run(
@@ -422,6 +434,7 @@ class RunAll:
     widget_errors: list[str] = field(default_factory=list)
     page_errors: list[str] = field(default_factory=list)
     saved: bool = False
+    save_seconds: list[float] = field(default_factory=list)  # each File > Save, click to clean tab
 
 
 class NotebookPage:
@@ -475,24 +488,28 @@ class NotebookPage:
         self.page.get_by_role("menuitem", name="Run", exact=True).click()
         self.page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
 
-    def save(self, timeout: float = 30) -> bool:
-        """File > Save (Ctrl+S in the notebook), then wait until the tab no longer shows unsaved
-        changes; True when it did."""
+    def save(self, timeout: float = 30) -> float | None:
+        """File > Save, then wait until the tab no longer shows unsaved changes: the seconds from
+        the click to then, or None when it did not happen within ``timeout``."""
         self.page.get_by_role("menuitem", name="File", exact=True).click()
         # the item's accessible name carries its shortcut: find it by its label
-        self.page.locator(
+        item = self.page.locator(
             ".lm-Menu-item", has=self.page.locator(".lm-Menu-itemLabel", has_text="Save Notebook")
-        ).filter(has_not_text="As").first.click()
-        end = time.monotonic() + timeout
+        ).filter(has_not_text="As")
+        item.first.wait_for()
+        started = time.monotonic()
+        item.first.click()
+        end = started + timeout
         while time.monotonic() < end:
             if self.page.locator(".lm-TabBar-tab.jp-mod-dirty, .jp-mod-dirty").count() == 0:
-                return True
-            time.sleep(0.2)
-        return False
+                return time.monotonic() - started
+            time.sleep(0.05)
+        return None
 
-    def run_all_and_save(self, timeout: float = 240) -> RunAll:
+    def run_all_and_save(self, timeout: float = 240, saves: int = 2) -> RunAll:
         """Open the notebook, Run All, wait until every cell ran (or execution stopped), read what
-        the page shows, then save it."""
+        the page shows, then save it ``saves`` times (a person saves again; the second save's git
+        refresh queues behind the first's)."""
         self.open()
         self.lab.remember_kernels()
         t0 = time.monotonic()
@@ -506,7 +523,12 @@ class NotebookPage:
             widget_errors=self.widget_errors(),
             page_errors=self.page_errors(),
         )
-        run.saved = self.save()
+        for _ in range(saves):
+            took = self.save()
+            run.saved = took is not None
+            if not run.saved:
+                break
+            run.save_seconds.append(took)
         return run
 
     def cells_state(self) -> list[str]:
