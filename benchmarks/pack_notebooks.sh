@@ -17,7 +17,7 @@ set -euo pipefail
 DEST=${1:-.whl}
 PIP=${PIP:-python3 -m pip}
 PYVER=${PYVER:-3.12}
-STACK=${STACK:-"papermill nbconvert ipykernel ipywidgets plotly latex2mathml"}
+STACK=${STACK:-"papermill nbconvert ipykernel ipywidgets plotly latex2mathml pebble"}
 PEERS=${PEERS:-"liger-kernel==0.8.5 pyjuice==2.6.3 nvidia-cutlass==4.2.0.0"}
 SKIP=${SKIP:-"numpy pandas scipy torch triton filelock networkx sympy mpmath fsspec setuptools debugpy jedi parso widgetsnbextension"}
 mkdir -p "$DEST"

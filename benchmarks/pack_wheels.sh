@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The wheels a GPU machine lacks for the suite and its diagnostics: the peers (Liger-Kernel,
+# The wheels a GPU machine lacks for the suite and its diagnostics: pebble (the compile processes),
+# the peers (Liger-Kernel,
 # PyJuice and the CUTLASS headers PyJuice's CuTe path reads), py-spy (a sampling profiler for
 # "where does the suite's time go") and pytest-xdist (the GPU tests on several processes). The
 # GPU image has torch, triton, numpy, scipy, pandas, numba, networkx, matplotlib and tqdm
@@ -17,7 +18,7 @@ set -euo pipefail
 DEST=${1:-.whl}
 PIP=${PIP:-python3 -m pip}
 PYVER=${PYVER:-3.12}
-WHEELS=${WHEELS:-"liger-kernel==0.8.5 pyjuice==2.6.3 nvidia-cutlass==4.2.0.0 py-spy==0.4.3 pytest-xdist==3.8.0 execnet==2.1.1"}
+WHEELS=${WHEELS:-"pebble==5.2.3 liger-kernel==0.8.5 pyjuice==2.6.3 nvidia-cutlass==4.2.0.0 py-spy==0.4.3 pytest-xdist==3.8.0 execnet==2.1.1"}
 # ipywidgets imports IPython and traitlets; none of the notebook stack is on the GPU image.
 WIDGET_WHEELS="plotly narwhals ipywidgets comm traitlets widgetsnbextension jupyterlab_widgets anywidget psygnal
   typing_extensions ipython ipython_pygments_lexers pygments decorator jedi parso matplotlib-inline pexpect

@@ -256,7 +256,7 @@ def compile_ahead_summary(result, executor) -> dict:
     seconds, overlapped with measuring, so no part of the wall time), plus how many records'
     first call found every kernel compiled ahead (``first_call_cached``) and that first call's
     seconds summed over them (``cached_first_call_s``). Empty without compile-ahead."""
-    from workbench.sweep.compile_note import first_call_cached, note_of
+    from workbench.compiling.note import first_call_cached, note_of
 
     summary = dict(executor.compile_ahead)
     if not summary:
@@ -453,8 +453,8 @@ def _overlap(a: dict, b: dict) -> bool:
 
 
 def compare(args) -> int:
+    from workbench.compiling.note import first_call_cached, note_of
     from workbench.reports.sweep import write_report
-    from workbench.sweep.compile_note import first_call_cached, note_of
 
     root = Path(args.compare)
     runs = {}  # (GPUs, nodes) -> the run

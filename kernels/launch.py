@@ -350,7 +350,7 @@ _compiling: list[_CompileBlock] = []
 
 
 @contextlib.contextmanager
-def compile_only(target=None, device: DeviceInfo | None = None, launchers: bool = False):
+def compile_only(target=None, device: DeviceInfo | None = None, launchers: bool = False, every_jit: bool = False):
     """Inside the block, :func:`launch` compiles each kernel it is given and runs nothing::
 
         with compile_only(GPUTarget("cuda", 90, 32), described_device("cuda", name=..., num_cores=132)) as done:
@@ -371,18 +371,46 @@ def compile_only(target=None, device: DeviceInfo | None = None, launchers: bool 
     ``launchers``: also build each kernel's host launcher into the Triton cache
     (:func:`build_launcher`), so the measuring process's first launch loads it too.
 
+    ``every_jit``: also take every Triton JIT launch made in the block that does not go through
+    :func:`launch` (a peer library launching its own ``@triton.jit`` kernels) as a compile.
+
     Process-wide (every thread's launches compile): meant for a process that only compiles. On
     leaving, the families' remembered plans are dropped (:func:`kernels.tuned_tables.reload`),
     so tiles planned for ``device`` never answer a later CPU call."""
     block = _CompileBlock(target, [], launchers)
     _compiling.append(block)
     try:
-        with standing_in(device) if device is not None else contextlib.nullcontext(), fast_launch.replays_paused():
+        with (
+            standing_in(device) if device is not None else contextlib.nullcontext(),
+            fast_launch.replays_paused(),
+            _jit_launches_compile() if every_jit else contextlib.nullcontext(),
+        ):
             yield block.compiled
     finally:
         _compiling.remove(block)
         if device is not None:
             tuned_tables.reload()
+
+
+@contextlib.contextmanager
+def _jit_launches_compile():
+    """Within the block, a ``kernel[grid](...)`` launch of any Triton JIT function compiles for the
+    innermost :func:`compile_only` block's target and runs nothing (Triton 3.6 to 3.9 launch
+    through ``JITFunction.run(*args, grid=..., warmup=False, ...)``)."""
+    from triton.runtime.jit import JITFunction
+
+    original = JITFunction.run
+
+    def run(self, *args, grid, warmup, **kwargs):
+        if warmup or not _compiling:
+            return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+        return _compile_instead(self, grid, args, kwargs)
+
+    JITFunction.run = run
+    try:
+        yield
+    finally:
+        JITFunction.run = original
 
 
 def _compile_instead(kernel, grid, args, kwargs):

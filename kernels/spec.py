@@ -162,7 +162,8 @@ class Variant:
     come from (:mod:`kernels.tuned_tables`: ``"tuned:<device key>@<bucket>"``, ``"heuristic
     (...)"`` with the reason, or ``"explicit"``; a part with a table of its own adds
     ``"; backward: ..."``, :func:`kernels.tuned_tables.joined_sources`); records carry it as
-    ``tiles_source``.
+    ``tiles_source``. ``triton_peer``: a peer whose kernels are plain Triton JIT functions, which
+    a compile process can compile ahead (:attr:`compiles_ahead`).
     ``bind(inputs, problem, **params)``, where given, returns the zero-argument call ``run`` would
     make, its arguments looked up once: the call a user writes (``rms_norm(x, w, eps)``),
     which :meth:`call` gives the measuring tool to time, so that host and call times count the
@@ -184,6 +185,9 @@ class Variant:
     precision: Callable[[Mapping[str, Any]], str] | None = None
     tiles_source: Callable[..., str] | None = None
     bind: Callable[..., Callable[[], Any]] | None = None
+    # A peer whose kernels are plain Triton JIT functions its own code launches (Liger-Kernel's):
+    # a compile process can compile its first call ahead, as it does ours (:attr:`compiles_ahead`).
+    triton_peer: bool = False
 
     def call(
         self, inputs: Mapping[str, Any], problem: Mapping[str, Any], params: Mapping[str, Any]
@@ -198,6 +202,13 @@ class Variant:
     def is_peer(self) -> bool:
         """A torch path or a peer library: measured beside ours, never one of our kernels."""
         return self.backend in PEER_BACKENDS
+
+    @property
+    def compiles_ahead(self) -> bool:
+        """Whether a compile process can compile this variant's first call ahead of the measuring
+        process: ours, and a peer whose kernels are plain Triton (``triton_peer``); not a torch
+        path (torch.compile keeps its own compile workers and caches)."""
+        return not self.is_peer or self.triton_peer
 
     def param(self, name: str) -> Param:
         for p in self.params:

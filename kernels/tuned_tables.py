@@ -313,6 +313,11 @@ def disabled(part: str | None = None):
         _forget_answers()
 
 
+def disabled_parts() -> frozenset:
+    """The parts whose tables are off now (:func:`disabled`; None in the set: every part)."""
+    return frozenset(_DISABLED)
+
+
 def choose(family: str, key: str | None, size: int, given, names, part: str = FORWARD) -> Lookup:
     """The table's tiles for a call that passed ``given`` tile arguments: none, with source
     ``"explicit"``, when the call set any of ``names`` (the tiles the family tunes; a table's

@@ -19,9 +19,10 @@ from testkit import H100_FACTS, HAVE_PTXAS
 
 import kernels
 from kernels import launch as launch_module
-from workbench.sweep.compile_ahead import cache_folder, compile_task
+from workbench.compiling.cache import cache_folder
+from workbench.compiling.note import note_on_record
+from workbench.sweep.compile_ahead import compile_task
 from workbench.sweep.compile_ahead_driver import CompileAhead
-from workbench.sweep.compile_note import note_on_record
 from workbench.sweep.lanes import Lanes
 from workbench.sweep.tasks import make_task, run_task
 
@@ -203,7 +204,7 @@ def test_first_compile_puts_its_kernel_in_the_cache_for_the_target(tmp_path, mon
     """A compile worker's warm-up compiles the first-compile kernel for the target's facts into
     the Triton cache (a real compile, no GPU); an H200's facts (another name, the same sm_90)
     find it there."""
-    from workbench.sweep.first_compile import first_compile
+    from workbench.compiling.first_compile import first_compile
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     assert first_compile(H100) > 0
@@ -216,7 +217,7 @@ def test_first_compile_puts_its_kernel_in_the_cache_for_the_target(tmp_path, mon
 def test_first_launch_runs_its_kernel_and_checks_what_it_wrote(monkeypatch):
     """A measuring actor's warm-up launches the kernel through the library's launch path (the
     interpreter here) and checks its output: a kernel that wrote something else raises."""
-    from workbench.sweep import first_compile as module
+    from workbench.compiling import first_compile as module
 
     assert module.first_launch("cpu") > 0
 
@@ -291,7 +292,7 @@ def test_the_driver_reads_the_target_its_gpus_share(monkeypatch):
     """The driver's GPUs give the facts a measuring worker on any of them would (Triton's target
     is the capability as major * 10 + minor, 32 lanes); GPUs of two kinds, or none, give None:
     which one a worker gets is Ray's choice, so the first worker's facts are waited for."""
-    from workbench.sweep.compile_ahead import visible_device_facts
+    from workbench.compiling.target import visible_device_facts
 
     _fake_gpus(monkeypatch, H100_PROPS, H100_PROPS)
     assert visible_device_facts("cuda") == H100
@@ -308,10 +309,10 @@ def test_the_driver_reads_the_target_its_gpus_share(monkeypatch):
 def test_driver_target_takes_the_environment_then_the_driver_else_the_first_actor(monkeypatch):
     import json
 
-    from workbench.sweep import compile_ahead
-    from workbench.sweep.compile_ahead import TARGET_ENV, driver_target
+    from workbench.compiling import target
+    from workbench.compiling.target import TARGET_ENV, driver_target
 
-    monkeypatch.setattr(compile_ahead, "visible_device_facts", lambda device: H100 if device == "cuda" else None)
+    monkeypatch.setattr(target, "visible_device_facts", lambda device: H100 if device == "cuda" else None)
     monkeypatch.delenv(TARGET_ENV, raising=False)
     assert driver_target("cuda") == (H100, "driver")
     assert driver_target("cuda", probe=False) == (None, "actor")  # a cluster's GPUs are not the driver's
@@ -434,7 +435,7 @@ def test_compile_task_lists_each_kernels_launcher_time(recorded_compiles):
 
 
 def test_host_utilities_are_built_for_cuda_only(fake_nvidia):
-    from workbench.sweep.compile_ahead import build_host_utilities
+    from workbench.compiling.target import build_host_utilities
 
     assert build_host_utilities("npu") is None and fake_nvidia.built == []
     assert build_host_utilities("cuda") >= 0.0

@@ -142,7 +142,7 @@ def test_a_target_the_driver_knows_is_compiled_for_before_any_measuring_actor_re
 
     from testkit import H100_FACTS
 
-    from workbench.sweep.compile_ahead import TARGET_ENV
+    from workbench.compiling.target import TARGET_ENV
     from workbench.sweep.ray_executor import triton_cache_root
 
     monkeypatch.setenv(TARGET_ENV, json.dumps(H100_FACTS))
@@ -175,12 +175,12 @@ def test_the_first_actor_gives_the_target_where_the_driver_cannot_tell_and_corre
     actor's; a compile_target given is used as given."""
     from testkit import H100_FACTS
 
-    from workbench.sweep import compile_ahead
-    from workbench.sweep.compile_ahead import TARGET_ENV
+    from workbench.compiling import target
+    from workbench.compiling.target import TARGET_ENV
     from workbench.sweep.compile_ahead_driver import CompileAhead
 
     monkeypatch.delenv(TARGET_ENV, raising=False)
-    monkeypatch.setattr(compile_ahead, "visible_device_facts", lambda device: None)
+    monkeypatch.setattr(target, "visible_device_facts", lambda device: None)
     assert own_executor._known_target("cuda") == (None, "actor")
     ahead = CompileAhead(ray, [], None, 60, None, source="actor")
     own_executor._check_target(ahead, H100_FACTS)
@@ -189,7 +189,7 @@ def test_the_first_actor_gives_the_target_where_the_driver_cannot_tell_and_corre
 
     h200 = dict(H100_FACTS, name="NVIDIA H200")
     own_executor._target, own_executor._target_checked = None, False
-    monkeypatch.setattr(compile_ahead, "visible_device_facts", lambda device: h200)
+    monkeypatch.setattr(target, "visible_device_facts", lambda device: h200)
     assert own_executor._known_target("cuda") == (h200, "driver")
     monkeypatch.setenv(TARGET_ENV, "actor")  # the probe is not even asked
     own_executor._target = None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-# The device facts a compile-ahead compiles for (workbench.sweep.compile_ahead.device_facts) of an
+# The device facts a compile-ahead compiles for (workbench.compiling.target.device_facts) of an
 # H100, for tests that compile with Triton's own compiler and no GPU.
 H100_FACTS = {
     "kind": "cuda",

@@ -137,3 +137,18 @@ def parse_values(text: str, like: list) -> list:
         match = [v for v in like if str(v) == str(value)]
         out.append(match[0] if match else value)
     return out
+
+
+def neighbour_values(widget: W.Widget) -> list:
+    """The values one step away from a control's current one: the previous and next option of a
+    slider or dropdown, the other state of a checkbox; none for a free number (no step to take)."""
+    if isinstance(widget, W.Checkbox):
+        return [not widget.value]
+    options = getattr(widget, "options", None)
+    if not options:
+        return []
+    values = [o[1] if isinstance(o, tuple) else o for o in options]
+    if widget.value not in values:
+        return []
+    i = values.index(widget.value)
+    return [values[j] for j in (i + 1, i - 1) if 0 <= j < len(values)]

@@ -62,9 +62,10 @@ import plotly.graph_objects as go
 
 from kernels.runtime import kinds_present
 from kernels.spec import KernelSpec
-from widgets.controls import Worker, knob_widget, param_widget, parse_values
+from widgets.controls import Worker, knob_widget, neighbour_values, param_widget, parse_values
 from widgets.session import Session
 from workbench import ncu
+from workbench.compiling import service as compile_service
 from workbench.reports import checks, why
 from workbench.reports import figures as F
 from workbench.reports.text import short_reason
@@ -477,6 +478,7 @@ class Explorer:
             hit = sess.cache.get(sess.key(cfg["variant"], cfg["problem"], cfg["params"], cfg["mode"], cfg["dtype"]))
             if hit is not None:
                 self._show_record(hit, cached=True)
+                self._compile_neighbours(cfg)
                 if self.w_peers.value:
                     self._worker.request(lambda: self._measure_peers(cfg, token))
                 return
@@ -494,10 +496,31 @@ class Explorer:
                 sess.records.append(rec)
             if token == self._token:
                 self._show_record(rec, cached=cached)
+            self._compile_neighbours(cfg)
             if self.w_peers.value and not rec.error:
                 self._measure_peers(cfg, token)
         except Exception as exc:  # never out of the worker
             self._show_exception(exc)
+
+    def _compile_neighbours(self, cfg: dict) -> None:
+        """Submit to the compile service (:mod:`workbench.compiling.service`) the configurations one
+        step away on each control (the previous and next tile, size in a list, dtype, mode and
+        variant) and this configuration on the other device, so a one-notch move measures a kernel
+        already compiled. Costs nothing where nothing is compiled (the CPU interpreter)."""
+        configs = []
+        for name, w in self.param_widgets.items():
+            configs += [{**cfg, "params": {**cfg["params"], name: v}} for v in neighbour_values(w)]
+        for name, w in self.knob_widgets.items():
+            configs += [{**cfg, "problem": {**cfg["problem"], name: v}} for v in neighbour_values(w)]
+        for key, w in (("dtype", self.w_dtype), ("mode", self.w_mode)):
+            configs += [{**cfg, key: v} for v in neighbour_values(w)]
+        for name in neighbour_values(self.w_variant):
+            configs.append({**cfg, "variant": name, "params": dict(self._tile_memory.get(name, {}))})
+        quick = self.session.quick  # every device's session shares it (Session.on_device)
+        compile_service.submit_configs(self.spec, configs, cfg["device"], quick=quick)
+        for kind in self.w_device.options:
+            if kind != cfg["device"]:
+                compile_service.submit_configs(self.spec, [cfg], kind, quick=quick)
 
     def _measure_peers(self, cfg: dict, token: int) -> None:
         """The peers at their defaults, timed side by side with ours (interleaved trials)."""

@@ -3,7 +3,9 @@
 :func:`run_bench` measures every configuration a :class:`BenchPlan` names, one after another in
 this process (:func:`workbench.measure.measure`), appends each record to the store as it is
 made and hands it to ``on_record`` (the command line prints a line per record). A configuration
-that cannot run is a record with its error, never an exception.
+that cannot run is a record with its error, never an exception. On a GPU every configuration is
+first submitted to the compile service (:mod:`workbench.compiling.service`), so compile processes
+compile the later ones while the earlier ones are measured.
 """
 
 from __future__ import annotations
@@ -46,8 +48,14 @@ class BenchPlan:
 
 def run_bench(plan: BenchPlan, store, on_record: Callable | None = None) -> list:
     """Measure every configuration of ``plan`` (module docstring); returns the records in order."""
+    from workbench.compiling import service as compile_service
     from workbench.measure import measure
 
+    configs = [
+        dict(variant=vname, dtype=dtype, mode=mode, problem=problem, params=params)
+        for dtype, mode, problem, vname, params in plan.configurations()
+    ]
+    compile_service.submit_configs(plan.spec, configs, plan.device.kind, quick=plan.quick)  # compiled while others run
     records = []
     for dtype, mode, problem, vname, params in plan.configurations():
         rec = measure(

@@ -4,6 +4,8 @@ The protocol (docs/measuring.md and docs/architecture.md, "The measuring contrac
 
 1. Random inputs from the spec (seeded), on the chosen device and dtype: made once per problem
    in a process and kept (:func:`_made`), each configuration timing its own fresh copy.
+   Before a configuration's first call, what a compile process compiled of it ahead is settled
+   (:func:`workbench.compiling.service.settle`): its first call then loads the kernels.
 2. Correctness first: the variant's outputs, and for backward modes its gradients for a seeded
    random incoming gradient, against the spec's reference run on the same inputs upcast to
    fp32 (fp64 on the CPU). Max abs / max rel error, NaN/Inf mismatches, pass per tensor.
@@ -48,6 +50,8 @@ from kernels.launch import recording
 from kernels.spec import DTYPES, KernelSpec, Variant, as_tuple, dtype_name, get
 from kernels.testing import TensorCheck, compare
 from workbench import compile_facts, device_state
+from workbench.compiling import service as compile_service
+from workbench.compiling.note import noted
 from workbench.device import Device, check_l2, get_device
 from workbench.kept_inputs import forget_inputs, kept, own_copy  # noqa: F401 - forget_inputs: public here too
 from workbench.phases import Phases
@@ -368,7 +372,11 @@ def _prepare(spec, config, shared: _Shared) -> tuple[Record, _Prepared | None]:
             var.check(prob, prm, dt, dev)
         if var.tiles_source is not None:
             record.tiles_source = var.tiles_source(prob, prm, dev)
+        with shared.phases("compile"):  # a compile process may be finishing it (workbench.compiling.service)
+            ahead = compile_service.settle(spec, var, dt, mode, prob, prm)
         step = _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, record, shared)
+        if ahead is not None:
+            record.compile_facts = noted(record.compile_facts, ahead)
         moved = spec.min_bytes(prob, mode, dt)
         record.min_bytes = None if moved is None else int(moved)  # None: the family declares no bytes
         return record, _Prepared(record, spec, dev, prob, step)

@@ -14,7 +14,7 @@ as a measuring actor reads them); ``state_flush`` (NVML and the L2 flush buffer)
 (one kernel-time profiler session over a small copy, as each kernel timing starts one);
 ``copy_bandwidth`` (the device's copy bandwidth, the measuring actor's warm-up step);
 ``triton_key`` (Triton's cache key of itself); ``first_launch``
-(:func:`workbench.sweep.first_compile.first_launch`, the smallest kernel compiled and run);
+(:func:`workbench.compiling.first_compile.first_launch`, the smallest kernel compiled and run);
 ``rms_norm`` (a real family's forward, its tiles new to the process, at 16 x 1000 then at
 24 x 3000: a new compile each time).
 
@@ -69,7 +69,7 @@ def _steps():
         import workbench.measure  # noqa: F401
 
     def device_facts(state):
-        from workbench.sweep.compile_ahead import device_facts as facts
+        from workbench.compiling.target import device_facts as facts
 
         facts("cuda")
 
@@ -101,7 +101,7 @@ def _steps():
         key()
 
     def first_launch(state):
-        from workbench.sweep.first_compile import first_launch as launch
+        from workbench.compiling.first_compile import first_launch as launch
 
         launch("cuda")
 

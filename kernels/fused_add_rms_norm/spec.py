@@ -171,6 +171,7 @@ spec = KernelSpec(
             available=_liger_available,
             doc="Liger-Kernel's LigerFusedAddRMSNormFunction",
             bind=_liger_bind,
+            triton_peer=True,  # plain Triton kernels: compiled ahead like ours
         ),
     ),
 )

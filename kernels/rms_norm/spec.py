@@ -442,6 +442,7 @@ spec = KernelSpec(
             available=_liger_available,
             doc="Liger-Kernel RMSNorm",
             bind=_liger_bind,
+            triton_peer=True,  # plain Triton kernels: compiled ahead like ours
         ),
     ),
 )

@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tune": ("tune", "search a family's tiles per size on this device and write its tuned table"),
     "report": ("report", "run the notebooks headless into an HTML report, re-render a run's report, or gate it"),
     "profile": ("profile", "Nsight Compute counters for one configuration's kernels"),
+    "cache": ("cache", "Triton's compiled-kernel cache: info, prune, export and import it (CI)"),
     "npu-check": ("npu_check", "compile the NPU kernels with the real Ascend compiler (no NPU needed)"),
     "lab": ("lab", "open JupyterLab on the notebooks"),
 }

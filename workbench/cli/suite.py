@@ -4,6 +4,7 @@ table, write records / ratios / environment and the HTML report into ``--out``."
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -42,6 +43,12 @@ def build_parser() -> Parser:
     )
     parser.add_argument("--show-code", action="store_true", help="keep the notebook's code in report.html")
     parser.add_argument(
+        "--serial-compile",
+        action="store_true",
+        help="compile every kernel in this process, one after another, on the critical path (no compile "
+        "processes: to compare against, or where the host has no cores to spare)",
+    )
+    parser.add_argument(
         "--baseline", default=None, help="an earlier run's folder: each cell of ours is compared with it (CI gate)"
     )
     parser.add_argument(
@@ -65,6 +72,10 @@ def main(argv) -> int:
         suite.target(name)
     pct = gate.check_pct(args.fail_on_regression, args.baseline is not None)
     baseline = gate.load_records(args.baseline, "--baseline") if args.baseline else None  # before measuring
+    if args.serial_compile:
+        from workbench.compiling.service import ENV_SWITCH
+
+        os.environ[ENV_SWITCH] = "0"  # read when the suite starts its compile service
     device = get_device(args.device)
     out = Path(args.out or f"reports/{suite.name}")
     check_output_path(out, "--out", folder=True)
@@ -116,6 +127,7 @@ def main(argv) -> int:
         f"suite wall: {measured_s:.1f} s measuring"
         + (f", {process_s:.1f} s from the process's start" if process_s is not None else "")
     )
+    print(_compile_ahead_line(run.compile_ahead, device.kind))
     S.write_files(run, suite, out)
     env = suite_environment(device, suite, argv)
     env["wall_s"] = {
@@ -123,6 +135,7 @@ def main(argv) -> int:
         "from_process_start": None if process_s is None else round(process_s, 1),
         "targets": this_run_wall,
     }
+    env["compile_ahead"] = run.compile_ahead or {"off": _compile_ahead_line({}, device.kind)}
     (out / "environment.json").write_text(json.dumps(env, indent=1, default=str))
     result = gate.check(run.record_dicts(), baseline, pct, failures=run.failures, baseline_name=_shown(args.baseline))
     if baseline is not None:
@@ -154,6 +167,22 @@ EXAMPLES = """examples:
   workbench bench --suite h100 --only rms_norm_forward,fused_full    # some targets
   workbench bench --suite h100 --out reports/h100 --resume           # a long suite in parts
   workbench bench --suite h100 --baseline reports/h100 --fail-on-regression 5   # the CI gate"""
+
+
+def _compile_ahead_line(summary: dict, device_kind: str) -> str:
+    """One line on what the compile service did (workbench.compiling.service)."""
+    if not summary:
+        from workbench.compiling.service import enabled
+
+        if device_kind != "cuda":
+            return "compile ahead: none (nothing is compiled on this device)"
+        return "compile ahead: off (--serial-compile)" if not enabled() else "compile ahead: none submitted"
+    return (
+        f"compile ahead: {summary.get('submitted', 0)} configurations submitted to {summary.get('workers', 0)} compile "
+        f"processes; {summary.get('compiled', 0)} measured after their compile ahead ({summary.get('waited', 0)} waited "
+        f"{summary.get('waited_s', 0.0):.1f} s for it), {summary.get('withdrawn', 0)} compiled here, "
+        f"{summary.get('failed', 0)} failed ahead (log: {summary.get('log', '-')})"
+    )
 
 
 def _shown(path) -> str | None:

@@ -54,12 +54,12 @@ def first_launch(device) -> float:
 
 def first_compile(facts: dict) -> float:
     """Compile the kernel for the device ``facts`` describe
-    (:func:`workbench.sweep.compile_ahead.device_facts`), running nothing and touching no device;
+    (:func:`workbench.compiling.target.device_facts`), running nothing and touching no device;
     the milliseconds it took."""
     import torch
 
     from kernels.launch import compile_only, launch
-    from workbench.sweep.compile_ahead import compile_target
+    from workbench.compiling.target import compile_target
 
     started = time.perf_counter()
     target, device = compile_target(facts)

@@ -1,15 +1,16 @@
 """The note a compile-ahead leaves on a measured record: ``compile_facts["compiled_ahead"]``.
 
-- :func:`note_on_record`: what was compiled ahead (:func:`workbench.sweep.compile_ahead.compile_task`'s
-  result), and whether every kernel of the first call was (``first_call_cached``), so the
-  record's ``compile_ms`` reads as the cache load it was. :func:`workbench.sweep.tasks.run_task`
-  writes it on the record of a task whose ``extra["compiled_ahead"]`` holds such a result. A
-  compile-ahead that failed changes nothing else: the worker compiles as it always did.
+- :func:`noted`: a record's compile facts with what was compiled ahead
+  (:func:`workbench.compiling.jobs.compile_job`'s result), and whether every kernel of the first
+  call was (``first_call_cached``), so the record's ``compile_ms`` reads as the cache load it
+  was. :func:`workbench.measure.measure_many` writes it where this process's compile service
+  compiled the configuration; :func:`workbench.sweep.tasks.run_task` where a Ray compile worker
+  did (a task whose ``extra["compiled_ahead"]`` holds the result). A compile-ahead that failed
+  changes nothing else: the measuring process compiles as it always did.
+- :func:`note_on_record`: the same on a record dict.
 - :func:`first_call_cached`: that flag read back from a record (benchmarks/sweep_scaling.py).
 
-Plain dicts in and out, no imports: both the task runner (:mod:`workbench.sweep.tasks`) and
-the compile-ahead (:mod:`workbench.sweep.compile_ahead`, which imports the task runner) stand
-above it.
+Plain dicts in and out, no imports.
 """
 
 from __future__ import annotations
@@ -28,15 +29,22 @@ def first_call_cached(record: dict) -> bool:
 
 
 def note_on_record(body: dict, ahead: dict) -> dict:
-    """The record dict with ``compile_facts["compiled_ahead"]``: ``ok``, the inputs it compiled
-    on, its milliseconds, the kernels, where it ran, ``error`` when it failed, and
-    ``first_call_cached``: True when every kernel the first call launched had been compiled ahead
-    (so ``compile_ms`` is a cache load plus one run), False when one had not, None when the
-    record names no kernel hashes (the interpreter, or compile facts not read); and
-    ``found_on_node``: whether the measuring worker found every kernel compiled ahead in its own
-    node's Triton cache before its first call (None: not asked, or nothing to find)."""
+    """The record dict with its compile facts :func:`noted`."""
     body = dict(body)
-    facts = dict(body.get("compile_facts") or {})
+    body["compile_facts"] = noted(body.get("compile_facts") or {}, ahead)
+    return body
+
+
+def noted(compile_facts: dict, ahead: dict) -> dict:
+    """``compile_facts`` with ``["compiled_ahead"]``: ``ok``, the inputs it compiled on, its
+    milliseconds, the kernels, where it ran, ``error`` when it failed, ``waited_ms`` (how long the
+    measuring process waited for it; absent: it did not), and ``first_call_cached``: True when
+    every kernel the first call launched had been compiled ahead (so ``compile_ms`` is a cache
+    load plus one run), False when one had not, None when the record names no kernel hashes (the
+    interpreter, or compile facts not read); and ``found_on_node``: whether the measuring worker
+    found every kernel compiled ahead in its own node's Triton cache before its first call
+    (None: not asked, or nothing to find)."""
+    facts = dict(compile_facts)
     first_call = [k.get("hash") for k in facts.get("kernels") or []]
     ahead_hashes = {k.get("hash") for k in ahead.get("kernels") or [] if k.get("hash")}
     cached = None
@@ -55,6 +63,7 @@ def note_on_record(body: dict, ahead: dict) -> dict:
     }
     if ahead.get("error"):
         note["error"] = ahead["error"]
+    if ahead.get("waited_ms") is not None:
+        note["waited_ms"] = round(float(ahead["waited_ms"]), 1)
     facts[NOTE] = note
-    body["compile_facts"] = facts
-    return body
+    return facts

@@ -27,6 +27,9 @@ class SuiteRun:
     # target -> its wall seconds split into phases (workbench.phases: setup, compile, check,
     # timing, other, wall), so every run shows where its time went.
     target_wall: dict = field(default_factory=dict)
+    # What this process's compile service did (workbench.compiling.service.CompileService.summary):
+    # configurations submitted, compiled ahead, withdrawn, waited for; {} where none ran (CPU).
+    compile_ahead: dict = field(default_factory=dict)
 
     def record_dicts(self) -> list[dict]:
         return [record_dict(r) for r in self.records]

@@ -138,6 +138,7 @@ def write_files(run: SuiteRun, suite: Suite, out) -> dict:
         "missing": run.missing,
         "rows": [r.to_dict() for r in run.rows],
         "failures": run.failures,
+        "compile_ahead": run.compile_ahead,
     }
     (out / "suite.json").write_text(json.dumps(body, indent=1, default=str))
     paths["suite_json"] = out / "suite.json"

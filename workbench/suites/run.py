@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from kernels.spec import DTYPES, get
+from workbench.compiling import service as compile_service
 from workbench.device import get_device
 from workbench.measure import Record, measure_many
 from workbench.suites.chain import run_chain
@@ -44,28 +45,34 @@ def peer_plan(target: Versus, device_kind: str) -> tuple[list[str], dict[str, st
     return run, missing
 
 
+def _versus_configs(target: Versus, spec, peers: list[str], x) -> tuple[dict, list[str], list[dict]]:
+    """(problem, variants, the configurations measured together) of a :class:`Versus` target at
+    ``x``: ours and every peer whose variant has the target's mode (a kernel-only peer without
+    it is timed by its bare kernel alone)."""
+    problem = {**target.problem, spec.axis: x}
+    names = [n for n in [target.ours] + peers if n == target.ours or _has_mode(spec.variant(n), target.mode)]
+    return problem, names, [dict(variant=n, dtype=target.dtype, mode=target.mode, problem=problem) for n in names]
+
+
 def _run_versus(target: Versus, ctx: RunContext, run: SuiteRun) -> None:
     spec = get(target.family)
     peers, missing = peer_plan(target, ctx.device.kind)
     run.missing[target.name] = missing
-    axis = spec.axis
     for x in target.values:
-        problem = {**target.problem, axis: x}
-        names = [target.ours] + peers
-        keys = [_taken_key(spec.name, name, target, problem) for name in names]
+        problem, names, configs = _versus_configs(target, spec, peers, x)
+        everyone = [target.ours] + peers
+        keys = [_taken_key(spec.name, name, target, problem) for name in everyone]
         if all(key in ctx.taken for key in keys):
             for key in keys:  # measured side by side by an earlier target: judge another timing
                 for rec in ctx.taken[key]:
                     ctx.emit(rec)
             continue
         bare = [
-            _bare_kernel(spec, spec.variant(name), problem, target, ctx) for name in names if name in target.kernel_only
+            _bare_kernel(spec, spec.variant(name), problem, target, ctx)
+            for name in everyone
+            if name in target.kernel_only
         ]
-        # A kernel-only peer whose variant lacks this mode is timed (and checked) by its bare
-        # kernel alone; its variant is not measured here.
-        names = [n for n in names if n == target.ours or _has_mode(spec.variant(n), target.mode)]
         keys = [_taken_key(spec.name, name, target, problem) for name in names]
-        configs = [dict(variant=name, dtype=target.dtype, mode=target.mode, problem=problem) for name in names]
         # Ours and every peer at this x are timed together, their trials interleaved.
         recs = measure_many(
             spec,
@@ -128,20 +135,25 @@ def _bare_kernel(spec, var, problem: dict, target: Versus, ctx: RunContext) -> t
         return rec, None
 
 
+def _defaults_configs(target: Defaults, spec, device, x) -> tuple[list[dict], list[dict]]:
+    """(the tiles, the configurations measured together) of a :class:`Defaults` target at ``x``:
+    the declared defaults first, then the tuned entry and its neighbours, else a 1-D sweep."""
+    var = spec.variant(target.variant)
+    problem = {**target.problem, spec.axis: x}
+    prob = spec.resolve_problem(problem)
+    tiles = [{}] + (_tuned_alternatives(target, spec, prob, device) or _sweep_alternatives(target, var, prob, device))
+    configs = [dict(variant=var, dtype=target.dtype, mode=target.mode, problem=problem, params=p) for p in tiles]
+    return tiles, configs
+
+
 def _run_defaults(target: Defaults, ctx: RunContext, run: SuiteRun) -> None:
     spec = get(target.family)
-    var = spec.variant(target.variant)
-    axis = spec.axis
     for x in target.values:
-        problem = {**target.problem, axis: x}
-        prob = spec.resolve_problem(problem)
-        configs = [{}] + (
-            _tuned_alternatives(target, spec, prob, ctx.device) or _sweep_alternatives(target, var, prob, ctx)
-        )
+        configs, planned = _defaults_configs(target, spec, ctx.device, x)
         # The default and every alternative tile at this x are timed together, interleaved.
         recs = measure_many(
             spec,
-            [dict(variant=var, dtype=target.dtype, mode=target.mode, problem=problem, params=p) for p in configs],
+            planned,
             device=ctx.device,
             warmup_ms=ctx.warmup_ms,
             rep_ms=ctx.rep_ms,
@@ -168,7 +180,7 @@ def _tuned_alternatives(target: Defaults, spec, prob: dict, device) -> list[dict
     return [dict(found.tiles)] + space.neighbours(found.tiles, prob, target.dtype, device)
 
 
-def _sweep_alternatives(target: Defaults, var, prob: dict, ctx: RunContext) -> list[dict]:
+def _sweep_alternatives(target: Defaults, var, prob: dict, device) -> list[dict]:
     """A 1-D sweep of each tile parameter (``params``, at most ``max_values`` runnable values)."""
     names = [p.name for p in var.params] if target.params is None else list(target.params)
     configs = []
@@ -182,7 +194,7 @@ def _sweep_alternatives(target: Defaults, var, prob: dict, ctx: RunContext) -> l
                 break
             if var.check is not None:
                 try:
-                    var.check(prob, var.resolve_params({pname: value}), target.dtype, ctx.device)
+                    var.check(prob, var.resolve_params({pname: value}), target.dtype, device)
                 except ValueError:
                     continue  # a value this problem cannot take: skipped, not measured
             configs.append({pname: value})
@@ -198,6 +210,30 @@ def start_prebuilds(targets, device_kind: str) -> list[str]:
     for family in dict.fromkeys(t.family for t in targets):
         started += [f"{family}/{name}" for name in get(family).start_prebuilds(device_kind)]
     return started
+
+
+def compile_ahead(targets, device) -> int:
+    """Submit every configuration the targets will measure on ``device`` to this process's compile
+    service (:mod:`workbench.compiling.service`), in the order they will be measured, so compile
+    processes compile them while the GPU measures the ones before; how many were submitted (0 on
+    a device where nothing is compiled ahead). Chain and compiled targets compile as they run."""
+    if compile_service.for_kind(device.kind) is None:
+        return 0
+    submitted = 0
+    for target in targets:
+        try:
+            spec = get(target.family)
+            if target.kind == "versus":
+                peers, _ = peer_plan(target, device.kind)
+                planned = [c for x in target.values for c in _versus_configs(target, spec, peers, x)[2]]
+            elif target.kind == "defaults":
+                planned = [c for x in target.values for c in _defaults_configs(target, spec, device, x)[1]]
+            else:
+                continue
+        except Exception:  # noqa: BLE001 - a target that cannot plan says why when it runs
+            continue
+        submitted += compile_service.submit_configs(spec, planned, device.kind)
+    return submitted
 
 
 _RUNNERS = {"versus": _run_versus, "chain": run_chain, "defaults": _run_defaults, "compiled": run_compiled}
@@ -224,6 +260,7 @@ def run_suite(
     run = SuiteRun(suite.name, dev.kind, dev.name)
     taken: dict = {}
     start_prebuilds(targets, dev.kind)
+    compile_ahead(targets, dev)
     for target in targets:
         started = time.perf_counter()
         mine: list = []
@@ -250,6 +287,9 @@ def run_suite(
         run.rows.extend(rows_for(target, recs, run.missing.get(target.name)))
         run.failures.extend(failures(target, recs))
         run.target_wall[target.name] = ctx.phases.split(time.perf_counter() - started)
+        service = compile_service.active()
+        if service is not None:
+            run.compile_ahead.update(service.summary())
         if on_target is not None:
             on_target(target, run)
     return run

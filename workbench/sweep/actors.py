@@ -3,7 +3,7 @@
 - :class:`DeviceWorker`, the measuring actor: one process that keeps the device Ray gave it when
   it started. Its warm-up call (:meth:`DeviceWorker.ready`: imports, CUDA start, the device's
   facts, the once-per-process parts of a first measurement, and Triton's first compile,
-  :mod:`workbench.sweep.first_compile`) comes before its first configuration; then it measures
+  :mod:`workbench.compiling.first_compile`) comes before its first configuration; then it measures
   one configuration per call (:meth:`DeviceWorker.run`), first saying it started (an item
   keyed :data:`STARTED_KEY`: the driver's timeout counts from there).
 - :class:`CompileWorker`, a compile-ahead actor: a CPU-side process that asks for no GPU and
@@ -66,7 +66,7 @@ class DeviceWorker:
         cpus = pin_to_slot(placement)
         use_host_triton_cache(cache_root)
         import workbench.measure
-        from workbench.sweep.compile_ahead import device_facts
+        from workbench.compiling.target import device_facts
 
         stamps["imported"] = time.time()
         try:
@@ -117,7 +117,7 @@ def _warm_up(device: str, measure, stamps: dict) -> None:
 
             start_profiler()
             stamps["warm_profiler"] = time.time()
-        from workbench.sweep.first_compile import first_launch
+        from workbench.compiling.first_compile import first_launch
 
         first_launch(dev.torch_device)
         stamps["warm_first_compile"] = time.time()
@@ -139,7 +139,7 @@ class CompileWorker:
         except OSError:
             pass
         use_host_triton_cache(cache_root)
-        from workbench.sweep.compile_ahead import build_host_utilities, prepare_compiler
+        from workbench.compiling.target import build_host_utilities, prepare_compiler
 
         # First, before torch's import: the measuring actors of the host, still importing it,
         # then load Triton's host utilities instead of each building them.
@@ -154,9 +154,9 @@ class CompileWorker:
 
     def warm_up(self, facts: dict) -> float | None:
         """Pay Triton's once-per-process compile costs for ``facts``' target before the first
-        configuration (:func:`workbench.sweep.first_compile.first_compile`); its milliseconds, or
+        configuration (:func:`workbench.compiling.first_compile.first_compile`); its milliseconds, or
         None where it failed (the first configuration pays them then, as without this)."""
-        from workbench.sweep.first_compile import first_compile
+        from workbench.compiling.first_compile import first_compile
 
         try:
             return first_compile(facts)

@@ -10,7 +10,7 @@ compile-ahead has finished (ok or not), else the first that no compile worker ho
 compiles it itself), else waits for the compile in flight, which started earlier than it could.
 Best effort: a configuration that could not be compiled ahead is compiled by its measuring
 actor as before; its record notes what the compile-ahead did
-(:func:`workbench.sweep.compile_note.note_on_record`).
+(:func:`workbench.compiling.note.note_on_record`).
 
 - :class:`CompileAhead`: one run's compile workers, their calls in flight and results.
 - :class:`CompileAheadByNode`: a :class:`CompileAhead` per node of a cluster, each compiling into

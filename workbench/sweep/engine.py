@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
+from workbench.sweep.compile_ahead import submit_tasks
 from workbench.sweep.config import with_axis
 from workbench.sweep.tasks import SweepTask
 
@@ -109,6 +110,8 @@ def run_sweep(
     label: str = "",
 ) -> SweepResult:
     """Run ``tasks`` on ``executor``; the driver appends each record to ``store`` as it arrives.
+    Tasks on a GPU are first submitted to this process's compile service (unless the executor
+    compiles ahead itself: Ray), so they are compiled while the ones before them are measured.
 
     ``resume``: tasks whose key is already in the store are skipped (counted in
     ``progress.skipped``). A KeyboardInterrupt stops the sweep: what arrived is in the store, the
@@ -123,6 +126,8 @@ def run_sweep(
         progress(prog, None)
     if not todo:
         return result
+    if not executor.compiles_ahead:  # compile processes compile what is queued while the GPU measures
+        submit_tasks(todo, getattr(executor, "specs", None))
     owned = False
     if not getattr(executor, "_started", False):
         executor.start()

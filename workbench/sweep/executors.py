@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from workbench.children import child_env, kill_group
+from workbench.sweep.compile_ahead import settle_task
 from workbench.sweep.tasks import ERROR_CRASH, ERROR_TIMEOUT, SweepTask, error_record, run_task, worker_info
 
 
@@ -34,6 +35,9 @@ class Executor:
     name = "?"
     slots = 1  # tasks that can run at once
     timeout_s: float | None = None
+    # True: the executor compiles its tasks ahead itself; False: the sweep engine submits them to
+    # this process's compile service (workbench.compiling.service) before they run
+    compiles_ahead = False
 
     def start(self) -> None:
         pass
@@ -101,6 +105,8 @@ class IsolateExecutor(Executor):
             for i, task in enumerate(tasks):
                 if cancel is not None and cancel.is_set():
                     return
+                # a compile process may be finishing it: the child then loads it from the cache
+                settle_task(task)
                 yield task, self._run_one(task, Path(tmp), i, env)
 
     def _run_one(self, task: SweepTask, tmp: Path, i: int, env: dict) -> dict:

@@ -41,7 +41,7 @@ the queue's lanes (:mod:`workbench.sweep.lanes`), a run's compile-ahead
   compiling (:class:`workbench.sweep.compile_ahead_driver.CompileAhead` says which configuration a
   free measuring actor takes). Which device to compile for: ``compile_target``, else what the
   driver knows before any measuring actor is up
-  (:func:`workbench.sweep.compile_ahead.driver_target`: ``WORKBENCH_COMPILE_TARGET``, or the
+  (:func:`workbench.compiling.target.driver_target`: ``WORKBENCH_COMPILE_TARGET``, or the
   driver's own GPUs with an embedded Ray), else the first measuring actor's. The first measuring
   actor to report its device checks it: where its facts differ, the compile-ahead switches to
   them (what was compiled for the other target would miss its cache). Once the target is known
@@ -77,8 +77,8 @@ import time
 from collections import deque
 
 from workbench.children import import_path
+from workbench.compiling.target import driver_target
 from workbench.sweep.actors import STARTED_KEY, CompileWorker, DeviceWorker, kill_actor
-from workbench.sweep.compile_ahead import driver_target
 from workbench.sweep.compile_ahead_driver import (
     COMPILE_TIMEOUT_S,
     CompileAhead,
@@ -123,6 +123,7 @@ class _Pool:
 
 class RayExecutor(Executor):
     name = "ray"
+    compiles_ahead = True  # its own compile workers, per node (compile_ahead_driver)
 
     def __init__(
         self,
@@ -140,8 +141,8 @@ class RayExecutor(Executor):
     ):
         """``compile_workers``: compile-ahead actors (0: none; None: :func:`default_compile_workers`
         on cuda with an embedded Ray, none otherwise). ``compile_target``: the device facts to
-        compile for (:func:`workbench.sweep.compile_ahead.device_facts`); None: what the driver
-        knows (:func:`workbench.sweep.compile_ahead.driver_target`), else the first measuring
+        compile for (:func:`workbench.compiling.target.device_facts`); None: what the driver
+        knows (:func:`workbench.compiling.target.driver_target`), else the first measuring
         actor's. ``place_cpus``: on a host's own GPUs (an embedded Ray), each measuring actor
         runs on physical cores of its own and the compile workers on the others
         (:class:`workbench.sweep.cpus.Placement`)."""

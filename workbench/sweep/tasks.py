@@ -19,7 +19,6 @@ Run one task in a fresh process (the ``--isolate`` executor)::
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as _dt
 import json
@@ -31,7 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench.sweep.compile_note import note_on_record
+from workbench.compiling.cache import triton_cache_dir
+from workbench.compiling.jobs import register_module, tables_state
+from workbench.compiling.note import note_on_record
 
 ERROR_TIMEOUT = "timed out"
 ERROR_CRASH = "worker died"
@@ -62,16 +63,6 @@ class SweepTask:
     # False: measured with the tuned tables off (kernels.tuned_tables.disabled): the rule; a part's
     # name ("backward"): that part's tables off, the others on
     tables: bool | str = True
-
-
-def tables_state(tables: bool | str):
-    """The context a task with ``tables`` is measured in: the tables as installed (True), every
-    table off (False), or one part's tables off (its name)."""
-    from kernels import tuned_tables
-
-    if tables is True:
-        return contextlib.nullcontext()
-    return tuned_tables.disabled(None if tables is False else tables)
 
 
 def task_key(
@@ -118,7 +109,7 @@ def make_task(
     """A task with problem and params resolved against the spec (raw where invalid: the worker
     then records why), keyed like the notebook Session's cache. ``tables=False``: measured with
     the tuned tables off (what the family's rule gives where a table has an entry); a part's name:
-    with that part's tables off (:func:`tables_state`)."""
+    with that part's tables off (:func:`workbench.compiling.jobs.tables_state`)."""
     from kernels.spec import dtype_name, worker_module
     from workbench.sweep.config import resolve_config
 
@@ -169,14 +160,6 @@ def worker_info() -> dict:
 NODE_CACHE = "node"
 
 
-def triton_cache_dir() -> str:
-    """Triton's cache folder as this process sees it now (``TRITON_CACHE_DIR``, else Triton's
-    default), from Triton's own setting."""
-    from triton import knobs
-
-    return knobs.cache.dir
-
-
 def triton_cache_root() -> str:
     """The folder below which the workers of this host (on a cluster: this node) share a Triton
     cache, one folder per host: ``workbench-workers`` below :func:`triton_cache_dir`."""
@@ -202,10 +185,7 @@ def use_host_triton_cache(root: str | None) -> None:
 
 def register_family(task: SweepTask) -> None:
     """Make the task's family known to this process (a family registered only in the driver)."""
-    from kernels.spec import families, register
-
-    if task.family not in families() and task.family_module:
-        register(task.family_module, name=task.family)
+    register_module(task.family, task.family_module)
 
 
 def run_task(task: SweepTask, spec=None) -> dict:
@@ -213,9 +193,9 @@ def run_task(task: SweepTask, spec=None) -> dict:
     for a configuration that cannot run: its record says why). ``spec``: the family's
     KernelSpec when the caller holds it (in-process; a family that is not registered). A task
     with ``tables`` other than True is measured inside :func:`kernels.tuned_tables.disabled`
-    (:func:`tables_state`). A task whose
+    (:func:`workbench.compiling.jobs.tables_state`). A task whose
     ``extra["compiled_ahead"]`` holds a compile-ahead's result gets it noted on its record
-    (:func:`workbench.sweep.compile_note.note_on_record`)."""
+    (:func:`workbench.compiling.note.note_on_record`)."""
     use_host_triton_cache(task.triton_cache_root)
     register_family(task)
     from kernels.spec import get

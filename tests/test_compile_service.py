@@ -1,0 +1,257 @@
+"""The compile service (issue 55): configurations submitted ahead are compiled by other processes,
+and a measurement settles with its configuration's compile before its first call.
+
+- The settle protocol, with a pool of plain futures: compiled (the result is noted), compiling
+  (waited for), still queued (withdrawn: the measuring process compiles it), never submitted,
+  a compile process that was lost.
+- Real compile processes compiling for an H100 on this CPU (Triton's bundled ptxas): the kernels
+  land in the cache; a process that dies fails only its job and is replaced; no GPU is visible
+  to them; nothing reaches the console; closing does not wait for a compile in flight.
+- measure() notes what was compiled ahead on its record; on the CPU no service starts.
+- A suite submits its targets' configurations in the order it measures them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+
+import pytest
+from testkit import H100_FACTS, HAVE_PTXAS
+
+import kernels
+from kernels.spec import unregister
+from workbench.compiling import service as compile_service
+from workbench.compiling.cache import cache_folder
+from workbench.compiling.jobs import job_of
+from workbench.compiling.service import CompileService
+
+
+class FakePool:
+    """What CompileService asks of its pool, with futures the test completes by hand."""
+
+    def __init__(self, facts=None, workers=1, log_path=None):
+        self.submitted = []
+        self.futures = []
+
+    def submit(self, job):
+        future = Future()
+        self.submitted.append(job)
+        self.futures.append(future)
+        return future
+
+    def close(self):
+        pass
+
+
+@pytest.fixture
+def fake_service(tmp_path):
+    pool = FakePool()
+    service = CompileService(H100_FACTS, 1, tmp_path / "log", pool_factory=lambda *a: pool)
+    compile_service.install(service)
+    yield service, pool
+    compile_service.install(None)
+
+
+def _job(hidden=300, **params):
+    spec = kernels.get("rms_norm")
+    return job_of(
+        spec, "gpu_multirow", dtype="fp32", mode="forward", problem={"hidden": hidden}, params=params, quick=True
+    )
+
+
+def _done(result: dict) -> dict:
+    return {
+        "ok": True,
+        "inputs": "meta",
+        "kernels": [],
+        "ms": 5.0,
+        "error": None,
+        "worker": {"host": "h", "pid": 1},
+        **result,
+    }
+
+
+def test_settle_notes_a_compile_waits_for_one_under_way_and_withdraws_a_queued_one(fake_service):
+    service, pool = fake_service
+    jobs = [_job(h) for h in (300, 301, 302, 303)]
+    assert service.submit(jobs + [jobs[0], None]) == 4  # each key once; None skipped
+    done, running, queued, lost = pool.futures
+    done.set_running_or_notify_cancel()
+    done.set_result(_done({"ms": 12.0}))
+    running.set_running_or_notify_cancel()
+    threading.Timer(0.3, running.set_result, args=(_done({}),)).start()
+    lost.set_running_or_notify_cancel()
+    lost.set_exception(RuntimeError("Abnormal termination"))
+
+    assert service.settle(jobs[0])["ms"] == 12.0
+    waited = service.settle(jobs[1])
+    assert waited["ok"] and waited["waited_ms"] >= 250
+    assert service.settle(jobs[2]) is None and queued.cancelled()  # the measuring process compiles it
+    gone = service.settle(jobs[3])
+    assert not gone["ok"] and gone["error"].startswith("compile process lost: RuntimeError")
+    assert service.settle(_job(999)) is None  # never submitted
+    assert service.settle(jobs[0]) is None  # settled once: its first call has happened
+    assert service.submit([jobs[0]]) == 0  # and it is not compiled again
+    summary = service.summary()
+    assert {k: summary[k] for k in ("submitted", "compiled", "failed", "withdrawn", "waited")} == {
+        "submitted": 4,
+        "compiled": 2,
+        "failed": 1,
+        "withdrawn": 1,
+        "waited": 1,
+    }
+
+
+def test_a_compile_that_does_not_finish_in_time_is_withdrawn(fake_service):
+    service, pool = fake_service
+    job = _job()
+    service.submit([job])
+    pool.futures[0].set_running_or_notify_cancel()
+    assert service.settle(job, limit_s=0.2) is None
+    assert service.summary()["withdrawn"] == 1
+
+
+def test_measure_notes_what_was_compiled_ahead_on_its_record(fake_service):
+    """The record of a configuration a compile process compiled says so; the measurement itself is
+    the same (the interpreter here: its first call names no kernel hash)."""
+    from workbench.measure import measure
+
+    service, pool = fake_service
+    spec = kernels.get("rms_norm")
+    config = dict(variant="gpu_multirow", dtype="fp32", mode="forward", problem={"hidden": 300})
+    service.submit(
+        [
+            job_of(
+                spec,
+                config["variant"],
+                dtype="fp32",
+                mode="forward",
+                problem=config["problem"],
+                params=None,
+                quick=True,
+            )
+        ]
+    )
+    pool.futures[0].set_running_or_notify_cancel()
+    pool.futures[0].set_result(_done({"kernels": [{"name": "_rms_norm_rows_kernel", "hash": "ab" * 32}]}))
+    rec = measure(spec, device="cpu", quick=True, rep_ms=1, warmup_ms=0, **config)
+    assert rec.ok, rec.error
+    note = rec.compile_facts["compiled_ahead"]
+    assert note["ok"] and note["kernels"] == ["_rms_norm_rows_kernel"] and note["first_call_cached"] is None
+    other = measure(spec, device="cpu", quick=True, rep_ms=1, warmup_ms=0, **{**config, "problem": {"hidden": 301}})
+    assert "compiled_ahead" not in other.compile_facts  # not submitted: nothing noted
+
+
+def test_nothing_is_compiled_ahead_on_the_cpu(monkeypatch):
+    compile_service.install(None)
+    spec = kernels.get("rms_norm")
+    assert compile_service.for_kind("cpu") is None
+    assert compile_service.submit_configs(spec, [dict(variant="gpu_multirow")], "cpu") == 0
+    assert compile_service.active() is None
+    assert compile_service.settle(spec, spec.variant("gpu_multirow"), "fp32", "forward", {}, {}) is None
+    monkeypatch.setenv(compile_service.ENV_SWITCH, "0")
+    assert compile_service.for_kind("cuda") is None  # --serial-compile
+
+
+def test_jobs_name_what_can_be_compiled_ahead():
+    """Ours and a peer of plain Triton kernels (Liger's); not a torch path (torch.compile keeps its
+    own workers), not a family another process cannot import, not a configuration refused."""
+    spec = kernels.get("rms_norm")
+    job = job_of(spec, "gpu_multirow", dtype="bf16", mode="full", problem={"hidden": 1000}, params=None)
+    assert job.family_module == "kernels.rms_norm" and job.problem["hidden"] == 1000 and job.tables is True
+    assert job.params == spec.variant("gpu_multirow").resolve_params(None)
+    assert spec.variant("liger").compiles_ahead and not spec.variant("torch_compile").compiles_ahead
+    assert job_of(spec, "torch_compile", dtype="bf16", mode="forward", problem=None, params=None) is None
+    assert job_of(spec, "gpu_multirow", dtype="bf16", mode="forward", problem={"hidden": -1}, params=None) is None
+    from kernels import tuned_tables
+
+    with tuned_tables.disabled():
+        off = job_of(spec, "gpu_multirow", dtype="bf16", mode="full", problem={"hidden": 1000}, params=None)
+    assert off.tables is False and off.key != job.key
+
+
+class _Cuda:
+    kind = "cuda"
+
+
+def test_a_suite_submits_its_configurations_in_the_order_it_measures_them(fake_service):
+    from workbench.suites import get_suite
+    from workbench.suites.run import compile_ahead
+
+    service, pool = fake_service
+    suite = get_suite("h100")
+    targets = [suite.target("rms_norm_forward"), suite.target("rms_norm_forward_call")]
+    assert compile_ahead(targets, _Cuda()) == len(pool.submitted) > 0
+    first = targets[0]
+    hidden = [job.problem["hidden"] for job in pool.submitted if job.variant == first.ours]
+    assert hidden == list(first.values)  # each size once (the call target measures the same cells)
+    assert {job.variant for job in pool.submitted} <= {first.ours, "liger"}  # no torch path
+
+
+@pytest.fixture
+def fault_family():
+    import compile_fault_family
+
+    compile_fault_family.register()
+    yield kernels.get(compile_fault_family.NAME)
+    unregister(compile_fault_family.NAME)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_PTXAS, reason="needs Triton's bundled ptxas")
+def test_compile_processes_compile_for_an_h100_here_and_survive_a_dying_one(fault_family, tmp_path, monkeypatch, capfd):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    log = tmp_path / "compile.log"
+    service = CompileService(H100_FACTS, 2, log)
+    try:
+        spec = fault_family
+        jobs = {
+            fault: job_of(spec, "ours", dtype="fp32", mode="forward", problem={"n": 40}, params={"FAULT": fault})
+            for fault in ("exit", "raise", "none")
+        }
+        later = job_of(spec, "ours", dtype="fp32", mode="forward", problem={"n": 40}, params={"BLOCK": 128})
+        hang = job_of(spec, "ours", dtype="fp32", mode="forward", problem={"n": 41}, params={"FAULT": "hang"})
+        assert service.submit(list(jobs.values()) + [later]) == 4
+        died = service.settle(jobs["exit"], limit_s=120, take_over=False)
+        assert died is not None and not died["ok"] and died["error"].startswith("compile process lost")
+        raised = service.settle(jobs["raise"], limit_s=120, take_over=False)
+        assert not raised["ok"] and "injected fault: raise" in raised["error"]
+        for job in (jobs["none"], later):  # compiled, one of them by the process that replaced the lost one
+            result = service.settle(job, limit_s=120, take_over=False)
+            assert result["ok"], result["error"]
+            (kernel,) = result["kernels"]
+            assert kernel["name"] == "_double_kernel"
+            assert (tmp_path / "cache" / cache_folder(kernel["hash"])).is_dir()
+            assert result["worker"]["gpus"] == ""  # a compile process sees no GPU
+        service.submit([hang])
+        started = time.monotonic()
+    finally:
+        service.close()  # a compile in flight does not hold it up
+    assert time.monotonic() - started < 30
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""  # the compile processes write to their log only
+    assert log.exists()
+
+
+def test_the_explorer_compiles_one_step_ahead_of_the_user(fake_service, monkeypatch):
+    """After a result is shown, the configurations one notch away on each control are submitted
+    (here to a service that compiles nothing, standing in for a GPU's)."""
+    from widgets import Explorer, Session
+
+    service, pool = fake_service
+    monkeypatch.setattr(compile_service, "for_kind", lambda kind: service)
+    s = Session("rms_norm", device="cpu", dtype="fp32", quick=True, headless=False, store=False)
+    ex = Explorer(s, variant="gpu_row", debounce_s=0.01, peers=False)
+    try:
+        assert ex.wait(120)
+        ex.set(BLOCK_SIZE=512)
+        assert ex.wait(120) and ex.record.ok
+    finally:
+        ex.close()
+    here = [j for j in pool.submitted if j.variant == "gpu_row" and j.dtype == "fp32" and j.mode == "forward"]
+    assert {256, 1024} <= {j.params["BLOCK_SIZE"] for j in here}  # one notch down and up from 512
+    assert {j.variant for j in pool.submitted} >= {"gpu_multirow"}  # the next variant
+    assert {j.dtype for j in pool.submitted} >= {"fp16"} and {j.mode for j in pool.submitted} >= {"backward"}
+    assert all(j.problem["hidden"] == 300 for j in here)  # the quick problem the session shows

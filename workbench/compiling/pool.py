@@ -1,0 +1,100 @@
+"""Compile processes: a pool that compiles :class:`~workbench.compiling.jobs.CompileJob` s into the
+Triton disk cache for the measuring device, beside the process that measures.
+
+Built on pebble's :class:`pebble.ProcessPool`, chosen because a worker that dies fails only the
+job it held (``ProcessExpired``) and is replaced, a queued job can be cancelled, and a job past
+its timeout has its worker stopped and replaced; :mod:`concurrent.futures` breaks the whole pool
+when one worker dies. Workers are started with ``spawn`` (the measuring process holds CUDA and
+threads; a fork of it is not safe).
+
+Each compile process, when it starts (:func:`_start_worker`):
+
+- sends its standard output and error to the pool's log file, so a compiler's messages (a
+  failing ``ptxas`` prints its whole PTX) never reach the console; the log keeps them;
+- hides every GPU from itself (``CUDA_VISIBLE_DEVICES=""``, before CUDA could start): compiling
+  ahead compiles for the facts it is given and never touches a device, so it never runs on the
+  measuring process's GPU, let alone its stream;
+- lowers its priority (niceness 10), so the measuring process's host work comes first;
+- builds Triton's host utilities, imports the compiler and pays Triton's first compile
+  (:func:`workbench.compiling.first_compile.first_compile`), before its first job.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from pathlib import Path
+
+from workbench.compiling.jobs import CompileJob, compile_job
+
+NICENESS = 10
+JOB_TIMEOUT_S = 300.0  # a compile past this has its process stopped; the measuring process compiles it
+
+
+def default_workers(cpus: int | None = None) -> int:
+    """Compile processes for a host of ``cpus`` CPUs (default: those this process may run on):
+    all but two, at most 16, at least 1. Two stay with the measuring process and the rest of the
+    host; a compile is CPU-bound (LLVM, ptxas), one process each."""
+    if cpus is None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(16, cpus - 2))
+
+
+def _start_worker(facts: dict, log_path: str) -> None:
+    """A compile process's start; see the module docstring. Never raises (a raising initializer
+    would have the pool start it again and again): what fails here is paid in the first job."""
+    try:
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+    except OSError:
+        pass
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    try:
+        os.nice(NICENESS)
+    except OSError:
+        pass
+    from workbench.compiling.first_compile import first_compile
+    from workbench.compiling.target import build_host_utilities, prepare_compiler
+
+    for step in (
+        lambda: build_host_utilities(facts.get("backend", "cuda")),
+        prepare_compiler,
+        lambda: first_compile(facts),
+    ):
+        try:
+            step()
+        except Exception as exc:  # noqa: BLE001 - into the log; the first job pays for it instead
+            print(f"compile process {os.getpid()}: start step failed: {type(exc).__name__}: {exc}", flush=True)
+
+
+class CompilePool:
+    """``workers`` compile processes compiling for the device ``facts`` describe; their output
+    goes to ``log_path``. :meth:`submit` returns a pebble ``ProcessFuture`` of
+    :func:`~workbench.compiling.jobs.compile_job`'s result: ``running()`` once a process took the
+    job, ``cancel()`` drops a queued one (and stops the process of a running one)."""
+
+    def __init__(self, facts: dict, workers: int, log_path: str | os.PathLike, timeout_s: float = JOB_TIMEOUT_S):
+        from pebble import ProcessPool
+
+        self.facts = dict(facts)
+        self.workers = workers
+        self.log_path = Path(log_path)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.timeout_s = timeout_s
+        self._pool = ProcessPool(
+            max_workers=workers,
+            initializer=_start_worker,
+            initargs=(self.facts, str(self.log_path)),
+            context=multiprocessing.get_context("spawn"),
+        )
+
+    def submit(self, job: CompileJob):
+        return self._pool.schedule(compile_job, args=(job, self.facts), timeout=self.timeout_s)
+
+    def close(self) -> None:
+        """Stop every compile process now (what is queued or in flight is dropped; a process
+        stopped in the middle of a compile writes only to the log)."""
+        self._pool.stop()
+        self._pool.join(timeout=10)
