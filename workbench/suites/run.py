@@ -21,6 +21,7 @@ from workbench.suites.compiled import run_compiled
 from workbench.suites.context import RunContext, SuiteRun, new_record
 from workbench.suites.judge import failures, rows_for, sweep_label
 from workbench.suites.targets import PEER_BACKENDS, Defaults, Suite, Versus, get_suite
+from workbench.timing import start_profiler
 
 
 def peer_plan(target: Versus, device_kind: str) -> tuple[list[str], dict[str, str]]:
@@ -260,7 +261,10 @@ def run_suite(
     run = SuiteRun(suite.name, dev.kind, dev.name)
     taken: dict = {}
     start_prebuilds(targets, dev.kind)
-    compile_ahead(targets, dev)
+    if compile_ahead(targets, dev) and dev.kind == "cuda":
+        # The profiler's first session (seconds of CUPTI's start, holding the GIL) now, on this
+        # thread, while the compile processes compile the first targets: not in the first timing.
+        start_profiler()
     for target in targets:
         started = time.perf_counter()
         mine: list = []
