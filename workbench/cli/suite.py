@@ -15,7 +15,7 @@ from workbench.device import get_device
 from workbench.phases import process_age_s
 from workbench.progress import Progress
 from workbench.reports import gate
-from workbench.reports.suite import suite_environment
+from workbench.reports.environment import suite_environment
 from workbench.store import Store
 
 

@@ -38,3 +38,25 @@ def environment(device: str = "auto") -> dict:
     except ImportError:
         pass
     return env
+
+
+def suite_environment(device, suite, argv) -> dict:
+    """The report's environment block (:func:`environment`) plus the
+    suite, the command, installed peer versions and the device's copy bandwidth."""
+    from workbench import suites as S
+    from workbench.reports.reader import scrub_command
+
+    env = environment(device)
+    env["suite"] = suite.name
+    env["command"] = "workbench bench " + scrub_command(argv)
+    for dist, version in S.peer_versions().items():
+        env[dist] = version
+    try:
+        facts = device.copy_bandwidth_facts()
+        bw = None if facts is None else facts["gbps"]
+    except Exception as exc:  # noqa: BLE001
+        facts, bw = None, f"not measured ({exc})"
+    env["copy_bw_gbps"] = round(bw, 1) if isinstance(bw, float) else (bw if bw is not None else "n/a (CPU)")
+    if facts:
+        env["copy_bw_measured"] = f"{facts['measured_at']} ({facts['source']}, {facts['age_s']:.0f} s old)"
+    return env
