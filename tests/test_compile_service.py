@@ -13,6 +13,7 @@ and a measurement settles with its configuration's compile before its first call
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from concurrent.futures import Future
@@ -255,3 +256,15 @@ def test_the_explorer_compiles_one_step_ahead_of_the_user(fake_service, monkeypa
     assert {j.variant for j in pool.submitted} >= {"gpu_multirow"}  # the next variant
     assert {j.dtype for j in pool.submitted} >= {"fp16"} and {j.mode for j in pool.submitted} >= {"backward"}
     assert all(j.problem["hidden"] == 300 for j in here)  # the quick problem the session shows
+
+
+def test_the_triton_cache_folder_is_pinned_for_the_compile_processes_and_inductor(monkeypatch, tmp_path):
+    """torch.compile's Inductor sets TRITON_CACHE_DIR to a folder of its own where it is unset: the
+    service sets it first, so its compile processes and the measuring process use one folder."""
+    from workbench.compiling.cache import pin_triton_cache_dir, triton_cache_dir
+
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    default = triton_cache_dir()
+    assert pin_triton_cache_dir() == default and os.environ["TRITON_CACHE_DIR"] == default
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    assert pin_triton_cache_dir() == str(tmp_path)  # the user's choice stands

@@ -42,6 +42,20 @@ def triton_cache_dir() -> str:
     return knobs.cache.dir
 
 
+def pin_triton_cache_dir() -> str:
+    """Fix this process's Triton cache folder by setting ``TRITON_CACHE_DIR`` to the one Triton
+    uses now (left as it is where the variable is set), and return it.
+
+    Why: torch.compile's Inductor, on its first Triton kernel, sets ``TRITON_CACHE_DIR`` to a
+    folder of its own where the variable is unset, and Triton reads the variable at every
+    compile. Kernels compiled ahead into the default folder were then not found by a suite's
+    first calls after its first torch.compile peer (the H100 suite at ebb9058: 0.3-0.6 s each,
+    the same as compiling them; 3-6 ms with the folder fixed, benchmarks/diagnostics/first_call_cost.py)."""
+    folder = os.environ.get("TRITON_CACHE_DIR") or triton_cache_dir()
+    os.environ["TRITON_CACHE_DIR"] = folder
+    return folder
+
+
 def cache_folder(kernel_hash: str) -> str:
     """The Triton cache folder name of a compiled kernel's hash (its cache manager's: base32 of
     the hash's bytes, unpadded)."""

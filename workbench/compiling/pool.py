@@ -14,6 +14,8 @@ Each compile process, when it starts (:func:`_start_worker`):
 - hides every GPU from itself (``CUDA_VISIBLE_DEVICES=""``, before CUDA could start): compiling
   ahead compiles for the facts it is given and never touches a device, so it never runs on the
   measuring process's GPU, let alone its stream;
+- compiles into the measuring process's Triton cache folder, fixed in both
+  (:func:`workbench.compiling.cache.pin_triton_cache_dir`);
 - lowers its priority (niceness 10), so the measuring process's host work comes first;
 - builds Triton's host utilities, imports the compiler and pays Triton's first compile
   (:func:`workbench.compiling.first_compile.first_compile`), before its first job.
@@ -40,7 +42,7 @@ def default_workers(cpus: int | None = None) -> int:
     return max(1, min(16, cpus - 2))
 
 
-def _start_worker(facts: dict, log_path: str) -> None:
+def _start_worker(facts: dict, log_path: str, cache_dir: str) -> None:
     """A compile process's start; see the module docstring. Never raises (a raising initializer
     would have the pool start it again and again): what fails here is paid in the first job."""
     try:
@@ -51,6 +53,7 @@ def _start_worker(facts: dict, log_path: str) -> None:
     except OSError:
         pass
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    os.environ["TRITON_CACHE_DIR"] = cache_dir  # the measuring process's, whatever it held when this started
     try:
         os.nice(NICENESS)
     except OSError:
@@ -78,7 +81,10 @@ class CompilePool:
     def __init__(self, facts: dict, workers: int, log_path: str | os.PathLike, timeout_s: float = JOB_TIMEOUT_S):
         from pebble import ProcessPool
 
+        from workbench.compiling.cache import pin_triton_cache_dir
+
         self.facts = dict(facts)
+        self.cache_dir = pin_triton_cache_dir()  # where the measuring process's first calls look
         self.workers = workers
         self.log_path = Path(log_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -86,7 +92,7 @@ class CompilePool:
         self._pool = ProcessPool(
             max_workers=workers,
             initializer=_start_worker,
-            initargs=(self.facts, str(self.log_path)),
+            initargs=(self.facts, str(self.log_path), self.cache_dir),
             context=multiprocessing.get_context("spawn"),
         )
 
