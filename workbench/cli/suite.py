@@ -200,12 +200,12 @@ def _write_html(out, show_code: bool = False) -> int:
     """report.html from the files just written; a missing papermill / nbconvert skips it (0),
     a report that fails to render is an error (1)."""
     from workbench.reports.notebooks import html_unavailable_reason
-    from workbench.reports.suite import render_suite_report
 
     reason = html_unavailable_reason()
     if reason:
         print(f"\nreport.html: skipped ({reason}); the tables and CSV / JSON files are written")
         return 0
+    from workbench.reports.suite import render_suite_report  # plotly: imported once it is known to be there
     try:
         path = render_suite_report(out, show_code=show_code)
     except Exception as exc:  # noqa: BLE001 - the measurements are on disk already; say what broke

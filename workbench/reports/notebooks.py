@@ -169,6 +169,8 @@ def _scrub_notebook(path: Path, out: Path) -> None:
 
 
 def html_unavailable_reason() -> str | None:
-    """None when papermill, nbconvert and ipykernel are importable; else what is missing."""
-    missing = [m for m in ("papermill", "nbconvert", "nbformat", "ipykernel") if importlib.util.find_spec(m) is None]
+    """None when papermill, nbconvert, ipykernel and plotly (every report's figures) are importable;
+    else what is missing."""
+    needed = ("papermill", "nbconvert", "nbformat", "ipykernel", "plotly")
+    missing = [m for m in needed if importlib.util.find_spec(m) is None]
     return f"{', '.join(missing)} not installed (pip install {' '.join(missing)})" if missing else None
