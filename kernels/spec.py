@@ -8,19 +8,37 @@ example by :func:`kernels.custom.family`).
 
 from __future__ import annotations
 
+import collections.abc
 import functools
 import importlib
 import importlib.util
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-DTYPES: dict[str, torch.dtype] = {
-    "fp32": torch.float32,
-    "fp16": torch.float16,
-    "bf16": torch.bfloat16,
-}
+
+class _TorchDtypes(collections.abc.Mapping):
+    """``"fp32"`` / ``"fp16"`` / ``"bf16"`` -> the torch dtype. The names are known without torch
+    (a family's dtypes, the command line's checks and its help); torch is imported on the first
+    lookup of a dtype, so ``workbench bench --help`` and a mistyped family answer at once."""
+
+    _TORCH_NAMES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+    def __getitem__(self, name: str) -> torch.dtype:
+        import torch
+
+        return getattr(torch, self._TORCH_NAMES[name])
+
+    def __iter__(self):
+        return iter(self._TORCH_NAMES)
+
+    def __len__(self) -> int:
+        return len(self._TORCH_NAMES)
+
+
+DTYPES: Mapping[str, torch.dtype] = _TorchDtypes()
 MODES = ("forward", "backward", "full")
 # Variant backends that are not ours: torch paths and peer libraries (compared against, never judged).
 PEER_BACKENDS = ("torch", "peer")
@@ -35,7 +53,7 @@ DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
 
 def dtype_name(dtype: str | torch.dtype) -> str:
     """``"bf16"`` for ``torch.bfloat16`` or ``"bf16"``/``"bfloat16"``; ValueError otherwise."""
-    if isinstance(dtype, torch.dtype):
+    if not isinstance(dtype, str):  # a torch.dtype (or something else, refused below)
         for name, value in DTYPES.items():
             if value == dtype:
                 return name

@@ -35,6 +35,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from workbench.cli.lab import LAB_OPTIONS, install_lab_settings
+
 REPO = Path(__file__).resolve().parents[2]
 SAVE_HOOK = "workbench.notebook_git.refresh_index_after_save"  # workbench.notebook_git.HOOK
 CHROMIUM_FLAGS = [
@@ -227,20 +229,14 @@ class Lab:
         self._log = None
         self._kernel_pids: set[int] = set()
 
-    # settings: no news / update checks (no network, no toasts over the page)
-    def _write_settings(self, settings: Path) -> None:
-        notif = settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
-        notif.parent.mkdir(parents=True, exist_ok=True)
-        notif.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
-
     def start(self, timeout: float = 90) -> Lab:
         dirs = {n: self.work_dir / n for n in ("config", "data", "runtime", "settings", "workspaces")}
         for d in dirs.values():
             d.mkdir(parents=True, exist_ok=True)
-        self._write_settings(dirs["settings"])
-        # no announcements feed, no update check: nothing leaves the machine
-        lab_config = {"LabApp": {"news_url": None, "check_for_updates_class": "jupyterlab.NeverCheckForUpdate"}}
-        (dirs["config"] / "jupyter_lab_config.json").write_text(json.dumps(lab_config))
+        # no news pop-up, no news feed, no update check: the settings and options `workbench lab`
+        # gives JupyterLab (workbench/cli/lab.py), so the browser tests see the lab a person sees
+        if install_lab_settings() is None:
+            raise RuntimeError("cannot write the lab's JupyterLab settings (workbench.cli.lab.install_lab_settings)")
         env = dict(os.environ)
         env.update(
             JUPYTER_CONFIG_DIR=str(dirs["config"]),
@@ -265,6 +261,7 @@ class Lab:
             f"--LabApp.user_settings_dir={dirs['settings']}",
             f"--LabApp.workspaces_dir={dirs['workspaces']}",
             f"--ContentsManager.post_save_hook={SAVE_HOOK}",  # as `workbench lab` starts it
+            *LAB_OPTIONS,
         ]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             cmd.append("--allow-root")

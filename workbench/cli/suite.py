@@ -7,15 +7,9 @@ import json
 import time
 from pathlib import Path
 
-from workbench import suites as S
 from workbench.cli.args import Parser, check_budget, check_output_path, split_list
 from workbench.cli.tables import format_row
-from workbench.device import get_device
-from workbench.phases import process_age_s
-from workbench.progress import Progress
-from workbench.reports import gate
-from workbench.reports.suite import suite_environment
-from workbench.store import Store
+from workbench.suites.targets import SUITES, get_suite
 
 
 def build_parser() -> Parser:
@@ -26,7 +20,7 @@ def build_parser() -> Parser:
         "cell, and the files and report.html in --out.",
         epilog=EXAMPLES,
     )
-    parser.add_argument("--suite", required=True, help=f"one of {', '.join(S.SUITES)}")
+    parser.add_argument("--suite", required=True, help=f"one of {', '.join(SUITES)}")
     parser.add_argument("--device", default="auto", help="auto (cuda, then npu, then cpu), cuda, npu or cpu")
     parser.add_argument("--out", default=None, help="output folder (default reports/<suite>/)")
     parser.add_argument(
@@ -59,10 +53,19 @@ def main(argv) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     check_budget(args.rep_ms)
-    suite = S.get_suite(args.suite)
+    suite = get_suite(args.suite)
     only = split_list(args.only)
     for name in only:
         suite.target(name)
+    # running a suite needs the store, the device and the report: loaded once the arguments are good
+    from workbench import suites as S
+    from workbench.device import get_device
+    from workbench.phases import process_age_s
+    from workbench.progress import Progress
+    from workbench.reports import gate
+    from workbench.reports.suite import suite_environment
+    from workbench.store import Store
+
     pct = gate.check_pct(args.fail_on_regression, args.baseline is not None)
     baseline = gate.load_records(args.baseline, "--baseline") if args.baseline else None  # before measuring
     device = get_device(args.device)
