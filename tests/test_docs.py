@@ -73,6 +73,7 @@ def test_the_docs_build_offline_with_warnings_as_errors(tmp_path):
     reference = (tmp_path / "site" / "cli.html").read_text()
     for command in ("workbench sweep", "workbench tune", "workbench npu-check", "--fail-on-regression"):
         assert command in reference, f"the command reference lacks {command}"
+    assert not list((tmp_path / "site").rglob("*.py")), "the build's Python code was copied into the site"
     pages = "".join(p.read_text() for p in (tmp_path / "site").glob("*.html"))
     assert not re.search(r"<(script|link)[^>]+(src|href)=\"https?://", pages), "a page loads something from the network"
 
