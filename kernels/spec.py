@@ -76,12 +76,19 @@ class Param:
     """A tile or launch parameter of a variant, limited to its allowed values.
 
     ``"auto"`` among the values means "let the host function choose from the problem".
+    ``modes``: the modes whose kernels read this tile (a backward kernel's tiles: ``("backward",
+    "full")``); None where every mode does. The Explorer shows a tile's control in those modes only.
     """
 
     name: str
     values: tuple
     default: Any
     doc: str = ""
+    modes: tuple[str, ...] | None = None
+
+    def used_in(self, mode: str) -> bool:
+        """Whether a run in ``mode`` reads this tile."""
+        return self.modes is None or mode in self.modes
 
     def __post_init__(self):
         if self.default not in self.values:
@@ -232,6 +239,30 @@ class Variant:
             allowed = ", ".join(sorted(known)) or "none"
             raise ValueError(f"variant {self.name!r} has no parameter {', '.join(unknown)}; its parameters: {allowed}")
         return {p.name: p.validate(overrides.get(p.name, p.default)) for p in self.params}
+
+    def refused_values(
+        self, name: str, problem: Mapping[str, Any], params: Mapping[str, Any], dtype: str, device
+    ) -> dict[Any, str]:
+        """``{value: reason}`` for each value of the tile ``name`` that the variant's ``check``
+        refuses on ``problem`` (a resolved problem) with its other tiles as in ``params`` (or, where
+        those are refused whatever this tile is, at their defaults): what a control should mark
+        before anything is launched. {} for a variant without a check."""
+        if self.check is None:
+            return {}
+        param = self.param(name)
+
+        def refusal(tiles: dict) -> str | None:
+            try:
+                self.check(problem, tiles, dtype, device)
+            except ValueError as exc:
+                return str(exc)
+            return None
+
+        for others in (self.resolve_params({k: v for k, v in params.items() if k != name}), self.resolve_params()):
+            refused = {v: reason for v in param.values if (reason := refusal({**others, name: v})) is not None}
+            if len(refused) < len(param.values):
+                return refused
+        return refused
 
     def unavailable_reason(self, device_kind: str | None = None) -> str | None:
         if device_kind is not None and device_kind not in self.devices:
