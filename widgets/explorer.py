@@ -833,7 +833,14 @@ class Explorer:
                     rows, var = swept.rows, swept.plan.variants[0]
                     xs, ys = swept.plan.x_values, swept.plan.y_values
                     fig, best = F.heatmap_figure(
-                        rows, x_axis, xs, y_axis, ys, metric, title=f"{var.name}: {y_axis} x {x_axis}"
+                        rows,
+                        x_axis,
+                        xs,
+                        y_axis,
+                        ys,
+                        metric,
+                        title=f"{var.name}: {y_axis} x {x_axis}",
+                        at=cfg["problem"],
                     )
                     self.best = None
                     if best is not None:
@@ -849,7 +856,7 @@ class Explorer:
                     self.w_best.value = (
                         f"best: {html.escape(F.mapping_str(self.best['params']) + F.ties_note(self.best))}"
                         if self.best
-                        else "no passing cell"
+                        else "no passing cell at the problem set above"
                     )
                     failures = checks.failures_table(rows, [x_axis, y_axis])
                 else:

@@ -412,12 +412,13 @@ _PLOT_JS = """
 
 
 # What a person would see wrong in one cell's outputs, measured on the page's boxes (the cell
-# scrolled into view first): for every plotly figure, its title (and subtitle lines) against each
-# plot area (the drag rectangle over it) and the tick labels, and against the figure's edges (a
-# title cut on the right); a note under or between plots against the plot areas and the axis
-# titles; the legend against the axis titles and the title. For every button, its label against
-# its width (scrollWidth > clientWidth: "App…"). For every table, figure, picture or preformatted
-# block, that it stays inside the cell or scrolls there. Returns {figures, buttons, problems}.
+# scrolled into view first). For every plotly figure: its title (and subtitle lines) against
+# each plot area (the drag rectangle over it), the tick labels and the figure's edges (a title
+# cut on the right or the top); a note outside the plot areas (a subplot's title, the line under
+# a plot) against the plot areas, the axis titles, the title and the other notes; the legend
+# against the axis titles and the title. For every button, its label against its width
+# (scrollWidth > clientWidth: "App…"). For every table, figure, picture or preformatted block,
+# that it stays inside the cell or scrolls there. Returns {figures, buttons, problems}.
 _FIT_JS = """
 (cell) => {
   const box = (e) => { const r = e.getBoundingClientRect(); return {l: r.left, t: r.top, r: r.right, b: r.bottom, w: r.width, h: r.height}; };
@@ -441,16 +442,21 @@ _FIT_JS = """
       if (visible(t)) {
         if (areas.some(a => meet(t, a))) problems.push(`${name}: the title overlaps the plot area`);
         if (ticks.some(a => meet(t, a))) problems.push(`${name}: the title overlaps a tick label`);
+        if (t.t < fig.t - 1) problems.push(`${name}: the title is cut at the figure's top`);
         if (t.r > fig.r + 1 || t.l < fig.l - 1) problems.push(`${name}: the title is cut at the figure's edge (${Math.round(t.l - fig.l)}..${Math.round(t.r - fig.l)} of ${Math.round(fig.w)} px)`);
       }
     }
+    const notes = [];
     for (const ann of gd.querySelectorAll('.annotation')) {
       const a = box(ann);
       if (!visible(a)) continue;
+      if (notes.some(o => meet(a, o))) problems.push(`${name}: the note "${ann.textContent.slice(0, 60)}" overlaps another note`);
+      notes.push(a);
       const text = ann.textContent.slice(0, 60);
       const centre = {x: (a.l + a.r) / 2, y: (a.t + a.b) / 2};
       if (!areas.some(p => inside(centre, p)) && areas.some(p => meet(a, p))) problems.push(`${name}: the note "${text}" overlaps a plot area`);
       if (axisTitles.some(p => meet(a, p))) problems.push(`${name}: the note "${text}" overlaps an axis title`);
+      if (title && meet(a, box(title))) problems.push(`${name}: the note "${text}" overlaps the title`);
       if (a.r > fig.r + 1) problems.push(`${name}: the note "${text}" is cut at the figure's edge`);
     }
     const legend = gd.querySelector('.legend');

@@ -63,7 +63,9 @@ def test_the_layout_check_sees_what_it_looks_for(chromium):
             '<table style="width:1200px"><tr><td>wide</td></tr></table></div></div>'
         )
         page.add_script_tag(path=str(Path(plotly.__file__).parent / "package_data" / "plotly.min.js"))
-        title = "<br>".join(["a long title that runs on and on and on, well past where any figure of six hundred pixels ends"] * 5)
+        title = "<br>".join(
+            ["a long title that runs on and on and on, well past where any figure of six hundred pixels ends"] * 5
+        )
         page.evaluate(
             "t => Plotly.newPlot('fig', [{x: [1, 2, 3], y: [3, 1, 2]}], "
             "{title: {text: t}, width: 600, height: 400, margin: {t: 30}})",

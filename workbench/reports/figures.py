@@ -13,7 +13,7 @@ shares one colour order, metric table and hover format.
 from __future__ import annotations
 
 import html
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import plotly.graph_objects as go
 
@@ -62,8 +62,12 @@ def _is_number(v: Any) -> bool:
 HOUSE_TEMPLATE = "plotly_white"  # one style for every figure, the notebooks' own included
 TITLE_CHARS = 64  # a title line at plotly's 17 px title font: about 560 px
 NOTE_CHARS = 96  # a subtitle line (<sup>, about 12 px): about 580 px
-TITLE_LINE_PX = 22  # each line of a title takes this much height (17 px at plotly's 1.3 line spacing)
-TITLE_PAD_PX = 30  # above the first line and below the last, before the plot area
+# Measured in Chromium (plotly 7): a title line at 17 px takes 21 px, a <sup> line up to 21 px; pinned
+# to the top (yanchor "top") plotly places a title of several lines 12 px higher than one of a
+# single line, so its top padding is 12 px more.
+TITLE_LINE_PX, NOTE_LINE_PX = 21, 21
+TITLE_PAD_PX, TITLE_PAD_LINES_PX = 10, 22  # above a one-line title, above a title of several lines
+TITLE_GAP_PX = 18  # below the title's last line, before the plot area
 
 
 def wrap_words(text: str, width: int) -> list[str]:
@@ -110,7 +114,14 @@ def fit(fig: go.Figure, *, plot_height: int | None = None) -> go.Figure:
     text = fig.layout.title.text or ""
     lines = _title_lines(text) if text else []
     margin = fig.layout.margin
-    top = TITLE_PAD_PX + TITLE_LINE_PX * len(lines) if lines else (margin.t if margin.t is not None else 40)
+    notes = sum(line.startswith("<sup>") for line in lines)
+    pad = TITLE_PAD_PX if len(lines) == 1 else TITLE_PAD_LINES_PX
+    top = pad + TITLE_LINE_PX * (len(lines) - notes) + NOTE_LINE_PX * notes + TITLE_GAP_PX
+    if not lines:
+        top = margin.t if margin.t is not None else 40
+    if lines and any(_above_plot(a) for a in fig.layout.annotations or ()):
+        top += 24  # subplot titles sit between the title and the plots
+
     if plot_height is not None:
         fig.update_layout(height=plot_height + top + (margin.b if margin.b is not None else 80))
     if lines:
@@ -125,7 +136,7 @@ def fit(fig: go.Figure, *, plot_height: int | None = None) -> go.Figure:
                 y=1,
                 yref="container",
                 yanchor="top",
-                pad=dict(t=10),
+                pad=dict(t=pad),
                 automargin=True,
             ),
             margin=dict(t=top if plot_height is not None else max(top, margin.t or 0)),
@@ -134,6 +145,11 @@ def fit(fig: go.Figure, *, plot_height: int | None = None) -> go.Figure:
             fig.update_layout(height=height + grow)
     _tidy_log_axes(fig)
     return fig
+
+
+def _above_plot(annotation) -> bool:
+    """An annotation written above the top of the plot area (a subplot's title on the first row)."""
+    return annotation.yref == "paper" and (annotation.y or 0) >= 0.999 and annotation.yanchor == "bottom"
 
 
 def tick_label(v: float) -> str:
@@ -165,9 +181,16 @@ def _tidy_log_axes(fig: go.Figure) -> None:
         for trace in fig.data:
             if (getattr(trace, f"{letter}axis", None) or letter) != ref:
                 continue
-            for v in getattr(trace, letter, None) or ():
-                if _is_number(v) and v > 0:
-                    values.append(float(v))
+            data = getattr(trace, letter, None)  # a list, a tuple or a numpy array
+            for v in () if data is None else data:
+                if isinstance(v, (str, bool)) or v is None:
+                    continue
+                try:
+                    v = float(v)
+                except (TypeError, ValueError):
+                    continue
+                if v > 0 and math.isfinite(v):
+                    values.append(v)
         if not values:
             continue
         distinct = sorted(set(values))
@@ -533,6 +556,7 @@ def heatmap_figure(
     metric: str = "gbps",
     *,
     title: str | None = None,
+    at: Mapping[str, Any] | None = None,
 ) -> tuple[go.Figure, dict | None]:
     """A ``y_values x x_values`` grid of ``metric``; each cell's hover carries its registers,
     spills and occupancy (:func:`workbench.reports.why.hover_text`); failed cells drawn as grey crosses
@@ -541,8 +565,9 @@ def heatmap_figure(
 
     The best passing cell is outlined where both axes are tiles (the record's ``params``): that
     is the configuration to choose. Where one axis is a problem knob (a size is not a choice),
-    the best tile of each problem size is outlined instead and no single best is returned; with
-    two problem knobs nothing is outlined.
+    the best tile of each problem size is outlined instead, and the one returned is the best at
+    the size in ``at`` (the problem the caller is at), None where ``at`` names none of the grid's
+    sizes; with two problem knobs nothing is outlined.
 
     ``records`` are in row-major order over (y, x) or carry the axis values in problem/params."""
     recs = [as_dict(r) for r in records]
@@ -634,6 +659,7 @@ def heatmap_figure(
     tiles = [a for a in (x_axis, y_axis) if any(a in (r.get("params") or {}) for r in recs)]
     sizes = [a for a in (x_axis, y_axis) if a not in tiles]
     groups: dict[str, list] = {}
+    here = None if len(tiles) != 1 or at is None or sizes[0] not in at else str(at[sizes[0]])
     if len(tiles) == 2:
         groups[""] = passing
     elif len(tiles) == 1:  # the best tile per problem size: a size is not something to choose
@@ -641,7 +667,7 @@ def heatmap_figure(
             groups.setdefault(str(cell_of(cell[0])[0 if sizes[0] == y_axis else 1]), []).append(cell)
     best = None
     tied_total = 0
-    for cells in groups.values():
+    for size, cells in groups.items():
         top = None
         for cell in cells:
             top = cell if better(cell, top) else top
@@ -658,6 +684,10 @@ def heatmap_figure(
             outline(*pos[id(o)], color="red", width=2, dash="dot")
         if len(tiles) == 2:
             parts.append(f"best: {x_axis}={x_values[ix]}, {y_axis}={y_values[iy]} ({r[field]:.4g} {label})")
+            best = dict(r, ties=[dict(o.get("params") or {}) for o in tied])
+        elif size == here:
+            tile = x_values[ix] if tiles[0] == x_axis else y_values[iy]
+            parts.append(f"best at {sizes[0]}={size}: {tiles[0]}={tile} ({r[field]:.4g} {label})")
             best = dict(r, ties=[dict(o.get("params") or {}) for o in tied])
     if len(tiles) == 1 and groups:
         parts.append(f"outlined: the best {tiles[0]} at each {sizes[0]} (a {sizes[0]} is given, not chosen)")
