@@ -311,20 +311,10 @@ class Explorer:
         if list(self.params_box.children) != children:
             self.params_box.children = children
         var = self.spec.variant(self._params_variant)
-        sess = self._session_for(self.w_device.value)
-        params = {k: w.value for k, w in self.param_widgets.items()}
-        try:
-            problem = self.spec.resolve_problem({k: w.value for k, w in self.knob_widgets.items()}, sess.quick)
-        except ValueError:  # a knob out of range: the relaunch says so; nothing to mark against
-            problem = None
         notes = []
         with self._hold():
             for p in shown:
-                refused = (
-                    {}
-                    if problem is None
-                    else var.refused_values(p.name, problem, params, self.w_dtype.value, sess.device)
-                )
+                refused = self._refused(var, p.name)
                 mark_refused(self.param_widgets[p.name], p, refused)
                 if refused:
                     values = ", ".join(map(str, refused))
@@ -369,9 +359,23 @@ class Explorer:
             return
         var = self.spec.variant(self.w_variant.value)
         vals = default_values(self.spec, axis, [var])
-        if self.session.quick and axis_kind(self.spec, axis, [var]) == "param":
-            vals = vals[:6]
+        if axis_kind(self.spec, axis, [var]) == "param":
+            refused = self._refused(var, axis)  # offer what can run: a sweep of them draws every point
+            vals = [v for v in vals if v not in refused] or vals
+            if self.session.quick:
+                vals = vals[:6]
         values_w.value = ", ".join(str(v) for v in vals)
+
+    def _refused(self, var, name: str) -> dict:
+        """The values of ``var``'s tile ``name`` its check refuses at the problem, dtype and device
+        the controls ask for ({} where the problem itself is out of range)."""
+        sess = self._session_for(self.w_device.value)
+        try:
+            problem = self.spec.resolve_problem({k: w.value for k, w in self.knob_widgets.items()}, sess.quick)
+        except ValueError:
+            return {}
+        params = {k: w.value for k, w in self.param_widgets.items()}
+        return var.refused_values(name, problem, params, self.w_dtype.value, sess.device)
 
     @contextlib.contextmanager
     def _hold(self):

@@ -119,8 +119,9 @@ def fit(fig: go.Figure, *, plot_height: int | None = None) -> go.Figure:
     top = pad + TITLE_LINE_PX * (len(lines) - notes) + NOTE_LINE_PX * notes + TITLE_GAP_PX
     if not lines:
         top = margin.t if margin.t is not None else 40
-    if lines and any(_above_plot(a) for a in fig.layout.annotations or ()):
-        top += 24  # subplot titles sit between the title and the plots
+    subtitle_lines = _wrap_subplot_titles(fig)
+    if lines and subtitle_lines:
+        top += 8 + 18 * subtitle_lines  # subplot titles sit between the title and the plots
 
     if plot_height is not None:
         fig.update_layout(height=plot_height + top + (margin.b if margin.b is not None else 80))
@@ -152,6 +153,29 @@ def _above_plot(annotation) -> bool:
     return annotation.yref == "paper" and (annotation.y or 0) >= 0.999 and annotation.yanchor == "bottom"
 
 
+FIGURE_PX = 600  # the narrowest width a figure is drawn at (see TITLE_CHARS)
+
+
+def _wrap_subplot_titles(fig: go.Figure) -> int:
+    """Subplot titles (annotations centred over their column, anchored at their bottom) wrapped
+    to their column's width at :data:`FIGURE_PX`, so neighbours never run into each other; the
+    most lines a first-row title has (0: no subplot titles)."""
+    titles = [a for a in fig.layout.annotations or () if a.yref == "paper" and a.yanchor == "bottom" and a.text]
+    centres = sorted({round(a.x, 4) for a in titles if a.x is not None})
+    if len(centres) < 2:
+        return max((a.text.count("<br>") + 1 for a in titles if _above_plot(a)), default=0)
+    column = min(b - a for a, b in zip(centres, centres[1:]))  # a column's width, in the figure's share
+    most = 0
+    for a in titles:
+        size = (a.font.size if a.font and a.font.size else None) or 16
+        chars = max(12, int(column * FIGURE_PX / (0.55 * size)))
+        wrapped = [part for line in a.text.split("<br>") for part in wrap_words(line, chars)]
+        a.text = "<br>".join(wrapped)
+        if _above_plot(a):
+            most = max(most, len(wrapped))
+    return most
+
+
 def tick_label(v: float) -> str:
     """A size as a tick label: exact up to 99,999, then binary (``4Mi``) or three digits."""
     if float(v).is_integer():
@@ -165,8 +189,8 @@ def tick_label(v: float) -> str:
 
 
 def _tidy_log_axes(fig: go.Figure) -> None:
-    """Log axes labelled at what was measured (an x axis of at most a dozen sizes) or at powers of
-    ten and their 2s and 5s (others; powers of ten alone past three decades), never at every
+    """Log axes labelled at what was measured (an x axis of at most a dozen sizes), else at powers
+    of ten (at their 2s and 5s too where the data span less than a decade), never at every
     minor tick."""
     import math
 
@@ -198,7 +222,7 @@ def _tidy_log_axes(fig: go.Figure) -> None:
             axis.update(tickvals=distinct, ticktext=[tick_label(v) for v in distinct])
         else:
             decades = math.log10(max(distinct) / min(distinct))
-            axis.update(dtick=1 if decades >= 3 else "D2")
+            axis.update(dtick=1 if decades >= 1 else "D2")
 
 
 def timing_note(records: Iterable[dict]) -> str:
