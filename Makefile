@@ -10,15 +10,32 @@ HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/
 TORCH_SPEC ?= $(if $(HAS_GPU),torch>=2.4,torch==2.13.0)
 PYTEST_ARGS ?=
 
-.PHONY: lab report test lint bench env npu-check notebook-filter docs pictures
+.PHONY: lab report test lint bench env env-lab npu-check notebook-filter docs pictures
+
+# Two installs, each with its stamp. The lab's (.installed): torch and the project with the
+# `lab` and `distributed` extras, all that the notebooks and `workbench lab` need. The
+# developer's (.installed-dev): the same plus the `dev` extra (pytest, ruff, Playwright, MkDocs,
+# kaleido, Optuna), which `make test`, `make docs` and `make pictures` need. After `make lab`,
+# `make test` adds only the dev extra's packages (pip keeps what is installed); `make test`
+# from nothing installs everything in one go and marks the lab's install done too.
+LAB_EXTRAS := lab,distributed
+DEV_EXTRAS := lab,dev,distributed
+define install_venv
+	test -x $(PY) || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[$(1)]"
+endef
 
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[lab,dev,distributed]"
+	$(call install_venv,$(LAB_EXTRAS))
 	touch $@
 
-env: $(VENV)/.installed
+$(VENV)/.installed-dev: pyproject.toml
+	$(call install_venv,$(DEV_EXTRAS))
+	touch $@ $(VENV)/.installed
+
+env-lab: $(VENV)/.installed
+env: $(VENV)/.installed-dev
 
 # Notebooks are versioned by their cells' sources: git reads a notebook through nbstripout
 # (.gitattributes), which drops outputs, execution counts and what a run or a save writes into
@@ -41,7 +58,7 @@ lab: $(VENV)/.installed notebook-filter
 report: $(VENV)/.installed
 	$(VENV)/bin/workbench report --device auto --quick --out reports/latest
 
-test: $(VENV)/.installed notebook-filter
+test: $(VENV)/.installed-dev notebook-filter
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
@@ -57,9 +74,11 @@ npu-check: $(VENV)/.installed
 	$(VENV)/bin/workbench npu-check --defaults-only --warn-unchecked --out results/npu_check
 
 # The documentation (docs/, MkDocs): built offline into results/site, warnings as errors.
-docs: $(VENV)/.installed
-	$(VENV)/bin/mkdocs build --strict
+# NO_MKDOCS_2_WARNING is Material for MkDocs' own switch for the end-of-life notice it prints on
+# every build (9.7 and later), which says nothing about this site.
+docs: $(VENV)/.installed-dev
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 # The picture of the Explorer the README and the docs show, taken by the browser test.
-pictures: $(VENV)/.installed notebook-filter
+pictures: $(VENV)/.installed-dev notebook-filter
 	WORKBENCH_UPDATE_PICTURES=1 $(PY) -m pytest -q tests/browser/test_explorer_in_lab.py -k picture

@@ -8,19 +8,37 @@ example by :func:`kernels.custom.family`).
 
 from __future__ import annotations
 
+import collections.abc
 import functools
 import importlib
 import importlib.util
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-DTYPES: dict[str, torch.dtype] = {
-    "fp32": torch.float32,
-    "fp16": torch.float16,
-    "bf16": torch.bfloat16,
-}
+
+class _TorchDtypes(collections.abc.Mapping):
+    """``"fp32"`` / ``"fp16"`` / ``"bf16"`` -> the torch dtype. The names are known without torch
+    (a family's dtypes, the command line's checks and its help); torch is imported on the first
+    lookup of a dtype, so ``workbench bench --help`` and a mistyped family answer at once."""
+
+    _TORCH_NAMES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+    def __getitem__(self, name: str) -> torch.dtype:
+        import torch
+
+        return getattr(torch, self._TORCH_NAMES[name])
+
+    def __iter__(self):
+        return iter(self._TORCH_NAMES)
+
+    def __len__(self) -> int:
+        return len(self._TORCH_NAMES)
+
+
+DTYPES: Mapping[str, torch.dtype] = _TorchDtypes()
 MODES = ("forward", "backward", "full")
 # Variant backends that are not ours: torch paths and peer libraries (compared against, never judged).
 PEER_BACKENDS = ("torch", "peer")
@@ -35,7 +53,7 @@ DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
 
 def dtype_name(dtype: str | torch.dtype) -> str:
     """``"bf16"`` for ``torch.bfloat16`` or ``"bf16"``/``"bfloat16"``; ValueError otherwise."""
-    if isinstance(dtype, torch.dtype):
+    if not isinstance(dtype, str):  # a torch.dtype (or something else, refused below)
         for name, value in DTYPES.items():
             if value == dtype:
                 return name
@@ -58,12 +76,19 @@ class Param:
     """A tile or launch parameter of a variant, limited to its allowed values.
 
     ``"auto"`` among the values means "let the host function choose from the problem".
+    ``modes``: the modes whose kernels read this tile (a backward kernel's tiles: ``("backward",
+    "full")``); None where every mode does. The Explorer shows a tile's control in those modes only.
     """
 
     name: str
     values: tuple
     default: Any
     doc: str = ""
+    modes: tuple[str, ...] | None = None
+
+    def used_in(self, mode: str) -> bool:
+        """Whether a run in ``mode`` reads this tile."""
+        return self.modes is None or mode in self.modes
 
     def __post_init__(self):
         if self.default not in self.values:
@@ -225,6 +250,30 @@ class Variant:
             allowed = ", ".join(sorted(known)) or "none"
             raise ValueError(f"variant {self.name!r} has no parameter {', '.join(unknown)}; its parameters: {allowed}")
         return {p.name: p.validate(overrides.get(p.name, p.default)) for p in self.params}
+
+    def refused_values(
+        self, name: str, problem: Mapping[str, Any], params: Mapping[str, Any], dtype: str, device
+    ) -> dict[Any, str]:
+        """``{value: reason}`` for each value of the tile ``name`` that the variant's ``check``
+        refuses on ``problem`` (a resolved problem) with its other tiles as in ``params`` (or, where
+        those are refused whatever this tile is, at their defaults): what a control should mark
+        before anything is launched. {} for a variant without a check."""
+        if self.check is None:
+            return {}
+        param = self.param(name)
+
+        def refusal(tiles: dict) -> str | None:
+            try:
+                self.check(problem, tiles, dtype, device)
+            except ValueError as exc:
+                return str(exc)
+            return None
+
+        for others in (self.resolve_params({k: v for k, v in params.items() if k != name}), self.resolve_params()):
+            refused = {v: reason for v in param.values if (reason := refusal({**others, name: v})) is not None}
+            if len(refused) < len(param.values):
+                return refused
+        return refused
 
     def unavailable_reason(self, device_kind: str | None = None) -> str | None:
         if device_kind is not None and device_kind not in self.devices:

@@ -143,3 +143,100 @@ def test_a_store_with_someone_elses_records_table_is_refused(tmp_path):
     with pytest.raises(ValueError, match="not a workbench store"):
         Store(path)
     assert path.read_bytes() == before
+
+
+# --- help and argument errors answer before torch loads (issue 58) -------------------------------
+def test_bench_help_lists_the_options_every_family_shares(capsys):
+    assert main(["bench", "--help"]) == 0
+    out = capsys.readouterr().out
+    for option in ("--device", "--dtype", "--mode", "--variants", "--param", "--quick", "--rep-ms", "--store"):
+        assert option in out, f"workbench bench --help does not list {option}"
+    assert "rms_norm" in out and "block_sparse" in out  # the families it can measure
+    assert "workbench bench FAMILY --help" in out  # where the family's own knobs are
+
+
+def test_bench_without_a_family_is_one_line_naming_the_families(capsys):
+    assert main(["bench"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "give a family" in err[0] and "rms_norm" in err[0], err
+
+
+def test_help_and_a_misspelt_family_do_not_import_torch():
+    """What makes `workbench bench --help` and `workbench bench nosuchfamily` answer at once (the
+    seconds are measured by benchmarks/diagnostics/cli_latency.py, not here)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import contextlib, io, sys\n"
+        "from workbench.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+        "    codes = [main(a) for a in (['bench', '--help'], ['bench', 'nosuchfamily'], ['bench', '--suite', 'nope'],\n"
+        "             ['sweep', 'nosuch'], ['tune', 'nosuch'], ['report', '/nonexistent'], ['list', '--bogus'])]\n"
+        "print(codes, sorted(m for m in ('torch', 'triton', 'pandas', 'plotly') if m in sys.modules))\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120)
+    assert out.stdout.strip() == "[0, 2, 2, 2, 2, 2, 2] []", out.stdout + out.stderr[-2000:]
+
+
+def test_defaults_are_shown_for_the_options_that_have_one():
+    from workbench.cli import sweep, tune
+
+    text = " ".join(tune.build_parser().format_help().split())
+    assert "--seed SEED seed of the random and bayes strategies (default: 0)" in text
+    assert "(default: one per CPU core" in text  # --num-cpus
+    assert "configurations per size (default: 30% of the grid, at least 8)" in text  # --trials
+    assert "after N s (default: no limit)" in text  # --budget-s
+    assert "(default: 0)" in " ".join(sweep.build_parser().format_help().split())  # sweep's --seed
+
+
+def test_problem_errors_show_a_problem_knob_not_a_tile(capsys):
+    assert main(["sweep", "rms_norm", "--problem", "hidden"]) == 2
+    err = capsys.readouterr().err
+    assert "e.g. --problem hidden=" in err and "BLOCK_SIZE" not in err, err
+
+
+def test_a_missing_report_folder_is_named_once(capsys):
+    assert main(["report", "/nonexistent"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("workbench report: /nonexistent: no such folder"), err  # the prefix once
+
+
+def test_the_bench_table_keeps_its_columns_where_a_cell_is_empty():
+    from types import SimpleNamespace
+
+    from workbench.cli.tables import format_table
+
+    def rec(**kw):
+        base = dict(mode="forward", dtype="bf16", x_value=300, variant="gpu_row", ms_p50=0.1234, gbps=12.5)
+        base.update(pct_copy_bw=3.0, peak_mb=1.5, max_abs_err=1e-3, passed=True, error=None, timing_method="t")
+        base.update(kw)
+        return SimpleNamespace(**base)
+
+    empty = dict(ms_p50=None, gbps=None, pct_copy_bw=None, peak_mb=None, max_abs_err=None)
+    lines = format_table([rec(), rec(variant="npu", **empty), rec(gbps=None, peak_mb=None)]).splitlines()
+    header, rows = lines[0], lines[2:]
+    # each column's right edge (where the header's right-aligned names end) holds a value's last character
+    for name in ("ms", "GB/s", "%BW", "peakMB", "max_err"):
+        end = header.index(f" {name} ") + len(name)
+        for row in rows:
+            assert row[end] != " " and row[end + 1] == " ", (name, row)
+
+
+def test_the_lab_starts_jupyterlab_without_the_news_pop_up(tmp_path, capsys):
+    import json
+
+    from workbench.cli.lab import LAB_SETTINGS, install_lab_settings
+
+    assert main(["lab", "--dry-run", "--notebooks", str(tmp_path)]) == 0
+    command = capsys.readouterr().out.splitlines()[0]
+    assert "--LabApp.news_url=None" in command and "NeverCheckForUpdate" in command
+    path = install_lab_settings(tmp_path / "app")
+    assert path == tmp_path / "app" / "settings" / "overrides.d" / "kernel-workbench.json"
+    assert json.loads(path.read_text()) == LAB_SETTINGS
+    notification = LAB_SETTINGS["@jupyterlab/apputils-extension:notification"]
+    assert notification["fetchNews"] == "false"  # JupyterLab asks only while this is "none"
+    (tmp_path / "locked").write_text("a file where the folder would go")
+    assert install_lab_settings(tmp_path / "locked") is None  # cannot write: the lab still starts

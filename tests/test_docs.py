@@ -73,6 +73,7 @@ def test_the_docs_build_offline_with_warnings_as_errors(tmp_path):
     reference = (tmp_path / "site" / "cli.html").read_text()
     for command in ("workbench sweep", "workbench tune", "workbench npu-check", "--fail-on-regression"):
         assert command in reference, f"the command reference lacks {command}"
+    assert not list((tmp_path / "site").rglob("*.py")), "the build's Python code was copied into the site"
     pages = "".join(p.read_text() for p in (tmp_path / "site").glob("*.html"))
     assert not re.search(r"<(script|link)[^>]+(src|href)=\"https?://", pages), "a page loads something from the network"
 
@@ -97,3 +98,34 @@ def test_a_runnable_block_runs(name, lines, tmp_path):
         assert out.returncode == 0, (
             f"{name}: `{line}` exited {out.returncode}\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
         )
+
+
+def test_every_runnable_example_writes_where_git_ignores():
+    """Following the docs leaves `git status` clean: each folder a runnable block writes (--out,
+    mkdir -p) is one git ignores (results/, or a scratch folder outside the checkout)."""
+    written = []
+    for name, lines in BLOCKS:
+        for line in lines:
+            written += [(name, m) for m in re.findall(r"(?:--out|mkdir -p)\s+(\S+)", line)]
+    assert len(written) >= 8, written
+    for name, path in written:
+        if path.startswith("/"):
+            continue
+        check = subprocess.run(["git", "check-ignore", "-q", "--no-index", f"{path}/records.json"], cwd=ROOT)
+        assert check.returncode == 0, f"{name} writes into {path}, which git does not ignore"
+
+
+def test_the_your_kernel_declaration_runs_as_written(tmp_path):
+    """docs/your-kernel.md's declaration is self-contained: its kernel, host function and family
+    run from the page's code alone (as a script: Triton reads a kernel's source from its file)."""
+    text = (ROOT / "docs" / "your-kernel.md").read_text()
+    section = text[text.index("## Declare it") :]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    script = tmp_path / "declare.py"
+    script.write_text(code + "\nprint(spec.name, [v.name for v in spec.variants])\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "my_softmax ['ours', 'torch']" in out.stdout, out.stdout

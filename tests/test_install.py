@@ -37,7 +37,39 @@ def test_the_lab_is_an_extra_not_a_base_dependency():
     assert not base & set(LAB), f"lab packages in the base dependencies: {sorted(base & set(LAB))}"
     lab = {d.split(">")[0].split("=")[0].strip().lower() for d in project["optional-dependencies"]["lab"]}
     assert set(LAB) <= lab
-    assert ".[lab," in (ROOT / "Makefile").read_text()  # make lab / make test install it
+
+
+def _make_plan(target: str, venv: Path) -> list[str]:
+    """The commands ``make TARGET`` would run for a virtualenv at ``venv`` (make -n: nothing runs)."""
+    out = subprocess.run(
+        ["make", "-n", target, f"VENV={venv}", "PYTHON=python3"], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    return [line for line in out.stdout.splitlines() if "pip install" in line or line.startswith("touch")]
+
+
+def test_make_lab_installs_the_lab_and_make_test_adds_dev(tmp_path):
+    """From nothing, ``make lab`` installs the lab and distributed extras (not dev) and ``make test``
+    installs them with dev in one go; after ``make lab``, ``make test`` adds dev (pip keeps what is
+    there); after ``make test``, ``make lab`` has nothing to install."""
+    venv = tmp_path / "venv"
+    lab = _make_plan("env-lab", venv)
+    assert any('-e ".[lab,distributed]"' in line for line in lab), lab
+    assert not any(",dev" in line for line in lab), lab
+    test = _make_plan("env", venv)
+    assert any('-e ".[lab,dev,distributed]"' in line for line in test), test
+    assert any(line.startswith("touch") and line.rstrip().endswith(".installed") for line in test), test
+    for target in ("lab", "test"):  # the targets a person types use these installs
+        recipe = subprocess.run(["make", "-n", target, f"VENV={venv}"], capture_output=True, text=True, cwd=ROOT)
+        wanted = '.[lab,dev,distributed]"' if target == "test" else '.[lab,distributed]"'
+        assert wanted in recipe.stdout, recipe.stdout[:2000]
+    # `make lab` done: the lab's stamp is newer than pyproject.toml
+    venv.mkdir()
+    (venv / ".installed").touch()
+    assert _make_plan("env-lab", venv) == []
+    assert any('.[lab,dev,distributed]"' in line for line in _make_plan("env", venv))
+    (venv / ".installed-dev").touch()
+    assert _make_plan("env", venv) == [] and _make_plan("env-lab", venv) == []
 
 
 def test_the_kernels_and_the_command_line_run_without_the_lab(tmp_path):

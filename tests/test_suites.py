@@ -398,7 +398,7 @@ def test_bench_suite_bad_arguments(capsys):
     assert main(["bench", "--suite", "smoke", "--only", "nope"]) == 2
     assert "no target 'nope'" in capsys.readouterr().err
     assert main(["bench"]) == 2
-    assert "--suite NAME" in capsys.readouterr().out
+    assert "--suite NAME" in capsys.readouterr().err  # the one line says how to run a suite
 
 
 def test_bench_suite_in_parts_with_resume(tmp_path, capsys):

@@ -180,7 +180,9 @@ def test_explorer_controls_come_from_the_spec(explorer):
     for name in ("variant", "device", "dtype", "mode", "n", "flavour", "TILE", "FLAG"):
         assert name in controls
     assert list(controls["variant"].options) == ["tiled", "eager"]  # gpu_only cannot run on cpu
-    assert list(controls["TILE"].options) == [("auto", "auto"), ("1", 1), ("2", 2), ("4", 4), ("8", 8)]
+    # TILE=1 is refused by the variant's check: marked, with the reason under the tile controls
+    assert list(controls["TILE"].options) == [("auto", "auto"), ("1 ✗", 1), ("2", 2), ("4", 4), ("8", 8)]
+    assert "TILE</b> 1: TILE=1 is too small" in explorer.w_refused.value
     explorer.set(variant="eager")
     assert explorer.wait(30)
     assert "TILE" not in explorer.controls  # tile controls follow the variant
@@ -284,3 +286,44 @@ def test_default_store_follows_env_then_checkout(monkeypatch, tmp_path):
     monkeypatch.delenv("WORKBENCH_STORE")
     path = default_store_path()
     assert path.parts[-2:] == ("results", "workbench.sqlite")
+
+
+def _mode_toy():
+    """TOY with a backward-only tile: the forward's controls must not show it."""
+    import dataclasses
+
+    tiled = TOY.variant("tiled")
+    bwd = Param("BWD_TILE", ("auto", 2, 4), "auto", "backward tile", modes=("backward", "full"))
+    variants = (dataclasses.replace(tiled, params=tiled.params + (bwd,)),) + TOY.variants[1:]
+    return dataclasses.replace(TOY, name="toy_modes", variants=variants)
+
+
+def test_explorer_shows_only_the_chosen_modes_tiles_and_marks_refused_values():
+    s = Session(_mode_toy(), device="cpu", dtype="fp32", quick=True, headless=False, store=False)
+    ex = Explorer(s, debounce_s=0.01, autostart=False, peers=False)
+    shown = lambda: [w.description for w in ex.params_box.children]  # noqa: E731
+    assert shown() == ["TILE", "FLAG"]  # forward: no backward tile
+    assert "BWD_TILE" in ex.controls  # still a control (set() and apply() reach it) ...
+    ex.set(mode="full")
+    assert ex.wait(60)
+    assert shown() == ["TILE", "FLAG", "BWD_TILE"]  # ... shown where a run reads it
+    assert "BWD_TILE" in ex.speed_fig.layout.annotations[0].text  # and named under the figure
+    ex.set(mode="forward")
+    assert ex.wait(60)
+    assert shown() == ["TILE", "FLAG"] and "BWD_TILE" not in ex.speed_fig.layout.annotations[0].text
+    # marking keeps the value a person set, and follows the problem
+    ex.set(TILE=4)
+    assert ex.wait(60)
+    assert ex.controls["TILE"].value == 4 and ex.controls["TILE"].options[1] == ("1 ✗", 1)
+    ex.close()
+
+
+def test_refused_values_come_from_the_variants_check():
+    v = TOY.variant("tiled")
+    problem = TOY.resolve_problem(quick=True)
+    refused = v.refused_values("TILE", problem, {}, "fp32", None)
+    assert list(refused) == [1] and "too small" in refused[1]
+    assert (
+        Variant("x", "torch", _double, params=(Param("T", (1, 2), 1),)).refused_values("T", problem, {}, "fp32", None)
+        == {}
+    )

@@ -82,13 +82,41 @@ class Worker:
                     self._cv.notify_all()
 
 
+REFUSED_MARK = " ✗"  # after a tile value the variant's check refuses at the current problem
+
+
+def button(description: str, **kwargs) -> W.Button:
+    """A button as wide as its label (ipywidgets' fixed width cuts a longer one to "App…") that
+    does not shrink beside a long line of text."""
+    kwargs.setdefault("layout", W.Layout(width="auto", min_width="fit-content", flex="0 0 auto"))
+    return W.Button(description=description, **kwargs)
+
+
+def value_labels(param, refused=()) -> list[tuple[str, Any]]:
+    """A tile control's options: each value's label, marked :data:`REFUSED_MARK` where ``refused``."""
+    return [(f"{v}{REFUSED_MARK}" if v in refused else str(v), v) for v in param.values]
+
+
+def mark_refused(widget: W.Widget, param, refused) -> bool:
+    """Relabel a tile control (:func:`param_widget`) so the values in ``refused`` carry
+    :data:`REFUSED_MARK`, keeping its value; True when a label changed. Call it where the control's
+    observers are held off: replacing options moves the selection for a moment."""
+    options = value_labels(param, refused)
+    if [tuple(o) for o in widget.options] == options:
+        return False
+    value = widget.value
+    widget.options = options
+    widget.value = value
+    return True
+
+
 def param_widget(param, value) -> W.Widget:
     values = list(param.values)
     numeric = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
     desc = param.name
     if len(numeric) >= 3 and all(v == "auto" or v in numeric for v in values):
         return W.SelectionSlider(
-            options=[(str(v), v) for v in values],
+            options=value_labels(param),
             value=value,
             description=desc,
             continuous_update=False,
@@ -97,7 +125,7 @@ def param_widget(param, value) -> W.Widget:
             layout=W.Layout(width="420px"),
         )
     return W.Dropdown(
-        options=[(str(v), v) for v in values],
+        options=value_labels(param),
         value=value,
         description=desc,
         tooltip=param.doc,
@@ -107,16 +135,34 @@ def param_widget(param, value) -> W.Widget:
 
 def knob_widget(knob, value) -> W.Widget:
     style = {"description_width": "initial"}
+    tip = knob.doc or knob.name
     if knob.values is not None:
-        return W.Dropdown(options=[(str(v), v) for v in knob.values], value=value, description=knob.name, style=style)
+        return W.Dropdown(
+            options=[(str(v), v) for v in knob.values], value=value, description=knob.name, style=style, tooltip=tip
+        )
     if isinstance(knob.default, bool):
-        return W.Checkbox(value=bool(value), description=knob.name, style=style)
+        return W.Checkbox(value=bool(value), description=knob.name, style=style, tooltip=tip)
     if isinstance(knob.default, int):
         # a free integer: impossible sizes are typed in and reported, not clamped away
-        return W.IntText(value=int(value), description=knob.name, style=style, layout=W.Layout(width="200px"))
+        return W.IntText(
+            value=int(value), description=knob.name, style=style, layout=W.Layout(width="200px"), tooltip=tip
+        )
     if isinstance(knob.default, float):
-        return W.FloatText(value=float(value), description=knob.name, style=style, layout=W.Layout(width="200px"))
-    return W.Text(value=str(value), description=knob.name, style=style)
+        return W.FloatText(
+            value=float(value), description=knob.name, style=style, layout=W.Layout(width="200px"), tooltip=tip
+        )
+    return W.Text(value=str(value), description=knob.name, style=style, tooltip=tip)
+
+
+def knobs_help(knobs) -> str:
+    """One small line saying what each documented knob means (``block_size``: "0 = the largest
+    power of two dividing nodes" …), so a value such as 0 is never shown unexplained."""
+    import html
+
+    parts = [f"<b>{html.escape(k.name)}</b>: {html.escape(k.doc)}" for k in knobs if k.doc]
+    if not parts:
+        return ""
+    return '<div style="font-size:12px;color:#555;line-height:1.4">' + " · ".join(parts) + "</div>"
 
 
 def parse_values(text: str, like: list) -> list:

@@ -62,7 +62,16 @@ import plotly.graph_objects as go
 
 from kernels.runtime import kinds_present
 from kernels.spec import KernelSpec
-from widgets.controls import Worker, knob_widget, neighbour_values, param_widget, parse_values
+from widgets.controls import (
+    Worker,
+    button,
+    knob_widget,
+    knobs_help,
+    mark_refused,
+    neighbour_values,
+    param_widget,
+    parse_values,
+)
 from widgets.session import Session
 from workbench import ncu
 from workbench.compiling import service as compile_service
@@ -140,24 +149,24 @@ class Explorer:
         self.knob_widgets = {k.name: knob_widget(k, s.problem[k.name]) for k in self.spec.knobs}
         self.param_widgets: dict[str, W.Widget] = {}
         self.params_box = W.HBox(layout=W.Layout(flex_flow="row wrap"))
+        # under the tile controls: which values the variant's check refuses here, and why
+        self.w_refused = W.HTML(value="")
         self.w_peers = W.Checkbox(value=peers, description="measure peers too", style=style)
         self.w_metric = W.Dropdown(options=list(F.METRICS), value=metric, description="metric", style=style)
         self.w_xaxis = W.Dropdown(description="x axis", style=style)
-        self.w_remeasure = W.Button(
-            description="Re-measure", icon="refresh", tooltip="measure again, ignoring the cache"
-        )
+        self.w_remeasure = button("Re-measure", icon="refresh", tooltip="measure again, ignoring the cache")
         self.w_status = W.HTML(value="")
         self.w_error = W.HTML(value="")
-        self.speed_fig = self._figure_widget(go.Figure(layout=dict(height=420, template="plotly_white")))
-        self.memory_fig = self._figure_widget(go.Figure(layout=dict(height=380, template="plotly_white")))
+        self.speed_fig = self._figure_widget(go.Figure(layout=dict(height=420, template=F.HOUSE_TEMPLATE)))
+        self.memory_fig = self._figure_widget(go.Figure(layout=dict(height=380, template=F.HOUSE_TEMPLATE)))
         self.w_checks = W.HTML(value="")
         # the why panel: compile facts of the configuration on display, Nsight Compute's counters
         # on demand (the button shows only where ncu is installed and the device is CUDA)
         # beside the speed figure where the window is wide enough, below it where not (never cut off)
         self.w_why = W.HTML(value="", layout=W.Layout(min_width="320px", max_width="100%", overflow="auto"))
         self._ncu = ncu.find_ncu()
-        self.w_profile = W.Button(
-            description="Profile this configuration",
+        self.w_profile = button(
+            "Profile this configuration",
             icon="tachometer",
             tooltip="run Nsight Compute on the configuration on display (about 10 s, in the background)",
         )
@@ -168,11 +177,11 @@ class Explorer:
         self.w_sweep_xv = W.Text(description="values", style=style, layout=W.Layout(width="340px"))
         self.w_sweep_y = W.Dropdown(description="and", style=style)
         self.w_sweep_yv = W.Text(description="values", style=style, layout=W.Layout(width="340px"))
-        self.w_sweep_run = W.Button(description="Run sweep", button_style="primary", icon="play")
-        self.w_sweep_stop = W.Button(description="Stop", icon="stop")
+        self.w_sweep_run = button("Run sweep", button_style="primary", icon="play")
+        self.w_sweep_stop = button("Stop", icon="stop")
         self.w_progress = W.IntProgress(value=0, min=0, max=1, description="0/0", style=style)
         self.w_sweep_label = W.HTML(value="")
-        self.w_apply_best = W.Button(description="Apply best", button_style="success", icon="check", disabled=True)
+        self.w_apply_best = button("Apply best", button_style="success", icon="check", disabled=True)
         self.w_best = W.HTML(value="")
         self.w_failures = W.HTML(value="")
         # made on the first 2-D sweep: every FigureWidget ships plotly's widget bundle to the browser
@@ -200,6 +209,7 @@ class Explorer:
 
         title = W.HTML(f"<b>{html.escape(self.spec.title)} Explorer</b> — {html.escape(self.spec.doc)}")
         knobs = W.HBox(list(self.knob_widgets.values()), layout=W.Layout(flex_flow="row wrap"))
+        knob_help = W.HTML(knobs_help(self.spec.knobs))
         top = W.HBox([self.w_variant, self.w_device, self.w_dtype], layout=W.Layout(flex_flow="row wrap"))
         opts = W.HBox(
             [self.w_xaxis, self.w_metric, self.w_peers, self.w_remeasure], layout=W.Layout(flex_flow="row wrap")
@@ -226,8 +236,10 @@ class Explorer:
                 top,
                 self.w_mode,
                 knobs,
-                W.HTML("<i>tile parameters of the variant</i>"),
+                knob_help,
+                W.HTML("<i>tile parameters of the variant (those the chosen mode's kernels read)</i>"),
                 self.params_box,
+                self.w_refused,
                 opts,
                 self.w_status,
                 self.w_error,
@@ -261,6 +273,8 @@ class Explorer:
             ("wb-why-panel", self.w_why),
             ("wb-profile", self.w_profile),
             ("wb-profile-status", self.w_profile_status),
+            ("wb-refused", self.w_refused),
+            ("wb-knob-help", knob_help),
         ):
             if isinstance(w, W.DOMWidget):
                 w.add_class(cls)
@@ -284,13 +298,45 @@ class Explorer:
             w.add_class(f"wb-control-{p.name}")
             w.observe(self._on_control, names="value")
             self.param_widgets[p.name] = w
-        self.params_box.children = list(self.param_widgets.values()) or [W.HTML("<i>none</i>")]
         modes = list(var.modes or self.spec.modes)
         if list(self.w_mode.options) != modes:
             with self._hold():
                 current = self.w_mode.value
                 self.w_mode.options = modes
                 self.w_mode.value = current if current in modes else modes[0]
+        self._refresh_tile_controls()
+
+    def _tile_params(self, mode: str | None = None) -> list:
+        """The shown variant's tiles that a run in ``mode`` (default: the chosen one) reads."""
+        var = self.spec.variant(self._params_variant)
+        return [p for p in var.params if p.used_in(mode or self.w_mode.value)]
+
+    def _refresh_tile_controls(self) -> None:
+        """Show the chosen mode's tile controls only, and mark the values the variant's check
+        refuses at the problem, dtype and device the controls ask for (✗, with the reason below)."""
+        shown = self._tile_params()
+        children = [self.param_widgets[p.name] for p in shown]
+        if not children:
+            children = [W.HTML(f"<i>none in {html.escape(self.w_mode.value)} mode</i>")]
+        if list(self.params_box.children) != children:
+            self.params_box.children = children
+        var = self.spec.variant(self._params_variant)
+        notes = []
+        with self._hold():
+            for p in shown:
+                refused = self._refused(var, p.name)
+                mark_refused(self.param_widgets[p.name], p, refused)
+                if refused:
+                    values = ", ".join(map(str, refused))
+                    reason = short_reason(next(iter(refused.values())), 160)
+                    notes.append(f"<b>{html.escape(p.name)}</b> {html.escape(values)}: {html.escape(reason)}")
+        self.w_refused.value = (
+            '<div style="font-size:12px;color:#8a5a00">✗ refused here, before any launch — '
+            + "; ".join(notes)
+            + "</div>"
+            if notes
+            else ""
+        )
 
     def _refresh_axes(self) -> None:
         var = self.spec.variant(self.w_variant.value)
@@ -323,9 +369,23 @@ class Explorer:
             return
         var = self.spec.variant(self.w_variant.value)
         vals = default_values(self.spec, axis, [var])
-        if self.session.quick and axis_kind(self.spec, axis, [var]) == "param":
-            vals = vals[:6]
+        if axis_kind(self.spec, axis, [var]) == "param":
+            refused = self._refused(var, axis)  # offer what can run: a sweep of them draws every point
+            vals = [v for v in vals if v not in refused] or vals
+            if self.session.quick:
+                vals = vals[:6]
         values_w.value = ", ".join(str(v) for v in vals)
+
+    def _refused(self, var, name: str) -> dict:
+        """The values of ``var``'s tile ``name`` its check refuses at the problem, dtype and device
+        the controls ask for ({} where the problem itself is out of range)."""
+        sess = self._session_for(self.w_device.value)
+        try:
+            problem = self.spec.resolve_problem({k: w.value for k, w in self.knob_widgets.items()}, sess.quick)
+        except ValueError:
+            return {}
+        params = {k: w.value for k, w in self.param_widgets.items()}
+        return var.refused_values(name, problem, params, self.w_dtype.value, sess.device)
 
     @contextlib.contextmanager
     def _hold(self):
@@ -469,6 +529,7 @@ class Explorer:
         on the worker after the debounce delay."""
         if self._hold_depth:
             return
+        self._refresh_tile_controls()  # the mode's tiles, the refused values at this problem
         self._token += 1
         token = self._token
         self._requested_at = time.perf_counter()
@@ -583,16 +644,18 @@ class Explorer:
         ran = f"{rec.variant} {F.mapping_str(rec.params)}".strip()
         self.w_checks.value = f"<b>correctness</b> of {html.escape(ran)}" + checks.checks_html([rec] + peers)
         axis = self.w_xaxis.value or self.spec.axis
-        # the title names the tiles the figure is drawn at (all but the axis)
-        tiles = F.mapping_str({k: v for k, v in cfg["params"].items() if k != axis})
+        # a line under the plot (and the line's hover) names the tiles it is drawn at: all the
+        # mode's tiles but the axis
+        used = {p.name for p in self._tile_params(cfg["mode"])}
+        tiles = F.mapping_str({k: v for k, v in cfg["params"].items() if k != axis and k in used})
         speed = F.speed_figure(
             self._slice(sess, cfg, axis) + self._peer_slice(sess, cfg, axis),
             axis,
             self.w_metric.value,
             order=[v.name for v in self.spec.variants],
             highlight=cfg["variant"],
-            title=f"{self.spec.title} {cfg['mode']} {cfg['dtype']} on {cfg['device']}: speed vs {axis}"
-            + (F.sub_lines(f"{cfg['variant']} at {tiles}") if tiles else ""),
+            title=f"{self.spec.title} {cfg['mode']} {cfg['dtype']} on {cfg['device']}: speed vs {axis}",
+            tiles=f"{cfg['variant']} at {tiles}" if tiles else cfg["variant"],
         )
         _update_figure(self.speed_fig, speed)
         memory = F.memory_figure(
@@ -806,7 +869,14 @@ class Explorer:
                     rows, var = swept.rows, swept.plan.variants[0]
                     xs, ys = swept.plan.x_values, swept.plan.y_values
                     fig, best = F.heatmap_figure(
-                        rows, x_axis, xs, y_axis, ys, metric, title=f"{var.name}: {y_axis} x {x_axis}"
+                        rows,
+                        x_axis,
+                        xs,
+                        y_axis,
+                        ys,
+                        metric,
+                        title=f"{var.name}: {y_axis} x {x_axis}",
+                        at=cfg["problem"],
                     )
                     self.best = None
                     if best is not None:
@@ -822,7 +892,7 @@ class Explorer:
                     self.w_best.value = (
                         f"best: {html.escape(F.mapping_str(self.best['params']) + F.ties_note(self.best))}"
                         if self.best
-                        else "no passing cell"
+                        else "no passing cell at the problem set above"
                     )
                     failures = checks.failures_table(rows, [x_axis, y_axis])
                 else:

@@ -417,6 +417,7 @@ class Session:
             metric,
             title=title
             or self._title(f"{var.name}: {y_axis} x {x_axis}", mode, dtype, problem, exclude=(x_axis, y_axis)),
+            at={**self.problem, **dict(problem or {})},  # a size axis: the best tile at the session's size
         )
         if on_rows is not None:  # the Explorer's heatmap shows the finished grid, not "sweep running"
             self._explorer.partial_heatmap(
@@ -788,7 +789,9 @@ class Session:
         import ipywidgets as W
         from IPython.display import display
 
-        button = W.Button(description="Apply best to Explorer", button_style="success", icon="check")
+        from widgets.controls import button as make_button  # as wide as its label
+
+        button = make_button("Apply best to Explorer", button_style="success", icon="check")
         label = W.HTML(text)
 
         def click(_):

@@ -60,7 +60,10 @@ class Progress:
                 if count:
                     self._bar.update(1)
             else:
-                prefix = f"[{self.done}/{self.total if self.total is not None else '?'}] " if count else ""
+                # the count alone where the total is not known ahead: never a "?" for a reader to puzzle over
+                prefix = (
+                    (f"[{self.done}/{self.total}] " if self.total is not None else f"[{self.done}] ") if count else ""
+                )
                 print(prefix + text, flush=True)
 
     def doing(self, text: str) -> None:

@@ -132,12 +132,18 @@ def _bandwidth_figure(spec, recs: list[dict]):
             hoverinfo="text",
         )
     if copy:
-        fig.add_hline(y=copy, line=dict(color="#444", dash="dash"), annotation_text=f"measured copy {copy:.0f} GB/s")
+        fig.add_hline(
+            y=copy,
+            line=dict(color="#444", dash="dash"),
+            annotation_text=f"measured copy {copy:.0f} GB/s",
+            annotation_position="top left",  # the two lines are close: their labels at either end
+        )
     if peak:
         fig.add_hline(
             y=peak.dram_gbps,
             line=dict(color="#b00", dash="dot"),
             annotation_text=f"DRAM peak {peak.dram_gbps:.0f} GB/s",
+            annotation_position="top right",
         )
     fig.update_layout(
         title=f"{spec.title}: achieved bandwidth per configuration against the {recs[0].get('device_name')}",

@@ -299,27 +299,65 @@ NORM_KNOBS = (
     Knob("eps", 1e-6),
 )
 _BLOCK_SIZE_M_VALUES = ("auto", 1, 2, 4, 8, 16, 32, 64)
+# The modes whose kernels read the backward's tiles (the forward never does).
+BACKWARD_MODES = ("backward", "full")
 GPU_ROW_PARAMS = (
     Param("BLOCK_SIZE", ("auto",) + POW2, "auto", "row tile; >= hidden (next power of two)"),
     Param("num_warps", ("auto",) + gpu.NUM_WARPS, "auto", "warps per program"),
-    Param("GRID", _GRID_VALUES, "auto", "backward programs (auto: one per SM)"),
+    Param("GRID", _GRID_VALUES, "auto", "backward programs (auto: one per SM)", modes=BACKWARD_MODES),
 )
 GPU_MULTIROW_PARAMS = (
     GPU_ROW_PARAMS[:1] + (Param("BLOCK_SIZE_M", _BLOCK_SIZE_M_VALUES, "auto", "rows per program"),) + GPU_ROW_PARAMS[1:]
 )
 # The backward's own tiles and loop (both norm families).
 GPU_BACKWARD_LOOP_PARAMS = (
-    Param("DW_REDUCE", gpu.DW_REDUCTIONS, "atomic", "dw: fp32 atomics, one launch; partials: deterministic"),
-    Param("BWD_ROWS", _BLOCK_SIZE_M_VALUES[:6], "auto", "backward rows per program"),
-    Param("BWD_WARPS", ("auto",) + gpu.NUM_WARPS, "auto", "backward warps per program"),
-    Param("BWD_PREFETCH", ("auto", False, True), "auto", "backward loads the next row tile before this one's math"),
-    Param("BWD_RELOAD_W", ("auto", False, True), "auto", "backward loads w per tile instead of holding it"),
-    Param("BWD_STAGES", ("auto",) + gpu.BWD_STAGE_COUNTS, "auto", "backward row tiles in flight via shared memory"),
+    Param(
+        "DW_REDUCE",
+        gpu.DW_REDUCTIONS,
+        "atomic",
+        "dw: fp32 atomics, one launch; partials: deterministic",
+        modes=BACKWARD_MODES,
+    ),
+    Param("BWD_ROWS", _BLOCK_SIZE_M_VALUES[:6], "auto", "backward rows per program", modes=BACKWARD_MODES),
+    Param("BWD_WARPS", ("auto",) + gpu.NUM_WARPS, "auto", "backward warps per program", modes=BACKWARD_MODES),
+    Param(
+        "BWD_PREFETCH",
+        ("auto", False, True),
+        "auto",
+        "backward loads the next row tile before this one's math",
+        modes=BACKWARD_MODES,
+    ),
+    Param(
+        "BWD_RELOAD_W",
+        ("auto", False, True),
+        "auto",
+        "backward loads w per tile instead of holding it",
+        modes=BACKWARD_MODES,
+    ),
+    Param(
+        "BWD_STAGES",
+        ("auto",) + gpu.BWD_STAGE_COUNTS,
+        "auto",
+        "backward row tiles in flight via shared memory",
+        modes=BACKWARD_MODES,
+    ),
 )
 # ... and RMSNorm's chunked backward for rows too wide for registers (the fused kernel keeps whole rows).
 GPU_BACKWARD_PARAMS = (
-    Param("BWD_CHUNK", ("auto",) + POW2, "auto", "backward column chunk (>= hidden: whole rows in registers)"),
-    Param("BWD_WIDE", gpu.WIDE_BACKWARDS, "columns", "chunked rows: two kernels by columns, or one re-reading L2"),
+    Param(
+        "BWD_CHUNK",
+        ("auto",) + POW2,
+        "auto",
+        "backward column chunk (>= hidden: whole rows in registers)",
+        modes=BACKWARD_MODES,
+    ),
+    Param(
+        "BWD_WIDE",
+        gpu.WIDE_BACKWARDS,
+        "columns",
+        "chunked rows: two kernels by columns, or one re-reading L2",
+        modes=BACKWARD_MODES,
+    ),
     *GPU_BACKWARD_LOOP_PARAMS,
 )
 NPU_PARAMS = (

@@ -35,6 +35,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from workbench.cli.lab import LAB_OPTIONS, install_lab_settings
+
 REPO = Path(__file__).resolve().parents[2]
 SAVE_HOOK = "workbench.notebook_git.refresh_index_after_save"  # workbench.notebook_git.HOOK
 CHROMIUM_FLAGS = [
@@ -239,20 +241,14 @@ class Lab:
         self._log = None
         self._kernel_pids: set[int] = set()
 
-    # settings: no news / update checks (no network, no toasts over the page)
-    def _write_settings(self, settings: Path) -> None:
-        notif = settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
-        notif.parent.mkdir(parents=True, exist_ok=True)
-        notif.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
-
     def start(self, timeout: float = 90) -> Lab:
         dirs = {n: self.work_dir / n for n in ("config", "data", "runtime", "settings", "workspaces")}
         for d in dirs.values():
             d.mkdir(parents=True, exist_ok=True)
-        self._write_settings(dirs["settings"])
-        # no announcements feed, no update check: nothing leaves the machine
-        lab_config = {"LabApp": {"news_url": None, "check_for_updates_class": "jupyterlab.NeverCheckForUpdate"}}
-        (dirs["config"] / "jupyter_lab_config.json").write_text(json.dumps(lab_config))
+        # no news pop-up, no news feed, no update check: the settings and options `workbench lab`
+        # gives JupyterLab (workbench/cli/lab.py), so the browser tests see the lab a person sees
+        if install_lab_settings() is None:
+            raise RuntimeError("cannot write the lab's JupyterLab settings (workbench.cli.lab.install_lab_settings)")
         env = dict(os.environ)
         env.update(
             JUPYTER_CONFIG_DIR=str(dirs["config"]),
@@ -277,6 +273,7 @@ class Lab:
             f"--LabApp.user_settings_dir={dirs['settings']}",
             f"--LabApp.workspaces_dir={dirs['workspaces']}",
             f"--ContentsManager.post_save_hook={SAVE_HOOK}",  # as `workbench lab` starts it
+            *LAB_OPTIONS,
         ]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             cmd.append("--allow-root")
@@ -409,6 +406,7 @@ _PLOT_JS = """
   const gd = host.classList.contains('js-plotly-plot') ? host : host.querySelector('.js-plotly-plot');
   if (!gd || !gd.data) return {drawn: false};
   const title = host.querySelector('.gtitle');
+  const notes = ((gd.layout || {}).annotations || []).map(a => String(a.text || '')).join(' | ');
   const traces = gd.data.map(t => ({
     type: t.type || 'scatter', name: t.name || '',
     x: Array.from(t.x || []).map(String), y: Array.from(t.y || []).map(String),
@@ -417,9 +415,90 @@ _PLOT_JS = """
   return {
     drawn: true,
     title: title ? title.textContent : '',
+    notes: notes,
     traces: traces,
     points: gd.querySelectorAll('.scatterlayer .point, .heatmaplayer image, .hm image').length,
   };
+}
+"""
+
+
+# What a person would see wrong in one cell's outputs, measured on the page's boxes (the cell
+# scrolled into view first). For every plotly figure: its title (and subtitle lines) against
+# each plot area (the drag rectangle over it), the tick labels and the figure's edges (a title
+# cut on the right or the top); a note outside the plot areas (a subplot's title, the line under
+# a plot) against the plot areas, the axis titles, the title and the other notes; the legend
+# against the axis titles and the title. For every button, its label against its width
+# (scrollWidth > clientWidth: "App…"). For every table, figure, picture or preformatted block,
+# that it stays inside the cell or scrolls there. Returns {figures, buttons, problems}.
+_FIT_JS = """
+(cell) => {
+  const box = (e) => { const r = e.getBoundingClientRect(); return {l: r.left, t: r.top, r: r.right, b: r.bottom, w: r.width, h: r.height}; };
+  const meet = (a, b) => Math.min(a.r, b.r) - Math.max(a.l, b.l) > 1 && Math.min(a.b, b.b) - Math.max(a.t, b.t) > 1;
+  const inside = (p, a) => p.x >= a.l && p.x <= a.r && p.y >= a.t && p.y <= a.b;
+  const visible = (b) => b.w > 0.5 && b.h > 0.5;
+  const problems = [];
+  let figures = 0, buttons = 0;
+  for (const gd of cell.querySelectorAll('.js-plotly-plot')) {
+    const svg = gd.querySelector('.main-svg');
+    if (!svg) continue;
+    figures += 1;
+    const name = ((gd.querySelector('.gtitle') || {}).textContent || '(untitled)').slice(0, 80);
+    const fig = box(svg);
+    const areas = Array.from(gd.querySelectorAll('.draglayer .nsewdrag')).map(box).filter(visible);
+    const ticks = Array.from(gd.querySelectorAll('.xtick text, .ytick text, .x2tick text, .y2tick text')).map(box).filter(visible);
+    const axisTitles = Array.from(gd.querySelectorAll('[class*="xtitle"], [class*="ytitle"]')).map(box).filter(visible);
+    const title = gd.querySelector('.gtitle');
+    if (title) {
+      const t = box(title);
+      if (visible(t)) {
+        if (areas.some(a => meet(t, a))) problems.push(`${name}: the title overlaps the plot area`);
+        if (ticks.some(a => meet(t, a))) problems.push(`${name}: the title overlaps a tick label`);
+        if (t.t < fig.t - 1) problems.push(`${name}: the title is cut at the figure's top`);
+        if (t.r > fig.r + 1 || t.l < fig.l - 1) problems.push(`${name}: the title is cut at the figure's edge (${Math.round(t.l - fig.l)}..${Math.round(t.r - fig.l)} of ${Math.round(fig.w)} px)`);
+      }
+    }
+    const notes = [];
+    for (const ann of gd.querySelectorAll('.annotation')) {
+      const a = box(ann);
+      if (!visible(a)) continue;
+      if (notes.some(o => meet(a, o))) problems.push(`${name}: the note "${ann.textContent.slice(0, 60)}" overlaps another note`);
+      notes.push(a);
+      const text = ann.textContent.slice(0, 60);
+      const centre = {x: (a.l + a.r) / 2, y: (a.t + a.b) / 2};
+      if (!areas.some(p => inside(centre, p)) && areas.some(p => meet(a, p))) problems.push(`${name}: the note "${text}" overlaps a plot area`);
+      if (axisTitles.some(p => meet(a, p))) problems.push(`${name}: the note "${text}" overlaps an axis title`);
+      if (title && meet(a, box(title))) problems.push(`${name}: the note "${text}" overlaps the title`);
+      if (a.r > fig.r + 1) problems.push(`${name}: the note "${text}" is cut at the figure's edge`);
+    }
+    const legend = gd.querySelector('.legend');
+    if (legend) {
+      const l = box(legend);
+      if (visible(l) && axisTitles.some(p => meet(l, p))) problems.push(`${name}: the legend overlaps an axis title`);
+      if (visible(l) && title && meet(l, box(title))) problems.push(`${name}: the legend overlaps the title`);
+    }
+  }
+  for (const b of cell.querySelectorAll('button.jupyter-button, .widget-button, .widget-toggle-button')) {
+    if (!b.offsetParent) continue;
+    buttons += 1;
+    if (b.scrollWidth > b.clientWidth + 1) problems.push(`button "${b.textContent.trim()}" is truncated (${b.scrollWidth} px of text in ${b.clientWidth} px)`);
+  }
+  const area = cell.querySelector('.jp-Cell-outputArea, .jp-OutputArea');
+  if (area) {
+    const out = box(area);
+    for (const t of area.querySelectorAll('table, .js-plotly-plot, img, pre')) {
+      const b = box(t);
+      if (!visible(b) || b.r <= out.r + 1) continue;
+      let e = t.parentElement, scrolls = false;
+      while (e && e !== area.parentElement) {
+        const s = getComputedStyle(e);
+        if (['auto', 'scroll', 'hidden'].includes(s.overflowX) && box(e).r <= out.r + 1) { scrolls = true; break; }
+        e = e.parentElement;
+      }
+      if (!scrolls) problems.push(`a ${t.tagName.toLowerCase()} reaches ${Math.round(b.r - out.r)} px past the cell's edge`);
+    }
+  }
+  return {figures, buttons, problems};
 }
 """
 
@@ -435,6 +514,7 @@ class RunAll:
     page_errors: list[str] = field(default_factory=list)
     saved: bool = False
     save_seconds: list[float] = field(default_factory=list)  # each File > Save, click to clean tab
+    layout: dict = field(default_factory=dict)  # NotebookPage.layout_problems() after the run
 
 
 class NotebookPage:
@@ -523,6 +603,7 @@ class NotebookPage:
             widget_errors=self.widget_errors(),
             page_errors=self.page_errors(),
         )
+        run.layout = self.layout_problems()
         for _ in range(saves):
             took = self.save()
             run.saved = took is not None
@@ -530,6 +611,22 @@ class NotebookPage:
                 break
             run.save_seconds.append(took)
         return run
+
+    def layout_problems(self, settle_s: float = 0.4) -> dict:
+        """Every cell scrolled into view in turn and measured with :data:`_FIT_JS`: {"figures",
+        "buttons" (how many were measured), "problems" (each prefixed with the cell's number)}."""
+        cells = self.page.locator(".jp-Notebook .jp-Cell")
+        figures = buttons = 0
+        problems: list[str] = []
+        for i in range(cells.count()):
+            cell = cells.nth(i)
+            cell.evaluate("e => e.scrollIntoView({block: 'start'})")
+            time.sleep(settle_s)  # the notebook renders a cell that comes into view
+            found = cell.evaluate(_FIT_JS)
+            figures += found["figures"]
+            buttons += found["buttons"]
+            problems += [f"cell {i + 1}: {p}" for p in found["problems"]]
+        return {"figures": figures, "buttons": buttons, "problems": problems}
 
     def cells_state(self) -> list[str]:
         """Each code cell's prompt: '[3]:' ran, '[*]:' running or queued, '[ ]:' not run."""
@@ -642,12 +739,17 @@ class NotebookPage:
             }"""
         )
 
-    def slider_value(self, name: str) -> str:
+    def slider_label(self, name: str) -> str:
+        """A SelectionSlider's readout as shown ("128 ✗" for a value the variant refuses here)."""
         return (self.control(name).locator(".widget-readout").text_content() or "").strip()
+
+    def slider_value(self, name: str) -> str:
+        """A SelectionSlider's value as text: its readout without the refused mark."""
+        return self.slider_label(name).removesuffix("✗").strip()
 
     def slide_to(self, name: str, value: str, options: list[str], timeout: float = 10) -> None:
         """A SelectionSlider control: focus its handle and step with the arrow keys to ``value``
-        (``options`` are its labels in order). Each key press is a change, as for a person."""
+        (``options`` are its values as text, in order). Each key press is a change, as for a person."""
         handle = self.control(name).locator(".noUi-handle").first
         current = self.slider_value(name)
         steps = options.index(str(value)) - options.index(current)

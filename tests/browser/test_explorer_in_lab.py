@@ -38,7 +38,8 @@ def shown(nb: NotebookPage, variant: str, *pairs: str) -> dict | None:
     if not caption.startswith(f"correctness of {variant} ") or not names(caption, *pairs):
         return None
     speed = nb.plot(".wb-speed")
-    if not speed or not speed.get("drawn") or not names(speed["title"], f"{variant} at", *pairs):
+    # the line under the plot names the configuration drawn (the variant and its tiles)
+    if not speed or not speed.get("drawn") or not names(speed["notes"], f"{variant} at", *pairs):
         return None
     status = nb.text_of(".wb-status")
     if not status or status.startswith("measuring"):
@@ -109,6 +110,30 @@ def test_notebook_runs_live_and_the_controls_render(notebook):
     assert not nb.page_errors(), nb.page_errors()
 
 
+def test_the_controls_offer_what_can_run(notebook):
+    """At the CPU default (hidden=300) BLOCK_SIZE 16 to 256 are marked ✗ with the reason; forward
+    mode shows no backward tile; the knobs say what a 0 or a size means."""
+    nb = notebook
+    use_variant(nb, "gpu_row")
+    nb.wait_for(lambda: "smaller than hidden=300" in nb.text_of(".wb-refused"), WAIT, "the refused values' line")
+    refused = nb.text_of(".wb-refused")
+    assert "BLOCK_SIZE 16, 32, 64, 128, 256:" in refused, refused
+    assert "rows (batch x sequence)" in nb.text_of(".wb-knob-help")
+    backward = [p.name for p in SPEC.variant("gpu_row").params if not p.used_in("forward")]
+    assert len(backward) >= 7 and all(name.startswith(("BWD_", "DW_", "GRID")) for name in backward), backward
+
+    def shown_tiles():
+        return [n for n in backward if nb.page.locator(f".wb-explorer .wb-control-{n}").count()]
+
+    assert shown_tiles() == [], "forward mode shows backward tiles"
+    nb.page.locator(".wb-explorer .wb-control-mode button", has_text="full").first.click()
+    nb.wait_for(lambda: shown_tiles() == backward, WAIT, "the backward tiles in full mode")
+    nb.page.locator(".wb-explorer .wb-control-mode button", has_text="forward").first.click()
+    nb.wait_for(lambda: shown_tiles() == [], WAIT, "the backward tiles gone again in forward mode")
+    wait_shown(nb, "gpu_row", "BLOCK_SIZE=" + nb.slider_value("BLOCK_SIZE"))
+    assert not nb.page_errors(), nb.page_errors()
+
+
 def _fits(nb: NotebookPage, css: str) -> dict:
     """Where an Explorer element sits against the notebook's visible area (scrolled into view)."""
     nb.page.locator(f".wb-explorer {css}").first.scroll_into_view_if_needed()
@@ -144,16 +169,16 @@ def test_block_size_change_relaunches_and_redraws(notebook):
     old = trace(before["speed"], "gpu_row")
     assert old is not None, before["speed"]
 
-    # 2048 >= hidden: valid, and not measured by the notebook's own sweeps, so a real relaunch
-    nb.slide_to("BLOCK_SIZE", "2048", options)
-    after = wait_shown(nb, "gpu_row", "BLOCK_SIZE=2048")
+    # 8192 >= hidden: valid, and not measured by the notebook's own sweeps, so a real relaunch
+    nb.slide_to("BLOCK_SIZE", "8192", options)
+    after = wait_shown(nb, "gpu_row", "BLOCK_SIZE=8192")
     assert "cached" not in after["status"].split(" | "), f"expected a new measurement: {after['status']}"
     assert "compile+first call" in after["status"] and "pass" in after["status"].split(" | ")
     assert after["error"] == ""
     rows = own_rows(after["checks"], "gpu_row")
     assert rows and all(r[-1] == "pass" for r in rows), after["checks"]
     speed = after["speed"]
-    assert names(speed["title"], "BLOCK_SIZE=2048"), speed["title"]
+    assert names(speed["notes"], "BLOCK_SIZE=8192"), speed["notes"]
     new = trace(speed, "gpu_row")
     assert new is not None and new["x"] == [str(QUICK["hidden"])], speed
     assert new["y"] != old["y"], "the speed figure still shows the old measurement"
@@ -162,7 +187,7 @@ def test_block_size_change_relaunches_and_redraws(notebook):
     nb.slide_to("BLOCK_SIZE", "auto", options)
     back = wait_shown(nb, "gpu_row", "BLOCK_SIZE=auto")
     assert "cached" in back["status"].split(" | "), back["status"]
-    assert names(back["speed"]["title"], "BLOCK_SIZE=auto")
+    assert names(back["speed"]["notes"], "BLOCK_SIZE=auto")
 
 
 def test_invalid_tile_shows_its_error_and_the_kernel_lives_on(notebook):
@@ -172,8 +197,10 @@ def test_invalid_tile_shows_its_error_and_the_kernel_lives_on(notebook):
     kernel = nb.lab.kernel_pids()
     assert kernel == nb.kernel_pids_at_start and len(kernel) == 1, (kernel, nb.kernel_pids_at_start)
 
-    # 128 < hidden=300: the untiled kernel cannot hold the row
+    # 128 < hidden=300: the untiled kernel cannot hold the row; the slider marks it before any
+    # launch, and a person who moves there anyway gets the reason, not a dead kernel
     nb.slide_to("BLOCK_SIZE", "128", options)
+    assert nb.slider_label("BLOCK_SIZE") == "128 ✗", nb.slider_label("BLOCK_SIZE")
     bad = wait_shown(nb, "gpu_row", "BLOCK_SIZE=128")
     assert "BLOCK_SIZE=128 is smaller than hidden=300" in bad["error"], bad["error"]
     assert nb.page.locator(".wb-explorer .wb-error").first.is_visible()
@@ -193,7 +220,7 @@ def test_invalid_tile_shows_its_error_and_the_kernel_lives_on(notebook):
     assert "pass" in good["status"].split(" | ") and "cached" not in good["status"].split(" | "), good["status"]
     rows = own_rows(good["checks"], "gpu_row")
     assert rows and all(r[-1] == "pass" for r in rows), good["checks"]
-    assert names(good["speed"]["title"], "BLOCK_SIZE=4096") and trace(good["speed"], "gpu_row")
+    assert names(good["speed"]["notes"], "BLOCK_SIZE=4096") and trace(good["speed"], "gpu_row")
     assert nb.lab.kernel_pids() == kernel
 
 
@@ -214,7 +241,16 @@ def test_sweep_draws_its_heatmap_and_apply_best_sets_the_controls(notebook):
 
     nb.wait_for(lambda: "done" in nb.text_of(".wb-sweep-label"), WAIT, "the sweep to finish")
     assert nb.text_of(".wb-progress").strip() == "4/4", nb.text_of(".wb-progress")
-    heat = nb.wait_for(lambda: (nb.plot(".wb-heatmap") or {}).get("drawn") and nb.plot(".wb-heatmap"), WAIT, "heatmap")
+
+    def this_grid():
+        """The heatmap once this sweep's grid is drawn: its figure is replaced in one update of
+        the traces and one of the layout, which the page may show between the two."""
+        plot = nb.plot(".wb-heatmap") or {}
+        grid = next((t for t in plot.get("traces", []) if t["type"] == "heatmap"), None)
+        done = grid is not None and len(grid["z"]) == 2 and "2 failed cell(s)" in plot.get("title", "")
+        return plot if done else None
+
+    heat = nb.wait_for(this_grid, WAIT, "this sweep's heatmap")
     cells = next(t for t in heat["traces"] if t["type"] == "heatmap")
     assert len(cells["z"]) == 2 and all(len(row) == 2 for row in cells["z"]), cells
     assert [row[0] for row in cells["z"]] == [None, None], "BLOCK_SIZE=256 cells should be failures"

@@ -25,7 +25,10 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     def _get_help_string(self, action):
         text = action.help or ""
         default = action.default
-        if "%(default)" in text or "(default" in text or default in (None, False, argparse.SUPPRESS, [], ""):
+        # an unset value or an off switch says nothing (``is``: a default of 0 is worth saying)
+        if "%(default)" in text or "(default" in text or default is None or default is False:
+            return text
+        if default is argparse.SUPPRESS or default == [] or default == "":
             return text
         if action.option_strings or action.nargs in (argparse.OPTIONAL, argparse.ZERO_OR_MORE):
             return f"{text} (default: %(default)s)"
@@ -83,8 +86,9 @@ def parse_param(text: str) -> tuple[str, object]:
     return name, typed_value(value)
 
 
-def parse_assignments(text: str, option: str) -> dict[str, list[str]]:
-    """``"A=1,2,B=3"`` -> ``{"A": ["1", "2"], "B": ["3"]}`` (values as text)."""
+def parse_assignments(text: str, option: str, example: str = "BLOCK_SIZE=512,1024") -> dict[str, list[str]]:
+    """``"A=1,2,B=3"`` -> ``{"A": ["1", "2"], "B": ["3"]}`` (values as text); ``example``: what
+    an error shows as the right form (a tile for ``--param``, a problem knob for ``--problem``)."""
     out: dict[str, list[str]] = {}
     current = None
     for token in split_list(text):
@@ -98,7 +102,7 @@ def parse_assignments(text: str, option: str) -> dict[str, list[str]]:
             if value.strip():
                 out[name].append(value.strip())
         elif current is None:
-            raise UsageError(f"{option} expects NAME=V1,V2,… (e.g. {option} BLOCK_SIZE=512,1024), got {text!r}")
+            raise UsageError(f"{option} expects NAME=V1,V2,… (e.g. {option} {example}), got {text!r}")
         else:
             out[current].append(token)
     for name, values in out.items():
@@ -181,7 +185,7 @@ def problem_axes(spec, texts) -> dict[str, list]:
     knob_names = {k.name for k in spec.knobs}
     axes: dict[str, list] = {}
     for text in texts:
-        for name, values in parse_assignments(text, "--problem").items():
+        for name, values in parse_assignments(text, "--problem", knob_example(spec)).items():
             if name not in knob_names:
                 raise UsageError(
                     f"--problem {name}: {spec.name} has no such knob; knobs: {', '.join(sorted(knob_names))}"
@@ -189,6 +193,14 @@ def problem_axes(spec, texts) -> dict[str, list]:
             knob = spec.knob(name)
             axes[name] = [knob.validate(knob.parse(v)) for v in values]
     return axes
+
+
+def knob_example(spec) -> str:
+    """``hidden=1024,4096``: the family's x-axis knob with two of the values it sweeps (or its
+    default), the form ``--problem`` takes."""
+    knob = spec.knob(spec.axis) if spec.axis in {k.name for k in spec.knobs} else spec.knobs[0]
+    values = list(knob.sweep[:2]) or list((knob.values or ())[:2]) or [knob.default]
+    return f"{knob.name}={','.join(map(str, values))}"
 
 
 def param_axes(texts) -> dict[str, list]:
@@ -236,7 +248,12 @@ def add_executor_options(p: argparse.ArgumentParser, isolate: bool) -> None:
     )
     p.add_argument("--address", default=None, help="join this Ray cluster, e.g. 10.0.0.5:6379 (default: a local Ray)")
     p.add_argument("--gpus-per-task", type=float, default=1.0, help="GPUs each Ray measuring actor holds")
-    p.add_argument("--num-cpus", type=int, default=None, help="CPU workers of a local Ray (interpreter runs)")
+    p.add_argument(
+        "--num-cpus",
+        type=int,
+        default=None,
+        help="CPU workers of a local Ray (interpreter runs) (default: one per CPU core, Ray's own count)",
+    )
     where = "ray, or local --isolate" if isolate else "ray"
     p.add_argument(
         "--timeout-s", type=float, default=None, help=f"seconds one configuration may take ({where}; none: no limit)"

@@ -32,18 +32,17 @@ def main(argv) -> int:
         return suite.main(argv)
     import kernels
 
-    head = A.Parser(prog="workbench bench", add_help=False)
-    head.add_argument("family", nargs="?")
-    known, _ = head.parse_known_args(argv)
-    if known.family is None or known.family.startswith("-"):
-        from workbench.suites import SUITES
-
-        print(
-            f"usage: workbench bench FAMILY [options]; families: {', '.join(kernels.families())}\n"
-            f"       workbench bench --suite NAME [options]; suites: {', '.join(SUITES)}\n"
-            "       workbench bench FAMILY --help: the family's options (its problem knobs among them)"
+    # The options every family shares are checked before the family's spec loads (which
+    # imports torch and the kernels): a mistyped family or option answers at once.
+    known, _ = build_parser(None, add_help=False).parse_known_args(argv)
+    if known.family is None:
+        if any(a in ("-h", "--help") for a in argv):
+            build_parser(None).print_help()
+            return 0
+        raise A.UsageError(
+            f"give a family: workbench bench FAMILY [options] (families: {', '.join(kernels.families())}), "
+            "or a suite: workbench bench --suite NAME; workbench bench --help lists the options"
         )
-        return 0 if known.family in ("-h", "--help") else 2
     spec = A.family(known.family)
     args = build_parser(spec).parse_args(argv)
     A.check_budget(args.rep_ms)
@@ -120,18 +119,54 @@ def _elements(spec, problem: dict, quick: bool) -> int:
     return size
 
 
-def build_parser(spec) -> A.Parser:
+def build_parser(spec=None, add_help: bool = True) -> A.Parser:
+    """The options of ``workbench bench FAMILY``: those every family shares, and with ``spec``
+    that family's problem knobs (``--hidden``, ``--batch`` …) and its dtypes, modes and doc."""
+    import kernels
+
+    families = ", ".join(kernels.families())
+    if spec is None:
+        about = (
+            "Measure a kernel family over sizes, dtypes, modes and variants: each configuration is checked "
+            "against the PyTorch reference and timed (kernel, call and host time); every record goes to the "
+            f"store as it is made.\n\nFamilies: {families}. Each family adds its problem knobs as options "
+            "(workbench bench FAMILY --help lists them). With --suite NAME it runs a benchmark suite instead "
+            "(workbench bench --suite NAME --help)."
+        )
+    else:
+        about = (
+            f"Measure {spec.title} ({spec.name}) over sizes, dtypes, modes and variants: each "
+            "configuration is checked against the PyTorch reference and timed (kernel, call and host time); "
+            "every record goes to the store as it is made.\n\n" + (spec.doc or "")
+        )
     parser = A.Parser(
-        prog=f"workbench bench {spec.name}",
-        description=f"Measure {spec.title} ({spec.name}) over sizes, dtypes, modes and variants: each "
-        "configuration is checked against the PyTorch reference and timed (kernel, call and host time); "
-        "every record goes to the store as it is made.\n\n" + (spec.doc or ""),
+        prog="workbench bench" if spec is None else f"workbench bench {spec.name}",
+        usage="workbench bench FAMILY [options]   (or: workbench bench --suite NAME [options])"
+        if spec is None
+        else f"workbench bench {spec.name} [options]",
+        description=about,
         epilog=EXAMPLES,
+        add_help=add_help,
     )
-    parser.add_argument("family", help="the kernel family (workbench list shows them)")
+    parser.add_argument(
+        "family",
+        nargs=None if spec is not None else "?",
+        help=f"the kernel family: {families} (workbench list shows their variants)",
+    )
     parser.add_argument("--device", default="auto", help="auto (cuda, then npu, then cpu), cuda, npu or cpu")
-    parser.add_argument("--dtype", default=A.default_dtype(spec), help=f"comma list of {', '.join(spec.dtypes)}")
-    parser.add_argument("--mode", default="forward", help=f"comma list of {', '.join(spec.modes)}")
+    if spec is None:
+        parser.add_argument(
+            "--dtype",
+            default=None,
+            help="comma list of the family's dtypes, e.g. bf16,fp32 (default: bf16 where the "
+            "family has it, else its first)",
+        )
+        parser.add_argument(
+            "--mode", default="forward", help="comma list of the family's modes: forward, backward, full"
+        )
+    else:
+        parser.add_argument("--dtype", default=A.default_dtype(spec), help=f"comma list of {', '.join(spec.dtypes)}")
+        parser.add_argument("--mode", default="forward", help=f"comma list of {', '.join(spec.modes)}")
     parser.add_argument(
         "--variants", default="", help="comma list of variants (default: every variant that can run here)"
     )
@@ -146,7 +181,7 @@ def build_parser(spec) -> A.Parser:
     parser.add_argument("--store", default=None, help="SQLite results file (default: results/workbench.sqlite)")
     parser.add_argument("--csv", default=None, help="also write the records to this CSV file")
     parser.add_argument("--json", default=None, help="also write the records to this JSON file")
-    for knob in spec.knobs:
+    for knob in spec.knobs if spec is not None else ():
         parser.add_argument(
             f"--{knob.name.replace('_', '-')}",
             dest=f"knob_{knob.name}",

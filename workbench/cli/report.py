@@ -15,6 +15,8 @@ executed notebooks, each family's records and summary.md. Given a run's folder i
 a suite run's report.html from its files, or with --check gate its records: exit 1 on a wrong
 result, and with --baseline on a regression beyond the noise."""
 
+RUN_FOLDERS = "`workbench bench --suite NAME --out DIR` or `workbench report --out DIR`"
+
 EXAMPLES = """examples:
   workbench report --device cpu --quick --out reports/latest      # every notebook on the CPU, small sizes
   workbench report --device cuda --out reports/gpu                 # a GPU report at full sizes
@@ -60,17 +62,20 @@ def build_parser() -> Parser:
 def main(argv) -> int:
     """``workbench report``: run the notebooks into a report (``--out``), or, given a run's folder,
     re-render its report from its files (``workbench report DIR``) or gate it (``--check``)."""
-    from workbench.reports import gate
-    from workbench.reports.notebook_report import build_report
-    from workbench.reports.notebooks import html_unavailable_reason
-    from workbench.reports.suite import render_suite_report
-
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.jobs < 1:
         raise ValueError(f"--jobs {args.jobs}: give 1 or more notebooks at once")
     if args.timeout < 1:
         raise ValueError(f"--timeout {args.timeout}: give a number of seconds of 1 or more")
+    for folder, option in ((args.dir, ""), (args.baseline, "--baseline ")):
+        if folder is not None and not Path(folder).is_dir():  # said before the report's modules load
+            raise ValueError(f"{option}{folder}: no such folder; give a folder written by {RUN_FOLDERS}")
+    from workbench.reports import gate
+    from workbench.reports.notebook_report import build_report
+    from workbench.reports.notebooks import html_unavailable_reason
+    from workbench.reports.suite import render_suite_report
+
     pct = gate.check_pct(args.fail_on_regression, args.baseline is not None)
     baseline = gate.load_records(args.baseline, "--baseline") if args.baseline else None
     if args.dir is not None:
@@ -79,7 +84,7 @@ def main(argv) -> int:
                 "give either a run's folder DIR (re-render or --check it) or --out DIR (run the notebooks), not both"
             )
         folder = Path(args.dir)
-        records = gate.load_records(folder, "workbench report")
+        records = gate.load_records(folder, "")
         if args.check or baseline is not None:
             result = _gate(folder, records, baseline, pct, args.baseline)
             if args.check:
@@ -101,7 +106,11 @@ def main(argv) -> int:
     get_device(args.device)  # a device that is not here: say so once, before any notebook runs
     out = Path(args.out or "reports/latest")
     check_output_path(out, "--out", folder=True)
-    with Progress(None, "report") as shown:
+    from workbench.reports.notebooks import default_notebooks_dir, find_notebooks
+
+    # one counted line per notebook: the count is known before the first one runs
+    total = len(find_notebooks(Path(args.notebooks) if args.notebooks else default_notebooks_dir(), only))
+    with Progress(total or None, "report") as shown:
         result = build_report(
             out,
             device=args.device,

@@ -8,15 +8,9 @@ import os
 import time
 from pathlib import Path
 
-from workbench import suites as S
 from workbench.cli.args import Parser, check_budget, check_output_path, split_list
 from workbench.cli.tables import format_row
-from workbench.device import get_device
-from workbench.phases import process_age_s
-from workbench.progress import Progress
-from workbench.reports import gate
-from workbench.reports.environment import suite_environment
-from workbench.store import Store
+from workbench.suites.targets import SUITES, get_suite
 
 
 def build_parser() -> Parser:
@@ -27,7 +21,7 @@ def build_parser() -> Parser:
         "cell, and the files and report.html in --out.",
         epilog=EXAMPLES,
     )
-    parser.add_argument("--suite", required=True, help=f"one of {', '.join(S.SUITES)}")
+    parser.add_argument("--suite", required=True, help=f"one of {', '.join(SUITES)}")
     parser.add_argument("--device", default="auto", help="auto (cuda, then npu, then cpu), cuda, npu or cpu")
     parser.add_argument("--out", default=None, help="output folder (default reports/<suite>/)")
     parser.add_argument(
@@ -66,10 +60,19 @@ def main(argv) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     check_budget(args.rep_ms)
-    suite = S.get_suite(args.suite)
+    suite = get_suite(args.suite)
     only = split_list(args.only)
     for name in only:
         suite.target(name)
+    # running a suite needs the store, the device and the report: loaded once the arguments are good
+    from workbench import suites as S
+    from workbench.device import get_device
+    from workbench.phases import process_age_s
+    from workbench.progress import Progress
+    from workbench.reports import gate
+    from workbench.reports.environment import suite_environment
+    from workbench.store import Store
+
     pct = gate.check_pct(args.fail_on_regression, args.baseline is not None)
     baseline = gate.load_records(args.baseline, "--baseline") if args.baseline else None  # before measuring
     if args.serial_compile:
@@ -206,6 +209,7 @@ def _write_html(out, show_code: bool = False) -> int:
         print(f"\nreport.html: skipped ({reason}); the tables and CSV / JSON files are written")
         return 0
     from workbench.reports.suite import render_suite_report  # plotly: imported once it is known to be there
+
     try:
         path = render_suite_report(out, show_code=show_code)
     except Exception as exc:  # noqa: BLE001 - the measurements are on disk already; say what broke

@@ -117,15 +117,16 @@ def build_plan(spec, args, device_kind: str):
 
 
 def main(argv) -> int:
+    args = build_parser().parse_args(argv)
+    spec = family(args.family)
+    check_budget(args.rep_ms)
+    # the tool's modules (torch, the store, the engine) load once the arguments are known good
     from workbench.progress import Progress
     from workbench.reports.sweep import write_outputs
     from workbench.store import Store
     from workbench.sweep.engine import STORE_NAME, run_sweep
     from workbench.sweep.tasks import make_task
 
-    args = build_parser().parse_args(argv)
-    spec = family(args.family)
-    check_budget(args.rep_ms)
     executor = executor_of(args)
     device_kind = _device_kind(args.device, args.executor, args.address)
     variants, items = build_plan(spec, args, device_kind)

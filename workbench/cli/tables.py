@@ -4,7 +4,11 @@ from __future__ import annotations
 
 
 def _fmt(v, spec="{:.3f}"):
-    return "-" if v is None else spec.format(v)
+    """``v`` formatted by ``spec``; a missing value is "-" right-aligned in the same width, so
+    the columns of a table line up whether or not a cell has a number."""
+    if v is None:
+        return "-".rjust(len(spec.format(0.0)))
+    return spec.format(v)
 
 
 def format_row(rec) -> str:

@@ -66,8 +66,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--strategy", default="grid", help="grid (every configuration), random, or bayes (Optuna's TPE)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random and bayes strategies")
-    p.add_argument("--trials", type=int, default=None, help="random / bayes: configurations per size")
-    p.add_argument("--budget-s", type=float, default=None, help="stop asking for configurations after N s")
+    p.add_argument(
+        "--trials",
+        type=int,
+        default=None,
+        help="random / bayes: configurations per size (default: 30%% of the grid, at least 8)",
+    )
+    p.add_argument(
+        "--budget-s", type=float, default=None, help="stop asking for configurations after N s (default: no limit)"
+    )
     p.add_argument(
         "--rep-ms",
         type=float,
@@ -108,7 +115,11 @@ def _host_device(kind: str, executor: str, address: str | None):
 
 
 def main(argv) -> int:
-
+    args = build_parser().parse_args(argv)
+    family(args.family)
+    if args.device not in ("cuda", "npu", "cpu"):
+        raise UsageError(f"--device {args.device}: use cuda, npu or cpu")
+    # the tool's modules (torch, the sweep engine) load once the arguments above are known good
     import kernels
     from workbench.progress import Progress
     from workbench.reports import tune as report
@@ -118,10 +129,6 @@ def main(argv) -> int:
     from workbench.tune.search import STRATEGIES, import_optuna
     from workbench.tune.space import Space
 
-    args = build_parser().parse_args(argv)
-    family(args.family)
-    if args.device not in ("cuda", "npu", "cpu"):
-        raise UsageError(f"--device {args.device}: use cuda, npu or cpu")
     if args.strategy not in STRATEGIES:
         raise UsageError(f"--strategy {args.strategy}: use one of {', '.join(STRATEGIES)}")
     if args.strategy == "bayes":

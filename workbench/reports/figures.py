@@ -13,7 +13,7 @@ shares one colour order, metric table and hover format.
 from __future__ import annotations
 
 import html
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import plotly.graph_objects as go
 
@@ -51,6 +51,178 @@ def _rgba(hex_color: str, alpha: float) -> str:
 
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# --- the house style: every figure fits a JupyterLab cell and a report page ----------------------
+# Plotly never wraps a title and cuts it at the figure's edge; a multi-line title centred in a
+# fixed top margin runs into the plot. So titles are wrapped here (the narrowest place a figure
+# is drawn is about 600 px wide: the Explorer's speed figure beside its why panel, a report page),
+# pinned to the top left of the figure, and the top margin is made for their lines (plotly's
+# title automargin as well, in case a font is wider than counted).
+HOUSE_TEMPLATE = "plotly_white"  # one style for every figure, the notebooks' own included
+TITLE_CHARS = 64  # a title line at plotly's 17 px title font: about 560 px
+NOTE_CHARS = 96  # a subtitle line (<sup>, about 12 px): about 580 px
+# Measured in Chromium (plotly 7): a title line at 17 px takes 21 px, a <sup> line up to 21 px; pinned
+# to the top (yanchor "top") plotly places a title of several lines 12 px higher than one of a
+# single line, so its top padding is 12 px more.
+TITLE_LINE_PX, NOTE_LINE_PX = 21, 21
+TITLE_PAD_PX, TITLE_PAD_LINES_PX = 10, 22  # above a one-line title, above a title of several lines
+TITLE_GAP_PX = 18  # below the title's last line, before the plot area
+
+
+def wrap_words(text: str, width: int) -> list[str]:
+    """``text`` broken at spaces into lines of at most about ``width`` characters (a word longer
+    than that stays whole on a line of its own)."""
+    lines, line = [], ""
+    for word in text.split():
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    if line:
+        lines.append(line)
+    return lines
+
+
+def _title_lines(text: str) -> list[str]:
+    """A plotly title (lines joined by ``<br>``; ``<sup>`` lines are subtitles) with each line
+    wrapped to its width."""
+    out = []
+    for line in text.split("<br>"):
+        stripped = line.strip()
+        if stripped.startswith("<sup>") and stripped.endswith("</sup>"):
+            out += [f"<sup>{part}</sup>" for part in wrap_words(stripped[5:-6], NOTE_CHARS)]
+        elif stripped:
+            out += wrap_words(stripped, TITLE_CHARS)
+    return out
+
+
+def title_text(head: str, notes: Sequence[str] = ()) -> str:
+    """A title of ``head`` (wrapped) with each of ``notes`` as subtitle lines beneath (wrapped)."""
+    return "<br>".join(_title_lines("<br>".join([head] + [f"<sup>{n}</sup>" for n in notes if n])))
+
+
+def fit(fig: go.Figure, *, plot_height: int | None = None) -> go.Figure:
+    """``fig`` in the house style, fitted to a cell or a page (in place; returned): the house
+    template, the title wrapped and pinned to the top left with a top margin for its lines, log
+    axes labelled without a crowd of minor ticks. ``plot_height``: the plot area's height, to
+    which the title's and the bottom margin's are added (default: the figure's height grows by
+    what its title needs beyond its top margin). Every figure a notebook shows goes through it
+    (:func:`show`), hand-made ones included; fitting twice changes nothing."""
+    fig.update_layout(template=HOUSE_TEMPLATE)
+    text = fig.layout.title.text or ""
+    lines = _title_lines(text) if text else []
+    margin = fig.layout.margin
+    notes = sum(line.startswith("<sup>") for line in lines)
+    pad = TITLE_PAD_PX if len(lines) == 1 else TITLE_PAD_LINES_PX
+    top = pad + TITLE_LINE_PX * (len(lines) - notes) + NOTE_LINE_PX * notes + TITLE_GAP_PX
+    if not lines:
+        top = margin.t if margin.t is not None else 40
+    subtitle_lines = _wrap_subplot_titles(fig)
+    if lines and subtitle_lines:
+        top += 8 + 18 * subtitle_lines  # subplot titles sit between the title and the plots
+
+    if plot_height is not None:
+        fig.update_layout(height=plot_height + top + (margin.b if margin.b is not None else 80))
+    if lines:
+        grow = max(0, top - (margin.t if margin.t is not None else 100))
+        height = None if plot_height is not None else fig.layout.height
+        fig.update_layout(
+            title=dict(
+                text="<br>".join(lines),
+                x=0.01,
+                xref="container",
+                xanchor="left",
+                y=1,
+                yref="container",
+                yanchor="top",
+                pad=dict(t=pad),
+                automargin=True,
+            ),
+            margin=dict(t=top if plot_height is not None else max(top, margin.t or 0)),
+        )
+        if height is not None:
+            fig.update_layout(height=height + grow)
+    _tidy_log_axes(fig)
+    return fig
+
+
+def _above_plot(annotation) -> bool:
+    """An annotation written above the top of the plot area (a subplot's title on the first row)."""
+    return annotation.yref == "paper" and (annotation.y or 0) >= 0.999 and annotation.yanchor == "bottom"
+
+
+FIGURE_PX = 600  # the narrowest width a figure is drawn at (see TITLE_CHARS)
+
+
+def _wrap_subplot_titles(fig: go.Figure) -> int:
+    """Subplot titles (annotations centred over their column, anchored at their bottom) wrapped
+    to their column's width at :data:`FIGURE_PX`, so neighbours never run into each other; the
+    most lines a first-row title has (0: no subplot titles)."""
+    titles = [a for a in fig.layout.annotations or () if a.yref == "paper" and a.yanchor == "bottom" and a.text]
+    centres = sorted({round(a.x, 4) for a in titles if a.x is not None})
+    if len(centres) < 2:
+        return max((a.text.count("<br>") + 1 for a in titles if _above_plot(a)), default=0)
+    column = min(b - a for a, b in zip(centres, centres[1:]))  # a column's width, in the figure's share
+    most = 0
+    for a in titles:
+        size = (a.font.size if a.font and a.font.size else None) or 16
+        chars = max(12, int(column * FIGURE_PX / (0.55 * size)))
+        wrapped = [part for line in a.text.split("<br>") for part in wrap_words(line, chars)]
+        a.text = "<br>".join(wrapped)
+        if _above_plot(a):
+            most = max(most, len(wrapped))
+    return most
+
+
+def tick_label(v: float) -> str:
+    """A size as a tick label: exact up to 99,999, then binary (``4Mi``) or three digits."""
+    if float(v).is_integer():
+        n = int(v)
+        if abs(n) < 100_000:
+            return str(n)
+        for shift, unit in ((30, "Gi"), (20, "Mi"), (10, "Ki")):
+            if n % (1 << shift) == 0:
+                return f"{n >> shift}{unit}"
+    return f"{v:.3g}"
+
+
+def _tidy_log_axes(fig: go.Figure) -> None:
+    """Log axes labelled at what was measured (an x axis of at most a dozen sizes), else at powers
+    of ten (at their 2s and 5s too where the data span less than a decade), never at every
+    minor tick."""
+    import math
+
+    layout = fig.layout
+    for name in [k for k in layout.to_plotly_json() if k.startswith(("xaxis", "yaxis"))]:
+        axis = layout[name]
+        if axis.type != "log" or axis.tickvals is not None or axis.dtick is not None:
+            continue
+        letter, suffix = name[0], name[5:]
+        ref = f"{letter}{suffix}"  # the traces' xaxis / yaxis name this axis: "x", "x2" …
+        values = []
+        for trace in fig.data:
+            if (getattr(trace, f"{letter}axis", None) or letter) != ref:
+                continue
+            data = getattr(trace, letter, None)  # a list, a tuple or a numpy array
+            for v in () if data is None else data:
+                if isinstance(v, (str, bool)) or v is None:
+                    continue
+                try:
+                    v = float(v)
+                except (TypeError, ValueError):
+                    continue
+                if v > 0 and math.isfinite(v):
+                    values.append(v)
+        if not values:
+            continue
+        distinct = sorted(set(values))
+        if letter == "x" and len(distinct) <= 12:
+            axis.update(tickvals=distinct, ticktext=[tick_label(v) for v in distinct])
+        else:
+            decades = math.log10(max(distinct) / min(distinct))
+            axis.update(dtick=1 if decades >= 1 else "D2")
 
 
 def timing_note(records: Iterable[dict]) -> str:
@@ -134,12 +306,15 @@ def speed_figure(
     highlight: str | None = None,
     bound: bool = True,
     show_calls: bool = True,
+    tiles: str | None = None,
 ) -> go.Figure:
     """Median kernel time with its 95% interval as a band, and (dotted) the eager call time,
     against ``axis`` (each record's ``x_value``), one line per
     variant; peers (torch / peer backends) dashed; a variant measured once (it lacks a swept
     tile parameter) drawn as a flat reference line; the copy-bandwidth bound when the records
-    carry a device copy bandwidth. Failed records are left out and counted in the title."""
+    carry a device copy bandwidth. Failed records are left out and counted in the title.
+    ``tiles``: what the ``highlight`` variant's line was measured at (``"gpu_row at
+    BLOCK_SIZE=1024, …"``), written on a line under the plot and in that line's hover."""
     recs = [as_dict(r) for r in records]
     ok = [r for r in recs if not r.get("error") and r.get("ms_p50") is not None]
     failed = [r for r in recs if r.get("error")]
@@ -230,7 +405,8 @@ def speed_figure(
                 hovertemplate=(
                     f"{name}<br>{axis}=%{{x}}<br>{label}: %{{y:.4g}}"
                     "<br>95% interval: %{customdata[0]:.4g} - %{customdata[1]:.4g}<br>pass: %{customdata[3]}"
-                    "<extra></extra>"
+                    + (f"<br>{'<br>'.join(wrap_words(html.escape(tiles), 60))}" if tiles and name == highlight else "")
+                    + "<extra></extra>"
                 ),
             )
         )
@@ -260,16 +436,29 @@ def speed_figure(
         parts.append(tnote)
     if failed:
         parts.append(f"{len(failed)} configuration(s) failed")
-    top = _title_top(parts, 90)
+    tile_lines = wrap_words(tiles, NOTE_CHARS) if tiles else []
+    bottom = 50 + 18 * len(tile_lines)
     fig.update_layout(
-        title=dict(text="<br>".join([parts[0]] + [f"<sup>{p}</sup>" for p in parts[1:]])),
+        title=dict(text=title_text(parts[0], parts[1:])),
         xaxis_title=axis,
         yaxis_title=label,
-        template="plotly_white",
-        height=420 + top - 90,
-        margin=dict(t=top, l=60, r=20, b=50),
+        margin=dict(l=60, r=20, b=bottom),
         legend=dict(orientation="v"),
     )
+    if tile_lines:  # under the axis title: the plot keeps its width and the title its lines
+        fig.add_annotation(
+            text="<br>".join(html.escape(line) for line in tile_lines),
+            xref="paper",
+            yref="paper",
+            x=0,
+            y=0,
+            xanchor="left",
+            yanchor="top",
+            yshift=-46,
+            align="left",
+            showarrow=False,
+            font=dict(size=12, color="#444"),
+        )
     if numeric_x and len(xs_all) > 1 and xs_all[0] > 0 and xs_all[-1] / xs_all[0] >= 8:
         fig.update_xaxes(type="log")
     if not numeric_x:
@@ -278,14 +467,7 @@ def speed_figure(
     ys = [y for y in ys if y]
     if metric in ("ms", "wall_ms") and ys and min(ys) > 0 and max(ys) / min(ys) >= 20:
         fig.update_yaxes(type="log")
-    return fig
-
-
-def _title_top(parts: Sequence[str], least: int) -> int:
-    """Top margin (px) that holds a title of these lines (each part a line, plus its own <br>s),
-    so subtitle notes never overlap the plot; at least ``least``."""
-    lines = sum(p.count("<br>") + 1 for p in parts)
-    return max(least, 40 + 22 * lines)
+    return fit(fig, plot_height=300)
 
 
 def _add_bound(fig, ok, metric, xs_all, xpos):
@@ -373,35 +555,20 @@ def memory_figure(records: Iterable[Any], *, order: Sequence[str] = (), title: s
         notes.append(f"peak memory unavailable on {', '.join(kinds)} (no allocator statistics); not invented")
     problem = rows[shown[0]].get("problem") if shown else {}
     head = title or "memory" + sub_lines(", ".join(f"{k}={v}" for k, v in (problem or {}).items()))
-    parts = [head] + [f"<sup>{n}</sup>" for n in notes]
-    top = _title_top(parts, 80)
     fig.update_layout(
-        title=dict(text="<br>".join(parts)),
+        title=dict(text=title_text(head, notes)),
         barmode="group",
         yaxis_title="MB",
-        template="plotly_white",
-        height=380 + top - 80,
-        margin=dict(t=top, l=60, r=20, b=60),
+        margin=dict(l=60, r=20, b=60),
     )
-    return fig
+    return fit(fig, plot_height=260)
 
 
-def sub_lines(text: str, width: int = 80) -> str:
+def sub_lines(text: str, width: int = NOTE_CHARS) -> str:
     """``text`` as subtitle lines of a plotly title (``<br><sup>…</sup>`` each, at most about
-    ``width`` characters, broken after a comma or a space): plotly never wraps a title, and a
-    long one is cut at the figure's edge."""
-    import html
-
-    lines, line = [], ""
-    for word in text.split(" "):
-        if line and len(line) + 1 + len(word) > width:
-            lines.append(line)
-            line = word
-        else:
-            line = f"{line} {word}" if line else word
-    if line:
-        lines.append(line)
-    return "".join(f"<br><sup>{html.escape(part)}</sup>" for part in lines)
+    ``width`` characters, broken at a space): plotly never wraps a title, and a long one is cut
+    at the figure's edge."""
+    return "".join(f"<br><sup>{html.escape(part)}</sup>" for part in wrap_words(text, width))
 
 
 def heatmap_figure(
@@ -413,11 +580,18 @@ def heatmap_figure(
     metric: str = "gbps",
     *,
     title: str | None = None,
+    at: Mapping[str, Any] | None = None,
 ) -> tuple[go.Figure, dict | None]:
     """A ``y_values x x_values`` grid of ``metric``; each cell's hover carries its registers,
     spills and occupancy (:func:`workbench.reports.why.hover_text`); failed cells drawn as grey crosses
-    whose hover text is the reason, naming the device limit where one was exceeded; the best
-    passing cell outlined. Returns (figure, best record dict).
+    whose hover text is the reason, naming the device limit where one was exceeded. Returns
+    (figure, best record dict or None).
+
+    The best passing cell is outlined where both axes are tiles (the record's ``params``): that
+    is the configuration to choose. Where one axis is a problem knob (a size is not a choice),
+    the best tile of each problem size is outlined instead, and the one returned is the best at
+    the size in ``at`` (the problem the caller is at), None where ``at`` names none of the grid's
+    sizes; with two problem knobs nothing is outlined.
 
     ``records`` are in row-major order over (y, x) or carry the axis values in problem/params."""
     recs = [as_dict(r) for r in records]
@@ -438,7 +612,7 @@ def heatmap_figure(
         grid[(str(y), str(x))] = r
     z, text, hover = [], [], []
     failed_x, failed_y, failed_text = [], [], []
-    best, best_pos = None, None
+    passing: list[tuple[dict, int, int]] = []
     pos: dict[int, tuple[int, int]] = {}
     for iy, yv in enumerate(y_values):
         zr, tr, hr = [], [], []
@@ -460,8 +634,8 @@ def heatmap_figure(
             zr.append(v)
             tr.append("" if v is None else f"{v:.3g}")
             hr.append(why.hover_text(r) if r is not None else "")
-            if v is not None and (best is None or (v > best[field] if higher else v < best[field])):
-                best, best_pos = r, (ix, iy)
+            if v is not None:
+                passing.append((r, ix, iy))
         z.append(zr)
         text.append(tr)
         hover.append(hr)
@@ -490,6 +664,7 @@ def heatmap_figure(
                 name="failed (hover for the reason)",
                 hovertext=failed_text,
                 hoverinfo="text",
+                showlegend=False,  # the subtitle says what ✗ is; a legend would sit on an axis title
             )
         )
     parts = [title or f"{label}: {y_axis} x {x_axis}"]
@@ -498,47 +673,60 @@ def heatmap_figure(
     tnote = timing_note([r for r in recs if not r.get("error")])
     if tnote:
         parts.append(tnote)
-    if best is not None:
-        ix, iy = best_pos
-        fig.add_shape(
-            type="rect",
-            x0=ix - 0.5,
-            x1=ix + 0.5,
-            y0=iy - 0.5,
-            y1=iy + 0.5,
-            line=dict(color="red", width=4),
-        )
-        parts.append(f"best: {x_axis}={x_values[ix]}, {y_axis}={y_values[iy]} ({best[field]:.4g} {label})")
+
+    def better(a, b):
+        return b is None or (a[0][field] > b[0][field] if higher else a[0][field] < b[0][field])
+
+    def outline(ix, iy, **line):
+        fig.add_shape(type="rect", x0=ix - 0.5, x1=ix + 0.5, y0=iy - 0.5, y1=iy + 0.5, line=line)
+
+    tiles = [a for a in (x_axis, y_axis) if any(a in (r.get("params") or {}) for r in recs)]
+    sizes = [a for a in (x_axis, y_axis) if a not in tiles]
+    groups: dict[str, list] = {}
+    here = None if len(tiles) != 1 or at is None or sizes[0] not in at else str(at[sizes[0]])
+    if len(tiles) == 2:
+        groups[""] = passing
+    elif len(tiles) == 1:  # the best tile per problem size: a size is not something to choose
+        for cell in passing:
+            groups.setdefault(str(cell_of(cell[0])[0 if sizes[0] == y_axis else 1]), []).append(cell)
+    best = None
+    tied_total = 0
+    for size, cells in groups.items():
+        top = None
+        for cell in cells:
+            top = cell if better(cell, top) else top
+        if top is None:
+            continue
+        r, ix, iy = top
+        outline(ix, iy, color="red", width=4)
         # Cells of the same problem whose kernel-time interval overlaps the best's: crowning one
         # of them over the others would crown noise.
-        same_problem = [r for r in recs if id(r) in pos and r.get("problem") == best.get("problem")]
-        tied = [r for r in ties_with(best, same_problem) if r.get("passed") is not False]
-        for r in tied:
-            tx, ty = pos[id(r)]
-            fig.add_shape(
-                type="rect",
-                x0=tx - 0.5,
-                x1=tx + 0.5,
-                y0=ty - 0.5,
-                y1=ty + 0.5,
-                line=dict(color="red", width=2, dash="dot"),
-            )
-        if tied:
-            parts.append(f"{len(tied)} more within noise of the best (dotted)")
-        best = dict(best, ties=[dict(r.get("params") or {}) for r in tied])
+        same_problem = [c[0] for c in cells if c[0].get("problem") == r.get("problem")]
+        tied = [o for o in ties_with(r, same_problem) if o.get("passed") is not False]
+        tied_total += len(tied)
+        for o in tied:
+            outline(*pos[id(o)], color="red", width=2, dash="dot")
+        if len(tiles) == 2:
+            parts.append(f"best: {x_axis}={x_values[ix]}, {y_axis}={y_values[iy]} ({r[field]:.4g} {label})")
+            best = dict(r, ties=[dict(o.get("params") or {}) for o in tied])
+        elif size == here:
+            tile = x_values[ix] if tiles[0] == x_axis else y_values[iy]
+            parts.append(f"best at {sizes[0]}={size}: {tiles[0]}={tile} ({r[field]:.4g} {label})")
+            best = dict(r, ties=[dict(o.get("params") or {}) for o in tied])
+    if len(tiles) == 1 and groups:
+        parts.append(f"outlined: the best {tiles[0]} at each {sizes[0]} (a {sizes[0]} is given, not chosen)")
+    if tied_total:
+        parts.append(f"{tied_total} more within noise of the best (dotted)")
     if failed_x:
-        parts.append(f"{len(failed_x)} failed cell(s) marked ✗")
-    top = _title_top(parts, 110)
+        parts.append(f"{len(failed_x)} failed cell(s) marked ✗ (hover for the reason)")
     fig.update_layout(
-        title=dict(text="<br>".join([parts[0]] + [f"<sup>{p}</sup>" for p in parts[1:]])),
+        title=dict(text=title_text(parts[0], parts[1:])),
         xaxis=dict(title=x_axis, tickvals=list(range(len(x_values))), ticktext=[str(v) for v in x_values]),
         yaxis=dict(title=y_axis, tickvals=list(range(len(y_values))), ticktext=[str(v) for v in y_values]),
-        template="plotly_white",
-        height=max(320, 60 * len(y_values) + 160) + top - 110,
-        margin=dict(t=top, l=80, r=20, b=60),
-        showlegend=bool(failed_x),
-        legend=dict(orientation="h", y=-0.2),
+        margin=dict(l=80, r=20, b=60),
+        showlegend=False,
     )
+    fit(fig, plot_height=max(200, 60 * len(y_values) + 40))
     return fig, best
 
 
@@ -548,6 +736,7 @@ def static_bundle(fig: go.Figure) -> dict:
     with ``window.Plotly`` (the report page embeds plotly.js once; no CDN, no require.js)."""
     import plotly.io as pio
 
+    fig = fit(go.Figure(fig))  # the house style and a title that fits, hand-made figures included
     return {
         "application/vnd.plotly.v1+json": fig.to_plotly_json(),
         "text/html": pio.to_html(fig, include_plotlyjs=False, full_html=False, config={"responsive": True}),
@@ -565,7 +754,7 @@ def show(fig: go.Figure, live: bool = False) -> Any:
 
     if live:
         try:
-            widget = go.FigureWidget(fig)
+            widget = go.FigureWidget(fit(go.Figure(fig)))
         except Exception:  # no anywidget / no front end: fall back to the static form
             widget = None
         if widget is not None:

@@ -30,14 +30,15 @@ def load_records(directory: str | Path, option: str = "DIR") -> list[dict]:
     notebooks of ``workbench report`` or papermill). A folder without them is a ValueError that
     says what to point at."""
     d = Path(directory)
+    where = f"{option} {d}".strip()  # "" for a command's own argument: the command names itself
     if not d.is_dir():
         raise ValueError(
-            f"{option} {d}: no such folder; give a folder written by `workbench bench --suite` or `workbench report`"
+            f"{where}: no such folder; give a folder written by `workbench bench --suite` or `workbench report`"
         )
     files = [d / "records.json"] if (d / "records.json").exists() else sorted(d.glob("*_records.json"))
     if not files:
         raise ValueError(
-            f"{option} {d} holds no records.json or *_records.json; give a folder written by "
+            f"{where} holds no records.json or *_records.json; give a folder written by "
             "`workbench bench --suite NAME --out DIR` or by the notebooks (`workbench report --out DIR`)"
         )
     records: list[dict] = []
@@ -45,9 +46,9 @@ def load_records(directory: str | Path, option: str = "DIR") -> list[dict]:
         try:
             body = json.loads(f.read_text())
         except (OSError, ValueError) as exc:
-            raise ValueError(f"{option} {d}: {f.name} is not a records file ({exc}); regenerate it") from None
+            raise ValueError(f"{where}: {f.name} is not a records file ({exc}); regenerate it") from None
         if not isinstance(body, list) or not all(isinstance(r, dict) for r in body):
-            raise ValueError(f"{option} {d}: {f.name} is not a list of records; regenerate it")
+            raise ValueError(f"{where}: {f.name} is not a list of records; regenerate it")
         records.extend(body)
     return records
 

@@ -86,7 +86,17 @@ def kernel_env(store: str | Path | None = None, root: str | Path | None = None):
         (spec_dir / "kernel.json").write_text(
             json.dumps(
                 {
-                    "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                    # log_level ERROR: a kernel's own log goes to the console of whoever started it
+                    # (`workbench report`, `workbench lab`); at WARNING ipykernel says there, for every
+                    # kernel, that it runs over TCP on localhost without transport encryption
+                    "argv": [
+                        sys.executable,
+                        "-m",
+                        "ipykernel_launcher",
+                        "-f",
+                        "{connection_file}",
+                        "--IPKernelApp.log_level=ERROR",
+                    ],
                     "display_name": "Python 3 (ipykernel)",  # as ipykernel names it: saving keeps the committed metadata
                     "language": "python",
                 }

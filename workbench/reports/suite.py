@@ -94,12 +94,11 @@ def ratio_table_html(rows: list[dict], missing: dict | None = None, facts: dict 
     ``facts``: (target, x) -> our kernels' regs/spills/occupancy cell (:func:`ours_facts`)."""
     missing = missing or {}
     facts = facts or {}
-    head = ["x", "ours", "ours µs", "regs/spills/occ", "best peer / config", "peer µs", "ratio [interval]", "%BW"]
-    head += ["threshold"]
-    head += ["precision, max error", "status"]
-    head += ["informative", "note"]
-    # Thirteen columns are wider than a notebook page: the table scrolls sideways in its own box
-    # (the page around it stays put) and the long text columns wrap, so no column is cut off.
+    head = ["x", "ours", "ours µs", "best peer / config", "peer µs", "ratio [interval]", "threshold", "status"]
+    head += ["%BW", "regs/spills/occ", "precision, max error", "informative", "note"]
+    # Thirteen columns are wider than a notebook cell: the verdict comes right after the ratio and
+    # its threshold, so it is in view at a cell's width; the details after it scroll sideways in
+    # the table's own box (the page around it stays put) and the long text columns wrap.
     out = [
         '<div class="wb-ratios-box" style="overflow-x:auto;max-width:100%">'
         '<table class="wb-ratios" style="border-collapse:collapse;font-size:12px;font-family:monospace">',
@@ -134,14 +133,14 @@ def ratio_table_html(rows: list[dict], missing: dict | None = None, facts: dict 
             (f"{r['x_name']}={r['x']}", "right"),
             (r["ours"], "left"),
             (_num(r.get("ours_us"), "{:.1f}"), "right"),
-            (facts.get((r["target"], str(r["x"]))) or "-", "left"),
             (r.get("peer") or "-", "left"),
             (_num(r.get("peer_us"), "{:.1f}"), "right"),
             (reader.ratio_text(r), "right"),
-            (_num(r.get("pct_copy_bw"), "{:.1f}"), "right"),
             (", ".join(thr) or "-", "left"),
-            (reader.precision_text(r), "left"),
             (status, "left"),
+            (_num(r.get("pct_copy_bw"), "{:.1f}"), "right"),
+            (facts.get((r["target"], str(r["x"]))) or "-", "left"),
+            (reader.precision_text(r), "left"),
             (info, "left"),
             (note, "left"),
         ]

@@ -195,7 +195,10 @@ def _groups(rows: list[dict]) -> list[tuple[str, list[dict]]]:
     return [(short_title(g[0]["title"]), g) for g in out.values()]
 
 
-FACETS_PER_ROW = 6  # at about 1100 px a facet is then ~170 px wide: room for a title of three short lines
+# At most four facets a row: in a report page or a JupyterLab cell of 700 px a facet is then
+# about 150 px wide, room for its title of three lines of FACET_TITLE_CHARS (11 px font).
+FACETS_PER_ROW = 4
+FACET_TITLE_CHARS = 24
 _FACET_HEIGHT = 210  # px of plot per row of facets
 _FACET_GAP = 112  # px between rows: the upper row's size ticks and axis title, then the lower row's titles
 _TITLES_ABOVE = 58  # px a first-row facet title takes above its plot (three lines at 11 px)
@@ -204,7 +207,7 @@ _TITLES_ABOVE = 58  # px a first-row facet title takes above its plot (three lin
 def _facets(groups: list[tuple[str, list]], y_title: str, log: bool = False) -> tuple[go.Figure, list[tuple[int, int]]]:
     """One facet per target, up to :data:`FACETS_PER_ROW` in a row and as many rows as needed,
     each titled with its target (wrapped) and its x axis the size; returns the figure and each
-    group's (row, col). A wide suite (the H100's 18 targets) gets three rows instead of 18
+    group's (row, col). A wide suite (the H100's 18 targets) gets five rows instead of 18
     narrow columns whose titles overlap."""
     from plotly.subplots import make_subplots
 
@@ -217,7 +220,7 @@ def _facets(groups: list[tuple[str, list]], y_title: str, log: bool = False) -> 
         rows=rows,
         cols=cols,
         shared_yaxes=True,
-        subplot_titles=[_wrap(t, 31, lines_at_most=3) for t, _ in groups],
+        subplot_titles=[_wrap(t, FACET_TITLE_CHARS, lines_at_most=3) for t, _ in groups],
         horizontal_spacing=0.035,
         vertical_spacing=_FACET_GAP / (height - top - bottom),
     )
