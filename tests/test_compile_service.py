@@ -268,3 +268,73 @@ def test_the_triton_cache_folder_is_pinned_for_the_compile_processes_and_inducto
     assert pin_triton_cache_dir() == default and os.environ["TRITON_CACHE_DIR"] == default
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     assert pin_triton_cache_dir() == str(tmp_path)  # the user's choice stands
+
+
+def test_a_first_number_skips_the_profiler_until_it_has_started(monkeypatch):
+    """Inside profiler_deferred, before the process's first profiler session, a CUDA kernel
+    timing takes graph replay and says so; once the profiler has run, the profiler again."""
+    from workbench import timing
+
+    made = []
+
+    class Graph:
+        def __init__(self, fn, flush=None):
+            made.append(("graph", flush is not None))
+
+    class Profiler:
+        def __init__(self, fn, flush=None):
+            made.append(("profiler", flush is not None))
+
+        def sample(self):
+            return [0.001]
+
+    monkeypatch.setattr(timing, "CudaGraphSampler", Graph)
+    monkeypatch.setattr(timing, "ProfilerKernelSampler", Profiler)
+    monkeypatch.setattr(timing, "_PROFILER_STARTED", False)
+    flush = object()
+    with timing.profiler_deferred():
+        assert timing.deferring()
+        sampler, note = timing.kernel_sampler(lambda: None, flush=flush)
+    assert isinstance(sampler, Graph) and note.startswith("first number") and made == [("graph", True)]
+    assert not timing.deferring()  # outside the block
+    sampler, note = timing.kernel_sampler(lambda: None, flush=flush)
+    assert isinstance(sampler, Profiler) and note == ""
+    monkeypatch.setattr(timing, "_PROFILER_STARTED", True)
+    with timing.profiler_deferred():
+        assert not timing.deferring()  # started: nothing to defer
+
+
+def test_the_explorer_starts_the_profiler_on_the_notebook_loop_then_refines(monkeypatch):
+    """The first profiler session runs where the notebook's event loop runs it (the main thread),
+    and the refined measurement is queued on the worker after it."""
+    from widgets import Explorer, Session
+    from workbench import timing
+
+    class Loop:
+        def __init__(self):
+            self.callbacks = []
+
+        def is_running(self):
+            return True
+
+        def is_closed(self):
+            return False
+
+        def call_soon_threadsafe(self, fn):
+            self.callbacks.append(fn)
+
+    started_on, after_on = [], []
+    monkeypatch.setattr(timing, "start_profiler", lambda: started_on.append(threading.current_thread()))
+    s = Session("rms_norm", device="cpu", dtype="fp32", quick=True, headless=False, store=False)
+    ex = Explorer(s, variant="gpu_row", debounce_s=0.01, peers=False, autostart=False)
+    try:
+        ex._main_loop = loop = Loop()
+        ex._worker.submit(lambda: ex._start_profiler_then(lambda: after_on.append(threading.current_thread())))
+        assert ex.wait(30) and not started_on and not after_on  # nothing until the loop runs it
+        (callback,) = loop.callbacks
+        callback()  # the loop, on this (the main) thread
+        assert ex.wait(30)
+        assert started_on == [threading.main_thread()]
+        assert len(after_on) == 1 and after_on[0] is not threading.main_thread()  # on the worker
+    finally:
+        ex.close()

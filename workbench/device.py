@@ -170,20 +170,26 @@ class Device(DeviceInfo):
         facts = self.copy_bandwidth_facts()
         return None if facts is None else facts["gbps"]
 
-    def copy_bandwidth_facts(self) -> dict | None:
+    def copy_bandwidth_facts(self, measure: bool = True) -> dict | None:
         """The copy bandwidth with its provenance: ``{"gbps", "measured_at", "age_s", "source"}``.
 
         A 512 MiB copy, far above any L2, timed like a kernel so that GB/s figures compare like
         with like; measured once per device per host and kept while younger than a day
         (:mod:`workbench.host_facts`: ``WORKBENCH_COPY_BW_MAX_AGE_H``), and once per process
-        at most."""
+        at most. ``measure=False``: only a figure already known (this process's, or the host's
+        kept one); None rather than measuring it now."""
         if self.kind == "cpu":
             return None
         key = (self.kind, self.index)
         if key not in _COPY_BW:
             name = tuned_tables.device_key(self)  # "cuda:NVIDIA H100 80GB HBM3"
             host_key = host_facts.device_key(name, self.index, str(self.driver), torch.__version__)
-            _COPY_BW[key] = host_facts.copy_bandwidth(host_key, self._measure_copy_bandwidth)
+            try:
+                _COPY_BW[key] = host_facts.copy_bandwidth(
+                    host_key, self._measure_copy_bandwidth if measure else _not_measured
+                )
+            except _NotMeasured:
+                return None
         return _COPY_BW[key]
 
     def _measure_copy_bandwidth(self) -> float:
@@ -242,3 +248,11 @@ def get_device(name: str | torch.device | DeviceInfo = "auto") -> Device:
 
 def device_of(tensor: torch.Tensor) -> Device:
     return _DEVICES.get(tensor.device)
+
+
+class _NotMeasured(Exception):
+    """Raised in place of a measurement that was not asked for (copy_bandwidth_facts(measure=False))."""
+
+
+def _not_measured() -> float:
+    raise _NotMeasured

@@ -49,7 +49,7 @@ import torch
 from kernels.launch import recording
 from kernels.spec import DTYPES, KernelSpec, Variant, as_tuple, dtype_name, get
 from kernels.testing import TensorCheck, compare
-from workbench import compile_facts, device_state
+from workbench import compile_facts, device_state, timing
 from workbench.compiling import service as compile_service
 from workbench.compiling.note import noted
 from workbench.device import Device, check_l2, get_device
@@ -479,7 +479,8 @@ def _fill_timings(prep: _Prepared, est: dict, state: dict) -> None:
         rec.launch_overhead_ms = est["host"].median
     if kernel.median > 0 and dev.kind != "cpu" and rec.min_bytes:  # no bytes known: no bandwidth share
         rec.gbps = rec.min_bytes / (kernel.median * 1e-3) / 1e9
-        bandwidth = dev.copy_bandwidth_facts()
+        # a first number taken before the profiler started: no probe now (it times with the profiler)
+        bandwidth = dev.copy_bandwidth_facts(measure=not timing.deferring())
         if bandwidth:
             rec.copy_bw_gbps = bandwidth["gbps"]
             rec.pct_copy_bw = 100.0 * rec.gbps / rec.copy_bw_gbps

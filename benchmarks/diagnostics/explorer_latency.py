@@ -5,10 +5,15 @@ compile + measurement on a GPU) and warm (a configuration seen before: served fr
     python benchmarks/diagnostics/explorer_latency.py --device cpu --param num_warps
 
 The Explorer is driven as a person drives it: a control's value is set, which runs its callback.
-Three times per change are reported:
+Times per change:
 - callback: how long setting the control blocked (the notebook is free again after this);
-- relaunch: from the change to the figures and status showing the new result (debounce included);
+- shown: from the change to the figures and status showing a number for it (debounce included):
+  on a GPU the first launch shows a CUDA-graph number before the profiler has started;
+- settled: until the Explorer is idle again (the first launch's number refined with the
+  profiler, whose first session runs on the main thread's event loop, as in a notebook);
 - measure: the record's own compile + first call time, for reference.
+It runs inside an event loop on the main thread, as a notebook's kernel does, and ends with the
+number of Kineto "registerClient" error lines written to standard error.
 Cold changes visit every value once (each a new kernel configuration); warm changes revisit them.
 
 Compile facts (registers, spills, occupancy; the why panel) are read once per new configuration
@@ -20,9 +25,12 @@ last line what drawing the why panel costs a warm relaunch. ``--facts off`` sets
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -70,6 +78,37 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     os.environ["WORKBENCH_COMPILE_FACTS"] = "1" if args.facts == "on" else "0"
 
+    with _stderr_kept() as stderr_text:
+        code = asyncio.run(_run(args))
+    errors = [line for line in stderr_text().splitlines() if "registerClient" in line]
+    print(f"Kineto's registerClient error lines on stderr: {len(errors)}")
+    return code
+
+
+@contextlib.contextmanager
+def _stderr_kept():
+    """Standard error (file descriptor 2: Kineto writes there from C++) into a file for the run;
+    written back after it; yields a function returning what was written."""
+    sys.stderr.flush()
+    keep = os.dup(2)
+    tmp = tempfile.TemporaryFile(mode="w+b")
+    os.dup2(tmp.fileno(), 2)
+    text = {"value": ""}
+    try:
+        yield lambda: text["value"]
+    finally:
+        sys.stderr.flush()
+        os.dup2(keep, 2)
+        os.close(keep)
+        tmp.seek(0)
+        text["value"] = tmp.read().decode(errors="replace")
+        sys.stderr.write(text["value"])
+        tmp.close()
+
+
+async def _run(args) -> int:
+    """Everything inside the main thread's event loop, as in a notebook's kernel: the Explorer
+    starts the profiler's first session there, and waiting yields to the loop."""
     from widgets import Explorer, Session
 
     t0 = time.perf_counter()
@@ -83,24 +122,30 @@ def main(argv=None) -> int:
         print(f"need two valid values of {args.param} for {args.variant} at {session.problem}; got {values}")
         return 2
 
-    def change(value):
+    async def change(value):
         t = time.perf_counter()
         ex.controls[args.param].value = value
         callback = time.perf_counter() - t
-        if not ex.wait(600):
-            raise SystemExit("timed out waiting for the Explorer")
+        while ex.record is None or ex.record.params.get(args.param) != value:  # its first number on screen
+            if time.perf_counter() - t > 600:
+                raise SystemExit("timed out waiting for the Explorer")
+            await asyncio.sleep(0.002)
+        shown = time.perf_counter() - t
+        shown_method = ex.record.kernel_method
+        while ex.busy:  # refined (the first launch's profiler number), neighbours submitted
+            await asyncio.sleep(0.005)
+        settled = time.perf_counter() - t
         rec = ex.record
-        if rec is None or rec.params.get(args.param) != value:
-            raise SystemExit(f"the Explorer did not show {args.param}={value}")
         if rec.error:
             raise SystemExit(f"{args.param}={value} failed: {rec.error}")
         facts_ms = (rec.compile_facts or {}).get("collect_ms")
-        return callback, ex.last_latency_s, rec.compile_ms / 1e3 if rec.compile_ms else None, ex.last_cached, facts_ms
+        compile_s = rec.compile_ms / 1e3 if rec.compile_ms else None
+        return callback, shown, compile_s, ex.last_cached, facts_ms, settled, shown_method, rec.kernel_method
 
     # the first launch of the variant pays one-off costs (imports, first compile of helpers): apart
-    first = change(values[0])
-    cold = [change(v) for v in values[1:]]
-    warm = [change(v) for v in values] + [change(v) for v in reversed(values)]
+    first = await change(values[0])
+    cold = [await change(v) for v in values[1:]]
+    warm = [await change(v) for v in values] + [await change(v) for v in reversed(values)]
     assert not any(c[3] for c in cold) and all(w[3] for w in warm)
 
     dev = session.device
@@ -111,10 +156,11 @@ def main(argv=None) -> int:
         + f", debounce {args.debounce * 1e3:.0f} ms, timing budget {session.rep_ms:.0f} ms per config"
     )
     print(f"Explorer built in {built:.2f} s (imports, session, widgets)")
+    print(f"the first launch's first number timed by: {first[6]}; once settled: {first[7]}")
     print()
     print(f"compile facts {args.facts}")
     header = (
-        f"{'change':28s} {'n':>3s} {'relaunch ms':>11s} {'min':>9s} {'max':>9s} {'callback ms':>11s} "
+        f"{'change':28s} {'n':>3s} {'shown ms':>9s} {'min':>9s} {'max':>9s} {'settled ms':>10s} {'callback ms':>11s} "
         f"{'measure ms':>10s} {'facts ms':>9s}"
     )
     print(header)
@@ -126,12 +172,15 @@ def main(argv=None) -> int:
     ]
     for label, samples in rows:
         med, lo, hi = _stats([s[1] for s in samples])
+        settled = statistics.median(s[5] for s in samples) * 1e3
         cb = statistics.median(s[0] for s in samples) * 1e3
         meas = [s[2] for s in samples if s[2] is not None and not s[3]]
         meas_txt = f"{statistics.median(meas) * 1e3:10.1f}" if meas else f"{'(cache)':>10s}"
         facts = [s[4] for s in samples if s[4] is not None and not s[3]]
         facts_txt = f"{statistics.median(facts):9.3f}" if facts else f"{'(cache)' if samples[0][3] else '-':>9s}"
-        print(f"{label:28s} {len(samples):3d} {med:>11s} {lo:>9s} {hi:>9s} {cb:11.2f} {meas_txt} {facts_txt}")
+        print(
+            f"{label:28s} {len(samples):3d} {med:>9s} {lo:>9s} {hi:>9s} {settled:10.1f} {cb:11.2f} {meas_txt} {facts_txt}"
+        )
     from workbench.compile_facts import brief
     from workbench.reports.why import why_html
 
