@@ -215,3 +215,90 @@ def write_json(records: Iterable[Record | dict], path: str | os.PathLike) -> Pat
     rows = [r.to_dict() if isinstance(r, Record) else dict(r) for r in records]
     path.write_text(json.dumps(rows, indent=1, default=str))
     return path
+
+
+# --- reading records back -------------------------------------------------------------------
+# Committed reports keep their records gzipped where large (``records.json.gz``); a tune or a
+# sweep from before ``records.json`` was written kept only ``records.csv``. Both read back here.
+RECORD_FILES = ("records.json", "records.json.gz", "records.csv", "records.csv.gz")
+_CSV_NAMES = {
+    "kernel_name": "kernel",
+    "kernel_provider": "variant",
+    "kernel_operation_mode": "mode",
+    "x_name": "axis",
+    "y_value_50": "ms_p50",
+    "y_value_20": "ms_p20",
+    "y_value_80": "ms_p80",
+    "gpu_name": "device_name",
+}
+_CSV_JSON = ("params", "problem", "compile_facts", "counters")
+# flat views of compile_facts that write_csv adds; the facts themselves come back from their JSON
+_CSV_DERIVED = {"regs", "spills", "shared_bytes", "occupancy_pct", "occupancy_limit", "regs_spills_occ"}
+_CSV_SKIPPED = {"metric_name", "metric_unit", "extra_benchmark_config_str"} | _CSV_DERIVED
+
+
+def records_path(folder: str | os.PathLike, names: Iterable[str] = RECORD_FILES) -> Path | None:
+    """The first of ``names`` that exists in ``folder`` (the JSON before the CSV), or None."""
+    return next((Path(folder) / n for n in names if (Path(folder) / n).is_file()), None)
+
+
+def open_text(path: str | os.PathLike):
+    """``path`` opened for reading text, through gzip where its name ends in ``.gz``."""
+    import gzip
+
+    path = Path(path)
+    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8")
+
+
+def read_records(path: str | os.PathLike) -> list[dict]:
+    """The records of ``path``: what :func:`write_json` wrote (``.json``), or :func:`write_csv`
+    (``.csv``: the columns read back to a record's fields, the nested ones from their JSON and
+    numbers as numbers), either gzipped (``.gz``). ValueError where the file is not records."""
+    path = Path(path)
+    kind = path.name.removesuffix(".gz").rsplit(".", 1)[-1]
+    try:
+        with open_text(path) as f:
+            if kind == "json":
+                rows = json.load(f)
+            elif kind == "csv":
+                import csv
+
+                rows = [_record_of_csv(row) for row in csv.DictReader(f)]
+            else:
+                raise ValueError("neither .json nor .csv")
+    except (OSError, ValueError, EOFError) as exc:
+        raise ValueError(f"{path} is not a records file ({exc}); regenerate it") from None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise ValueError(f"{path} is not a list of records; regenerate it")
+    return rows
+
+
+def _csv_value(text: str):
+    if text == "":
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _record_of_csv(row: dict) -> dict:
+    rec: dict = {}
+    versions = {}
+    for col, text in row.items():
+        if col in _CSV_SKIPPED or col is None:
+            continue
+        if col in _CSV_JSON:
+            rec[col] = json.loads(text) if text else ({} if col in ("params", "problem") else None)
+        elif col in ("torch", "triton", "python"):
+            versions[col] = text or None
+        elif col in ("timestamp", "commit", "error", "precision", "gpu_name"):  # text, even where it reads as a number
+            rec[_CSV_NAMES.get(col, col)] = text or None
+        else:
+            rec[_CSV_NAMES.get(col, col)] = _csv_value(text)
+    rec["versions"] = versions
+    return rec

@@ -22,19 +22,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from workbench.store import read_records, records_path
 from workbench.suites.targets import PEER_BACKENDS
 
 
 def load_records(directory: str | Path, option: str = "DIR") -> list[dict]:
-    """Every record of a run's folder: ``records.json`` (a suite run) or ``*_records.json`` (the
-    notebooks of ``workbench report`` or papermill). A folder without them is a ValueError that
-    says what to point at."""
+    """Every record of a run's folder: ``records.json`` (a suite run; ``.json.gz`` as committed
+    reports keep it) or ``*_records.json`` (the notebooks of ``workbench report`` or papermill).
+    A folder without them is a ValueError that says what to point at."""
     d = Path(directory)
     if not d.is_dir():
         raise ValueError(
             f"{option} {d}: no such folder; give a folder written by `workbench bench --suite` or `workbench report`"
         )
-    files = [d / "records.json"] if (d / "records.json").exists() else sorted(d.glob("*_records.json"))
+    own = records_path(d, ("records.json", "records.json.gz"))
+    files = [own] if own else sorted(d.glob("*_records.json")) or sorted(d.glob("*_records.json.gz"))
     if not files:
         raise ValueError(
             f"{option} {d} holds no records.json or *_records.json; give a folder written by "
@@ -43,12 +45,9 @@ def load_records(directory: str | Path, option: str = "DIR") -> list[dict]:
     records: list[dict] = []
     for f in files:
         try:
-            body = json.loads(f.read_text())
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"{option} {d}: {f.name} is not a records file ({exc}); regenerate it") from None
-        if not isinstance(body, list) or not all(isinstance(r, dict) for r in body):
-            raise ValueError(f"{option} {d}: {f.name} is not a list of records; regenerate it")
-        records.extend(body)
+            records.extend(read_records(f))
+        except ValueError as exc:
+            raise ValueError(f"{option} {d}: {exc}") from None
     return records
 
 

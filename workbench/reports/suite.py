@@ -15,7 +15,7 @@ from __future__ import annotations
 import html
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import plotly.graph_objects as go
 
@@ -36,6 +36,7 @@ from workbench.reports.suite_figures import (
     speed_figures,
     target_records,
 )
+from workbench.store import read_records, records_path
 
 STATUS_COLOURS = {
     "MET": "#d8f0d8",
@@ -49,12 +50,14 @@ STATUS_COLOURS = {
 
 # --- reading the files ---------------------------------------------------------------------
 def load(records_dir: str | Path) -> dict:
-    """``suite.json`` + ``records.json`` (+ ``environment.json`` when present) of one run."""
+    """``suite.json`` + ``records.json`` (or ``records.json.gz``, as committed reports keep it;
+    + ``environment.json`` when present) of one run."""
     d = Path(records_dir)
     if not (d / "suite.json").exists():
         raise FileNotFoundError(f"{d} has no suite.json: run `workbench bench --suite NAME --out {d}` first")
     run = json.loads((d / "suite.json").read_text())
-    run["records"] = json.loads((d / "records.json").read_text()) if (d / "records.json").exists() else []
+    source = records_path(d, ("records.json", "records.json.gz"))
+    run["records"] = read_records(source) if source else []
     env = d / "environment.json"
     run["environment"] = json.loads(env.read_text()) if env.exists() else {}
     base = d / "baseline.json"
@@ -348,12 +351,6 @@ def repeatability_html(run: dict) -> str | None:
     return "".join(parts)
 
 
-def show_repeatability(run: dict) -> None:
-    text = repeatability_html(run)
-    if text:
-        F.show_html("<h2>Repeatability</h2>" + text)
-
-
 # --- summary.md -------------------------------------------------------------------------------
 def summary_figures(run: dict) -> dict[str, go.Figure | None]:
     return {
@@ -395,39 +392,31 @@ def write_summary(run: dict, out: str | Path | None = None, *, export: bool = Tr
     )
 
 
-# --- the notebook's calls ------------------------------------------------------------------
-def show_headline(run: dict) -> None:
+# --- the report's parts, in reading order: the notebook shows them, a rendered page lists them ---
+Part = Union[str, go.Figure]  # HTML text, or a figure
+
+
+def headline_parts(run: dict) -> list[Part]:
     """Title, the headline sentences and the headline chart: the first thing a reader sees."""
-    F.show_html(headline_html(run))
-    fig = headline_figure(run)
-    if fig is not None:
-        F.show(fig)
+    return [headline_html(run), *[f for f in [headline_figure(run)] if f is not None]]
 
 
-def show_summary(run: dict) -> None:
-    F.show_html(summary_html(run))
+def ratios_parts(run: dict) -> list[Part]:
+    """How to read the ratios, the failures, then the ratio table."""
+    return [summary_html(run), ratio_table_html(run["rows"], run.get("missing"), ours_facts(run))]
 
 
-def show_environment(run: dict) -> None:
-    F.show_html(environment_html(run.get("environment") or {"environment": "environment.json not found"}))
-
-
-def show_ratios(run: dict) -> None:
-    F.show_html(ratio_table_html(run["rows"], run.get("missing"), ours_facts(run)))
-
-
-def show_speed_overview(run: dict) -> None:
-    """The bandwidth chart (memory-bound families) and kernel against call time, where they apply."""
+def speed_overview_parts(run: dict) -> list[Part]:
+    """The bandwidth chart (memory-bound families) and kernel against call time, where they apply;
+    a roofline per family."""
+    parts: list[Part] = []
     figs = [f for f in (bandwidth_figure(run), kernel_call_figure(run)) if f is not None]
     if figs:
-        F.show_html("<h2>Bandwidth and call overhead</h2>")
-    for fig in figs:
-        F.show(fig)
+        parts += ["<h2>Bandwidth and call overhead</h2>", *figs]
     rooflines = rooflines_of(run)
     if rooflines:
-        F.show_html("<h2>Roofline per family</h2>")
-    for fig in rooflines:
-        F.show(fig)
+        parts += ["<h2>Roofline per family</h2>", *rooflines]
+    return parts
 
 
 def rooflines_of(run: dict) -> list:
@@ -437,18 +426,21 @@ def rooflines_of(run: dict) -> list:
     return figures(run.get("records") or [])
 
 
-def show_baseline(run: dict) -> None:
+def baseline_parts(run: dict) -> list[Part]:
     text = baseline_html(run)
     if text:
-        F.show_html("<h2>Against the baseline</h2>" + text)
-    else:
-        F.show_html(
-            "<p>No baseline: run with <code>--baseline DIR</code> to compare each cell with an earlier run.</p>"
-        )
+        return ["<h2>Against the baseline</h2>" + text]
+    return ["<p>No baseline: run with <code>--baseline DIR</code> to compare each cell with an earlier run.</p>"]
 
 
-def show_targets(run: dict) -> None:
+def repeatability_parts(run: dict) -> list[Part]:
+    text = repeatability_html(run)
+    return ["<h2>Repeatability</h2>" + text] if text else []
+
+
+def targets_parts(run: dict) -> list[Part]:
     """Per target: a heading, its ratio figure (when judged) and its speed figure(s)."""
+    parts: list[Part] = []
     for target in run["targets"]:
         rows = [r for r in run["rows"] if r["target"] == target["name"]]
         records = target_records(run, target)
@@ -466,25 +458,69 @@ def show_targets(run: dict) -> None:
                 + "; ".join(f"<code>{html.escape(k)}</code> ({html.escape(str(v))})" for k, v in missing.items())
                 + "</p>"
             )
-        F.show_html("".join(lines))
+        parts.append("".join(lines))
         fig = ratio_figure(target, rows)
         if fig is not None:
-            F.show(fig)
+            parts.append(fig)
         if records:
-            for fig in speed_figures(target, records):
-                F.show(fig)
+            parts += speed_figures(target, records)
+    return parts
+
+
+def environment_parts(run: dict) -> list[Part]:
+    return [environment_html(run.get("environment") or {"environment": "environment.json not found"})]
+
+
+def report_parts(run: dict) -> list[Part]:
+    """The whole report in reading order: headline, tables, figures per target, environment (the
+    sections of ``notebooks/suite.ipynb``, under the same headings)."""
+    parts = headline_parts(run) + ["<h2>Results</h2>"] + ratios_parts(run) + speed_overview_parts(run)
+    if run.get("baseline"):
+        parts += baseline_parts(run)
+    parts += repeatability_parts(run) + ["<h2>Per target</h2>"] + targets_parts(run)
+    return parts + ["<h2>Environment</h2>"] + environment_parts(run)
+
+
+def show_parts(parts: list[Part]) -> None:
+    """Display ``parts`` in a notebook: HTML as HTML, figures as interactive figures."""
+    for part in parts:
+        F.show_html(part) if isinstance(part, str) else F.show(part)
+
+
+def show_headline(run: dict) -> None:
+    show_parts(headline_parts(run))
+
+
+def show_summary(run: dict) -> None:
+    show_parts([summary_html(run)])
+
+
+def show_ratios(run: dict) -> None:
+    show_parts(ratios_parts(run)[1:])
+
+
+def show_speed_overview(run: dict) -> None:
+    show_parts(speed_overview_parts(run))
+
+
+def show_baseline(run: dict) -> None:
+    show_parts(baseline_parts(run))
+
+
+def show_repeatability(run: dict) -> None:
+    show_parts(repeatability_parts(run))
+
+
+def show_targets(run: dict) -> None:
+    show_parts(targets_parts(run))
+
+
+def show_environment(run: dict) -> None:
+    show_parts(environment_parts(run))
 
 
 def show_report(run: dict) -> None:
-    """The whole report in reading order: headline, tables, figures per target, environment."""
-    show_headline(run)
-    show_summary(run)
-    show_ratios(run)
-    show_speed_overview(run)
-    if run.get("baseline"):
-        show_baseline(run)
-    show_targets(run)
-    show_environment(run)
+    show_parts(report_parts(run))
 
 
 # --- report.html: notebooks/suite.ipynb on a suite run's files ------------------------------------

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.store import read_records, records_path
 from workbench.suites.targets import MET, MISSED, TIE
 
 JUDGED = (MET, MISSED, TIE)
@@ -30,7 +31,7 @@ def _load(folder) -> tuple[list[dict], list[dict], list[dict]]:
     folder = Path(folder)
     try:
         body = json.loads((folder / "suite.json").read_text())
-        records = json.loads((folder / "records.json").read_text())
+        records = read_records(records_path(folder, ("records.json", "records.json.gz")) or folder / "records.json")
     except (OSError, ValueError) as exc:
         raise ValueError(f"{folder}: not a suite run folder (suite.json and records.json): {exc}") from None
     targets = body.get("targets", [])
