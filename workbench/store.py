@@ -250,6 +250,17 @@ def open_text(path: str | os.PathLike):
     return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8")
 
 
+def kept_path(folder: str | os.PathLike, name: str) -> Path | None:
+    """``folder/name``, or ``folder/name.gz`` as a committed report keeps a large file; None where neither is."""
+    return records_path(folder, (name, name + ".gz"))
+
+
+def read_json(path: str | os.PathLike):
+    """A JSON file, plain or gzipped."""
+    with open_text(path) as f:
+        return json.load(f)
+
+
 def read_records(path: str | os.PathLike) -> list[dict]:
     """The records of ``path``: what :func:`write_json` wrote (``.json``), or :func:`write_csv`
     (``.csv``: the columns read back to a record's fields, the nested ones from their JSON and

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from workbench.store import read_records, records_path
+from workbench.store import kept_path, read_json, read_records
 from workbench.suites.targets import PEER_BACKENDS
 
 
@@ -35,7 +35,7 @@ def load_records(directory: str | Path, option: str = "DIR") -> list[dict]:
         raise ValueError(
             f"{option} {d}: no such folder; give a folder written by `workbench bench --suite` or `workbench report`"
         )
-    own = records_path(d, ("records.json", "records.json.gz"))
+    own = kept_path(d, "records.json")
     files = [own] if own else sorted(d.glob("*_records.json")) or sorted(d.glob("*_records.json.gz"))
     if not files:
         raise ValueError(
@@ -53,10 +53,10 @@ def load_records(directory: str | Path, option: str = "DIR") -> list[dict]:
 
 def load_failures(directory: str | Path) -> list[str]:
     """The failures a suite run wrote into ``suite.json`` (none for a notebook folder)."""
-    p = Path(directory) / "suite.json"
+    p = kept_path(directory, "suite.json") or Path(directory) / "suite.json"
     try:
-        return list(json.loads(p.read_text()).get("failures") or [])
-    except (OSError, ValueError, AttributeError):
+        return list(read_json(p).get("failures") or [])
+    except (OSError, ValueError, AttributeError, EOFError):
         return []
 
 

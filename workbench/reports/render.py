@@ -37,7 +37,7 @@ from typing import Callable
 
 from workbench.reports import reader
 from workbench.reports.html import PLOTLY_FILE, write_plotly_js
-from workbench.store import read_records, records_path
+from workbench.store import kept_path, read_records, records_path
 
 # what a rendered page is named, so a tree copied beside its pages leaves them out
 GENERATED = ("report.html", "index.html", "index_notebook.html", PLOTLY_FILE, "all_records.csv")
@@ -71,7 +71,7 @@ def _page(out: Path, name: str, text: str, scrub: list[Path]) -> Path:
 
 # --- the kinds ---------------------------------------------------------------------------------
 def _is_suite(folder: Path) -> bool:
-    return (folder / "suite.json").is_file()
+    return kept_path(folder, "suite.json") is not None
 
 
 def _render_suite(folder: Path, out: Path, plotly_src: str) -> Path:

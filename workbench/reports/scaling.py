@@ -12,13 +12,12 @@ then the sweep report of every run's records), which ``workbench report --render
 from __future__ import annotations
 
 import html
-import json
 import re
 from pathlib import Path
 
 from workbench.reports import reader
 from workbench.reports.sweep import config_of, record_ms, render, shape_of
-from workbench.store import read_records, records_path
+from workbench.store import kept_path, read_json, read_records
 from workbench.sweep.compile_note import first_call_cached, note_of
 
 TITLE = "Sweep scaling: 1 GPU vs all GPUs (Ray)"
@@ -31,7 +30,7 @@ def run_folders(root: str | Path) -> dict[tuple[int, int], Path]:
     out = {}
     for d in sorted(Path(root).glob("gpus*")):
         named = _RUN_FOLDER.fullmatch(d.name)
-        if named and (d / "run.json").is_file() and records_path(d, ("records.json", "records.json.gz")):
+        if named and kept_path(d, "run.json") and kept_path(d, "records.json"):
             out[(int(named[1]), int(named[2] or 1))] = d
     return out
 
@@ -41,10 +40,10 @@ def load_runs(root: str | Path) -> dict[tuple[int, int], dict]:
     several), records, sweep and session seconds (summed over the parts)."""
     runs = {}
     for key, d in run_folders(root).items():
-        info = json.loads((d / "run.json").read_text())["runs"]
+        info = read_json(kept_path(d, "run.json"))["runs"]
         runs[key] = {
             "runs": info,
-            "records": read_records(records_path(d, ("records.json", "records.json.gz"))),
+            "records": read_records(kept_path(d, "records.json")),
             "wall_s": sum(r["sweep_s"] for r in info),
             "session_s": sum(r.get("session_s") or 0.0 for r in info) or None,
         }

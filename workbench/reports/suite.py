@@ -36,7 +36,7 @@ from workbench.reports.suite_figures import (
     speed_figures,
     target_records,
 )
-from workbench.store import read_records, records_path
+from workbench.store import kept_path, read_json, read_records, records_path
 
 STATUS_COLOURS = {
     "MET": "#d8f0d8",
@@ -50,13 +50,13 @@ STATUS_COLOURS = {
 
 # --- reading the files ---------------------------------------------------------------------
 def load(records_dir: str | Path) -> dict:
-    """``suite.json`` + ``records.json`` (or ``records.json.gz``, as committed reports keep it;
-    + ``environment.json`` when present) of one run."""
+    """``suite.json`` + ``records.json`` (or ``records.json.gz``, as committed reports keep it, or
+    ``records.csv[.gz]``; + ``environment.json`` when present) of one run."""
     d = Path(records_dir)
-    if not (d / "suite.json").exists():
+    if kept_path(d, "suite.json") is None:
         raise FileNotFoundError(f"{d} has no suite.json: run `workbench bench --suite NAME --out {d}` first")
-    run = json.loads((d / "suite.json").read_text())
-    source = records_path(d, ("records.json", "records.json.gz"))
+    run = read_json(kept_path(d, "suite.json"))
+    source = records_path(d)  # records.json first; a run from before it was written kept records.csv
     run["records"] = read_records(source) if source else []
     env = d / "environment.json"
     run["environment"] = json.loads(env.read_text()) if env.exists() else {}
@@ -540,7 +540,7 @@ def render_suite_report(out_dir: str | Path, *, timeout: int | None = 600, show_
     out = Path(out_dir).resolve()
     title = None
     try:
-        title = json.loads((out / "suite.json").read_text()).get("suite")
+        title = read_json(kept_path(out, "suite.json") or out / "suite.json").get("suite")
     except (OSError, ValueError):
         pass
     return render_notebook_report(
