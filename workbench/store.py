@@ -10,6 +10,7 @@ objects.
 from __future__ import annotations
 
 import json
+import lzma
 import os
 import sqlite3
 import threading
@@ -218,9 +219,18 @@ def write_json(records: Iterable[Record | dict], path: str | os.PathLike) -> Pat
 
 
 # --- reading records back -------------------------------------------------------------------
-# Committed reports keep their records gzipped where large (``records.json.gz``); a tune or a
-# sweep from before ``records.json`` was written kept only ``records.csv``. Both read back here.
-RECORD_FILES = ("records.json", "records.json.gz", "records.csv", "records.csv.gz")
+# Committed reports keep their large files compressed: ``.xz`` (a third smaller than gzip's -9
+# on records) or ``.gz`` (those committed so before); a tune or a sweep from before
+# ``records.json`` was written kept only ``records.csv``. All of them read back here.
+COMPRESSED = (".xz", ".gz")
+
+
+def kept_names(name: str) -> tuple[str, ...]:
+    """``name`` as a run folder may keep it: plain, or compressed (:data:`COMPRESSED`)."""
+    return (name, *(name + suffix for suffix in COMPRESSED))
+
+
+RECORD_FILES = kept_names("records.json") + kept_names("records.csv")
 _CSV_NAMES = {
     "kernel_name": "kernel",
     "kernel_provider": "variant",
@@ -243,16 +253,21 @@ def records_path(folder: str | os.PathLike, names: Iterable[str] = RECORD_FILES)
 
 
 def open_text(path: str | os.PathLike):
-    """``path`` opened for reading text, through gzip where its name ends in ``.gz``."""
-    import gzip
-
+    """``path`` opened for reading text, decompressed where its name ends in ``.xz`` or ``.gz``."""
     path = Path(path)
-    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8")
+    if path.suffix == ".xz":
+        return lzma.open(path, "rt", encoding="utf-8")
+    if path.suffix == ".gz":
+        import gzip
+
+        return gzip.open(path, "rt", encoding="utf-8")
+    return path.open(encoding="utf-8")
 
 
 def kept_path(folder: str | os.PathLike, name: str) -> Path | None:
-    """``folder/name``, or ``folder/name.gz`` as a committed report keeps a large file; None where neither is."""
-    return records_path(folder, (name, name + ".gz"))
+    """``folder/name``, or compressed as a committed report keeps a large file (:func:`kept_names`);
+    None where it is not there."""
+    return records_path(folder, kept_names(name))
 
 
 def read_json(path: str | os.PathLike):
@@ -264,9 +279,9 @@ def read_json(path: str | os.PathLike):
 def read_records(path: str | os.PathLike) -> list[dict]:
     """The records of ``path``: what :func:`write_json` wrote (``.json``), or :func:`write_csv`
     (``.csv``: the columns read back to a record's fields, the nested ones from their JSON and
-    numbers as numbers), either gzipped (``.gz``). ValueError where the file is not records."""
+    numbers as numbers), either compressed (``.xz``, ``.gz``). ValueError where the file is not records."""
     path = Path(path)
-    kind = path.name.removesuffix(".gz").rsplit(".", 1)[-1]
+    kind = (path.stem if path.suffix in COMPRESSED else path.name).rsplit(".", 1)[-1]
     try:
         with open_text(path) as f:
             if kind == "json":
@@ -277,7 +292,7 @@ def read_records(path: str | os.PathLike) -> list[dict]:
                 rows = [_record_of_csv(row) for row in csv.DictReader(f)]
             else:
                 raise ValueError("neither .json nor .csv")
-    except (OSError, ValueError, EOFError) as exc:
+    except (OSError, ValueError, EOFError, lzma.LZMAError) as exc:
         raise ValueError(f"{path} is not a records file ({exc}); regenerate it") from None
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise ValueError(f"{path} is not a list of records; regenerate it")

@@ -22,12 +22,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from workbench.store import kept_path, read_json, read_records
+from workbench.store import kept_names, kept_path, read_json, read_records
 from workbench.suites.targets import PEER_BACKENDS
 
 
 def load_records(directory: str | Path, option: str = "DIR") -> list[dict]:
-    """Every record of a run's folder: ``records.json`` (a suite run; ``.json.gz`` as committed
+    """Every record of a run's folder: ``records.json`` (a suite run; compressed as committed
     reports keep it) or ``*_records.json`` (the notebooks of ``workbench report`` or papermill).
     A folder without them is a ValueError that says what to point at."""
     d = Path(directory)
@@ -36,7 +36,9 @@ def load_records(directory: str | Path, option: str = "DIR") -> list[dict]:
             f"{option} {d}: no such folder; give a folder written by `workbench bench --suite` or `workbench report`"
         )
     own = kept_path(d, "records.json")
-    files = [own] if own else sorted(d.glob("*_records.json")) or sorted(d.glob("*_records.json.gz"))
+    files = [own] if own else next(
+        (found for name in kept_names("*_records.json") if (found := sorted(d.glob(name)))), []
+    )
     if not files:
         raise ValueError(
             f"{option} {d} holds no records.json or *_records.json; give a folder written by "

@@ -31,7 +31,7 @@ from workbench.reports.notebooks import (
     records_family,
 )
 from workbench.reports.reader import scrub_paths
-from workbench.store import open_text, read_records, records_path
+from workbench.store import kept_names, kept_path, open_text, read_records
 
 
 def _records_summary(json_path: Path | None) -> dict:
@@ -437,9 +437,9 @@ Parameters: {esc(param_text)}.</p>
 
 # --- the report again, from the folder it left -------------------------------------------------
 def executed_notebooks(folder: Path) -> list[Path]:
-    """The executed notebooks a report folder keeps (``<name>.ipynb``, or ``.ipynb.gz`` as committed
+    """The executed notebooks a report folder keeps (``<name>.ipynb``, or compressed as committed
     reports keep them), the index first."""
-    found = sorted(p for p in Path(folder).iterdir() if p.name.endswith((".ipynb", ".ipynb.gz")))
+    found = sorted(p for p in Path(folder).iterdir() if p.name.endswith(kept_names(".ipynb")))
     return sorted(found, key=lambda p: (not p.name.startswith("index."), p.name))
 
 
@@ -476,7 +476,7 @@ def render_folder(folder: Path, out: Path, plotly_src: str = PLOTLY_FILE, show_c
         stem = path.name.split(".")[0]
         page = notebook_to_html(path, out / html_name_for(Path(stem)), show_code=show_code, plotly_src=plotly_src)
         family = records_family(path)
-        records_file = records_path(folder, (f"{family}_records.json", f"{family}_records.json.gz"))
+        records_file = kept_path(folder, f"{family}_records.json")
         summary = _records_summary(records_file)
         rows.extend(summary.pop("rows", []))
         error = _first_error(path) if meta.get("exception") else None
@@ -495,7 +495,7 @@ def render_folder(folder: Path, out: Path, plotly_src: str = PLOTLY_FILE, show_c
             }
         )
     if not results:
-        raise ValueError(f"{folder}: no executed notebook (.ipynb or .ipynb.gz) to render")
+        raise ValueError(f"{folder}: no executed notebook (.ipynb, plain or compressed) to render")
     env_path = folder / "environment.json"
     env = json.loads(env_path.read_text()) if env_path.exists() else {}
     write_csv(rows, out / "all_records.csv")  # the index links every record as one table

@@ -8,11 +8,11 @@ the first of :data:`KINDS` that matches:
 ============  ===========================================================  =====================
 kind          what the folder keeps                                        page
 ============  ===========================================================  =====================
-suite         ``suite.json``, ``records.json[.gz]`` (``workbench bench     ``report.html``
+suite         ``suite.json``, ``records.json`` (``workbench bench     ``report.html``
               --suite``)
 scaling       ``gpus<N>[-nodes<M>]/run.json`` and records                  ``report.html``
               (``benchmarks/sweep_scaling.py``)
-notebooks     executed notebooks (``.ipynb[.gz]``) and ``environment.json``  ``index.html`` and a
+notebooks     executed notebooks (``.ipynb``) and ``environment.json``  ``index.html`` and a
               (``workbench report --out``)                                 page per notebook
 tune          ``summary.md`` titled "Tune ..." and records                 ``report.html``
               (``workbench tune``)

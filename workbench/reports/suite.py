@@ -50,8 +50,8 @@ STATUS_COLOURS = {
 
 # --- reading the files ---------------------------------------------------------------------
 def load(records_dir: str | Path) -> dict:
-    """``suite.json`` + ``records.json`` (or ``records.json.gz``, as committed reports keep it, or
-    ``records.csv[.gz]``; + ``environment.json`` when present) of one run."""
+    """``suite.json`` + ``records.json`` (compressed, as committed reports keep it, or
+    ``records.csv``; + ``environment.json`` when present) of one run."""
     d = Path(records_dir)
     if kept_path(d, "suite.json") is None:
         raise FileNotFoundError(f"{d} has no suite.json: run `workbench bench --suite NAME --out {d}` first")
