@@ -36,8 +36,8 @@ def load_records(directory: str | Path, option: str = "DIR") -> list[dict]:
             f"{option} {d}: no such folder; give a folder written by `workbench bench --suite` or `workbench report`"
         )
     own = kept_path(d, "records.json")
-    files = [own] if own else next(
-        (found for name in kept_names("*_records.json") if (found := sorted(d.glob(name)))), []
+    files = (
+        [own] if own else next((found for name in kept_names("*_records.json") if (found := sorted(d.glob(name)))), [])
     )
     if not files:
         raise ValueError(
