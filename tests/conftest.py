@@ -3,11 +3,39 @@
 from __future__ import annotations
 
 import os
+import re
 import time
+from pathlib import Path
 
 import pytest
 import torch
 from testkit import interleave_long_tests
+
+
+def xdist_group_of(item) -> str | None:
+    """The worker group a test must share (``make test`` runs ``--dist loadgroup``): the browser
+    suite (one JupyterLab, one Chromium), the headless notebook runs (a module fixture runs every
+    notebook once), the Ray tests (two local Ray clusters starting at once on 2 cores time out)
+    and the real NPU compiles (one .npu-venv built once); None: any worker."""
+    path = Path(str(item.fspath))
+    words = set(re.split(r"[^a-z0-9]+", item.name.lower()))
+    if "browser" in path.parts:
+        return "browser"
+    if path.name == "test_notebooks.py":
+        return "notebooks-headless"
+    if "ray" in words or "ray_executor" in getattr(item, "fixturenames", ()) or path.name == "test_sweep_cluster.py":
+        return "ray"
+    if item.get_closest_marker("npu_compile") is not None:
+        return "npu"
+    return None
+
+
+def pytest_itemcollected(item):
+    """Each test's xdist group, marked as it is collected: xdist reads the marks when the
+    collection is modified, before this file's ``pytest_collection_modifyitems`` (trylast) runs."""
+    group = xdist_group_of(item)
+    if group is not None:
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.hookimpl(trylast=True)  # after -m has deselected: the long tests' neighbours must be kept tests

@@ -4,11 +4,14 @@ Before the pages are read, the reports index and a page per report join the site
 (:func:`workbench.reports.site.page_files`); after the site is built, every run folder's pages
 are rendered into ``<site>/reports/`` beside the files each report keeps, all loading the one
 ``plotly.min.js`` at the site's top (:func:`workbench.reports.site.build`). The site stays one
-folder that opens from disk.
+folder that opens from disk. ``WORKBENCH_DOCS_RENDER=0`` leaves the run folders unrendered (the
+index and the reports' pages are still built): the docs' own build test, where the browser test
+renders and opens them.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -30,6 +33,8 @@ def on_files(files, config):
 def on_post_build(config):
     from workbench.reports.site import build
 
+    if os.environ.get("WORKBENCH_DOCS_RENDER") == "0":
+        return
     started = time.perf_counter()
     done = build(_root(config), config["site_dir"])
     print(f"INFO    -  reports: {len(done)} run folders rendered in {time.perf_counter() - started:.1f} s")

@@ -20,18 +20,8 @@ def report(browser_pieces, tmp_path_factory):
 
 
 def test_report_page_opens_offline_headline_chart_first_and_no_code(chromium, report):
-    page = chromium.new_page(viewport={"width": 1400, "height": 1000})
-    asked, errors = [], []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-
-    def offline(route):
-        asked.append(route.request.url)
-        route.abort()
-
-    page.route("http://**/*", offline)
-    page.route("https://**/*", offline)
+    page, errors, asked = labkit.open_offline(chromium, report, width=1400)
     try:
-        page.goto(report.as_uri(), wait_until="load", timeout=60_000)
         page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
         first = page.evaluate(
             """() => {

@@ -44,22 +44,6 @@ def site(browser_pieces, tmp_path_factory):
     return out
 
 
-def _open(chromium, path):
-    """Open ``path`` from disk, the network cut off; returns (page, errors, asked)."""
-    page = chromium.new_page(viewport={"width": 1280, "height": 1000})
-    errors, asked = [], []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-
-    def offline(route):
-        asked.append(route.request.url)
-        route.abort()
-
-    page.route("http://**/*", offline)
-    page.route("https://**/*", offline)
-    page.goto(path.as_uri(), wait_until="load", timeout=60_000)
-    return page, errors, asked
-
-
 def test_one_plotly_for_the_whole_site(site):
     copies = sorted(p.relative_to(site).as_posix() for p in site.rglob("plotly*.js"))
     assert copies == ["plotly.min.js"], copies
@@ -71,7 +55,7 @@ def test_one_plotly_for_the_whole_site(site):
 
 def test_reports_index_lists_every_report_with_device_and_commit(chromium, site):
     reports = sorted(d.name for d in (labkit.REPO / "reports").iterdir() if (d / "README.md").is_file())
-    page, errors, asked = _open(chromium, site / "reports" / "index.html")
+    page, errors, asked = labkit.open_offline(chromium, site / "reports" / "index.html")
     try:
         rows = page.evaluate(
             """() => [...document.querySelectorAll('article table tbody tr')].map(tr =>
@@ -91,7 +75,7 @@ def test_reports_index_lists_every_report_with_device_and_commit(chromium, site)
 
 @pytest.mark.parametrize("kind", list(PAGES))
 def test_a_page_of_each_kind_draws_its_figures_offline(chromium, site, kind):
-    page, errors, asked = _open(chromium, site / "reports" / PAGES[kind])
+    page, errors, asked = labkit.open_offline(chromium, site / "reports" / PAGES[kind])
     try:
         page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
         plots = page.evaluate(
@@ -107,7 +91,7 @@ def test_a_page_of_each_kind_draws_its_figures_offline(chromium, site, kind):
 
 
 def test_a_reports_page_links_its_runs(chromium, site):
-    page, errors, asked = _open(chromium, site / "reports" / "h100-your-kernel.html")
+    page, errors, asked = labkit.open_offline(chromium, site / "reports" / "h100-your-kernel.html")
     try:
         links = page.evaluate("() => [...document.querySelectorAll('article a')].map(a => a.getAttribute('href'))")
     finally:

@@ -208,10 +208,13 @@ def render_folder(folder: str | Path, out: str | Path | None = None, plotly_file
     return Rendered(folder, kind.name, page)
 
 
-def render_tree(root: str | Path, out: str | Path | None = None, plotly_file: Path | None = None) -> list[Rendered]:
+def render_tree(
+    root: str | Path, out: str | Path | None = None, plotly_file: Path | None = None, jobs: int = 1
+) -> list[Rendered]:
     """Render every run folder under ``root`` into the same place under ``out`` (default: beside
     its files), every page loading one ``plotly.min.js`` (written at ``out``'s top unless
-    ``plotly_file`` names one). ValueError where ``root`` holds no run folder."""
+    ``plotly_file`` names one); ``jobs`` folders at once, each in a process of its own (building
+    the figures is Python-bound). ValueError where ``root`` holds no run folder."""
     root = Path(root)
     runs = find_runs(root)
     if not runs:
@@ -220,7 +223,15 @@ def render_tree(root: str | Path, out: str | Path | None = None, plotly_file: Pa
     out.mkdir(parents=True, exist_ok=True)
     if plotly_file is None:
         plotly_file = out / write_plotly_js(out)
-    return [render_folder(folder, out / folder.relative_to(root), plotly_file) for folder, _ in runs]
+    work = [(folder, out / folder.relative_to(root), plotly_file) for folder, _ in runs]
+    if jobs <= 1 or len(work) == 1:
+        return [render_folder(*args) for args in work]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # spawn, not fork: the parent may hold threads (MkDocs', torch's) that a fork would copy mid-step
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(render_folder, *zip(*work)))
 
 
 def copy_kept_files(root: str | Path, out: str | Path) -> None:

@@ -17,6 +17,7 @@ manage, and its link check would otherwise take them for missing pages.
 from __future__ import annotations
 
 import html
+import os
 from pathlib import Path
 
 from workbench.reports import render
@@ -137,12 +138,13 @@ def report_markdown(report: Path) -> str:
 
 def build(root: str | Path, site_dir: str | Path) -> list[render.Rendered]:
     """Render every run folder under ``root`` into ``site_dir/reports/`` beside a copy of the files
-    each report keeps; one ``plotly.min.js`` at ``site_dir``'s top serves every page."""
+    each report keeps, as many folders at once as there are CPUs (up to four); one
+    ``plotly.min.js`` at ``site_dir``'s top serves every page."""
     site_dir = Path(site_dir)
     out = site_dir / "reports"
     plotly_file = site_dir / write_plotly_js(site_dir)
     render.copy_kept_files(root, out)
-    return render.render_tree(root, out, plotly_file)
+    return render.render_tree(root, out, plotly_file, jobs=min(4, os.cpu_count() or 1))
 
 
 def page_files(root: str | Path) -> dict[str, str]:

@@ -401,9 +401,13 @@ def headline_parts(run: dict) -> list[Part]:
     return [headline_html(run), *[f for f in [headline_figure(run)] if f is not None]]
 
 
-def ratios_parts(run: dict) -> list[Part]:
-    """How to read the ratios, the failures, then the ratio table."""
-    return [summary_html(run), ratio_table_html(run["rows"], run.get("missing"), ours_facts(run))]
+def summary_parts(run: dict) -> list[Part]:
+    """How to read the ratios, and the run's failures."""
+    return [summary_html(run)]
+
+
+def ratio_table_parts(run: dict) -> list[Part]:
+    return [ratio_table_html(run["rows"], run.get("missing"), ours_facts(run))]
 
 
 def speed_overview_parts(run: dict) -> list[Part]:
@@ -474,7 +478,8 @@ def environment_parts(run: dict) -> list[Part]:
 def report_parts(run: dict) -> list[Part]:
     """The whole report in reading order: headline, tables, figures per target, environment (the
     sections of ``notebooks/suite.ipynb``, under the same headings)."""
-    parts = headline_parts(run) + ["<h2>Results</h2>"] + ratios_parts(run) + speed_overview_parts(run)
+    parts = headline_parts(run) + ["<h2>Results</h2>"] + summary_parts(run) + ratio_table_parts(run)
+    parts += speed_overview_parts(run)
     if run.get("baseline"):
         parts += baseline_parts(run)
     parts += repeatability_parts(run) + ["<h2>Per target</h2>"] + targets_parts(run)
@@ -487,40 +492,25 @@ def show_parts(parts: list[Part]) -> None:
         F.show_html(part) if isinstance(part, str) else F.show(part)
 
 
-def show_headline(run: dict) -> None:
-    show_parts(headline_parts(run))
+def _shows(parts_of):
+    """The notebook's call for one section: display ``parts_of(run)``."""
+
+    def show(run: dict) -> None:
+        show_parts(parts_of(run))
+
+    show.__doc__ = f"Display {parts_of.__name__}(run) in the notebook."
+    return show
 
 
-def show_summary(run: dict) -> None:
-    show_parts([summary_html(run)])
-
-
-def show_ratios(run: dict) -> None:
-    show_parts(ratios_parts(run)[1:])
-
-
-def show_speed_overview(run: dict) -> None:
-    show_parts(speed_overview_parts(run))
-
-
-def show_baseline(run: dict) -> None:
-    show_parts(baseline_parts(run))
-
-
-def show_repeatability(run: dict) -> None:
-    show_parts(repeatability_parts(run))
-
-
-def show_targets(run: dict) -> None:
-    show_parts(targets_parts(run))
-
-
-def show_environment(run: dict) -> None:
-    show_parts(environment_parts(run))
-
-
-def show_report(run: dict) -> None:
-    show_parts(report_parts(run))
+show_headline = _shows(headline_parts)
+show_summary = _shows(summary_parts)
+show_ratios = _shows(ratio_table_parts)
+show_speed_overview = _shows(speed_overview_parts)
+show_baseline = _shows(baseline_parts)
+show_repeatability = _shows(repeatability_parts)
+show_targets = _shows(targets_parts)
+show_environment = _shows(environment_parts)
+show_report = _shows(report_parts)
 
 
 # --- report.html: notebooks/suite.ipynb on a suite run's files ------------------------------------
