@@ -3,7 +3,7 @@ link stays inside the repository, the README fits on two screens, and every comm
 marked ``<!-- runnable -->`` runs (at the small sizes it names) and exits 0.
 
 A runnable block runs line by line in bash, in a scratch folder that links the checkout's
-``notebooks/``, ``benchmarks/`` and ``reports/``, with this environment's ``bin`` first on PATH and
+``notebooks/``, ``benchmarks/`` and each of ``reports/``' folders, with this environment's ``bin`` first on PATH and
 ``.venv/bin/`` read as that folder, so ``.venv/bin/workbench …`` means this environment's command.
 """
 
@@ -82,8 +82,13 @@ def test_the_docs_build_offline_with_warnings_as_errors(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("name,lines", BLOCKS, ids=[name for name, _ in BLOCKS])
 def test_a_runnable_block_runs(name, lines, tmp_path):
-    for folder in ("notebooks", "benchmarks", "reports"):
+    for folder in ("notebooks", "benchmarks"):
         (tmp_path / folder).symlink_to(ROOT / folder)
+    # each committed report linked into a folder of the scratch's own: a block that writes a report
+    # (--out reports/first) writes it here, never into the checkout
+    (tmp_path / "reports").mkdir()
+    for report in (ROOT / "reports").iterdir():
+        (tmp_path / "reports" / report.name).symlink_to(report)
     bindir = Path(sys.executable).parent
     env = {
         **os.environ,
