@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import html
 import os
+import re
 from pathlib import Path
 
 from workbench.reports import render
@@ -30,12 +31,17 @@ _SHOWN_AT_MOST = 3  # devices or commits named in the index before "and N more"
 
 
 def report_dirs(root: str | Path) -> list[Path]:
-    """The reports under ``root``: its folders that hold a README.md, by name."""
-    return sorted(d for d in Path(root).iterdir() if d.is_dir() and (d / "README.md").is_file())
+    """The reports under ``root``: its folders, by name."""
+    return sorted(d for d in Path(root).iterdir() if d.is_dir())
+
+
+def _readme(report: Path) -> str:
+    path = report / "README.md"
+    return path.read_text(encoding="utf-8") if path.is_file() else f"# reports/{report.name}\n\n(no README)\n"
 
 
 def _title(report: Path) -> str:
-    first = (report / "README.md").read_text(encoding="utf-8").split("\n", 1)[0].lstrip("# ").strip()
+    first = _readme(report).split("\n", 1)[0].lstrip("# ").strip()
     prefix = f"reports/{report.name}:"
     return first[len(prefix) :].strip() if first.startswith(prefix) else first
 
@@ -77,6 +83,11 @@ def _facts(report: Path) -> tuple[list[str], list[str]]:
             except ValueError:
                 continue
             add(first.get("device_name"), first.get("commit"))
+    if not devices and not commits:  # a report of notes and data only: what its README says
+        text = _readme(report)
+        device = re.search(r"\b(?:NVIDIA )?(H100|H200)\b", text)
+        commit = re.search(r"\b(?:commit|at) ([0-9a-f]{7,40})\b", text)
+        add(device and f"{device[1]} (README)", commit and f"{commit[1]} (README)")
     return devices, commits
 
 
@@ -118,8 +129,7 @@ def index_markdown(root: str | Path) -> str:
 
 def report_markdown(report: Path) -> str:
     """A report's page: its README, then its runs' rendered pages and the files it keeps."""
-    readme = (report / "README.md").read_text(encoding="utf-8")
-    lines = [readme.rstrip(), "", "## Pages", ""]
+    lines = [_readme(report).rstrip(), "", "## Pages", ""]
     runs = render.find_runs(report)
     if not runs:
         lines.append("This report keeps data and notes only: no run folder to render.")
