@@ -10,7 +10,7 @@ HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/
 TORCH_SPEC ?= $(if $(HAS_GPU),torch>=2.4,torch==2.13.0)
 PYTEST_ARGS ?=
 
-.PHONY: lab report test lint bench env env-lab npu-check notebook-filter docs pictures
+.PHONY: lab report test test-notebooks lint bench env env-lab npu-check notebook-filter docs pictures
 
 # Two installs, each with its stamp. The lab's (.installed): torch and the project with the
 # `lab` and `distributed` extras, all that the notebooks and `workbench lab` need. The
@@ -58,11 +58,20 @@ lab: $(VENV)/.installed notebook-filter
 report: $(VENV)/.installed
 	$(VENV)/bin/workbench report --device auto --quick --out reports/latest
 
+# make test: ruff, the import contracts, then every test but the browser's Run All of each notebook,
+# on TEST_WORKERS parallel workers (pytest-xdist). Tests that share a costly fixture or a service
+# run on one worker (--dist loadgroup; the groups: tests/conftest.py). make test-notebooks: the
+# browser's Run All of every notebook in JupyterLab (.ci/run runs it after make test). Both fail
+# on pytest's "no tests collected" (exit 5), as on any failure.
+TEST_WORKERS ?= 2
 test: $(VENV)/.installed-dev notebook-filter
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
+	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadgroup -m "not notebooks" $(PYTEST_ARGS)
+
+test-notebooks: $(VENV)/.installed-dev notebook-filter
+	$(PY) -m pytest -q -ra -m notebooks tests/browser $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed
 	$(VENV)/bin/workbench bench rms_norm --device auto --dtype bf16 --hidden 1024,4096,16384 --mode forward,full
@@ -73,7 +82,9 @@ bench: $(VENV)/.installed
 npu-check: $(VENV)/.installed
 	$(VENV)/bin/workbench npu-check --defaults-only --warn-unchecked --out results/npu_check
 
-# The documentation (docs/, MkDocs): built offline into results/site, warnings as errors.
+# The documentation (docs/, MkDocs) and every committed report (reports/, rendered from its records
+# by docs/hooks/reports.py) as one site: built offline into results/site, warnings as errors. Open
+# results/site/index.html from disk, or publish the folder on any static host.
 # NO_MKDOCS_2_WARNING is Material for MkDocs' own switch for the end-of-life notice it prints on
 # every build (9.7 and later), which says nothing about this site.
 docs: $(VENV)/.installed-dev

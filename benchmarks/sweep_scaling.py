@@ -51,10 +51,8 @@ and OUT/report.html.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
-import re
 import sys
 import tempfile
 import time
@@ -433,142 +431,19 @@ def time_split(result, executor, startup_s: float, sweep_s: float) -> dict:
     }
 
 
-def _best(records):
-    from workbench.reports.sweep import config_of, record_ms, shape_of
-
-    by_shape = {}
-    for r in records:
-        if r.get("error") or not r.get("passed") or record_ms(r) is None:
-            continue
-        by_shape.setdefault(shape_of(r), {})[config_of(r)] = r
-    return {s: (min(c.items(), key=lambda kv: record_ms(kv[1]))[0], c) for s, c in by_shape.items()}
-
-
-def _overlap(a: dict, b: dict) -> bool:
-    from workbench.reports.sweep import record_ms
-
-    lo_a, hi_a = a.get("kernel_lo_ms") or record_ms(a), a.get("kernel_hi_ms") or record_ms(a)
-    lo_b, hi_b = b.get("kernel_lo_ms") or record_ms(b), b.get("kernel_hi_ms") or record_ms(b)
-    return lo_a <= hi_b and lo_b <= hi_a
-
-
 def compare(args) -> int:
-    from workbench.compiling.note import first_call_cached, note_of
-    from workbench.reports.sweep import write_report
+    """The table of the runs under ``--compare`` (workbench/reports/scaling.py), scaling.json and report.html."""
+    from workbench.reports import scaling
 
     root = Path(args.compare)
-    runs = {}  # (GPUs, nodes) -> the run
-    for d in sorted(root.glob("gpus*")):
-        named = re.fullmatch(r"gpus(\d+)(?:-nodes(\d+))?", d.name)
-        records = next((d / name for name in ("records.json", "records.json.gz") if (d / name).exists()), None)
-        if named and (d / "run.json").exists() and records is not None:
-            info = json.loads((d / "run.json").read_text())["runs"]
-            opener = gzip.open if records.suffix == ".gz" else open  # committed reports keep them gzipped
-            with opener(records, "rt") as f:
-                recs = json.load(f)
-            runs[(int(named[1]), int(named[2] or 1))] = {
-                "runs": info,
-                "records": recs,
-                "wall_s": sum(r["sweep_s"] for r in info),
-                "session_s": sum(r.get("session_s") or 0.0 for r in info) or None,
-            }
+    runs = scaling.load_runs(root)
     if not runs:
         print(f"sweep_scaling: no runs under {root}", file=sys.stderr)
         return 2
-    order = sorted(runs, key=lambda k: (k[1], k[0]))  # (GPUs, nodes): one node first, fewest GPUs first
-    base_key = order[0]
-    base = runs[base_key]
-    print(
-        f"{'GPUs':>4} {'nodes':>5} {'configs':>8} {'failed':>7} {'sweep s':>9} {'cfg/s':>7} {'speedup':>8} "
-        f"{'session s':>10} {'speedup':>8}  (parts)"
-    )
-    table = []
-    for n, nodes in order:
-        r = runs[(n, nodes)]
-        recs = r["records"]
-        failed = sum(1 for x in recs if x.get("error") or not x.get("passed"))
-        speed = base["wall_s"] / r["wall_s"] if r["wall_s"] else None
-        session = r["session_s"]
-        session_speed = base["session_s"] / session if session and base["session_s"] else None
-        cached = sum(1 for x in recs if first_call_cached(x))
-        ahead = r["runs"][-1].get("compile_ahead") or {}
-        # first calls that could find a kernel: configurations whose kernels compile at all (from
-        # the records: on several nodes each node's compile-ahead counts the failures again)
-        compilable = sum(1 for x in recs if x.get("passed") or note_of(x).get("ok"))
-        row = dict(
-            gpus=n,
-            nodes=nodes,
-            configs=len(recs),
-            failed=failed,
-            warm=all(x.get("warm") for x in r["runs"]),
-            sweep_s=r["wall_s"],
-            speedup=speed,
-            session_s=session,
-            session_speedup=session_speed,
-            parts=len(r["runs"]),
-            first_calls_compiled_ahead=cached,
-            compilable=compilable,
-            found_on_node=ahead.get("found_on_node"),
-        )
-        table.append(row)
-        session_text = f"{session:>10.1f} {session_speed:>7.2f}x" if session_speed else f"{'-':>10} {'-':>8}"
-        print(
-            f"{n:>4} {nodes:>5} {len(recs):>8} {failed:>7} {r['wall_s']:>9.1f} {len(recs) / r['wall_s']:>7.2f} "
-            f"{speed:>7.2f}x {session_text}  ({len(r['runs'])}; {cached} first calls compiled ahead of "
-            f"{compilable} that compile"
-            f"{'; workers started before the sweep' if row['warm'] else ''})"
-        )
-    result = {"table": table, "against": []}
-    keys_a = {x["sweep_key"] for x in base["records"]}
-    ba = _best(base["records"])
-    for key in order[1:]:
-        b = runs[key]
-        keys_b = {x["sweep_key"] for x in b["records"]}
-        bb = _best(b["records"])
-        agree, differ = 0, []
-        for shape in sorted(set(ba) | set(bb)):
-            if shape not in ba or shape not in bb:
-                differ.append({"shape": shape, "why": "no passing configuration in one run"})
-                continue
-            (ca, cfg_a), (cb, cfg_b) = ba[shape], bb[shape]
-            same = ca == cb
-            noise = (cb in cfg_a and _overlap(cfg_a[ca], cfg_a[cb])) or (ca in cfg_b and _overlap(cfg_b[cb], cfg_b[ca]))
-            if same or noise:
-                agree += 1
-            else:
-                differ.append({"shape": shape, "best_1": ca, "best_n": cb})
-        shapes = len(set(ba) | set(bb))
-        result["against"].append(
-            dict(
-                gpus=key[0],
-                nodes=key[1],
-                same_configurations=keys_a == keys_b,
-                only_in_first=len(keys_a - keys_b),
-                only_in_second=len(keys_b - keys_a),
-                each_once=len(b["records"]) == len(keys_b),
-                best_agree=agree,
-                shapes=shapes,
-                best_differ=differ,
-            )
-        )
-        print(
-            f"{key[0]} GPUs on {key[1]} node(s) against {base_key[0]}: same configurations recorded "
-            f"{keys_a == keys_b} (only in the first {len(keys_a - keys_b)}, only here {len(keys_b - keys_a)}), "
-            f"each once {len(b['records']) == len(keys_b)}; best configuration per shape agrees (same, or "
-            f"within noise) {agree}/{shapes}"
-        )
-        for d in differ:
-            print(f"  differs: {d}")
+    result = scaling.compare(runs)
+    print("\n".join(scaling.table_lines(result, scaling.order(runs)[0])))
     (root / "scaling.json").write_text(json.dumps(result, indent=1))
-    all_recs = [
-        dict(
-            x,
-            device_name=f"{x.get('device_name') or x.get('device_kind')} ({n} GPU{'' if nodes == 1 else f', {nodes} node'} run)",
-        )
-        for (n, nodes), r in runs.items()
-        for x in r["records"]
-    ]
-    write_report(all_recs, root / "report.html", title="Sweep scaling: 1 GPU vs all GPUs (Ray)")
+    (root / "report.html").write_text(scaling.page(root))
     print(f"wrote {root / 'scaling.json'}, {root / 'report.html'}")
     return 0
 

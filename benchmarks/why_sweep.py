@@ -2,7 +2,7 @@
 
     python benchmarks/why_sweep.py --device cuda --out reports/h100-why          # the issue's sizes (H100)
     python benchmarks/why_sweep.py --device cpu --quick --out /tmp/why           # tiny, in the interpreter
-    python benchmarks/why_sweep.py --render reports/h100-why                     # its report.html, from its records
+    python benchmarks/why_sweep.py --render reports/h100-why                     # its report.html (workbench report --render)
 
 Sweeps (kernel time, forward):
 - RMSNorm ``gpu_row``: BLOCK_SIZE x num_warps at hidden 16384 (bf16). A whole row per program:
@@ -87,21 +87,17 @@ def readme(records: list[dict], argv: list[str], title: str) -> str:
     )
 
 
-def render_folder(folder: Path, sweeps) -> int:
-    """``folder/report.html`` from ``folder/records.json``, as the run that made them wrote it."""
-    import json
+def render_folder(folder: Path) -> int:
+    """``folder/report.html`` from the records it keeps (``workbench report --render FOLDER``: the
+    sweeps are read back from the records)."""
+    from workbench.reports.render import render_folder as render_run
 
-    from workbench.reports import reader
-
-    source = folder / "records.json"
-    if not source.exists():
-        print(f"why_sweep.py --render: no records.json in {folder}", file=sys.stderr)
+    try:
+        done = render_run(folder)
+    except ValueError as exc:
+        print(f"why_sweep.py --render: {exc}", file=sys.stderr)
         return 2
-    records = json.loads(source.read_text())
-    kinds = sorted({r.get("device_kind") or "?" for r in records})
-    title = f"Why a tile is fast or slow ({', '.join(kinds)})"
-    (folder / "report.html").write_text(reader.scrub_paths(render(records, sweeps, title), [folder]))
-    print(f"wrote {folder / 'report.html'}")
+    print(f"wrote {done.page}")
     return 0
 
 
@@ -118,12 +114,11 @@ def main(argv=None) -> int:
         "--render",
         metavar="FOLDER",
         default=None,
-        help="measure nothing: write FOLDER/report.html from its records.json (a committed report keeps its records, "
-        "not its 5 MB page)",
+        help="measure nothing: write FOLDER/report.html from its records (as `workbench report --render FOLDER`)",
     )
     args = parser.parse_args(argv)
     if args.render:
-        return render_folder(Path(args.render), QUICK if args.quick else SWEEPS)
+        return render_folder(Path(args.render))
 
     from workbench.device import get_device
     from workbench.progress import Progress

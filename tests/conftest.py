@@ -3,11 +3,48 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 
 import pytest
 import torch
 from testkit import interleave_long_tests
+
+RAY_MODULES = ("tests/test_sweep.py", "tests/test_sweep_cluster.py")  # their Ray clusters start per module
+ONE_WORKER_MODULES = {
+    "tests/test_notebooks.py": "notebooks-headless",  # a module fixture runs every notebook once
+    "tests/test_npu_check.py": "npu",  # the real compiles build one .npu-venv
+}
+
+
+def xdist_group_of(nodeid: str) -> str | None:
+    """The tests that must share a worker under ``make test`` (``--dist loadgroup``): the browser
+    suite (one JupyterLab, one Chromium), the modules whose module fixture is costly, and every
+    test that starts a Ray cluster (two starting at once on 2 cores time out); None: any worker."""
+    path, _, name = nodeid.partition("::")
+    if path.startswith("tests/browser/"):
+        return "browser"
+    if path in ONE_WORKER_MODULES:
+        return ONE_WORKER_MODULES[path]
+    if path in RAY_MODULES or "ray" in re.split(r"[^a-z0-9]+", name.lower()):
+        return "ray"
+    return None
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` with the groups of :func:`xdist_group_of`, told from the test ids
+    (pytest-xdist 3.8 marks a group by rewriting an item's id, which pytest 9 no longer lets it
+    do): a group's tests go to one worker, every other test to whichever worker is free."""
+    if config.getvalue("dist") != "loadgroup":
+        return None  # e.g. gpu_run.sh's --dist load
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            group = xdist_group_of(nodeid)
+            return f"group:{group}" if group else nodeid
+
+    return GroupScheduling(config, log)
 
 
 @pytest.hookimpl(trylast=True)  # after -m has deselected: the long tests' neighbours must be kept tests

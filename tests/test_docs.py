@@ -3,7 +3,7 @@ link stays inside the repository, the README fits on two screens, and every comm
 marked ``<!-- runnable -->`` runs (at the small sizes it names) and exits 0.
 
 A runnable block runs line by line in bash, in a scratch folder that links the checkout's
-``notebooks/`` and ``benchmarks/``, with this environment's ``bin`` first on PATH and
+``notebooks/``, ``benchmarks/`` and each of ``reports/``' folders, with this environment's ``bin`` first on PATH and
 ``.venv/bin/`` read as that folder, so ``.venv/bin/workbench …`` means this environment's command.
 """
 
@@ -67,9 +67,11 @@ def test_the_docs_build_offline_with_warnings_as_errors(tmp_path):
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        # the reports' run folders are rendered and opened by tests/browser/test_reports_site.py
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1", "WORKBENCH_DOCS_RENDER": "0"},
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert (tmp_path / "site" / "reports" / "index.html").is_file(), "the reports index is not on the site"
     reference = (tmp_path / "site" / "cli.html").read_text()
     for command in ("workbench sweep", "workbench tune", "workbench npu-check", "--fail-on-regression"):
         assert command in reference, f"the command reference lacks {command}"
@@ -83,6 +85,11 @@ def test_the_docs_build_offline_with_warnings_as_errors(tmp_path):
 def test_a_runnable_block_runs(name, lines, tmp_path):
     for folder in ("notebooks", "benchmarks"):
         (tmp_path / folder).symlink_to(ROOT / folder)
+    # each committed report linked into a folder of the scratch's own: a block that writes a report
+    # (--out reports/first) writes it here, never into the checkout
+    (tmp_path / "reports").mkdir()
+    for report in (ROOT / "reports").iterdir():
+        (tmp_path / "reports" / report.name).symlink_to(report)
     bindir = Path(sys.executable).parent
     env = {
         **os.environ,

@@ -57,3 +57,20 @@ def test_long_gpu_tests_start_each_on_a_worker_of_their_own(request):
         if getattr(plugin, "__file__", None) == str(ROOT / "tests" / "conftest.py")
     )
     assert conftest.pytest_collection_modifyitems.pytest_impl.get("trylast") is True
+
+
+def test_a_module_over_600_lines_says_why_it_is_one():
+    """A module a reader cannot hold at once (over 600 lines) states in its docstring why it reads
+    as one explanation ("Why one ..."); otherwise it is split."""
+    import ast
+
+    unexplained = []
+    for package in ("kernels", "workbench", "widgets"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            text = path.read_text(encoding="utf-8")
+            if text.count("\n") <= 600:
+                continue
+            doc = ast.get_docstring(ast.parse(text)) or ""
+            if "Why one" not in doc:
+                unexplained.append(f"{path.relative_to(ROOT)} ({text.count(chr(10))} lines)")
+    assert not unexplained, unexplained

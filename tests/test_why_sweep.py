@@ -45,7 +45,7 @@ def test_why_sweep_runs_in_the_interpreter_and_reports_the_facts(tmp_path, capsy
 
 def test_why_sweep_render_needs_records(tmp_path, capsys):
     assert _tool().main(["--render", str(tmp_path)]) == 2
-    assert "no records.json" in capsys.readouterr().err
+    assert "records with a summary.md" in capsys.readouterr().err
 
 
 def test_why_sweep_names_an_unknown_family(tmp_path, capsys):

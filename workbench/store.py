@@ -10,6 +10,7 @@ objects.
 from __future__ import annotations
 
 import json
+import lzma
 import os
 import sqlite3
 import threading
@@ -215,3 +216,115 @@ def write_json(records: Iterable[Record | dict], path: str | os.PathLike) -> Pat
     rows = [r.to_dict() if isinstance(r, Record) else dict(r) for r in records]
     path.write_text(json.dumps(rows, indent=1, default=str))
     return path
+
+
+# --- reading records back -------------------------------------------------------------------
+# Committed reports keep their large files compressed: ``.xz`` (a third smaller than gzip's -9
+# on records) or ``.gz`` (those committed so before); a tune or a sweep from before
+# ``records.json`` was written kept only ``records.csv``. All of them read back here.
+COMPRESSED = (".xz", ".gz")
+
+
+def kept_names(name: str) -> tuple[str, ...]:
+    """``name`` as a run folder may keep it: plain, or compressed (:data:`COMPRESSED`)."""
+    return (name, *(name + suffix for suffix in COMPRESSED))
+
+
+RECORD_FILES = kept_names("records.json") + kept_names("records.csv")
+_CSV_NAMES = {
+    "kernel_name": "kernel",
+    "kernel_provider": "variant",
+    "kernel_operation_mode": "mode",
+    "x_name": "axis",
+    "y_value_50": "ms_p50",
+    "y_value_20": "ms_p20",
+    "y_value_80": "ms_p80",
+    "gpu_name": "device_name",
+}
+_CSV_JSON = ("params", "problem", "compile_facts", "counters")
+# flat views of compile_facts that write_csv adds; the facts themselves come back from their JSON
+_CSV_DERIVED = {"regs", "spills", "shared_bytes", "occupancy_pct", "occupancy_limit", "regs_spills_occ"}
+_CSV_SKIPPED = {"metric_name", "metric_unit", "extra_benchmark_config_str"} | _CSV_DERIVED
+
+
+def records_path(folder: str | os.PathLike, names: Iterable[str] = RECORD_FILES) -> Path | None:
+    """The first of ``names`` that exists in ``folder`` (the JSON before the CSV), or None."""
+    return next((Path(folder) / n for n in names if (Path(folder) / n).is_file()), None)
+
+
+def open_text(path: str | os.PathLike):
+    """``path`` opened for reading text, decompressed where its name ends in ``.xz`` or ``.gz``."""
+    path = Path(path)
+    if path.suffix == ".xz":
+        return lzma.open(path, "rt", encoding="utf-8")
+    if path.suffix == ".gz":
+        import gzip
+
+        return gzip.open(path, "rt", encoding="utf-8")
+    return path.open(encoding="utf-8")
+
+
+def kept_path(folder: str | os.PathLike, name: str) -> Path | None:
+    """``folder/name``, or compressed as a committed report keeps a large file (:func:`kept_names`);
+    None where it is not there."""
+    return records_path(folder, kept_names(name))
+
+
+def read_json(path: str | os.PathLike):
+    """A JSON file, plain or gzipped."""
+    with open_text(path) as f:
+        return json.load(f)
+
+
+def read_records(path: str | os.PathLike) -> list[dict]:
+    """The records of ``path``: what :func:`write_json` wrote (``.json``), or :func:`write_csv`
+    (``.csv``: the columns read back to a record's fields, the nested ones from their JSON and
+    numbers as numbers), either compressed (``.xz``, ``.gz``). ValueError where the file is not records."""
+    path = Path(path)
+    kind = (path.stem if path.suffix in COMPRESSED else path.name).rsplit(".", 1)[-1]
+    try:
+        with open_text(path) as f:
+            if kind == "json":
+                rows = json.load(f)
+            elif kind == "csv":
+                import csv
+
+                rows = [_record_of_csv(row) for row in csv.DictReader(f)]
+            else:
+                raise ValueError("neither .json nor .csv")
+    except (OSError, ValueError, EOFError, lzma.LZMAError) as exc:
+        raise ValueError(f"{path} is not a records file ({exc}); regenerate it") from None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise ValueError(f"{path} is not a list of records; regenerate it")
+    return rows
+
+
+def _csv_value(text: str):
+    if text == "":
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _record_of_csv(row: dict) -> dict:
+    rec: dict = {}
+    versions = {}
+    for col, text in row.items():
+        if col in _CSV_SKIPPED or col is None:
+            continue
+        if col in _CSV_JSON:
+            rec[col] = json.loads(text) if text else ({} if col in ("params", "problem") else None)
+        elif col in ("torch", "triton", "python"):
+            versions[col] = text or None
+        elif col in ("timestamp", "commit", "error", "precision", "gpu_name"):  # text, even where it reads as a number
+            rec[_CSV_NAMES.get(col, col)] = text or None
+        else:
+            rec[_CSV_NAMES.get(col, col)] = _csv_value(text)
+    rec["versions"] = versions
+    return rec

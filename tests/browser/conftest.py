@@ -1,6 +1,6 @@
 """Fixtures of the browser suite: a throwaway checkout, one JupyterLab server on its notebooks, one
-headless Chromium; every notebook run there at its defaults (Run All, Save), the RMSNorm one kept
-open for the Explorer tests.
+headless Chromium; the RMSNorm notebook run there at its defaults (Run All, Save) and kept open
+for the Explorer tests, and (``make test-notebooks``) every other notebook the same way.
 
 The suite needs Debian's ``chromium`` and Playwright's Python package (no Playwright browser
 download). Without them every test here is skipped with the reason; with
@@ -121,16 +121,35 @@ def save_artifacts(page, console: list[str], lab, folder: Path) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def run_all(lab, chromium, checkout):
+def notebook(lab, chromium):
+    """The RMSNorm notebook opened in JupyterLab at its defaults, Run > Run All Cells, then File >
+    Save, as a person would; its page is kept open with the Explorer live for the Explorer tests
+    (``run`` holds what Run All saw, ``prompts`` its cells' prompts)."""
+    page = chromium.new_page(viewport={"width": WIDTH, "height": 1000})
+    nb = labkit.NotebookPage(page, lab, EXPLORER_NOTEBOOK)
+    try:
+        nb.run = nb.run_all_and_save(timeout=RUN_ALL_TIMEOUT)
+    except Exception as exc:
+        saved = save_artifacts(page, nb.console, lab, artifacts_root() / "run-all-rms_norm")
+        raise RuntimeError(f"{EXPLORER_NOTEBOOK}: {exc}\nbrowser artifacts:\n" + "\n".join(saved)) from exc
+    nb.prompts = nb.run.prompts
+    nb.kernel_pids_at_start = lab.kernel_pids()
+    yield nb
+    page.close()
+
+
+@pytest.fixture(scope="session")
+def run_all(notebook, lab, chromium, checkout):
     """Every notebook opened in JupyterLab at its defaults (no parameter injected: on this CPU
     machine that is the interpreter at small sizes), Run > Run All Cells, then File > Save twice,
-    one after another as a person would. Returns {"runs": {name: labkit.RunAll}, "git_status"
-    (once the save hook's git is done), "index_lock_left", "version", "rms_norm": its still-open
-    NotebookPage (the Explorer tests drive it)}. The other
-    notebooks' kernels are shut down once they have run."""
-    runs: dict[str, labkit.RunAll] = {}
-    kept = None
+    one after another as a person would (the RMSNorm one by the ``notebook`` fixture, whose page
+    stays open). Returns {"runs": {name: labkit.RunAll}, "git_status" (once the save hook's git
+    is done), "index_lock_left", "version"}. The other notebooks' kernels are shut down once they
+    have run. ``make test-notebooks`` runs the tests that use it."""
+    runs: dict[str, labkit.RunAll] = {EXPLORER_NOTEBOOK: notebook.run}
     for path in labkit.notebooks_of(checkout):
+        if path.name == EXPLORER_NOTEBOOK:
+            continue
         page = chromium.new_page(viewport={"width": WIDTH, "height": 1000})
         nb = labkit.NotebookPage(page, lab, path.name)
         try:
@@ -138,14 +157,8 @@ def run_all(lab, chromium, checkout):
         except Exception as exc:
             saved = save_artifacts(page, nb.console, lab, artifacts_root() / f"run-all-{path.stem}")
             raise RuntimeError(f"{path.name}: {exc}\nbrowser artifacts:\n" + "\n".join(saved)) from exc
-        if path.name == EXPLORER_NOTEBOOK:
-            kept = nb
-            kept.prompts = runs[path.name].prompts
-        else:
-            lab.shutdown_kernel_of(path.name)
-            page.close()
-    if kept is not None:  # the other kernels are shut down: the Explorer's is the one left
-        kept.kernel_pids_at_start = lab.kernel_pids()
+        lab.shutdown_kernel_of(path.name)
+        page.close()
     times = {name: round(r.seconds, 1) for name, r in runs.items()}
     root = artifacts_root()
     root.mkdir(parents=True, exist_ok=True)
@@ -154,23 +167,12 @@ def run_all(lab, chromium, checkout):
     saves = {name: [round(t, 2) for t in r.save_seconds] for name, r in runs.items()}
     print(f"File > Save, seconds from the click to a clean tab: {saves}")
     status = labkit.settled_git_status(checkout)  # the save hook's git runs in the server's background
-    yield {
+    return {
         "runs": runs,
         "git_status": status,
         "index_lock_left": (checkout / ".git" / "index.lock").exists(),
         "version": labkit.code_version_of(checkout),
-        "rms_norm": kept,
     }
-    if kept is not None:
-        kept.page.close()
-
-
-@pytest.fixture(scope="session")
-def notebook(run_all):
-    """The RMSNorm notebook as Run All left it, open in the page (the Explorer live)."""
-    nb = run_all["rms_norm"]
-    assert nb is not None, "the RMSNorm notebook was not run"
-    yield nb
 
 
 @pytest.hookimpl(hookwrapper=True)

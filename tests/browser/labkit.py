@@ -397,6 +397,24 @@ def launch_chromium(playwright, executable: str | None = None):
     return playwright.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_FLAGS)
 
 
+def open_offline(browser, path: Path, width: int = 1280, height: int = 1000):
+    """A page with ``path`` opened from disk and every http(s) request refused; returns
+    (page, page errors, URLs it asked the network for), the lists filled as the page runs."""
+    page = browser.new_page(viewport={"width": width, "height": height})
+    errors: list[str] = []
+    asked: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+
+    def offline(route):
+        asked.append(route.request.url)
+        route.abort()
+
+    page.route("http://**/*", offline)
+    page.route("https://**/*", offline)
+    page.goto(Path(path).as_uri(), wait_until="load", timeout=60_000)
+    return page, errors, asked
+
+
 # JS helpers evaluated in the page ------------------------------------------------------------
 # A plotly graph inside an element: its title and a digest of its traces (what was drawn).
 _PLOT_JS = """

@@ -15,6 +15,7 @@ from __future__ import annotations
 import labkit
 import pytest
 
+pytestmark = pytest.mark.notebooks  # make test-notebooks (CI, after make test); make test leaves them out
 NAMES = [p.name for p in labkit.notebooks_of(labkit.REPO)]
 SAVE_LIMIT_S = 2.0
 

@@ -1,31 +1,27 @@
-"""The committed suite report opened as a reader opens it: from disk, with the network cut off.
+"""The committed suite report, rendered from its records, opened as a reader opens it: from disk,
+with the network cut off.
 
-It must draw (plotly.js is embedded), ask the network for nothing, show the headline (title,
-sentences, then the ratio chart) before any table, within the first screen, and show no code.
-``workbench report reports/h100`` regenerates the page.
+It must draw (plotly.js from the file beside it), ask the network for nothing, show the headline
+(title, sentences, then the ratio chart) before any table, within the first screen, and show no
+code. ``workbench report --render reports/h100`` builds the page.
 """
 
 from __future__ import annotations
 
 import labkit
+import pytest
 
-REPORT = labkit.REPO / "reports" / "h100" / "report.html"
+
+@pytest.fixture(scope="module")
+def report(browser_pieces, tmp_path_factory):
+    from workbench.reports.render import render_folder
+
+    return render_folder(labkit.REPO / "reports" / "h100", tmp_path_factory.mktemp("h100")).page
 
 
-def test_report_page_opens_offline_headline_chart_first_and_no_code(chromium):
-    assert REPORT.exists(), "reports/h100/report.html is missing: run `workbench report reports/h100`"
-    page = chromium.new_page(viewport={"width": 1400, "height": 1000})
-    asked, errors = [], []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-
-    def offline(route):
-        asked.append(route.request.url)
-        route.abort()
-
-    page.route("http://**/*", offline)
-    page.route("https://**/*", offline)
+def test_report_page_opens_offline_headline_chart_first_and_no_code(chromium, report):
+    page, errors, asked = labkit.open_offline(chromium, report, width=1400)
     try:
-        page.goto(REPORT.as_uri(), wait_until="load", timeout=60_000)
         page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
         first = page.evaluate(
             """() => {
@@ -63,13 +59,13 @@ def _overlap(a, b) -> bool:
     return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
 
 
-def test_report_headline_labels_do_not_overlap_and_the_status_column_is_in_view(chromium):
+def test_report_headline_labels_do_not_overlap_and_the_status_column_is_in_view(chromium, report):
     """At 1280 px: the headline chart's title and its facets' titles never cover one another (18
     facets side by side did), and the ratio table's status column is on the screen (the wide
     columns after it scroll inside the table's own box)."""
     page = chromium.new_page(viewport={"width": 1280, "height": 1000})
     try:
-        page.goto(REPORT.as_uri(), wait_until="load", timeout=60_000)
+        page.goto(report.as_uri(), wait_until="load", timeout=60_000)
         page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
         seen = page.evaluate(
             """() => {

@@ -11,8 +11,10 @@ from workbench.reports.reader import scrub_paths
 
 DESCRIPTION = """Run every notebook in notebooks/ headless (papermill) and write an HTML report that opens
 offline: index.html (a headline, a ratio chart, a row per notebook), a page per notebook, the
-executed notebooks, each family's records and summary.md. Given a run's folder instead, re-render
-a suite run's report.html from its files, or with --check gate its records: exit 1 on a wrong
+executed notebooks, each family's records and summary.md. Given a run's folder instead (--render
+DIR, or DIR alone), rebuild its pages from the files it keeps, for every kind of run folder (a
+suite, a notebook report, a sweep, a tune, a why-view, a sweep-scaling comparison) and every run
+folder under DIR (reports/: all of them); or with --check gate its records: exit 1 on a wrong
 result, and with --baseline on a regression beyond the noise."""
 
 RUN_FOLDERS = "`workbench bench --suite NAME --out DIR` or `workbench report --out DIR`"
@@ -21,7 +23,8 @@ EXAMPLES = """examples:
   workbench report --device cpu --quick --out reports/latest      # every notebook on the CPU, small sizes
   workbench report --device cuda --out reports/gpu                 # a GPU report at full sizes
   workbench report --only rms_norm --show-code                     # one notebook, code kept in the page
-  workbench report reports/h100                                    # re-render a suite run's report.html
+  workbench report --render reports/h100                           # rebuild a run folder's report.html from its files
+  workbench report --render reports --out results/pages            # every committed report's pages, one plotly.min.js
   workbench report reports/h100 --check                            # the CI gate: exit 1 on a wrong result
   workbench report out --check --baseline reports/h100 --fail-on-regression 5"""
 
@@ -33,6 +36,13 @@ def build_parser() -> Parser:
         nargs="?",
         default=None,
         help="a run's folder (a suite run, or notebook records): re-render its report, or with --check gate it",
+    )
+    parser.add_argument(
+        "--render",
+        metavar="DIR",
+        default=None,
+        help="rebuild the pages of the run folder DIR, or of every run folder under it, from their files "
+        "(into --out, else beside the files)",
     )
     parser.add_argument(
         "--check", action="store_true", help="exit 1 on a wrong result (and, with --baseline, a regression)"
@@ -73,11 +83,13 @@ def main(argv) -> int:
             raise ValueError(f"{option}{folder}: no such folder; give a folder written by {RUN_FOLDERS}")
     from workbench.reports import gate
     from workbench.reports.notebook_report import build_report
-    from workbench.reports.notebooks import html_unavailable_reason
-    from workbench.reports.suite import render_suite_report
 
     pct = gate.check_pct(args.fail_on_regression, args.baseline is not None)
     baseline = gate.load_records(args.baseline, "--baseline") if args.baseline else None
+    if args.render is not None:
+        if args.dir is not None or args.check or baseline is not None:
+            raise ValueError("--render DIR rebuilds pages: give no other run folder, --check or --baseline with it")
+        return _render(Path(args.render), Path(args.out) if args.out else None)
     if args.dir is not None:
         if args.out is not None:
             raise ValueError(
@@ -89,17 +101,7 @@ def main(argv) -> int:
             result = _gate(folder, records, baseline, pct, args.baseline)
             if args.check:
                 return 0 if result.ok else 1
-        if not (folder / "suite.json").exists():
-            raise ValueError(
-                f"{folder} is not a suite run (no suite.json): only a suite's report re-renders from its files; "
-                "run the notebooks again with `workbench report --out DIR`, or gate this folder with --check"
-            )
-        reason = html_unavailable_reason()
-        if reason:
-            raise ValueError(f"cannot render report.html: {reason}")
-        path = render_suite_report(folder, show_code=args.show_code)
-        print(f"report: {path} and {path.parent / 'summary.md'}")
-        return 0
+        return _render(folder, None)
     only = [t.strip() for t in args.only.split(",") if t.strip()] or None
     from workbench.device import get_device
 
@@ -130,6 +132,23 @@ def main(argv) -> int:
         if args.check and not verdict.ok:
             status = 1
     return status
+
+
+def _render(folder: Path, out: Path | None) -> int:
+    """The pages of the run folder ``folder`` (or of every run folder under it) into ``out``."""
+    from workbench.reports import render
+
+    if not folder.is_dir():
+        raise ValueError(f"--render {folder}: no such folder")
+    if out is not None:
+        check_output_path(out, "--out", folder=True)
+    if render.kind_of(folder) is not None:
+        done = [render.render_folder(folder, out)]
+    else:
+        done = render.render_tree(folder, out)
+    for r in done:
+        print(f"{r.kind}: {r.page}")
+    return 0
 
 
 def _gate(folder: Path, records: list[dict], baseline, pct, baseline_dir):

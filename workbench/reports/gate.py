@@ -22,20 +22,24 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from workbench.store import kept_names, kept_path, read_json, read_records
 from workbench.suites.targets import PEER_BACKENDS
 
 
 def load_records(directory: str | Path, option: str = "DIR") -> list[dict]:
-    """Every record of a run's folder: ``records.json`` (a suite run) or ``*_records.json`` (the
-    notebooks of ``workbench report`` or papermill). A folder without them is a ValueError that
-    says what to point at."""
+    """Every record of a run's folder: ``records.json`` (a suite run; compressed as committed
+    reports keep it) or ``*_records.json`` (the notebooks of ``workbench report`` or papermill).
+    A folder without them is a ValueError that says what to point at."""
     d = Path(directory)
     where = f"{option} {d}".strip()  # "" for a command's own argument: the command names itself
     if not d.is_dir():
         raise ValueError(
             f"{where}: no such folder; give a folder written by `workbench bench --suite` or `workbench report`"
         )
-    files = [d / "records.json"] if (d / "records.json").exists() else sorted(d.glob("*_records.json"))
+    own = kept_path(d, "records.json")
+    files = (
+        [own] if own else next((found for name in kept_names("*_records.json") if (found := sorted(d.glob(name)))), [])
+    )
     if not files:
         raise ValueError(
             f"{where} holds no records.json or *_records.json; give a folder written by "
@@ -44,21 +48,18 @@ def load_records(directory: str | Path, option: str = "DIR") -> list[dict]:
     records: list[dict] = []
     for f in files:
         try:
-            body = json.loads(f.read_text())
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"{where}: {f.name} is not a records file ({exc}); regenerate it") from None
-        if not isinstance(body, list) or not all(isinstance(r, dict) for r in body):
-            raise ValueError(f"{where}: {f.name} is not a list of records; regenerate it")
-        records.extend(body)
+            records.extend(read_records(f))
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
     return records
 
 
 def load_failures(directory: str | Path) -> list[str]:
     """The failures a suite run wrote into ``suite.json`` (none for a notebook folder)."""
-    p = Path(directory) / "suite.json"
+    p = kept_path(directory, "suite.json") or Path(directory) / "suite.json"
     try:
-        return list(json.loads(p.read_text()).get("failures") or [])
-    except (OSError, ValueError, AttributeError):
+        return list(read_json(p).get("failures") or [])
+    except (OSError, ValueError, AttributeError, EOFError):
         return []
 
 

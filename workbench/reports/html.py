@@ -13,6 +13,7 @@ from pathlib import Path
 
 from workbench.reports.mathml import markdown_with_mathml
 from workbench.reports.reader import scrub_paths
+from workbench.store import open_text
 
 TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 {%- block html_head_js -%}
@@ -61,7 +62,8 @@ def notebook_to_html(
     from nbconvert import HTMLExporter
     from plotly.offline import get_plotlyjs
 
-    nb = nbformat.read(str(nb_path), as_version=4)
+    with open_text(nb_path) as f:  # an executed notebook a committed report keeps gzipped reads the same
+        nb = nbformat.read(f, as_version=4)
     nb.metadata.pop("widgets", None)  # widget state would pull the widget manager from a CDN
     nb.metadata.pop("papermill", None)  # its parameters name this machine's paths
     if title:
@@ -85,7 +87,7 @@ def notebook_to_html(
             "plotly_src": plotly_src,
             "plotly_js": "" if plotly_src else get_plotlyjs(),
             "plotly_version": plotly.__version__,
-            "metadata": {"name": title or nb_path.stem},
+            "metadata": {"name": title or Path(nb_path).name.split(".")[0]},
         },
     )
     body = scrub_paths(body, [Path(html_path).parent])

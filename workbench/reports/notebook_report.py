@@ -31,12 +31,13 @@ from workbench.reports.notebooks import (
     records_family,
 )
 from workbench.reports.reader import scrub_paths
+from workbench.store import kept_names, kept_path, open_text, read_records
 
 
-def _records_summary(json_path: Path) -> dict:
-    if not json_path.exists():
+def _records_summary(json_path: Path | None) -> dict:
+    if json_path is None or not json_path.exists():
         return {}
-    rows = json.loads(json_path.read_text())
+    rows = read_records(json_path)
     return {
         "records": len(rows),
         "passed": sum(1 for r in rows if not r.get("error") and r.get("passed")),
@@ -187,8 +188,9 @@ def slowest_cells(executed: Path, n: int = 3) -> list[dict]:
     """Where a notebook's time went: its ``n`` slowest code cells as papermill timed them
     (``metadata.papermill.duration``), each {"cell": "#<index> <first line>", "seconds"}."""
     try:
-        cells = json.loads(Path(executed).read_text(encoding="utf-8"))["cells"]
-    except (OSError, ValueError, KeyError):
+        with open_text(executed) as f:
+            cells = json.load(f)["cells"]
+    except (OSError, ValueError, KeyError, EOFError):
         return []
     timed = []
     for i, cell in enumerate(cells):
@@ -381,7 +383,9 @@ def _index_summary(out: Path, results: list[dict], env: dict) -> Path:
     )
 
 
-def _index_html(results: list[dict], env: dict, params: dict, records: list[dict] | None = None) -> str:
+def _index_html(
+    results: list[dict], env: dict, params: dict, records: list[dict] | None = None, plotly_src: str = PLOTLY_FILE
+) -> str:
     from workbench.reports import reader
 
     esc = html.escape
@@ -409,7 +413,7 @@ def _index_html(results: list[dict], env: dict, params: dict, records: list[dict
     headline = "".join(f"<li>{esc(line)}</li>" for line in _headline(results, env))
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Kernel Workbench report</title>
-<script type="text/javascript" src="{PLOTLY_FILE}"></script>
+<script type="text/javascript" src="{esc(plotly_src)}"></script>
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 2em; }}
 table {{ border-collapse: collapse; margin-bottom: 1.5em; }}
@@ -429,3 +433,72 @@ Parameters: {esc(param_text)}.</p>
 {reader.environment_html({k: v for k, v in env.items() if k != "wall_s"})}
 </body></html>
 """
+
+
+# --- the report again, from the folder it left -------------------------------------------------
+def executed_notebooks(folder: Path) -> list[Path]:
+    """The executed notebooks a report folder keeps (``<name>.ipynb``, or compressed as committed
+    reports keep them), the index first."""
+    found = sorted(p for p in Path(folder).iterdir() if p.name.endswith(kept_names(".ipynb")))
+    return sorted(found, key=lambda p: (not p.name.startswith("index."), p.name))
+
+
+def _papermill_of(path: Path) -> dict:
+    with open_text(path) as f:
+        return (json.load(f).get("metadata") or {}).get("papermill") or {}
+
+
+def _first_error(path: Path) -> str | None:
+    """The first error a cell of the executed notebook raised, as the run reported it."""
+    with open_text(path) as f:
+        cells = json.load(f).get("cells") or []
+    for cell in cells:
+        for output in cell.get("outputs") or []:
+            if output.get("output_type") == "error":
+                return f"{output.get('ename')}: {output.get('evalue')}"[:4000]
+    return None
+
+
+def render_folder(folder: Path, out: Path, plotly_src: str = PLOTLY_FILE, show_code: bool = False) -> Path:
+    """``index.html`` and a page per notebook, rebuilt from what a ``workbench report`` folder keeps:
+    the executed notebooks (their outputs are the measurements' figures and tables, kept as data:
+    running them again would measure again, on whatever machine renders), each family's records,
+    and ``environment.json``. Each notebook's status, time and slowest cells come from papermill's
+    metadata in it; the parameters shown are those papermill gave the first notebook."""
+    from workbench.store import write_csv
+
+    folder, out = Path(folder), Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    results, rows, params = [], [], {}
+    for path in executed_notebooks(folder):
+        meta = _papermill_of(path)
+        params = params or dict(meta.get("parameters") or {})
+        stem = path.name.split(".")[0]
+        page = notebook_to_html(path, out / html_name_for(Path(stem)), show_code=show_code, plotly_src=plotly_src)
+        family = records_family(path)
+        records_file = kept_path(folder, f"{family}_records.json")
+        summary = _records_summary(records_file)
+        rows.extend(summary.pop("rows", []))
+        error = _first_error(path) if meta.get("exception") else None
+        results.append(
+            {
+                "slowest": slowest_cells(path),
+                "notebook": f"{stem}.ipynb",
+                "ok": error is None and not meta.get("exception"),
+                "error": error,
+                "seconds": round(float(meta.get("duration") or 0.0), 1),
+                "html": page.name,
+                "executed": path.name,
+                "csv": None,
+                "json": records_file.name if records_file else None,
+                **summary,
+            }
+        )
+    if not results:
+        raise ValueError(f"{folder}: no executed notebook (.ipynb, plain or compressed) to render")
+    env_path = folder / "environment.json"
+    env = json.loads(env_path.read_text()) if env_path.exists() else {}
+    write_csv(rows, out / "all_records.csv")  # the index links every record as one table
+    index = out / "index.html"
+    index.write_text(scrub_paths(_index_html(results, env, params, rows, plotly_src), [folder, out]), encoding="utf-8")
+    return index

@@ -21,6 +21,7 @@ from pathlib import Path
 from workbench.provenance import ROOT
 from workbench.reports.html import notebook_to_html
 from workbench.reports.reader import scrub_paths
+from workbench.store import open_text
 
 KERNEL_NAME = "python3"
 
@@ -38,8 +39,9 @@ def default_notebooks_dir() -> Path:
 def _workbench_metadata(path: Path) -> dict:
     """The notebook's ``metadata.workbench`` ({} where it has none or cannot be read)."""
     try:
-        meta = json.loads(Path(path).read_text(encoding="utf-8")).get("metadata", {})
-    except (OSError, ValueError):
+        with open_text(path) as f:
+            meta = json.load(f).get("metadata", {})
+    except (OSError, ValueError, EOFError):
         return {}
     return meta.get("workbench") or {}
 
@@ -55,7 +57,7 @@ def records_family(path: Path) -> str:
     """The family whose ``<family>_records.json`` the notebook's ``Session.finish()`` writes: its
     metadata's ``"workbench": {"family": ...}`` (the tutorial, ``your_kernel.ipynb``, names its family),
     else the notebook's name."""
-    return str(_workbench_metadata(path).get("family") or Path(path).stem)
+    return str(_workbench_metadata(path).get("family") or Path(path).name.split(".")[0])
 
 
 def find_notebooks(directory: Path, only: list[str] | None = None) -> list[Path]:

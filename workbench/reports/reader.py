@@ -133,13 +133,24 @@ _PAGE_STYLE = (
 )
 
 
-def page_html(title: str, parts: Iterable[str]) -> str:
+def page_html(title: str, parts: Iterable[str], plotly_src: str | None = None) -> str:
     """A standalone offline HTML page: ``title`` and the HTML ``parts`` in order, with the plain
-    table style the sweep, tune and why reports share."""
+    table style the sweep, tune and why reports share. ``plotly_src``: the plotly.js file the page
+    loads in its head (a relative path: a site serves one copy to every page); without it a
+    page's first figure embeds plotly.js."""
+    script = f'<script type="text/javascript" src="{html.escape(plotly_src)}"></script>' if plotly_src else ""
     return (
-        f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>{script}'
         f"<style>{_PAGE_STYLE}</style></head><body>{''.join(parts)}</body></html>"
     )
+
+
+def markdown_html(text: str) -> str:
+    """Markdown (a ``summary.md``, a report's README) as HTML, tables included (mistune, which
+    nbconvert brings)."""
+    import mistune
+
+    return mistune.create_markdown(plugins=["table"], escape=True)(text)
 
 
 def _text(value: Any) -> str:

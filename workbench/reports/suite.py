@@ -15,7 +15,7 @@ from __future__ import annotations
 import html
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import plotly.graph_objects as go
 
@@ -36,6 +36,7 @@ from workbench.reports.suite_figures import (
     speed_figures,
     target_records,
 )
+from workbench.store import kept_path, read_json, read_records, records_path
 
 STATUS_COLOURS = {
     "MET": "#d8f0d8",
@@ -49,12 +50,14 @@ STATUS_COLOURS = {
 
 # --- reading the files ---------------------------------------------------------------------
 def load(records_dir: str | Path) -> dict:
-    """``suite.json`` + ``records.json`` (+ ``environment.json`` when present) of one run."""
+    """``suite.json`` + ``records.json`` (compressed, as committed reports keep it, or
+    ``records.csv``; + ``environment.json`` when present) of one run."""
     d = Path(records_dir)
-    if not (d / "suite.json").exists():
+    if kept_path(d, "suite.json") is None:
         raise FileNotFoundError(f"{d} has no suite.json: run `workbench bench --suite NAME --out {d}` first")
-    run = json.loads((d / "suite.json").read_text())
-    run["records"] = json.loads((d / "records.json").read_text()) if (d / "records.json").exists() else []
+    run = read_json(kept_path(d, "suite.json"))
+    source = records_path(d)  # records.json first; a run from before it was written kept records.csv
+    run["records"] = read_records(source) if source else []
     env = d / "environment.json"
     run["environment"] = json.loads(env.read_text()) if env.exists() else {}
     base = d / "baseline.json"
@@ -347,12 +350,6 @@ def repeatability_html(run: dict) -> str | None:
     return "".join(parts)
 
 
-def show_repeatability(run: dict) -> None:
-    text = repeatability_html(run)
-    if text:
-        F.show_html("<h2>Repeatability</h2>" + text)
-
-
 # --- summary.md -------------------------------------------------------------------------------
 def summary_figures(run: dict) -> dict[str, go.Figure | None]:
     return {
@@ -394,39 +391,35 @@ def write_summary(run: dict, out: str | Path | None = None, *, export: bool = Tr
     )
 
 
-# --- the notebook's calls ------------------------------------------------------------------
-def show_headline(run: dict) -> None:
+# --- the report's parts, in reading order: the notebook shows them, a rendered page lists them ---
+Part = Union[str, go.Figure]  # HTML text, or a figure
+
+
+def headline_parts(run: dict) -> list[Part]:
     """Title, the headline sentences and the headline chart: the first thing a reader sees."""
-    F.show_html(headline_html(run))
-    fig = headline_figure(run)
-    if fig is not None:
-        F.show(fig)
+    return [headline_html(run), *[f for f in [headline_figure(run)] if f is not None]]
 
 
-def show_summary(run: dict) -> None:
-    F.show_html(summary_html(run))
+def summary_parts(run: dict) -> list[Part]:
+    """How to read the ratios, and the run's failures."""
+    return [summary_html(run)]
 
 
-def show_environment(run: dict) -> None:
-    F.show_html(environment_html(run.get("environment") or {"environment": "environment.json not found"}))
+def ratio_table_parts(run: dict) -> list[Part]:
+    return [ratio_table_html(run["rows"], run.get("missing"), ours_facts(run))]
 
 
-def show_ratios(run: dict) -> None:
-    F.show_html(ratio_table_html(run["rows"], run.get("missing"), ours_facts(run)))
-
-
-def show_speed_overview(run: dict) -> None:
-    """The bandwidth chart (memory-bound families) and kernel against call time, where they apply."""
+def speed_overview_parts(run: dict) -> list[Part]:
+    """The bandwidth chart (memory-bound families) and kernel against call time, where they apply;
+    a roofline per family."""
+    parts: list[Part] = []
     figs = [f for f in (bandwidth_figure(run), kernel_call_figure(run)) if f is not None]
     if figs:
-        F.show_html("<h2>Bandwidth and call overhead</h2>")
-    for fig in figs:
-        F.show(fig)
+        parts += ["<h2>Bandwidth and call overhead</h2>", *figs]
     rooflines = rooflines_of(run)
     if rooflines:
-        F.show_html("<h2>Roofline per family</h2>")
-    for fig in rooflines:
-        F.show(fig)
+        parts += ["<h2>Roofline per family</h2>", *rooflines]
+    return parts
 
 
 def rooflines_of(run: dict) -> list:
@@ -436,18 +429,21 @@ def rooflines_of(run: dict) -> list:
     return figures(run.get("records") or [])
 
 
-def show_baseline(run: dict) -> None:
+def baseline_parts(run: dict) -> list[Part]:
     text = baseline_html(run)
     if text:
-        F.show_html("<h2>Against the baseline</h2>" + text)
-    else:
-        F.show_html(
-            "<p>No baseline: run with <code>--baseline DIR</code> to compare each cell with an earlier run.</p>"
-        )
+        return ["<h2>Against the baseline</h2>" + text]
+    return ["<p>No baseline: run with <code>--baseline DIR</code> to compare each cell with an earlier run.</p>"]
 
 
-def show_targets(run: dict) -> None:
+def repeatability_parts(run: dict) -> list[Part]:
+    text = repeatability_html(run)
+    return ["<h2>Repeatability</h2>" + text] if text else []
+
+
+def targets_parts(run: dict) -> list[Part]:
     """Per target: a heading, its ratio figure (when judged) and its speed figure(s)."""
+    parts: list[Part] = []
     for target in run["targets"]:
         rows = [r for r in run["rows"] if r["target"] == target["name"]]
         records = target_records(run, target)
@@ -465,25 +461,55 @@ def show_targets(run: dict) -> None:
                 + "; ".join(f"<code>{html.escape(k)}</code> ({html.escape(str(v))})" for k, v in missing.items())
                 + "</p>"
             )
-        F.show_html("".join(lines))
+        parts.append("".join(lines))
         fig = ratio_figure(target, rows)
         if fig is not None:
-            F.show(fig)
+            parts.append(fig)
         if records:
-            for fig in speed_figures(target, records):
-                F.show(fig)
+            parts += speed_figures(target, records)
+    return parts
 
 
-def show_report(run: dict) -> None:
-    """The whole report in reading order: headline, tables, figures per target, environment."""
-    show_headline(run)
-    show_summary(run)
-    show_ratios(run)
-    show_speed_overview(run)
+def environment_parts(run: dict) -> list[Part]:
+    return [environment_html(run.get("environment") or {"environment": "environment.json not found"})]
+
+
+def report_parts(run: dict) -> list[Part]:
+    """The whole report in reading order: headline, tables, figures per target, environment (the
+    sections of ``notebooks/suite.ipynb``, under the same headings)."""
+    parts = headline_parts(run) + ["<h2>Results</h2>"] + summary_parts(run) + ratio_table_parts(run)
+    parts += speed_overview_parts(run)
     if run.get("baseline"):
-        show_baseline(run)
-    show_targets(run)
-    show_environment(run)
+        parts += baseline_parts(run)
+    parts += repeatability_parts(run) + ["<h2>Per target</h2>"] + targets_parts(run)
+    return parts + ["<h2>Environment</h2>"] + environment_parts(run)
+
+
+def show_parts(parts: list[Part]) -> None:
+    """Display ``parts`` in a notebook: HTML as HTML, figures as interactive figures."""
+    for part in parts:
+        F.show_html(part) if isinstance(part, str) else F.show(part)
+
+
+def _shows(parts_of):
+    """The notebook's call for one section: display ``parts_of(run)``."""
+
+    def show(run: dict) -> None:
+        show_parts(parts_of(run))
+
+    show.__doc__ = f"Display {parts_of.__name__}(run) in the notebook."
+    return show
+
+
+show_headline = _shows(headline_parts)
+show_summary = _shows(summary_parts)
+show_ratios = _shows(ratio_table_parts)
+show_speed_overview = _shows(speed_overview_parts)
+show_baseline = _shows(baseline_parts)
+show_repeatability = _shows(repeatability_parts)
+show_targets = _shows(targets_parts)
+show_environment = _shows(environment_parts)
+show_report = _shows(report_parts)
 
 
 # --- report.html: notebooks/suite.ipynb on a suite run's files ------------------------------------
@@ -503,7 +529,7 @@ def render_suite_report(out_dir: str | Path, *, timeout: int | None = 600, show_
     out = Path(out_dir).resolve()
     title = None
     try:
-        title = json.loads((out / "suite.json").read_text()).get("suite")
+        title = read_json(kept_path(out, "suite.json") or out / "suite.json").get("suite")
     except (OSError, ValueError):
         pass
     return render_notebook_report(

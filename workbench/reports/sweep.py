@@ -92,7 +92,7 @@ def _table(header: list[str], rows: list[list[str]], cls: str = "") -> str:
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def _figure_html(best: dict, devices: list[str]) -> str:
+def _figure_html(best: dict, devices: list[str], embed_plotly: bool = True) -> str:
     try:
         import plotly.graph_objects as go
     except ImportError:
@@ -110,15 +110,17 @@ def _figure_html(best: dict, devices: list[str]) -> str:
         height=480,
         margin=dict(b=160),
     )
-    return fig.to_html(include_plotlyjs=True, full_html=False)
+    return fig.to_html(include_plotlyjs=embed_plotly, full_html=False)
 
 
-def render(records: list[dict], title: str = "Sweep") -> str:
+def render(records: list[dict], title: str = "Sweep", plotly_src: str | None = None, head: Iterable[str] = ()) -> str:
+    """The page; ``plotly_src``: a plotly.js file the page loads (else the first figure embeds it);
+    ``head``: HTML parts after the title (the sweep-scaling comparison puts its table there)."""
     records = list(records)
     summary = summary_by_device(records)
     devices = sorted(summary)
     best = best_by_device(records)
-    parts = [f"<h1>{html.escape(title)}</h1>"]
+    parts = [f"<h1>{html.escape(title)}</h1>", *head]
     # The answer first: what ran where, then the best configuration per shape; the run's
     # bookkeeping last.
     parts += [f"<p>{html.escape(line)}</p>" for line in headline_lines(records)]
@@ -141,7 +143,7 @@ def render(records: list[dict], title: str = "Sweep") -> str:
         rows.append(row)
     parts.append(_table(["shape"] + [html.escape(d) for d in devices], rows, "best"))
     if best:
-        parts.append(_figure_html(best, devices))
+        parts.append(_figure_html(best, devices, embed_plotly=plotly_src is None))
     ran = [r for r in records if not r.get("error") and r.get("passed")]
     if ran:
         parts.append("<h2>Every configuration, with its compile facts</h2>")
@@ -151,7 +153,7 @@ def render(records: list[dict], title: str = "Sweep") -> str:
             "the device holds at once).</p>"
         )
         parts.append(reader.table_html(facts_rows(ran)))
-    parts += _roofline_html(records, plotly_in_page=bool(best))
+    parts += _roofline_html(records, plotly_in_page=bool(best) or plotly_src is not None)
     parts.append("<h2>By device</h2>")
     parts.append(reader.table_html([{"device": d, **summary[d]} for d in devices]))
     failed = [r for r in records if r.get("error") or not r.get("passed")]
@@ -175,7 +177,7 @@ def render(records: list[dict], title: str = "Sweep") -> str:
     }
     parts.append("<h2>Run</h2>")
     parts.append(reader.table_html([{"item": k, "value": v} for k, v in meta.items()]))
-    return reader.page_html(title, parts)
+    return reader.page_html(title, parts, plotly_src)
 
 
 def facts_rows(records: list[dict], name=None) -> list[dict]:

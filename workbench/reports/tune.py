@@ -137,3 +137,88 @@ def write_report(result, out: Path, key: str | None, options, table: dict | None
         sections=sections,
     )
     return [report, summary]
+
+
+# --- the page again, from the folder a tune left ------------------------------------------------
+def tiles_varied(records: list[dict]) -> list[str]:
+    """The params whose values differ between a tune's records: the tiles it searched."""
+    values: dict = defaultdict(set)
+    for r in records:
+        for k, v in (r.get("params") or {}).items():
+            values[k].add(json.dumps(v, default=str))
+    return [k for k, vs in values.items() if len(vs) > 1]
+
+
+def times_figure(records: list[dict]):
+    """Every passing configuration's kernel time per size (log scale, hover: its tiles); the
+    configurations with every searched tile "auto" (the default, and the rule where it was
+    measured) drawn apart. None where no record passed."""
+    import plotly.graph_objects as go
+
+    ok = [r for r in records if not r.get("error") and r.get("passed") and kernel_ms(r) is not None]
+    if not ok:
+        return None
+    tiles = tiles_varied(records)
+    axis = ok[0].get("axis") or "size"
+
+    def auto(r):
+        return all((r.get("params") or {}).get(k) == "auto" for k in tiles)
+
+    fig = go.Figure()
+    for name, group, marker in (
+        ("searched tiles", [r for r in ok if not auto(r)], dict(size=6, color="#1f77b4", opacity=0.6)),
+        (
+            "every tile auto (default, rule)",
+            [r for r in ok if auto(r)],
+            dict(size=11, color="#d62728", symbol="diamond"),
+        ),
+    ):
+        lo_hi = [interval(r) for r in group]
+        fig.add_trace(
+            go.Scatter(
+                x=[str(r.get("x_value")) for r in group],
+                y=[kernel_ms(r) * 1e3 for r in group],
+                error_y=dict(
+                    type="data",
+                    array=[(hi - kernel_ms(r)) * 1e3 for r, (lo, hi) in zip(group, lo_hi)],
+                    arrayminus=[(kernel_ms(r) - lo) * 1e3 for r, (lo, hi) in zip(group, lo_hi)],
+                    thickness=1,
+                ),
+                mode="markers",
+                name=name,
+                marker=marker,
+                text=[", ".join(f"{k}={(r.get('params') or {}).get(k)}" for k in tiles) for r in group],
+                hovertemplate=f"{axis}=%{{x}}<br>%{{y:.3g}} us<br>%{{text}}<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        title="Kernel time of every configuration measured, per size (lower is better)",
+        xaxis=dict(title=axis, type="category"),
+        yaxis=dict(title="kernel time, us (log scale)", type="log"),
+        template="plotly_white",
+        height=480,
+    )
+    return fig
+
+
+def render_folder(folder: Path, out: Path, plotly_src: str | None = None) -> Path:
+    """``report.html`` of a tune's folder from what it keeps: ``summary.md`` (the choices as the
+    tune made them: its headline, the table per size, the diff against the installed table)
+    and the records (a figure of every configuration's time). The choices are not picked
+    again: the rule that picked them may have changed since."""
+    from workbench.store import read_records, records_path
+
+    folder, out = Path(folder), Path(out)
+    summary = (folder / "summary.md").read_text(encoding="utf-8")
+    source = records_path(folder)
+    records = read_records(source) if source else []
+    title = summary.splitlines()[0].lstrip("# ").strip() if summary.strip() else "Tune"
+    fig = times_figure(records)
+    parts = [reader.markdown_html(summary)]
+    if fig is not None:
+        figure = fig.to_html(include_plotlyjs=plotly_src is None, full_html=False)
+        parts.insert(1, f"<h2>Every configuration ({len(records)} records)</h2>{figure}")
+    out.mkdir(parents=True, exist_ok=True)
+    page = out / "report.html"
+    page.write_text(reader.scrub_paths(reader.page_html(title, parts, plotly_src), [folder, out]), encoding="utf-8")
+    return page

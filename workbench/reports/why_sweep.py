@@ -26,6 +26,41 @@ class WhySweep:
     problem: dict = field(default_factory=dict)
 
 
+def sweeps_of(records: list[dict]) -> list[WhySweep]:
+    """The sweeps a why-view's records hold, read back from them: per family and variant, the two
+    tiles whose values differ between its records (x the one with more values, the later one
+    on a tie; each axis's values in order), at the dtype and problem of its first record."""
+
+    def key(v):
+        return (0, v, "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0, str(v))
+
+    groups: dict = {}
+    for r in records:
+        groups.setdefault((r.get("kernel"), r.get("variant")), []).append(r)
+    out = []
+    for (family, variant), recs in groups.items():
+        names = list(recs[0].get("params") or {})
+        values = {n: sorted({(r.get("params") or {}).get(n) for r in recs}, key=key) for n in names}
+        varied = [n for n in names if len(values[n]) > 1]
+        if len(varied) != 2:
+            continue  # not a two-tile sweep: nothing to draw as a heatmap
+        y, x = sorted(varied, key=lambda n: (len(values[n]), names.index(n)))
+        first = recs[0]
+        out.append(
+            WhySweep(
+                family,
+                variant,
+                x,
+                tuple(values[x]),
+                y,
+                tuple(values[y]),
+                first.get("dtype"),
+                first.get("problem") or {},
+            )
+        )
+    return out
+
+
 def occupancy_heatmap(records: list[dict], sweep: WhySweep):
     """Theoretical occupancy (%) of the kernel that explains most, each cell's text its
     regs/spills/occ; cells that spill outlined in red; n/a where facts are unavailable."""
@@ -85,9 +120,10 @@ def occupancy_heatmap(records: list[dict], sweep: WhySweep):
     return fig
 
 
-def render(records: list[dict], sweeps, title: str) -> str:
+def render(records: list[dict], sweeps, title: str, plotly_src: str | None = None) -> str:
     """The report page: per sweep the two heatmaps, the facts of every configuration, the
-    roofline, the failures."""
+    roofline, the failures. ``plotly_src``: a plotly.js file the page loads (else the first
+    figure embeds it)."""
     from workbench.reports import figures as F
     from workbench.reports import reader, why
     from workbench.reports import sweep as sweep_report
@@ -101,7 +137,7 @@ def render(records: list[dict], sweeps, title: str) -> str:
         "binds when it is not the warps; grid: fewer programs than the device holds at once). Failed cells "
         "are crossed and name the limit they went over.</p>"
     )
-    first = True
+    first = plotly_src is None  # whether the next figure is to embed plotly.js
     for sweep in sweeps:
         recs = [r for r in records if r.get("kernel") == sweep.family and r.get("variant") == sweep.variant]
         if not recs:
@@ -124,7 +160,7 @@ def render(records: list[dict], sweeps, title: str) -> str:
         if failed:
             rows = [{"configuration": sweep_report.config_of(r), "why": why.failure_text(r)} for r in failed]
             parts.append(f"<h3>{len(failed)} configuration(s) that could not run</h3>" + reader.table_html(rows))
-    return reader.page_html(title, parts)
+    return reader.page_html(title, parts, plotly_src)
 
 
 def facts_rows(records: list[dict], sweep: WhySweep) -> list[dict]:

@@ -13,12 +13,12 @@ Both runs are read from the files a suite run writes (``suite.json`` and ``recor
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from workbench.store import kept_path, read_json, read_records
 from workbench.suites.targets import MET, MISSED, TIE
 
 JUDGED = (MET, MISSED, TIE)
@@ -29,8 +29,8 @@ TOLERANCE = 0.03
 def _load(folder) -> tuple[list[dict], list[dict], list[dict]]:
     folder = Path(folder)
     try:
-        body = json.loads((folder / "suite.json").read_text())
-        records = json.loads((folder / "records.json").read_text())
+        body = read_json(kept_path(folder, "suite.json") or folder / "suite.json")
+        records = read_records(kept_path(folder, "records.json") or folder / "records.json")
     except (OSError, ValueError) as exc:
         raise ValueError(f"{folder}: not a suite run folder (suite.json and records.json): {exc}") from None
     targets = body.get("targets", [])
