@@ -31,11 +31,15 @@ STORE_NAME = "records.sqlite"
 
 @dataclass
 class Progress:
-    """Where a sweep stands: ``done`` includes ``failed``; ``skipped`` were recorded before (resume)."""
+    """Where a sweep stands: ``done`` includes ``failed`` (real failures: a compile or launch that
+    failed, a wrong result, a crash, a timeout) and ``cannot_run`` (configurations refused before
+    anything launched, a tile the family's check rejects: :func:`cannot_run`); ``skipped`` were
+    recorded before (resume)."""
 
     total: int
     done: int = 0
     failed: int = 0
+    cannot_run: int = 0
     skipped: int = 0
     started: float = field(default_factory=time.monotonic)
     label: str = ""
@@ -58,8 +62,9 @@ class Progress:
         eta = self.eta_s
         eta_text = "?" if eta is None else _duration(eta)
         skipped = f", {self.skipped} already recorded" if self.skipped else ""
+        refused = f", {self.cannot_run} cannot run" if self.cannot_run else ""
         return (
-            f"{self.label}{self.done}/{self.total} done, {self.failed} failed, {self.remaining} remaining, "
+            f"{self.label}{self.done}/{self.total} done{refused}, {self.failed} failed, {self.remaining} remaining, "
             f"{_duration(self.elapsed_s)} elapsed, ETA {eta_text}{skipped}"
         )
 
@@ -91,11 +96,24 @@ class SweepResult:
 
     @property
     def failed(self) -> list[dict]:
+        """Records of real failures (not those that cannot run)."""
         return [r for r in self.records if is_failed(r)]
+
+    @property
+    def refused(self) -> list[dict]:
+        """Records of configurations that cannot run (:func:`cannot_run`)."""
+        return [r for r in self.records if cannot_run(r)]
+
+
+def cannot_run(record: dict) -> bool:
+    """The configuration was refused before anything launched (the family's check rejected its
+    tile, or the spec its problem, dtype or mode): the record's ``cannot_run``."""
+    return bool(record.get("cannot_run"))
 
 
 def is_failed(record: dict) -> bool:
-    return bool(record.get("error")) or record.get("passed") is False
+    """A real failure: an error or a wrong result, other than a configuration that cannot run."""
+    return (bool(record.get("error")) or record.get("passed") is False) and not cannot_run(record)
 
 
 def run_sweep(
@@ -143,6 +161,7 @@ def run_sweep(
             result.records.append(body)
             prog.done += 1
             prog.failed += is_failed(body)
+            prog.cannot_run += cannot_run(body)
             if on_record is not None:
                 on_record(task, body)
             if progress is not None:
