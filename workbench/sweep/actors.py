@@ -87,6 +87,8 @@ class DeviceWorker:
         from workbench.compiling.target import device_facts
 
         stamps["imported"] = time.time()
+        if device == "cuda":
+            _check_gpu_binding()
         try:
             facts = device_facts(device)
         except Exception:  # noqa: BLE001 - no compile-ahead check then
@@ -127,6 +129,22 @@ class DeviceWorker:
         if (body.get("error") or body.get("passed") is False) and not body.get("cannot_run"):
             body["failure_log"] = log_since(offset)
         yield body
+
+
+def _check_gpu_binding() -> None:
+    """Raise unless this process sees exactly the GPUs Ray gave it. CUDA reads
+    ``CUDA_VISIBLE_DEVICES`` once, when it starts; had anything in this worker started it before
+    Ray set the variable (an import in the preload, :mod:`workbench.sweep.preload`), the actor
+    would see every GPU and measure on the first, beside the other actors."""
+    import ray
+    import torch
+
+    given = ray.get_gpu_ids()
+    if given and torch.cuda.device_count() != len(given):
+        raise RuntimeError(
+            f"this worker sees {torch.cuda.device_count()} GPUs but Ray gave it {len(given)} ({given}): CUDA started "
+            "before Ray set CUDA_VISIBLE_DEVICES; run the executor with preload=False (sweep_scaling.py --no-preload)"
+        )
 
 
 def _warm_up(device: str, measure, stamps: dict) -> None:

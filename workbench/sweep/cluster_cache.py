@@ -65,7 +65,8 @@ GROUP_PREFIX = "__grp__"
 # How each kernel this process needed came to it: its cache folder name -> how (how_found)
 _HOW: dict[str, str] = {}
 _LOCK = threading.Lock()
-_STORE: list = []  # [name, actor handle or None]: resolved once per store name
+_STORE: list = []  # [name, actor handle or None, when it was looked up]
+RETRY_S = 5.0  # a store that could not be found is looked up again after this
 
 
 class KernelStore:
@@ -221,12 +222,13 @@ def owner_of(actor) -> str:
 
 
 def _store():
-    """The store's actor handle, or None (no store named here, no Ray, or it is gone)."""
+    """The store's actor handle, or None (no store named here, no Ray, or it cannot be found: asked
+    again after :data:`RETRY_S`)."""
     name = os.environ.get(STORE_ENV)
     if not name:
         return None
     with _LOCK:
-        if _STORE and _STORE[0] == name:
+        if _STORE and _STORE[0] == name and (_STORE[1] is not None or time.monotonic() - _STORE[2] < RETRY_S):
             return _STORE[1]
         handle = None
         try:
@@ -234,9 +236,9 @@ def _store():
 
             if ray.is_initialized():
                 handle = ray.get_actor(name)
-        except Exception:  # noqa: BLE001 - no store: this node's folder alone
+        except Exception:  # noqa: BLE001 - no store: this node's folder alone, for now
             handle = None
-        _STORE[:] = [name, handle]
+        _STORE[:] = [name, handle, time.monotonic()]
         return handle
 
 
@@ -253,7 +255,7 @@ def _call(method: str, *args):
     except Exception as exc:  # noqa: BLE001 - never fail a compile because the store is away
         with _LOCK:
             if _STORE and _STORE[1] is store:
-                _STORE[1] = None
+                _STORE[1], _STORE[2] = None, time.monotonic()
         print(f"workbench cluster cache: the store stopped answering ({type(exc).__name__}: {exc}); "
               "this process uses its node's cache alone", flush=True)  # fmt: skip
         return None

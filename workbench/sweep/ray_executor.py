@@ -328,9 +328,11 @@ class RayExecutor(Executor):
             pass
 
     def _await_warm_up(self) -> None:
-        thread, self._warming = self._warming, None
-        if thread is not None and thread is not threading.current_thread():
-            thread.join()
+        thread = self._warming
+        if thread is None or thread is threading.current_thread():
+            return
+        thread.join()
+        self._warming = None
 
     def warm_up(self, device: str, wanted: int | None = None) -> float:
         """Start the measuring actors for ``device`` now (as many as it has slots, or ``wanted``)
