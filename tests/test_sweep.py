@@ -292,6 +292,24 @@ def test_worker_death_is_a_failed_record_and_the_rest_complete(ray_executor, fau
             assert rec["error"] is None and rec["passed"] is True, rec["error"]
 
 
+def test_a_failed_configuration_keeps_its_workers_output_in_the_run_folder_not_on_the_console(
+    ray_executor, fault_family, tmp_path, capfd
+):
+    """What a configuration's worker prints (a failing compiler's whole PTX, here a line the fault
+    family prints before it raises) goes to a log file, never to the console; the failed record
+    names the file holding its part of the log, under the executor's log folder."""
+    tasks = _faults(fault_family, [(8, {"FAULT": "raise"}), (9, {})])
+    result = run_sweep(tasks, ray_executor, Store(tmp_path / "r.sqlite"))
+    (failed,) = [r for r in result.records if r["error"]]
+    assert not failed["cannot_run"] and "injected fault: raise" in failed["error"]
+    log = Path(failed["log"])
+    assert log.parent == Path(ray_executor.log_dir) / "failed"
+    assert "injected fault: what a failing compiler prints" in log.read_text()
+    time.sleep(3)  # Ray forwards a worker's output to the driver's console within about a second
+    seen = capfd.readouterr()
+    assert "what a failing compiler prints" not in seen.out + seen.err
+
+
 def test_hang_past_timeout_is_recorded_as_timed_out(ray_executor, fault_family, tmp_path):
     tasks = _faults(fault_family, [(8, {"FAULT": "hang"}), (8, {}), (16, {})])
     ray_executor.timeout_s = 10

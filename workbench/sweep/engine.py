@@ -20,6 +20,7 @@ import contextlib
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from workbench.sweep.compile_ahead import submit_tasks
@@ -130,6 +131,8 @@ def run_sweep(
     """Run ``tasks`` on ``executor``; the driver appends each record to ``store`` as it arrives.
     Tasks on a GPU are first submitted to this process's compile service (unless the executor
     compiles ahead itself: Ray), so they are compiled while the ones before them are measured.
+    An executor with a ``log_dir`` not set yet (Ray's) that this call starts keeps its workers'
+    output in ``logs/`` beside the store.
 
     ``resume``: tasks whose key is already in the store are skipped (counted in
     ``progress.skipped``). A KeyboardInterrupt stops the sweep: what arrived is in the store, the
@@ -148,6 +151,8 @@ def run_sweep(
         submit_tasks(todo, getattr(executor, "specs", None))
     owned = False
     if not getattr(executor, "_started", False):
+        if getattr(executor, "log_dir", False) is None and getattr(store, "path", ":memory:") != ":memory:":
+            executor.log_dir = str(Path(store.path).resolve().parent / "logs")  # workers' output: the run's folder
         executor.start()
         executor._started = owned = True
     stream = executor.run(todo, cancel)
