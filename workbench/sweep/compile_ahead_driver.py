@@ -260,7 +260,7 @@ class CompileAheadByNode:
     Without a cluster cache: a :class:`CompileAhead` per node whose compile workers run on that
     node and write into its own Triton cache, so nodes need no shared disk. Each node's compile
     workers are fed in the order that node's measuring actors will reach the queue
-    (:meth:`workbench.sweep.lanes.Lanes.feed_order`), and a measuring actor takes what its own
+    (:meth:`workbench.sweep.lanes.Lanes.reach_times`), and a measuring actor takes what its own
     node compiled (:meth:`for_node`). On one host, one node: the same as its single
     :class:`CompileAhead`.
 

@@ -50,16 +50,25 @@ the queue's lanes (:mod:`workbench.sweep.lanes`), a run's compile-ahead
   per node; on cuda by default :func:`workbench.sweep.compile_ahead_driver.default_compile_workers`
   of the node's CPUs and GPUs), held on that node and writing into its own Triton cache, below
   the folder its Ray node's environment names (:data:`workbench.sweep.tasks.NODE_CACHE`): nodes
-  need no shared disk. Each node's are fed in the order its measuring actors will reach the
-  queue, and an actor takes what its own node compiled
+  need no shared disk. With the cluster cache (``cluster_cache``, on by default:
+  :mod:`workbench.sweep.cluster_cache`) every process also reads and writes one store of the
+  kernels compiled anywhere in the cluster, each compiled once, and one compile-ahead over every
+  node's workers compiles each configuration once; without it each node's workers are fed what
+  that node's actors will reach, and an actor takes what its own node compiled
   (:class:`workbench.sweep.compile_ahead_driver.CompileAheadByNode`).
 - CPUs (``place_cpus``, an embedded Ray on GPUs): each measuring actor moves onto physical cores
   of its own, and the compile workers onto the rest (:mod:`workbench.sweep.cpus`), so the
   compile-ahead's work does not slow the host side of a measurement (host and call times).
 - Lanes (:class:`workbench.sweep.lanes.Lanes`): each measuring actor works through a contiguous
   share of the queue of its own, so it makes the inputs of only its share's problems; one that
-  runs out takes from the back of the share with the most expected seconds left (each kind of
-  configuration is expected to take what its finished ones took).
+  has nothing it can start takes a compiled task from the back of another share, heaviest first
+  (each kind of configuration is expected to take what its finished ones took).
+- The start: an embedded Ray's worker processes import the measuring stack as they start
+  (``preload``: :mod:`workbench.sweep.preload`), before the actors are put in them.
+  :func:`shared` keeps one started executor for a whole process (a notebook's sessions).
+- Output: every worker's standard output and error go to a file in ``log_dir``
+  (:mod:`workbench.sweep.worker_log`), never to the console; a failed configuration's part of
+  its worker's log is kept in ``log_dir/failed/`` and named by its record (``log``).
 - No retries: a configuration is never retried blindly. A call past ``timeout_s`` is recorded as
   timed out and its actor killed (a new one takes its place); an actor that dies (``os._exit``, a
   signal, a device abort, out of memory) is recorded as ``worker died`` with Ray's reason, and
