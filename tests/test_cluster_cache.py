@@ -93,6 +93,7 @@ def ray_two_cpus():
         ray.shutdown()
     saved = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(import_path())
+    log_env = os.environ.pop("WORKBENCH_WORKER_LOG_DIR", None)  # an earlier embedded executor's, if any
     for attempt in range(3):  # a loaded machine can miss Ray's start-up wait
         try:
             ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False)
@@ -105,6 +106,8 @@ def ray_two_cpus():
         yield ray
     finally:
         ray.shutdown()
+        if log_env is not None:
+            os.environ["WORKBENCH_WORKER_LOG_DIR"] = log_env
         if saved is None:
             os.environ.pop("PYTHONPATH", None)
         else:

@@ -248,6 +248,7 @@ class RayExecutor(Executor):
         self._store_name: str | None = None
         self._failures = 0  # failed configurations whose log was kept
         self._warming: threading.Thread | None = None  # a warm-up begun in the background
+        self._log_env: str | None = None  # LOG_DIR_ENV before start() set it (an embedded Ray)
 
     # --- life cycle -----------------------------------------------------------------------
     def start(self) -> None:
@@ -266,6 +267,7 @@ class RayExecutor(Executor):
                 # Workers start from the raylet this process starts: they inherit this path, and
                 # the log folder their preload sends their output to.
                 os.environ["PYTHONPATH"] = os.pathsep.join(import_path())
+                self._log_env = os.environ.get(LOG_DIR_ENV)  # put back at close: a later Ray's workers log elsewhere
                 os.environ[LOG_DIR_ENV] = self.log_dir
                 if self.preload:
                     kwargs["_system_config"] = dict(PRELOAD_CONFIG)
@@ -310,6 +312,11 @@ class RayExecutor(Executor):
         self._pools.clear()
         if self._owns and self.ray.is_initialized():
             self.ray.shutdown()
+        if self._owns and not self.address:
+            if self._log_env is None:
+                os.environ.pop(LOG_DIR_ENV, None)
+            else:
+                os.environ[LOG_DIR_ENV] = self._log_env
         self._owns = False
 
     def describe(self) -> str:
