@@ -152,7 +152,7 @@ def run(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     # This run's own (empty) Triton cache root, outside OUT so the results stay small.
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"wb-sweep-triton-gpus{args.gpus}-")
-    cluster = start_nodes(args) if args.nodes > 1 else None
+    cluster = start_nodes(args, out / "logs") if args.nodes > 1 else None
     items = tune_plan(args.device, args.quick) if args.sweep == "tune" else plan(args.quick)
     if args.limit:  # every k-th configuration: a smaller sweep over the same ranges
         step = max(1, len(items) // args.limit)
@@ -167,7 +167,13 @@ def run(args) -> int:
     else:
         slots = dict(num_gpus=args.gpus, gpus_per_task=1)
     ex = RayExecutor(
-        **slots, timeout_s=args.timeout_s, compile_workers=args.compile_workers, place_cpus=not args.shared_cpus
+        **slots,
+        timeout_s=args.timeout_s,
+        compile_workers=args.compile_workers,
+        place_cpus=not args.shared_cpus,
+        cluster_cache=not args.no_cluster_cache,
+        log_dir=out / "logs",
+        preload=not args.no_preload,
     )
     with opened(ex):  # Ray's start is timed apart from the sweep
         ray_started = time.perf_counter()
@@ -198,8 +204,11 @@ def run(args) -> int:
             "measured": len(result.records),
             "skipped": len(result.skipped),
             "failed": len(result.failed),
+            "cannot_run": len(result.refused),
             "warm": bool(args.warm),
+            "preload": not args.no_preload,
             "sweep_s": swept - started,
+            "to_last_record_s": swept - t0,
             "ray_start_s": ray_started - t0,
             "workers_s": started - ray_started,
             "close_s": done - swept,
@@ -214,10 +223,10 @@ def run(args) -> int:
     runs_path.write_text(json.dumps({"runs": runs}, indent=1))
     write_json(store.records(), out / "records.json")
     print(
-        f"{args.gpus} {args.device} slot(s): {len(result.records)} measured ({len(result.failed)} failed), "
-        f"{len(result.skipped)} already recorded; sweep {swept - started:.1f} s; apart from it: Ray's start "
-        f"{ray_started - t0:.1f} s, the workers' start {started - ray_started:.1f} s, Ray's stop {done - swept:.1f} s "
-        f"(session {done - t0:.1f} s)"
+        f"{args.gpus} {args.device} slot(s): {len(result.records)} measured ({len(result.refused)} cannot run, "
+        f"{len(result.failed)} failed), {len(result.skipped)} already recorded; sweep {swept - started:.1f} s; apart "
+        f"from it: Ray's start {ray_started - t0:.1f} s, the workers' start {started - ray_started:.1f} s, Ray's stop "
+        f"{done - swept:.1f} s (from the call to the last record {swept - t0:.1f} s, session {done - t0:.1f} s)"
     )
     print("where the time went (s): " + ", ".join(f"{k} {v:.1f}" for k, v in split.items()))
     for line in describe_where(where):
@@ -231,6 +240,13 @@ def run(args) -> int:
             f"{ahead['first_call_cached']}/{len(result.records)}; compiled on the measuring node "
             f"{ahead['compiled_on_its_node']}, found in its cache before the first call {ahead['found_on_node']}"
         )
+        kernels = ahead.get("kernels") or {}
+        if kernels:
+            print(
+                f"kernels compiled in the cluster: {kernels['distinct']} distinct, {kernels['compiles']} compiles "
+                f"(counted from the records; {kernels['more_than_once']} compiled more than once); the cluster "
+                f"cache's own count: {kernels.get('store')}"
+            )
     return 0
 
 
@@ -255,6 +271,7 @@ def compile_ahead_summary(result, executor) -> dict:
     first call found every kernel compiled ahead (``first_call_cached``) and that first call's
     seconds summed over them (``cached_first_call_s``). Empty without compile-ahead."""
     from workbench.compiling.note import first_call_cached, note_of
+    from workbench.reports import scaling
 
     summary = dict(executor.compile_ahead)
     if not summary:
@@ -265,16 +282,26 @@ def compile_ahead_summary(result, executor) -> dict:
     notes = [(note_of(r), (r.get("worker") or {}).get("node")) for r in result.records]
     summary["compiled_on_its_node"] = sum(1 for note, node in notes if note.get("ok") and note.get("node") == node)
     summary["found_on_node"] = sum(1 for note, _node in notes if note.get("found_on_node"))
+    shared = summary.get("cluster_cache")
+    if shared:
+        summary["fetched_from_cluster"] = sum(
+            1 for note, _node in notes if "cluster cache" in (note.get("fetched") or {}).values()
+        )
+        summary["kernels"] = scaling.kernel_compiles(result.records, shared)
+        summary["cluster_cache"] = {k: v for k, v in shared.items() if k != "per_kernel"}
     return summary
 
 
-def start_nodes(args):
+def start_nodes(args, log_dir: Path):
     """``args.nodes`` Ray nodes on this machine, the GPUs (or, with ``--device cpu``, the CPU
     workers) split evenly between them, each with its own CPUs' share, ``CUDA_VISIBLE_DEVICES``
-    and Triton cache folder (below this run's): a cluster of hosts that share no disk."""
+    and Triton cache folder (below this run's): a cluster of hosts that share no disk. Their
+    workers import the measuring stack as they start (unless ``--no-preload``) and write their
+    output to ``log_dir``, as an embedded Ray's do."""
     from ray.cluster_utils import Cluster
 
     from workbench.children import import_path
+    from workbench.sweep.ray_executor import LOG_DIR_ENV, PRELOAD_CONFIG
 
     if args.gpus % args.nodes:
         raise SystemExit(f"--gpus {args.gpus} does not split evenly over --nodes {args.nodes}")
@@ -284,12 +311,14 @@ def start_nodes(args):
     base = Path(os.environ["TRITON_CACHE_DIR"])
     nodes = []
     for i in range(args.nodes):
-        env = {"TRITON_CACHE_DIR": str(base / f"node{i}")}
+        env = {"TRITON_CACHE_DIR": str(base / f"node{i}"), LOG_DIR_ENV: str(log_dir)}
         if args.device == "cpu":
             nodes.append({"num_cpus": per, "num_gpus": 0, "env_vars": env})
         else:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in range(i * per, (i + 1) * per))
             nodes.append({"num_cpus": cpus, "num_gpus": per, "env_vars": env})
+    if not args.no_preload:
+        nodes[0]["_system_config"] = dict(PRELOAD_CONFIG)  # the cluster's: every node's raylet reads it
     cluster = Cluster(initialize_head=True, head_node_args=nodes[0])
     for node in nodes[1:]:
         cluster.add_node(**node)
@@ -346,7 +375,7 @@ def timeline_summary(warm_up: dict, run: dict) -> dict:
                 "steps": steps,
                 **{
                     f"{name}_at": round(entry[name] - begun, 3) if entry.get(name) else None
-                    for name in ("process", "asked")
+                    for name in ("process", "preload_begun", "preloaded", "asked")
                 },
                 "cpus": entry.get("cpus"),
                 "ready_at": round(entry["seen"] - begun, 3) if entry.get("seen") else None,
@@ -384,8 +413,10 @@ def describe_where(where: dict) -> list[str]:
         first = a["first_task_at"]
         process = a.get("process_at")
         cpus = a.get("cpus")
+        preloaded = a.get("preloaded_at")
+        preload = "" if preloaded is None else f"imports preloaded at {preloaded:.2f} s, "
         lines.append(
-            f"actor {a['actor']} start: process at {'-' if process is None else f'{process:.2f} s'}, "
+            f"actor {a['actor']} start: process at {'-' if process is None else f'{process:.2f} s'}, {preload}"
             f"asked at {a['asked_at']:.2f} s, {steps}; ready at {a['ready_at']:.2f} s, "
             f"first configuration at {'-' if first is None else f'{first:.2f} s'}"
             f"{f'; on CPUs {cpus}' if cpus else ''}"
@@ -483,6 +514,16 @@ def main(argv=None) -> int:
         type=int,
         default=1,
         help="split the GPUs over this many Ray nodes on this machine, each with a Triton cache of its own",
+    )
+    p.add_argument(
+        "--no-cluster-cache",
+        action="store_true",
+        help="no Triton cache shared by the nodes (each node compiles what its actors need, as before issue 60)",
+    )
+    p.add_argument(
+        "--no-preload",
+        action="store_true",
+        help="Ray's worker processes do not import the measuring stack as they start (as before issue 60)",
     )
     p.add_argument("--out", default="results/sweep_scaling")
     p.add_argument("--compare", default=None, help="print the table of the runs under this folder")

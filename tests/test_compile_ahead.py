@@ -242,18 +242,21 @@ def test_a_free_worker_takes_a_compiled_task_first_then_one_no_compiler_holds():
     assert first.key == tasks[1].key and first.extra["compiled_ahead"] == {"ok": True, "kernels": []}
     second = queue.take("actor", ahead)
     assert second.key == tasks[2].key and "compiled_ahead" not in second.extra
-    assert queue.take("actor", ahead) is None and list(queue.feed_order()) == [tasks[0]]
+    assert queue.take("actor", ahead) is None and [t for t, _at in queue.reach_times()] == [tasks[0]]
     assert queue.take("actor", ahead, wait=False) == tasks[0] and not queue  # a failed warm-up's record
 
 
 def test_each_actor_works_through_a_lane_of_its_own_then_takes_from_the_longest_others_back():
     """Two slots: the queue in two contiguous lanes; each actor takes its lane's front (a
     problem's configurations stay with one actor, which makes its inputs once), the
-    compile-ahead is fed the lanes' fronts in turn, and an actor whose lane is empty takes the
-    last task of the longest other lane. A lane whose actor is gone goes to the next actor."""
+    compile-ahead learns when each task will be reached (the lanes' fronts first, then the next
+    of each), and an actor whose lane is empty takes the last task of the longest other lane. A
+    lane whose actor is gone goes to the next actor."""
     tasks = [_task("rms_norm", "gpu_row", problem={"rows": rows, "hidden": 64}) for rows in range(1, 8)]
     queue = Lanes(tasks, slots=2)
-    assert [t.key for t in queue.feed_order()] == [tasks[i].key for i in (0, 3, 1, 4, 2, 5, 6)]
+    reach = {t.key: at for t, at in queue.reach_times()}
+    step = queue.expected_s(tasks[0])  # nothing measured yet: what the timing budget suggests
+    assert [reach[tasks[i].key] / step for i in (0, 3, 1, 4, 2, 5, 6)] == pytest.approx([0, 0, 1, 1, 2, 2, 3])
     assert queue.take("a", None) == tasks[0] and queue.take("b", None) == tasks[3]
     assert queue.take("a", None) == tasks[1] and queue.take("a", None) == tasks[2]
     assert queue.take("a", None) == tasks[6]  # a's lane is empty: the back of b's
@@ -331,7 +334,6 @@ def test_driver_target_takes_the_environment_then_the_driver_else_the_first_acto
 def test_retarget_drops_what_was_compiled_for_the_other_target():
     """A measuring actor reporting other facts than the driver's: calls in flight are given up
     (their workers replaced), results dropped, and the queue is compiled again for its facts."""
-    from collections import deque
 
     killed, made = [], []
 
@@ -340,14 +342,14 @@ def test_retarget_drops_what_was_compiled_for_the_other_target():
             self.name = name
             self.compile = types.SimpleNamespace(remote=lambda task, facts: (self.name, task.key, facts["name"]))
 
-    def new_worker():
+    def new_worker(old):
         made.append(Worker(f"new{len(made)}"))
         return made[-1]
 
     fake_ray = types.SimpleNamespace(kill=lambda actor, no_restart: killed.append(actor.name))
     tasks = [_task("rms_norm", "gpu_row", problem={"rows": rows, "hidden": 64}) for rows in (1, 2, 3)]
     ahead = CompileAhead(fake_ray, [Worker("w0")], H100, 60, new_worker, source="driver")
-    queue = deque(tasks)
+    queue = [(task, 0.3 * i) for i, task in enumerate(tasks)]  # (task, when an actor reaches it)
     ahead.feed(queue)  # the driver's target: compiling from the start
     assert list(ahead.calls) == [("w0", tasks[0].key, H100["name"])]
     ahead.results[tasks[1].key] = {"ok": True, "kernels": []}
@@ -452,12 +454,12 @@ def test_compile_workers_grow_with_the_gpus_and_leave_cpus_to_the_measuring_acto
 
 def test_four_lanes_share_the_queue_and_an_idle_actor_takes_from_the_longest():
     """Any number of slots (the 4-GPU run of issue 27): 10 tasks in 4 contiguous lanes of 2, 3,
-    2 and 3; each actor keeps to its own; the compile-ahead is fed the fronts in turn; an actor
-    whose lane runs out takes the back of the longest other lane, and every task is taken once."""
+    2 and 3; each actor keeps to its own; the compile-ahead learns the fronts come first; an
+    actor whose lane runs out takes the back of the longest other lane, and every task is taken once."""
     tasks = [_task("rms_norm", "gpu_row", problem={"rows": rows, "hidden": 64}) for rows in range(1, 11)]
     queue = Lanes(tasks, slots=4)
     assert [len(lane) for lane in queue.lanes] == [2, 3, 2, 3]
-    assert [t.key for t in queue.feed_order()][:4] == [tasks[i].key for i in (0, 2, 5, 7)]
+    assert [t.key for t, at in queue.reach_times() if at == 0] == [tasks[i].key for i in (0, 2, 5, 7)]
     actors = ["a", "b", "c", "d"]
     assert [queue.take(x, None) for x in actors] == [tasks[i] for i in (0, 2, 5, 7)]
     assert queue.take("a", None) == tasks[1]
@@ -499,20 +501,25 @@ def test_a_nodes_compile_workers_are_fed_from_its_own_actors_lanes_then_from_the
     queue = Lanes(tasks, slots=4)  # lanes of 2: (0, 1), (2, 3), (4, 5), (6, 7)
     queue.take("a", None)  # a holds lane 0, b lane 1: a on node 1, b on node 2
     queue.take("b", None)
-    assert [t.key for t in queue.feed_order({"a"})] == [tasks[i].key for i in (1, 4, 6, 5, 7)]
-    assert [t.key for t in queue.feed_order({"b"})] == [tasks[i].key for i in (3, 4, 6, 5, 7)]
-    assert [t.key for t in queue.feed_order(set())] == [
-        tasks[i].key for i in (4, 6, 5, 7)
-    ]  # a node with no actor up yet
-    assert len(list(queue.feed_order())) == 6
+
+    def keys(actors=None):
+        return [t.key for t, _at in queue.reach_times(actors)]
+
+    assert keys({"a"}) == [tasks[i].key for i in (1, 4, 5, 6, 7)]
+    assert keys({"b"}) == [tasks[i].key for i in (3, 4, 5, 6, 7)]
+    assert keys(set()) == [tasks[i].key for i in (4, 5, 6, 7)]  # a node with no actor up yet
+    assert len(keys()) == 6
 
 
-def test_configurations_expected_to_compile_long_start_first_on_a_quarter_of_the_workers():
-    """A compile the family expects to take seconds (KernelSpec.compile_s: RMSNorm at hidden
-    16384 with 4 rows on 2 warps, 1024 elements a thread) starts at the first feed, however late
-    the measuring actors reach it, on at most a quarter of the workers; the other workers follow
-    the actors' order, and a long task an actor already took is not compiled ahead."""
-    from workbench.sweep.compile_ahead_driver import LONG_COMPILE_S, expected_compile_s
+def test_a_long_compile_starts_when_it_must_to_be_done_as_the_actors_reach_it():
+    """The compile-ahead starts, of the queued tasks, those whose compile must begin soonest: the
+    time the actors reach a task (scaled by REACH_SAFETY) less its expected compile
+    (KernelSpec.compile_s: RMSNorm at hidden 16384 with 4 rows on 2 warps, 1024 elements a thread,
+    expects seconds). So a long compile at the back of a lane starts before the quick ones just
+    ahead of it, and a task an actor already took is not compiled ahead. Finished compiles
+    correct a family's estimates: one that compiled in a quarter of its estimate has the
+    family's other estimates quartered."""
+    from workbench.sweep.compile_ahead_driver import expected_compile_s
 
     def rms(hidden, rows, warps):
         return _task("rms_norm", "gpu_multirow", problem={"rows": 64, "hidden": hidden},
@@ -520,8 +527,8 @@ def test_configurations_expected_to_compile_long_start_first_on_a_quarter_of_the
 
     quick = [rms(h, 1, 4) for h in (1024, 512, 2048, 4096, 256, 128, 64)]
     long_one, longer_one = rms(16384, 4, 2), rms(16384, 8, 2)
-    assert expected_compile_s(longer_one) > expected_compile_s(long_one) >= LONG_COMPILE_S
-    assert all(expected_compile_s(t) < LONG_COMPILE_S for t in quick)
+    assert expected_compile_s(longer_one) > expected_compile_s(long_one) > 2.0
+    assert all(expected_compile_s(t) < 1.0 for t in quick)
     tasks = quick + [long_one, longer_one]
 
     class Worker:
@@ -529,21 +536,48 @@ def test_configurations_expected_to_compile_long_start_first_on_a_quarter_of_the
             self.name = name
             self.compile = types.SimpleNamespace(remote=lambda task, facts: (self.name, task.key))
 
-    ahead = CompileAhead(None, [Worker(f"w{i}") for i in range(8)], H100, 60, None)
-    lanes = Lanes(tasks, slots=2)
-    ahead.feed(lanes.feed_order())
+    ahead = CompileAhead(None, [Worker(f"w{i}") for i in range(4)], H100, 60, None)
+    lanes = Lanes(tasks, slots=2)  # lanes: quick[0:4], then quick[4:7] and the two long ones
+    ahead.feed(lanes.reach_times())
     sent = [key for _worker, key in ahead.calls]
-    # two long slots of eight workers: the longest first, then the other long one, then the queue
-    assert sent[:2] == [longer_one.key, long_one.key]
-    assert sent[2:] == [t.key for t in lanes.feed_order() if t.key not in sent[:2]][:6]
+    assert sent[:2] == [longer_one.key, long_one.key]  # the back of lane 2, but they must start first
+    assert sent[2:] == [quick[0].key, quick[4].key]  # then the lanes' fronts
     # a long task the actors took before any worker was free is not compiled ahead
     ahead2 = CompileAhead(None, [Worker(f"w{i}") for i in range(4)], H100, 60, None)
     lanes2 = Lanes(tasks, slots=1)
-    ahead2.idle.clear()
-    ahead2.feed(lanes2.feed_order())  # nothing idle: nothing sent, nothing found yet
-    assert not ahead2.calls
+    lanes2.lanes[0].remove(longer_one)
     ahead2.attach(longer_one)
-    ahead2.idle.extend(ahead2.workers)
-    ahead2.feed(lanes2.feed_order())
+    ahead2.feed(lanes2.reach_times())
     sent2 = [key for _worker, key in ahead2.calls]
     assert longer_one.key not in sent2 and sent2[0] == long_one.key
+    # learning: the longer one compiled in a quarter of its estimate
+    ref = next(ref for ref, (key, _w, _t) in ahead.calls.items() if key == longer_one.key)
+    ahead.ray = types.SimpleNamespace(get=lambda ref: {"ok": True, "ms": expected_compile_s(longer_one) * 250})
+    ahead.collect(ref)
+    assert ahead.expected_compile_s(long_one) == pytest.approx(expected_compile_s(long_one) / 4)
+
+
+def test_an_actor_with_nothing_to_start_in_its_lane_takes_a_compiled_task_from_another_lane():
+    """Lanes that end together: an actor whose own lane holds only tasks being compiled takes a
+    compiled task from the back of another lane instead of waiting; with its own lane empty it
+    takes a compiled task from any lane before an uncompiled one from the heaviest; it waits
+    only when every task it could take is being compiled."""
+    tasks = [_task("rms_norm", "gpu_row", problem={"rows": rows, "hidden": 64}) for rows in range(1, 9)]
+    ahead = CompileAhead(ray=None, workers=[], facts=H100, limit_s=60, new_worker=None)
+    queue = Lanes(tasks, slots=3)  # lanes: (0, 1), (2, 3, 4), (5, 6, 7)
+    assert queue.take("a", None) == tasks[0]
+    ahead.calls = {"r1": (tasks[1].key, None, 0.0), "r4": (tasks[4].key, None, 0.0)}  # being compiled
+    ahead.results = {tasks[6].key: {"ok": True, "kernels": []}}
+    taken = queue.take("a", ahead)  # its lane holds tasks[1], being compiled: lane 3's compiled one
+    assert taken.key == tasks[6].key and taken.extra["compiled_ahead"]["ok"]
+    assert queue.take("b", ahead).key == tasks[2].key  # b's own lane: its front, which no one compiles
+    ahead.calls["r3"] = (tasks[3].key, None, 0.0)
+    ahead.calls["r5"] = (tasks[5].key, None, 0.0)
+    ahead.calls["r7"] = (tasks[7].key, None, 0.0)
+    assert queue.take("b", ahead) is None  # everything it could take is being compiled: it waits
+    ahead.results[tasks[4].key] = {"ok": True, "kernels": []}
+    del ahead.calls["r4"]
+    assert queue.take("b", ahead).key == tasks[4].key  # compiled now: out of its own lane
+    del ahead.calls["r7"]
+    queue.lanes[0].clear()  # a's lane empty, nothing compiled left
+    assert queue.take("a", ahead).key == tasks[7].key  # the heaviest lane's back that no one compiles

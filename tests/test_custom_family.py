@@ -212,7 +212,7 @@ def test_an_installed_family_sweeps_and_its_records_pass_the_gate(installed, exe
     ]
     argv += ["--num-cpus", "2"] if executor == "ray" else []
     code, text = _cli(installed, *argv, "--out", str(out))
-    assert code == 0 and "1 could not run" in text and "0 wrong results" in text, text
+    assert code == 0 and "1 cannot run" in text and "0 wrong results" in text, text
     rows = json.loads((out / "records.json").read_text())
     assert sorted(r["params"]["BLOCK_SIZE"] for r in rows) == [256, 512]
     assert (out / "report.html").exists()

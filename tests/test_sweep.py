@@ -73,12 +73,15 @@ def test_ray_gives_the_same_records_as_local(ray_executor, tmp_path):
     local_store, ray_store = Store(tmp_path / "local.sqlite"), Store(tmp_path / "ray.sqlite")
     seen: list[Progress] = []
     local = run_sweep(tasks, LocalExecutor(), local_store)
-    remote = run_sweep(tasks, ray_executor, ray_store, progress=lambda p, r: seen.append((p.done, p.failed)))
+    remote = run_sweep(
+        tasks, ray_executor, ray_store, progress=lambda p, r: seen.append((p.done, p.failed, p.cannot_run))
+    )
     assert len(local.records) == len(remote.records) == len(tasks)
     assert _outcome(local_store.records()) == _outcome(ray_store.records())
     failed = [r for r in remote.records if r["error"]]
     assert len(failed) == 2 and all("smaller than hidden" in r["error"] for r in failed)
-    assert seen[-1] == (len(tasks), 2)
+    assert all(r["cannot_run"] for r in failed)  # refused by the family's check: no failure
+    assert seen[-1] == (len(tasks), 0, 2)
     assert {r["worker"]["pid"] for r in remote.records} - {r["worker"]["pid"] for r in local.records}
 
 
@@ -151,8 +154,7 @@ def test_a_target_the_driver_knows_is_compiled_for_before_any_measuring_actor_re
     by_node = own_executor._compile_ahead("cpu", triton_cache_root())
     (ahead,) = by_node.by_node.values()  # one node: one compile-ahead
     assert by_node.facts == H100_FACTS and ahead.source == "environment"
-    queue = __import__("collections").deque(tasks)
-    ahead.feed(queue)
+    ahead.feed([(task, 0.3 * i) for i, task in enumerate(tasks)])  # (task, when an actor reaches it)
     assert ahead.compiling() == {tasks[0].key}
     assert not any(pool.live for pool in own_executor._pools.values())  # no measuring actor yet
     (ref,) = ahead.refs()
@@ -209,7 +211,7 @@ def test_the_first_actor_gives_the_target_where_the_driver_cannot_tell_and_corre
 class FailingWarmUp(DeviceWorker):
     """A measuring actor whose warm-up fails (a device that cannot start)."""
 
-    def ready(self, cache_root, device, placement=None):
+    def ready(self, cache_root, device, placement=None, store=None, log_dir=None):
         raise RuntimeError("this device cannot start")
 
 
@@ -288,6 +290,24 @@ def test_worker_death_is_a_failed_record_and_the_rest_complete(ray_executor, fau
             assert rec["error"] is None and rec["passed"] is False
         else:
             assert rec["error"] is None and rec["passed"] is True, rec["error"]
+
+
+def test_a_failed_configuration_keeps_its_workers_output_in_the_run_folder_not_on_the_console(
+    ray_executor, fault_family, tmp_path, capfd
+):
+    """What a configuration's worker prints (a failing compiler's whole PTX, here a line the fault
+    family prints before it raises) goes to a log file, never to the console; the failed record
+    names the file holding its part of the log, under the executor's log folder."""
+    tasks = _faults(fault_family, [(8, {"FAULT": "raise"}), (9, {})])
+    result = run_sweep(tasks, ray_executor, Store(tmp_path / "r.sqlite"))
+    (failed,) = [r for r in result.records if r["error"]]
+    assert not failed["cannot_run"] and "injected fault: raise" in failed["error"]
+    log = Path(failed["log"])
+    assert log.parent == Path(ray_executor.log_dir) / "failed"
+    assert "injected fault: what a failing compiler prints" in log.read_text()
+    time.sleep(3)  # Ray forwards a worker's output to the driver's console within about a second
+    seen = capfd.readouterr()
+    assert "what a failing compiler prints" not in seen.out + seen.err
 
 
 def test_hang_past_timeout_is_recorded_as_timed_out(ray_executor, fault_family, tmp_path):
@@ -516,7 +536,7 @@ class TwoFakeGpus(RayExecutor):
         return 2
 
 
-ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, configure_logging=False)
+ray.init(address="local", num_cpus=4, num_gpus=2, include_dashboard=False, configure_logging=False)
 spec = kernels.get("rms_norm")
 tasks = [
     make_task(spec, "gpu_row", device="cpu", dtype="fp32", mode="forward", problem={"rows": rows, "hidden": 64},

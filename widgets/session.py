@@ -102,6 +102,12 @@ class Session:
     rep_ms: timing budget per configuration (default 20 on the CPU interpreter, 50 on devices as in
         the H100 suite; sampling stops earlier once the interval is within ±2%).
     problem: overrides of the starting problem (knob name -> value).
+    executor: where the session's sweeps run unless a sweep says otherwise: ``"local"`` (this
+        process), ``"isolate"`` or ``"ray"`` (every GPU of the machine, or a cluster through
+        ``executor_options={"address": ...}``). A Ray executor is started once per Python
+        process, when the session is made, its actors warming up in the background meanwhile,
+        and every later sweep of every session reuses it
+        (:func:`workbench.sweep.ray_executor.shared`).
     """
 
     # The live view ``explorer()`` builds: set by the widgets package (widgets/__init__.py) to the
@@ -121,6 +127,8 @@ class Session:
         rep_ms: float | None = None,
         seed: int = 0,
         problem: Mapping[str, Any] | None = None,
+        executor: str | Any = "local",
+        executor_options: Mapping | None = None,
     ):
         self.spec: KernelSpec = get(family) if isinstance(family, str) else family
         self.device: Device = get_device(device)
@@ -159,6 +167,9 @@ class Session:
         self._explorer = None
         self._noted: set[str] = set()
         self._executors: dict = {}  # started executors (a Ray instance) kept for later sweeps
+        self.executor, self.executor_options = executor, dict(executor_options or {})
+        if executor == "ray":  # Ray's start now; its actors warm up while the notebook goes on
+            self._executor(executor, self.executor_options)
 
     # --- what can run -----------------------------------------------------------------------
     @property
@@ -313,7 +324,7 @@ class Session:
         show: bool = True,
         progress: Progress | None = None,
         cancel: threading.Event | None = None,
-        executor: str | Any = "local",
+        executor: str | Any | None = None,
         executor_options: Mapping | None = None,
     ):
         """1-D sweep of ``axis`` (problem knob or tile Param) over ``values`` for ``variants``.
@@ -326,9 +337,10 @@ class Session:
         figure falls back to ms and says so).
 
         ``executor``: ``"local"`` (this process), ``"isolate"`` (a subprocess per configuration)
-        or ``"ray"`` (one Ray task per configuration: an embedded local Ray, or
+        or ``"ray"`` (one Ray actor per GPU: an embedded local Ray, or
         ``executor_options={"address": ...}``; also ``timeout_s``, ``gpus_per_task``,
-        ``num_cpus``), or an executor object (:mod:`workbench.sweep.executors`). Every executor
+        ``num_cpus``), or an executor object (:mod:`workbench.sweep.executors`); None: the
+        session's (its ``executor``, ``"local"`` by default). Every executor
         goes through the one sweep engine (:mod:`workbench.sweep.engine`): this process writes
         the store; a configuration that crashes or hangs its worker is an error record.
         """
@@ -377,7 +389,7 @@ class Session:
         show: bool = True,
         progress: Progress | None = None,
         cancel: threading.Event | None = None,
-        executor: str | Any = "local",
+        executor: str | Any | None = None,
         executor_options: Mapping | None = None,
     ):
         """2-D sweep of one variant over ``x_axis x y_axis`` (knobs and/or tile Params).
@@ -484,11 +496,12 @@ class Session:
         if bar is not None:
             bar.bar_style = "success"
         if not quiet:
-            failed = sum(1 for r in rows if r.error)
+            refused = sum(1 for r in rows if r.error and r.cannot_run)
+            failed = sum(1 for r in rows if r.error and not r.cannot_run)
             wrong = sum(1 for r in rows if r.error is None and r.passed is False)
             print(
                 f"{request.label}: {len(rows)} configurations ({len(rows) - cached} measured, "
-                f"{cached} cached), {failed} could not run, {wrong} failed their check, "
+                f"{cached} cached), {refused} cannot run, {failed} failed, {wrong} failed their check, "
                 f"{time.perf_counter() - t0:.1f} s"
             )
         return Swept(rows, plan)
@@ -522,9 +535,13 @@ class Session:
 
     def _executor(self, executor, options: Mapping | None):
         """The executor a sweep runs on: ``"local"`` (holding the session's lock), ``"isolate"``,
-        ``"ray"`` (started once and kept for the session's later sweeps) or an executor object."""
+        ``"ray"`` (the process's, :func:`workbench.sweep.ray_executor.shared`: started once and
+        kept for every later sweep) or an executor object; None: the session's."""
         from kernels.spec import worker_module
         from workbench.sweep.engine import make_executor
+
+        if executor is None:
+            executor, options = self.executor, options if options is not None else self.executor_options
 
         if executor == "local" and not options:
             return make_executor("local", lock=self._lock, specs={self.spec.name: self.spec})
@@ -542,10 +559,17 @@ class Session:
             opts = dict(options or {})
             if executor == "isolate":
                 ex = make_executor("local", isolate=True, timeout_s=opts.get("timeout_s"))
+            elif executor == "ray":
+                from workbench.sweep.ray_executor import shared
+
+                make_executor("ray", **opts)  # checks the options (and that Ray is installed) first
+                options = {k: v for k, v in opts.items() if v is not None}
+                ex = shared(options, warm_device=self.device.kind, log_dir=self.out_dir / "ray-logs")
             else:
                 ex = make_executor(executor, **opts)
-            ex.start()
-            ex._started = True  # kept for the next sweep; run_sweep leaves it running
+            if not getattr(ex, "_started", False):
+                ex.start()
+                ex._started = True  # kept for the next sweep; run_sweep leaves it running
             self._executors[name] = ex
         return ex
 
@@ -778,7 +802,7 @@ class Session:
         import pandas as pd
         from IPython.display import display
 
-        print(f"{len(failures)} configuration(s) failed:")
+        print(f"{len(failures)} configuration(s) without a time (cannot run, or failed):")
         display(pd.DataFrame(failures))
 
     def _show_best(self, best: dict) -> None:

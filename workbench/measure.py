@@ -122,6 +122,9 @@ class Record:
     # table of its own (kernels.tuned_tables.joined_sources); "" for variants without tiles.
     tiles_source: str = ""
     error: str | None = None
+    # True: the configuration was refused before anything launched (the variant's check, a tile
+    # or problem the spec rejects, a dtype or mode it lacks): it cannot run, which is no failure
+    cannot_run: bool = False
     seed: int = 0
     versions: dict = field(default_factory=dict)
     commit: str = ""
@@ -348,7 +351,7 @@ def _prepare(spec, config, shared: _Shared) -> tuple[Record, _Prepared | None]:
     dtype, seed = config.get("dtype", "bf16"), config.get("seed", 0)
     problem, params = config.get("problem"), config.get("params")
     device, on_error = shared.device, shared.on_error
-    record = None
+    record, launched = None, False
     try:
         dev = get_device(device)
         dt = dtype_name(dtype)
@@ -372,6 +375,7 @@ def _prepare(spec, config, shared: _Shared) -> tuple[Record, _Prepared | None]:
             var.check(prob, prm, dt, dev)
         if var.tiles_source is not None:
             record.tiles_source = var.tiles_source(prob, prm, dev)
+        launched = True  # from here on a failure is the configuration's own, not a refusal
         with shared.phases("compile"):  # a compile process may be finishing it (workbench.compiling.service)
             ahead = compile_service.settle(spec, var, dt, mode, prob, prm)
         step = _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, record, shared)
@@ -390,6 +394,7 @@ def _prepare(spec, config, shared: _Shared) -> tuple[Record, _Prepared | None]:
             record = _new_record(spec, name, "?", mode, str(dtype), str(device), "", dict(problem or {}), params, seed)
         record.error = _short_error(exc)
         record.passed = False
+        record.cannot_run = isinstance(exc, ValueError) and not launched
         return record, None
 
 

@@ -88,18 +88,23 @@ class Progress:
 
     def sweep(self, every_s: float = QUIET_S):
         """A callback for the sweep engine's ``progress(progress, record)``: the bar follows its
-        count; in a log a line every ``every_s`` and for each configuration that failed."""
+        count; in a log a line every ``every_s``. A configuration that truly failed gets one line
+        of its own (:func:`failure_line`), on a terminal too; one that cannot run (the record's
+        ``cannot_run``: its tile refused before anything launched) is only counted."""
 
         def show(p, record=None) -> None:
             with self._lock:
                 gained = p.done - self.done
                 self.total = p.total
+            failed = record is not None and not record.get("cannot_run")
+            failed = failed and bool(record.get("error") or record.get("passed") is False)
+            if failed:
+                self.line(failure_line(record), count=False)
             if self._bar is not None:
                 self.advance(max(gained, 0), total=p.total)
                 return
             with self._lock:
                 self.done = p.done
-            failed = record is not None and (record.get("error") or record.get("passed") is False)
             now = time.monotonic()
             if p.remaining == 0 or failed or now - self._printed_at >= every_s:
                 self._printed_at = now
@@ -121,3 +126,16 @@ class Progress:
                 what = f" {self._doing}" if self._doing else ""
                 count = f" ({self.done}/{self.total} done)" if self.total else ""
                 print(f"… still running{what}{count}: {time.monotonic() - self.started:.0f} s", flush=True)
+
+
+def failure_line(record: dict, width: int = 240) -> str:
+    """One line for a configuration that failed: what it was and the first line of its error,
+    with the file holding its full log where the executor kept one (``record["log"]``)."""
+    tiles = " ".join(f"{k}={v}" for k, v in (record.get("params") or {}).items() if v != "auto")
+    problem = " ".join(f"{k}={v}" for k, v in (record.get("problem") or {}).items())
+    error = (record.get("error") or "wrong result").strip().splitlines() or ["?"]
+    text = f"failed: {record.get('kernel', '?')}/{record.get('variant', '?')} {tiles} [{problem}]: {error[0]}"
+    if len(text) > width:
+        text = text[: width - 1] + "…"
+    log = record.get("log")
+    return f"{text} (full log: {log})" if log else text

@@ -31,6 +31,7 @@ def _reference(inputs, problem):
 
 def _run(inputs, problem, FAULT="none", SCALE=1):
     if FAULT == "raise":
+        print("injected fault: what a failing compiler prints", flush=True)
         raise RuntimeError("injected fault: raise")
     if FAULT == "exit":
         os._exit(3)

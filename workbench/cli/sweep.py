@@ -166,13 +166,14 @@ def main(argv) -> int:
         raise
     recs = result.records
     wrong = [r for r in recs if not r.get("error") and r.get("passed") is False]
-    errors = [r for r in recs if r.get("error")]
+    errors = [r for r in result.failed if r.get("error")]
     print(
-        f"{len(recs)} measured, {len(result.skipped)} already recorded, {len(errors)} could not run / crashed / "
-        f"timed out, {len(wrong)} wrong results; {result.progress.elapsed_s:.1f} s"
+        f"{len(recs)} measured, {len(result.skipped)} already recorded, {len(result.refused)} cannot run (refused "
+        f"before launch), {len(errors)} failed / crashed / timed out, {len(wrong)} wrong results; "
+        f"{result.progress.elapsed_s:.1f} s"
     )
-    for r in errors[:20]:
-        print(f"  {r['variant']} {r.get('params')} {r.get('problem')}: {r['error'][:200]}")
+    for r in result.refused[:20]:
+        print(f"  cannot run: {r['variant']} {r.get('params')}: {r['error'][:200]}")
     paths = write_outputs(out, store, title=f"Sweep {spec.name}")
     store.close()
     print("wrote " + ", ".join(str(p) for p in paths.values()))

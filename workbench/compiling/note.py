@@ -43,7 +43,10 @@ def noted(compile_facts: dict, ahead: dict) -> dict:
     load plus one run), False when one had not, None when the record names no kernel hashes (the
     interpreter, or compile facts not read); and ``found_on_node``: whether the measuring worker
     found every kernel compiled ahead in its own node's Triton cache before its first call
-    (None: not asked, or nothing to find)."""
+    (None: not asked, or nothing to find). With a Ray sweep's cluster cache
+    (:mod:`workbench.sweep.cluster_cache`) also ``how``: per kernel hash, its name and whether
+    the compile process compiled it (``"compiled"``) or found it (``"node cache"``, ``"cluster cache"``,
+    ``"waited"``), and ``fetched``: per kernel hash, how the measuring worker's node got it."""
     facts = dict(compile_facts)
     first_call = [k.get("hash") for k in facts.get("kernels") or []]
     ahead_hashes = {k.get("hash") for k in ahead.get("kernels") or [] if k.get("hash")}
@@ -61,9 +64,46 @@ def noted(compile_facts: dict, ahead: dict) -> dict:
         "first_call_cached": cached,
         "found_on_node": ahead.get("found_on_node"),
     }
+    how = {k["hash"]: {"name": k.get("name"), "how": k["how"]} for k in ahead.get("kernels") or [] if k.get("how")}
+    if how:  # with a cluster cache: whether the compile process compiled each kernel or found it
+        note["how"] = how
+    if ahead.get("fetched"):  # copied from the cluster cache into the measuring node's before the first call
+        note["fetched"] = ahead["fetched"]
     if ahead.get("error"):
         note["error"] = ahead["error"]
     if ahead.get("waited_ms") is not None:
         note["waited_ms"] = round(float(ahead["waited_ms"]), 1)
     facts[NOTE] = note
     return facts
+
+
+def compiles_per_kernel(records) -> dict:
+    """How many times each distinct kernel was compiled, counted from records of a Ray sweep with
+    a cluster cache: ``{hash: {"name", "compiles", "by"}}``, one compile per process that
+    compiled it (a process compiles a kernel at most once), from each record's compile-ahead note
+    (``how``) and its own first call (``compile_facts["cluster_cache"]``, the measuring process's).
+    Kernels no record says anything about are absent."""
+    out: dict = {}
+
+    def seen(digest, name, how, process) -> None:
+        entry = out.setdefault(digest, {"name": name, "compiles": 0, "by": []})
+        entry["name"] = entry["name"] or name
+        if how == "compiled" and process not in entry["by"]:
+            entry["by"].append(process)
+            entry["compiles"] += 1
+
+    for record in records:
+        facts = record.get("compile_facts") or {}
+        names = {k.get("hash"): k.get("name") for k in facts.get("kernels") or [] if k.get("hash")}
+        note = facts.get(NOTE) or {}
+        for digest, entry in (note.get("how") or {}).items():
+            seen(digest, entry.get("name"), entry.get("how"), (note.get("node"), note.get("worker")))
+        worker = record.get("worker") or {}
+        for digest, how in (facts.get("cluster_cache") or {}).items():
+            seen(
+                digest,
+                names.get(digest),
+                how,
+                (worker.get("node"), f"{worker.get('host', '?')}:{worker.get('pid', '?')}"),
+            )
+    return out

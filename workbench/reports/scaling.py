@@ -72,6 +72,26 @@ def order(runs: dict) -> list[tuple[int, int]]:
     return sorted(runs, key=lambda k: (k[1], k[0]))
 
 
+def kernel_compiles(records, store_stats: dict | None = None) -> dict:
+    """How many times each distinct kernel was compiled in the cluster, counted from the records
+    (:func:`workbench.compiling.note.compiles_per_kernel`): ``distinct`` kernels, ``compiles``,
+    ``more_than_once`` (kernels compiled by two processes or more), ``never`` (kernels the records
+    name whose compile no record saw: compiled by a warm-up or a process whose record failed),
+    and ``store``: the cluster cache's own count (kernels, compiles), where given."""
+    from workbench.compiling.note import compiles_per_kernel
+
+    counted = compiles_per_kernel(records)
+    out = {
+        "distinct": len(counted),
+        "compiles": sum(entry["compiles"] for entry in counted.values()),
+        "more_than_once": sum(1 for entry in counted.values() if entry["compiles"] > 1),
+        "never": sum(1 for entry in counted.values() if entry["compiles"] == 0),
+    }
+    if store_stats:
+        out["store"] = {"kernels": store_stats.get("kernels"), "compiles": store_stats.get("compiles")}
+    return out
+
+
 def compare(runs: dict) -> dict:
     """{"table": a row per run, "against": per run after the first, how its records and best
     configurations agree with the first's} (what ``scaling.json`` holds)."""
@@ -88,7 +108,9 @@ def compare(runs: dict) -> dict:
                 gpus=n,
                 nodes=nodes,
                 configs=len(recs),
-                failed=sum(1 for x in recs if x.get("error") or not x.get("passed")),
+                # a tile the family's check refuses cannot run: not a failure
+                failed=sum(1 for x in recs if (x.get("error") or not x.get("passed")) and not x.get("cannot_run")),
+                cannot_run=sum(1 for x in recs if x.get("cannot_run")),
                 warm=all(x.get("warm") for x in r["runs"]),
                 sweep_s=r["wall_s"],
                 speedup=base["wall_s"] / r["wall_s"] if r["wall_s"] else None,
@@ -100,6 +122,7 @@ def compare(runs: dict) -> dict:
                 # (from the records: on several nodes each node's compile-ahead counts failures again)
                 compilable=sum(1 for x in recs if x.get("passed") or note_of(x).get("ok")),
                 found_on_node=ahead.get("found_on_node"),
+                kernel_compiles=kernel_compiles(recs),
             )
         )
     result = {"table": table, "against": []}
@@ -148,8 +171,9 @@ def table_lines(result: dict, base: tuple[int, int]) -> list[str]:
         lines.append(
             f"{row['gpus']:>4} {row['nodes']:>5} {row['configs']:>8} {row['failed']:>7} {row['sweep_s']:>9.1f} "
             f"{row['configs'] / row['sweep_s']:>7.2f} {row['speedup']:>7.2f}x {session}  ({row['parts']}; "
-            f"{row['first_calls_compiled_ahead']} first calls compiled ahead of {row['compilable']} that compile"
-            f"{'; workers started before the sweep' if row['warm'] else ''})"
+            f"{row['first_calls_compiled_ahead']} first calls compiled ahead of {row['compilable']} that compile; "
+            f"{row['kernel_compiles']['compiles']} compiles of {row['kernel_compiles']['distinct']} distinct kernels "
+            f"counted from the records{'; workers started before the sweep' if row['warm'] else ''})"
         )
     for a in result["against"]:
         lines.append(

@@ -4,10 +4,12 @@ which queued configuration a free measuring actor takes.
 Compile workers (:class:`workbench.sweep.actors.CompileWorker`: CPU-side actors, no GPU asked
 for, none touched, run at a lower priority) compile queued configurations for the measuring
 device (:mod:`workbench.sweep.compile_ahead`) into the host's Triton cache while the GPUs
-measure, in the order the measuring actors will reach them (:meth:`workbench.sweep.lanes.Lanes.feed_order`).
+measure, each started by when it must begin to be done as the measuring actors reach it
+(:meth:`CompileAhead.feed`, from :meth:`workbench.sweep.lanes.Lanes.reach_times`).
 A measuring actor that frees up takes, from its lane, the first configuration whose
 compile-ahead has finished (ok or not), else the first that no compile worker holds (and
-compiles it itself), else waits for the compile in flight, which started earlier than it could.
+compiles it itself), else a finished one from another lane, else waits for the compile in
+flight, which started earlier than it could (:meth:`workbench.sweep.lanes.Lanes.take`).
 Best effort: a configuration that could not be compiled ahead is compiled by its measuring
 actor as before; its record notes what the compile-ahead did
 (:func:`workbench.compiling.note.note_on_record`).
@@ -25,13 +27,16 @@ keeps its workers from run to run, and decides which device's facts it compiles 
 from __future__ import annotations
 
 import dataclasses
+import heapq
+import statistics
 import time
 from collections import deque
 
 from workbench.sweep.actors import kill_actor
 
+SHARED = "all nodes"  # the key of a run's one compile-ahead when its nodes share a cluster cache
 COMPILE_TIMEOUT_S = 300.0  # a compile-ahead past this (or the executor's timeout) is given up
-LONG_COMPILE_S = 2.0  # a configuration expected to compile this long or longer starts first
+REACH_SAFETY = 0.5  # a task may be reached this much sooner than its lane predicts (steals, faster timings)
 
 
 def expected_compile_s(task) -> float:
@@ -68,15 +73,21 @@ def as_queued(task):
 class CompileAhead:
     """One run's compile-ahead: its compile workers, the calls in flight, the results by task key.
 
-    ``feed`` gives idle compile workers the queued tasks none has had (the long ones first, see
-    :meth:`feed`); ``pick`` chooses the
-    task a free measuring actor takes (see the module docstring) and ``attach`` gives it its
-    compile-ahead's result; ``collect`` files a finished call; ``expire`` gives up calls past
-    ``limit_s`` (their worker is replaced); ``retarget`` starts again for other device facts.
-    ``source``: where ``facts`` came from (the summary's ``target``)."""
+    ``feed`` gives idle compile workers the queued tasks none has had, those that must start
+    soonest first (see :meth:`feed`); ``pick`` chooses the task a free measuring actor takes (see
+    the module docstring) and ``attach`` gives it its compile-ahead's result; ``collect`` files a
+    finished call (and learns from its seconds); ``expire`` gives up calls past ``limit_s`` (their
+    worker is replaced); ``retarget`` starts again for other device facts. ``source``: where
+    ``facts`` came from (the summary's ``target``)."""
 
-    def __init__(self, ray, workers: list, facts: dict | None, limit_s: float, new_worker, source: str = "given"):
+    def __init__(
+        self, ray, workers: list, facts: dict | None, limit_s: float, new_worker, source: str = "given", kill=None
+    ):
+        """``new_worker(old)``: a compile worker to take ``old``'s place (on its node);
+        ``kill(worker)``: how a worker is stopped (the executor's, which also releases its
+        leases in the cluster cache; default :func:`kill_actor`)."""
         self.ray = ray
+        self.kill = kill or (lambda worker: kill_actor(ray, worker))
         self.workers = list(workers)
         self.idle = deque(self.workers)
         self.facts = facts
@@ -85,63 +96,82 @@ class CompileAhead:
         self.limit_s = limit_s
         self.new_worker = new_worker
         self.calls: dict = {}  # ref -> (task key, worker, sent at)
+        self._dropped: list = []  # calls of workers replaced mid-compile: collected at finish
         self.results: dict = {}  # task key -> compile_task's result
         self.taken = 0  # tasks measured with a compile-ahead result
-        self._long: list | None = None  # queued tasks expected to compile long, longest first
-        self._long_keys: set = set()
         self._sent_to_actors: set = set()  # keys of the tasks measuring actors have taken
+        self._estimates: dict[str, float] = {}  # task key -> its family's compile estimate (s)
+        self._ratios: dict[str, list[float]] = {}  # family -> compile seconds / its estimate, finished ones
+        self._seconds: dict[str, list[float]] = {}  # family -> compile seconds, finished ones
+        self._medians: dict[tuple, float] = {}  # ("ratio" | "seconds", family) -> the median of those
+        self._families: dict = {}  # task key -> (family, estimate), of the compiles in flight
 
     def compiling(self) -> set:
         """The keys of the tasks being compiled now."""
         return {key for key, _worker, _sent in self.calls.values()}
 
-    def feed(self, tasks) -> None:
-        """Give idle compile workers the tasks none has had: first, on up to a quarter of the
-        workers at a time, those whose family expects a compile of :data:`LONG_COMPILE_S` or
-        more (:func:`expected_compile_s`), longest first; then the first of ``tasks`` (in the
-        order the measuring actors will take them).
+    def feed(self, queued) -> None:
+        """Give idle compile workers the queued tasks none has had (``queued``: ``[(task, seconds
+        until an actor is expected to start it)]``, :meth:`workbench.sweep.lanes.Lanes.reach_times`),
+        those whose compile must start soonest first: the time an actor reaches the task less
+        its expected compile (:meth:`expected_compile_s`).
 
-        Why: on 4 H100s (issue 44, 7488ffb) the last configuration of the 208-configuration sweep
-        was an RMSNorm forward at hidden 16384 with 4 rows on 2 warps (1024 elements a thread,
-        2322 spilled registers) whose compile took 10.8-13.2 s. Begun when the actors' order
-        reached it, it left one GPU waiting 3.9 s for it at the end (one node), or its actor
-        compiled it itself for 11.8 s (two nodes, 27.6 s against 19.4). Begun first, it is
-        done long before the measuring reaches it."""
+        Why: a compile begun only when the actors' order came near its task made the GPU that
+        reached it wait at the sweep's end. On 4 H100s (issue 44, 7488ffb) the last configuration
+        was an RMSNorm forward at hidden 16384 with 4 rows on 2 warps (2322 spilled registers)
+        whose compile took 10.8-13.2 s: one GPU waited 3.9 s for it at the end. b775391 started
+        the families' longest expected compiles first on a quarter of the workers; replayed with
+        that run's times (benchmarks/diagnostics/lane_replay.py), block-sparse tiles expected to
+        compile for 2-6 s (they took 1-1.7 s) filled that quarter, the 9.1 s compile began 4.9 s
+        in, and one actor waited 2.2 s for it at the end. Ordered by when each compile must
+        start, with the estimates corrected by the compiles finished so far, it began first."""
         if self.facts is None or not self.idle:
             return
-        if self._long is None:  # the first feed sees the whole queue
-            tasks = list(tasks)
-            expected = {task.key: expected_compile_s(task) for task in tasks}
-            self._long = sorted((t for t in tasks if expected[t.key] >= LONG_COMPILE_S), key=lambda t: -expected[t.key])
-            self._long_keys = {task.key for task in self._long}
         busy = self.compiling()
-        slots = max(1, len(self.workers) // 4) - len(busy & self._long_keys)
-        while slots > 0 and self.idle and self._long:
-            task = self._long.pop(0)
-            if task.key not in self.results and task.key not in busy and task.key not in self._sent_to_actors:
-                self._send(task)
-                busy.add(task.key)
-                slots -= 1
-        for task in tasks:
-            if not self.idle:
-                break
-            if task.key in self.results or task.key in busy:
-                continue
+        candidates = (
+            (REACH_SAFETY * reach - self.expected_compile_s(task), reach, i, task)
+            for i, (task, reach) in enumerate(queued)
+            if task.key not in self.results and task.key not in busy
+        )
+        for _start, _reach, _i, task in heapq.nsmallest(len(self.idle), candidates):
             self._send(task)
-            busy.add(task.key)
+
+    def expected_compile_s(self, task) -> float:
+        """The seconds ``task``'s compile is expected to take: its family's estimate
+        (:func:`expected_compile_s`) times the median of finished compiles' ratio to theirs; for
+        a family without an estimate, the median of its finished compiles (0 before any)."""
+        estimate = self._estimates.get(task.key)
+        if estimate is None:
+            estimate = self._estimates[task.key] = expected_compile_s(task)
+        if estimate > 0:
+            return estimate * self._medians.get(("ratio", task.family), 1.0)
+        return self._medians.get(("seconds", task.family), 0.0)
+
+    def _learn(self, key: str, result: dict) -> None:
+        family, estimate = self._families.pop(key, (None, 0.0))
+        if family is None or not result.get("ok"):
+            return
+        seconds = float(result.get("ms") or 0.0) / 1e3
+        self._seconds.setdefault(family, []).append(seconds)
+        self._medians[("seconds", family)] = statistics.median(self._seconds[family])
+        if estimate > 0:
+            self._ratios.setdefault(family, []).append(seconds / estimate)
+            self._medians[("ratio", family)] = statistics.median(self._ratios[family])
 
     def _send(self, task) -> None:
         worker = self.idle.popleft()
         ref = worker.compile.remote(task, self.facts)
         self.calls[ref] = (task.key, worker, time.monotonic())
+        self._families[task.key] = (task.family, self._estimates.get(task.key) or 0.0)
 
     def refs(self) -> list:
         return list(self.calls)
 
-    def pick(self, tasks) -> int | None:
+    def pick(self, tasks, compiled_only: bool = False) -> int | None:
         """Which of ``tasks`` (queued, in a free measuring actor's order of preference) it takes,
-        as an index: the first whose compile-ahead finished, else the first no compile worker
-        holds (the actor compiles it itself), else None (it waits for a compile under way)."""
+        as an index: the first whose compile-ahead finished, else (unless ``compiled_only``) the
+        first no compile worker holds (the actor compiles it itself), else None (it waits for a
+        compile under way)."""
         first_free = None
         busy = self.compiling()
         for i, task in enumerate(tasks):
@@ -149,7 +179,7 @@ class CompileAhead:
                 return i
             if first_free is None and task.key not in busy:
                 first_free = i
-        return first_free
+        return None if compiled_only else first_free
 
     def attach(self, task):
         """``task`` as sent to its measuring actor: with its compile-ahead's result, if any."""
@@ -165,6 +195,7 @@ class CompileAhead:
         try:
             self.results[key] = self.ray.get(ref)
             self.idle.append(worker)
+            self._learn(key, self.results[key])
         except self.ray.exceptions.RayError as exc:  # the compile worker died: a new one replaces it
             self.results[key] = _failed(f"compile worker lost: {type(exc).__name__}")
             self._replace(worker)
@@ -174,6 +205,7 @@ class CompileAhead:
         for ref, (key, worker, sent) in list(self.calls.items()):
             if now - sent > self.limit_s:
                 self.calls.pop(ref)
+                self._dropped.append(ref)
                 self.results[key] = _failed(f"no result after {self.limit_s:g} s; its compile worker was replaced")
                 self._replace(worker)
 
@@ -182,23 +214,30 @@ class CompileAhead:
         old target is dropped (those calls' workers are replaced), and compiled again."""
         self.facts, self.source, self.retargeted = facts, "actor", True
         self.results.clear()
-        self._long = None  # found again, from what is queued now, on the next feed
-        for _key, worker, _sent in list(self.calls.values()):
+        for ref, (_key, worker, _sent) in list(self.calls.items()):
+            self._dropped.append(ref)
             self._replace(worker)
         self.calls.clear()
 
     def _replace(self, worker) -> None:
-        kill_actor(self.ray, worker)
-        fresh = self.new_worker()
+        self.kill(worker)
+        fresh = self.new_worker(worker)
         self.workers = [fresh if w is worker else w for w in self.workers]
         self.idle.append(fresh)
 
     def finish(self) -> list:
-        """The workers to keep for the next run; those still compiling are killed (their
-        configurations were measured, or the run was cut short)."""
-        for _key, worker, _sent in list(self.calls.values()):
-            self._replace(worker)
+        """The workers to keep for the next run. Those still compiling (the run was cut short)
+        are stopped, not replaced: their output goes to their log file, so nothing reaches the
+        console, and their calls' errors are collected here, not printed by Ray as unhandled.
+        The executor starts new ones when a later run needs them."""
+        stopped = [(ref, worker) for ref, (_key, worker, _sent) in self.calls.items()]
+        for _ref, worker in stopped:
+            self.kill(worker)
         self.calls.clear()
+        drain(self.ray, [ref for ref, _worker in stopped] + self._dropped)
+        self._dropped = []
+        gone = {id(worker) for _ref, worker in stopped}
+        self.workers = [w for w in self.workers if id(w) not in gone]
         return self.workers
 
     def summary(self) -> dict:
@@ -216,15 +255,22 @@ class CompileAhead:
 
 
 class CompileAheadByNode:
-    """One run's compile-ahead on every node of a cluster: a :class:`CompileAhead` per node whose
-    compile workers run on that node and write into its own Triton cache, so nodes need no
-    shared disk. Each node's compile workers are fed in the order that node's measuring actors
-    will reach the queue (:meth:`workbench.sweep.lanes.Lanes.feed_order`), and a measuring actor
-    takes what its own node compiled (:meth:`for_node`). On one host, one node: the same as its
-    single :class:`CompileAhead`."""
+    """One run's compile-ahead on every node of a cluster.
+
+    Without a cluster cache: a :class:`CompileAhead` per node whose compile workers run on that
+    node and write into its own Triton cache, so nodes need no shared disk. Each node's compile
+    workers are fed in the order that node's measuring actors will reach the queue
+    (:meth:`workbench.sweep.lanes.Lanes.reach_times`), and a measuring actor takes what its own
+    node compiled (:meth:`for_node`). On one host, one node: the same as its single
+    :class:`CompileAhead`.
+
+    With one (:mod:`workbench.sweep.cluster_cache`): a single :class:`CompileAhead`, under the key
+    :data:`SHARED`, over every node's compile workers: each configuration is compiled once in the
+    cluster, in the order all the actors reach the queue, and a measuring actor on any node takes
+    it (its node fetches the kernels from the cluster cache)."""
 
     def __init__(self, by_node: dict):
-        self.by_node = dict(by_node)  # node id -> CompileAhead
+        self.by_node = dict(by_node)  # node id (or SHARED) -> CompileAhead
 
     @property
     def facts(self) -> dict | None:
@@ -241,14 +287,19 @@ class CompileAheadByNode:
 
     def for_node(self, node) -> CompileAhead | None:
         """The compile-ahead of the node a measuring actor runs on (None: that node has none)."""
-        return self.by_node.get(node)
+        return self.by_node.get(node) or self.by_node.get(SHARED)
 
     def feed(self, lanes, actor_nodes: dict) -> None:
         """Feed each node's idle compile workers from the lanes its measuring actors hold
-        (``actor_nodes``: measuring actor -> node), then from the lanes nobody holds yet."""
+        (``actor_nodes``: measuring actor -> node), then from the lanes nobody holds yet; the
+        shared compile-ahead from every lane."""
         for node, ahead in self.by_node.items():
-            if ahead.idle:
-                ahead.feed(lanes.feed_order({actor for actor, where in actor_nodes.items() if where == node}))
+            if not ahead.idle:
+                continue
+            if node == SHARED:
+                ahead.feed(lanes.reach_times())
+            else:
+                ahead.feed(lanes.reach_times({actor for actor, where in actor_nodes.items() if where == node}))
 
     def refs(self) -> list:
         return [ref for ahead in self.by_node.values() for ref in ahead.calls]
@@ -279,6 +330,22 @@ class CompileAheadByNode:
         total["nodes"] = len(parts)
         total["compiled_by_node"] = {node: part["compiled"] for node, part in zip(self.by_node, parts)}
         return total
+
+
+def drain(ray, refs: list, timeout_s: float = 5.0) -> None:
+    """Collect the results (errors, for killed workers) of calls no one waits for any more, so
+    Ray does not print them as unhandled errors."""
+    if not refs:
+        return
+    try:
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    except Exception:  # noqa: BLE001 - Ray stopping
+        return
+    for ref in ready:
+        try:
+            ray.get(ref)
+        except Exception:  # noqa: BLE001 - a killed worker's call: expected
+            pass
 
 
 def _failed(why: str) -> dict:

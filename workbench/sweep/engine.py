@@ -20,6 +20,7 @@ import contextlib
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from workbench.sweep.compile_ahead import submit_tasks
@@ -31,11 +32,15 @@ STORE_NAME = "records.sqlite"
 
 @dataclass
 class Progress:
-    """Where a sweep stands: ``done`` includes ``failed``; ``skipped`` were recorded before (resume)."""
+    """Where a sweep stands: ``done`` includes ``failed`` (real failures: a compile or launch that
+    failed, a wrong result, a crash, a timeout) and ``cannot_run`` (configurations refused before
+    anything launched, a tile the family's check rejects: :func:`cannot_run`); ``skipped`` were
+    recorded before (resume)."""
 
     total: int
     done: int = 0
     failed: int = 0
+    cannot_run: int = 0
     skipped: int = 0
     started: float = field(default_factory=time.monotonic)
     label: str = ""
@@ -58,8 +63,9 @@ class Progress:
         eta = self.eta_s
         eta_text = "?" if eta is None else _duration(eta)
         skipped = f", {self.skipped} already recorded" if self.skipped else ""
+        refused = f", {self.cannot_run} cannot run" if self.cannot_run else ""
         return (
-            f"{self.label}{self.done}/{self.total} done, {self.failed} failed, {self.remaining} remaining, "
+            f"{self.label}{self.done}/{self.total} done{refused}, {self.failed} failed, {self.remaining} remaining, "
             f"{_duration(self.elapsed_s)} elapsed, ETA {eta_text}{skipped}"
         )
 
@@ -91,11 +97,24 @@ class SweepResult:
 
     @property
     def failed(self) -> list[dict]:
+        """Records of real failures (not those that cannot run)."""
         return [r for r in self.records if is_failed(r)]
+
+    @property
+    def refused(self) -> list[dict]:
+        """Records of configurations that cannot run (:func:`cannot_run`)."""
+        return [r for r in self.records if cannot_run(r)]
+
+
+def cannot_run(record: dict) -> bool:
+    """The configuration was refused before anything launched (the family's check rejected its
+    tile, or the spec its problem, dtype or mode): the record's ``cannot_run``."""
+    return bool(record.get("cannot_run"))
 
 
 def is_failed(record: dict) -> bool:
-    return bool(record.get("error")) or record.get("passed") is False
+    """A real failure: an error or a wrong result, other than a configuration that cannot run."""
+    return (bool(record.get("error")) or record.get("passed") is False) and not cannot_run(record)
 
 
 def run_sweep(
@@ -112,6 +131,8 @@ def run_sweep(
     """Run ``tasks`` on ``executor``; the driver appends each record to ``store`` as it arrives.
     Tasks on a GPU are first submitted to this process's compile service (unless the executor
     compiles ahead itself: Ray), so they are compiled while the ones before them are measured.
+    An executor with a ``log_dir`` not set yet (Ray's) that this call starts keeps its workers'
+    output in ``logs/`` beside the store.
 
     ``resume``: tasks whose key is already in the store are skipped (counted in
     ``progress.skipped``). A KeyboardInterrupt stops the sweep: what arrived is in the store, the
@@ -130,6 +151,8 @@ def run_sweep(
         submit_tasks(todo, getattr(executor, "specs", None))
     owned = False
     if not getattr(executor, "_started", False):
+        if getattr(executor, "log_dir", False) is None and getattr(store, "path", ":memory:") != ":memory:":
+            executor.log_dir = str(Path(store.path).resolve().parent / "logs")  # workers' output: the run's folder
         executor.start()
         executor._started = owned = True
     stream = executor.run(todo, cancel)
@@ -143,6 +166,7 @@ def run_sweep(
             result.records.append(body)
             prog.done += 1
             prog.failed += is_failed(body)
+            prog.cannot_run += cannot_run(body)
             if on_record is not None:
                 on_record(task, body)
             if progress is not None:

@@ -2,8 +2,9 @@
 
 :class:`Lanes` decides which queued configuration a free measuring actor of
 :class:`workbench.sweep.ray_executor.RayExecutor` runs next (with the compile-ahead's say,
-:meth:`workbench.sweep.compile_ahead_driver.CompileAhead.pick`), and in which order the
-compile-ahead is fed (:meth:`Lanes.feed_order`).
+:meth:`workbench.sweep.compile_ahead_driver.CompileAhead.pick`), and tells the compile-ahead
+when the actors are expected to reach each queued task (:meth:`Lanes.reach_times`), which it
+compiles by (:meth:`workbench.sweep.compile_ahead_driver.CompileAhead.feed`).
 """
 
 from __future__ import annotations
@@ -32,9 +33,17 @@ class Lanes:
 
     "Longest" is in expected seconds, not in tasks: the executor reports each finished task's
     time (:meth:`done`), and a queued task is expected to take the median of those of its kind
-    (family, variant, mode, dtype and problem), else of all so far, else one second. On the
-    4xH100 (issue 44, lanes cut by count) three actors were busy 9.5-9.9 s and the fourth, holding
-    larger problems, 11.9 s, while one waited 2.4 s for work."""
+    (family, variant, mode, dtype and problem), else of all so far, else what its timing budget
+    suggests (:func:`guess_s`). On the 4xH100 (issue 44, lanes cut by count) three actors were
+    busy 9.5-9.9 s and the fourth, holding larger problems, 11.9 s, while one waited 2.4 s for
+    work.
+
+    Ending together: an actor whose lane holds nothing it can start now (every task of it is
+    being compiled ahead) or nothing at all takes, from the back of the other lanes, heaviest
+    first, a task whose compile-ahead has finished; else one from the heaviest lane that no
+    compile worker holds (compiling it itself); it waits only when every queued task is being
+    compiled. Before, a thief looked at the heaviest lane alone and waited for its compiles
+    while other lanes held compiled tasks."""
 
     def __init__(self, tasks: list, slots: int):
         count = max(1, min(slots, len(tasks)))
@@ -43,7 +52,7 @@ class Lanes:
         self.owners: dict = {}  # actor -> its lane's index
         self._seconds: dict[str, list[float]] = {}  # a kind of task -> its finished tasks' seconds
         self._medians: dict[str, float] = {}  # a kind -> the median of its seconds
-        self._overall = 1.0  # the median of every finished task's seconds (1 before any)
+        self._overall: float | None = None  # the median of every finished task's seconds
         self._kinds: dict[str, str] = {}  # a task's key -> its kind (worked out once)
 
     def done(self, task, seconds: float) -> None:
@@ -56,12 +65,18 @@ class Lanes:
 
     def expected_s(self, task) -> float:
         """The seconds ``task`` is expected to take (see the class docstring)."""
-        return self._medians.get(self._kind_of(task), self._overall)
+        seconds = self._medians.get(self._kind_of(task), self._overall)
+        return guess_s(task) if seconds is None else seconds
 
     def _heaviest(self) -> int:
-        """The index of the lane with the most expected seconds left (before any finished task
-        every one is expected to take a second: the longest lane)."""
-        return max(range(len(self.lanes)), key=lambda i: sum(map(self.expected_s, self.lanes[i])))
+        """The index of the lane with the most expected seconds left."""
+        return self._by_weight()[0]
+
+    def _by_weight(self, but: int | None = None) -> list[int]:
+        """The indexes of the lanes that hold tasks (other than ``but``), the most expected
+        seconds left first."""
+        weights = {i: sum(map(self.expected_s, lane)) for i, lane in enumerate(self.lanes) if lane and i != but}
+        return sorted(weights, key=lambda i: -weights[i])
 
     def _kind_of(self, task) -> str:
         kind = self._kinds.get(task.key)
@@ -75,19 +90,23 @@ class Lanes:
     def __bool__(self) -> bool:
         return any(self.lanes)
 
-    def feed_order(self, actors=None):
-        """Every queued task in the order the actors will reach them: the lanes' fronts in turn.
-        ``actors`` (a node's measuring actors): the lanes those hold, then the lanes no actor
-        holds yet, and none of the others (another node's actors will reach those)."""
+    def reach_times(self, actors=None) -> list[tuple]:
+        """``[(task, seconds)]``: every queued task and when, from now, an actor is expected to
+        start it: its lane's owner, after the tasks before it (their expected seconds). ``actors``
+        (a node's measuring actors): the lanes those hold, then the lanes no actor holds yet, and
+        none of the others (another node's actors will reach those)."""
         lanes = self.lanes
         if actors is not None:
             held = set(self.owners.values())
             mine = sorted({index for actor, index in self.owners.items() if actor in actors})
             lanes = [self.lanes[i] for i in mine] + [lane for i, lane in enumerate(self.lanes) if i not in held]
-        for depth in range(max((len(lane) for lane in lanes), default=0)):
-            for lane in lanes:
-                if depth < len(lane):
-                    yield lane[depth]
+        out = []
+        for lane in lanes:
+            at = 0.0
+            for task in lane:
+                out.append((task, at))
+                at += self.expected_s(task)
+        return out
 
     def release(self, actor) -> None:
         """``actor`` is gone: its lane waits for the actor that takes its place."""
@@ -102,21 +121,45 @@ class Lanes:
 
     def take(self, actor, ahead: CompileAhead | None, wait: bool = True):
         """The task ``actor`` runs next, out of the queue (with its compile-ahead result), or None
-        while the compile-ahead holds every one it could take (``wait`` False: take one anyway)."""
-        lane = self._lane_of(actor)
-        backwards = not lane
-        if backwards:
-            lane = self.lanes[self._heaviest()]
-        index = ahead.pick(reversed(lane) if backwards else lane) if ahead is not None else 0
-        if index is None:
-            if wait:
-                return None
-            index = 0
-        if backwards:
-            index = len(lane) - 1 - index
+        while the compile-ahead holds every queued task (``wait`` False: take one anyway). See
+        the class docstring for the order."""
+        own = self._lane_of(actor)
+        if ahead is None:
+            lane = own if own else self.lanes[self._heaviest()]
+            return lane.popleft() if lane is own else lane.pop()
+        if own:
+            index = ahead.pick(own)
+            if index is not None:
+                return self._remove(own, index, ahead)
+        others = self._by_weight(but=self.owners[actor])
+        for i in others:  # a compiled task from the back of another lane
+            lane = self.lanes[i]
+            index = ahead.pick(reversed(lane), compiled_only=True)
+            if index is not None:
+                return self._remove(lane, len(lane) - 1 - index, ahead)
+        if not own and others:  # nothing compiled anywhere: one no compile worker holds
+            lane = self.lanes[others[0]]
+            index = ahead.pick(reversed(lane))
+            if index is not None:
+                return self._remove(lane, len(lane) - 1 - index, ahead)
+        if wait:
+            return None
+        lane = own if own else self.lanes[others[0]]
+        return self._remove(lane, 0 if lane is own else len(lane) - 1, ahead)
+
+    @staticmethod
+    def _remove(lane: deque, index: int, ahead: CompileAhead):
         task = lane[index]
         del lane[index]
-        return ahead.attach(task) if ahead is not None else task
+        return ahead.attach(task)
+
+
+def guess_s(task) -> float:
+    """The seconds a task is expected to take before any of its kind finished: its timing budget
+    (``rep_ms``, spent on the kernel, call and host timings, plus the warm-up) and about 0.05 s
+    of inputs and checks. The 208-configuration scaling sweep's 40 ms budget gives 0.29 s; its
+    configurations took 0.21-0.24 s (median) on H100s."""
+    return 0.05 + 6 * float(getattr(task, "rep_ms", 100.0) or 100.0) / 1e3
 
 
 def _kind(task) -> str:

@@ -50,16 +50,25 @@ the queue's lanes (:mod:`workbench.sweep.lanes`), a run's compile-ahead
   per node; on cuda by default :func:`workbench.sweep.compile_ahead_driver.default_compile_workers`
   of the node's CPUs and GPUs), held on that node and writing into its own Triton cache, below
   the folder its Ray node's environment names (:data:`workbench.sweep.tasks.NODE_CACHE`): nodes
-  need no shared disk. Each node's are fed in the order its measuring actors will reach the
-  queue, and an actor takes what its own node compiled
+  need no shared disk. With the cluster cache (``cluster_cache``, on by default:
+  :mod:`workbench.sweep.cluster_cache`) every process also reads and writes one store of the
+  kernels compiled anywhere in the cluster, each compiled once, and one compile-ahead over every
+  node's workers compiles each configuration once; without it each node's workers are fed what
+  that node's actors will reach, and an actor takes what its own node compiled
   (:class:`workbench.sweep.compile_ahead_driver.CompileAheadByNode`).
 - CPUs (``place_cpus``, an embedded Ray on GPUs): each measuring actor moves onto physical cores
   of its own, and the compile workers onto the rest (:mod:`workbench.sweep.cpus`), so the
   compile-ahead's work does not slow the host side of a measurement (host and call times).
 - Lanes (:class:`workbench.sweep.lanes.Lanes`): each measuring actor works through a contiguous
   share of the queue of its own, so it makes the inputs of only its share's problems; one that
-  runs out takes from the back of the share with the most expected seconds left (each kind of
-  configuration is expected to take what its finished ones took).
+  has nothing it can start takes a compiled task from the back of another share, heaviest first
+  (each kind of configuration is expected to take what its finished ones took).
+- The start: an embedded Ray's worker processes import the measuring stack as they start
+  (``preload``: :mod:`workbench.sweep.preload`), before the actors are put in them.
+  :func:`shared` keeps one started executor for a whole process (a notebook's sessions).
+- Output: every worker's standard output and error go to a file in ``log_dir``
+  (:mod:`workbench.sweep.worker_log`), never to the console; a failed configuration's part of
+  its worker's log is kept in ``log_dir/failed/`` and named by its record (``log``).
 - No retries: a configuration is never retried blindly. A call past ``timeout_s`` is recorded as
   timed out and its actor killed (a new one takes its place); an actor that dies (``os._exit``, a
   signal, a device abort, out of memory) is recorded as ``worker died`` with Ray's reason, and
@@ -70,17 +79,23 @@ the queue's lanes (:mod:`workbench.sweep.lanes`), a run's compile-ahead
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import os
+import tempfile
 import threading
 import time
+import uuid
 from collections import deque
+from pathlib import Path
 
 from workbench.children import import_path
 from workbench.compiling.target import driver_target
 from workbench.sweep.actors import STARTED_KEY, CompileWorker, DeviceWorker, kill_actor
+from workbench.sweep.cluster_cache import owner_of, start_store
 from workbench.sweep.compile_ahead_driver import (
     COMPILE_TIMEOUT_S,
+    SHARED,
     CompileAhead,
     CompileAheadByNode,
     as_queued,
@@ -91,9 +106,54 @@ from workbench.sweep.lanes import Lanes
 from workbench.sweep.tasks import ERROR_CRASH, ERROR_TIMEOUT, NODE_CACHE, error_record, triton_cache_root
 from workbench.sweep.timeline import Timeline
 
+# Ray's system configuration for an embedded Ray: each worker process imports the measuring stack
+# as it starts (workbench/sweep/preload.py), before an actor is put in it
+PRELOAD_CONFIG = {"preload_python_modules": ["workbench.sweep.preload"]}
+LOG_DIR_ENV = "WORKBENCH_WORKER_LOG_DIR"  # read by the preload in each worker (the embedded Ray's)
+
 MISSING_RAY = (
     "--executor ray needs Ray, which is not installed: pip install 'kernel-workbench[distributed]' (or 'ray==2.60.0')"
 )
+
+
+_SHARED: dict = {}  # options -> the process's shared executor (shared())
+_SHARED_LOCK = threading.Lock()
+
+
+def shared(options: dict | None = None, warm_device: str | None = None, log_dir=None) -> RayExecutor:
+    """The process's Ray executor for ``options`` (:class:`RayExecutor`'s keywords), started on
+    first use and kept for every later sweep of the process: a notebook's sessions and sweeps
+    share one Ray instance, its measuring actors and compile workers, which start once. Asked for
+    with other options, the one kept before is closed first (one Ray instance per process: two
+    executors' actors would wait for each other's GPUs). ``warm_device``: its actors start now,
+    in the background (:meth:`RayExecutor.warm_up_in_background`); the first sweep waits for
+    what is left of that. ``log_dir``: its workers' log folder, where it is made. Closed when the
+    process exits."""
+    key = tuple(sorted((options or {}).items()))
+    with _SHARED_LOCK:
+        executor = _SHARED.get(key)
+        if executor is None:
+            for other in list(_SHARED):
+                _SHARED.pop(other).close()
+            executor = RayExecutor(**{"log_dir": log_dir, **dict(options or {})})
+            executor.start()
+            executor._started = True  # the engine leaves it running after each sweep
+            _SHARED[key] = executor
+            if warm_device is not None:
+                executor.warm_up_in_background(warm_device)
+        return executor
+
+
+def close_shared() -> None:
+    """Close the process's shared executors (at exit)."""
+    with _SHARED_LOCK:
+        for key in list(_SHARED):
+            executor = _SHARED.pop(key)
+            executor._started = False
+            executor.close()
+
+
+atexit.register(close_shared)
 
 
 def import_ray():
@@ -138,6 +198,9 @@ class RayExecutor(Executor):
         compile_workers: int | None = None,
         compile_target: dict | None = None,
         place_cpus: bool = True,
+        cluster_cache: bool = True,
+        log_dir: str | os.PathLike | None = None,
+        preload: bool = True,
     ):
         """``compile_workers``: compile-ahead actors (0: none; None: :func:`default_compile_workers`
         on cuda with an embedded Ray, none otherwise). ``compile_target``: the device facts to
@@ -145,7 +208,12 @@ class RayExecutor(Executor):
         knows (:func:`workbench.compiling.target.driver_target`), else the first measuring
         actor's. ``place_cpus``: on a host's own GPUs (an embedded Ray), each measuring actor
         runs on physical cores of its own and the compile workers on the others
-        (:class:`workbench.sweep.cpus.Placement`)."""
+        (:class:`workbench.sweep.cpus.Placement`). ``cluster_cache``: every worker reads and
+        writes a Triton cache shared by the whole cluster (:mod:`workbench.sweep.cluster_cache`),
+        so each kernel is compiled once in it. ``log_dir``: where the workers' output goes (None:
+        a new temporary folder; ``run_sweep`` gives the out folder's ``logs``). ``preload``: an
+        embedded Ray's worker processes import the measuring stack as they start
+        (:mod:`workbench.sweep.preload`)."""
         self.ray = import_ray()
         self.address = address
         self.gpus_per_task = gpus_per_task
@@ -165,6 +233,7 @@ class RayExecutor(Executor):
         self._target_checked = False  # a measuring actor reported its facts (and they were taken)
         self._compile_class = None
         self._compilers: dict = {}  # node id -> its compile-ahead actors, kept from run to run
+        self._compiler_node: dict = {}  # compile worker -> its node
         self._actor_nodes: dict = {}  # measuring actor -> the node it runs on (from its warm-up)
         self._warmed_compilers: list = []  # those asked to pay their first compile (warm_up)
         self.compile_ahead: dict = {}  # the last run's compile-ahead: workers, compiled, failed, busy_s
@@ -172,17 +241,36 @@ class RayExecutor(Executor):
         self.place_cpus = place_cpus
         self.placement = None  # the CPUs of the measuring slots and compile workers, once planned
         self._clock = Timeline()
+        self.cluster_cache = cluster_cache
+        self.log_dir = None if log_dir is None else str(Path(log_dir).resolve())
+        self.preload = preload
+        self._store = None  # the cluster cache's actor, while started
+        self._store_name: str | None = None
+        self._failures = 0  # failed configurations whose log was kept
+        self._warming: threading.Thread | None = None  # a warm-up begun in the background
+        self._log_env: str | None = None  # LOG_DIR_ENV before start() set it (an embedded Ray)
 
     # --- life cycle -----------------------------------------------------------------------
     def start(self) -> None:
         ray = self.ray
+        if self.log_dir is None:
+            self.log_dir = tempfile.mkdtemp(prefix="workbench-ray-logs-")
+        Path(self.log_dir).mkdir(parents=True, exist_ok=True)
         if not ray.is_initialized():
             kwargs = dict(include_dashboard=False, ignore_reinit_error=True, configure_logging=False)
             if self.address:
                 kwargs["address"] = self.address
             else:
-                # Workers start from the raylet this process starts: they inherit this path.
+                # A Ray instance of its own, even where another one runs on this machine (Ray
+                # would join that one, found in /tmp/ray, and refuse our num_cpus / num_gpus).
+                kwargs["address"] = "local"
+                # Workers start from the raylet this process starts: they inherit this path, and
+                # the log folder their preload sends their output to.
                 os.environ["PYTHONPATH"] = os.pathsep.join(import_path())
+                self._log_env = os.environ.get(LOG_DIR_ENV)  # put back at close: a later Ray's workers log elsewhere
+                os.environ[LOG_DIR_ENV] = self.log_dir
+                if self.preload:
+                    kwargs["_system_config"] = dict(PRELOAD_CONFIG)
                 if self.num_cpus is not None:
                     kwargs["num_cpus"] = self.num_cpus
                 if self.num_gpus is not None:
@@ -202,19 +290,33 @@ class RayExecutor(Executor):
             self._owns = True
         self._actor_class = ray.remote(max_restarts=0, max_task_retries=0)(DeviceWorker)
         self._compile_class = ray.remote(max_restarts=0, max_task_retries=0)(CompileWorker)
+        if self.cluster_cache and self._store is None:
+            self._store_name = f"workbench-kernels-{uuid.uuid4().hex[:12]}"
+            self._store = start_store(ray, self._store_name)
 
     def close(self) -> None:
+        self._await_warm_up()
         if self.ray.is_initialized():
+            self._store, store = None, self._store  # no leases to release: the store ends too
             for pool in self._pools.values():
                 for actor in list(pool.live):
                     self._retire(pool, actor)
             for actor in self._all_compilers():
                 kill_actor(self.ray, actor)
+            if store is not None:
+                kill_actor(self.ray, store)
+        self._store, self._store_name = None, None
+        self._compiler_node.clear()
         self._compilers, self._warmed_compilers = {}, []
         self._actor_nodes.clear()
         self._pools.clear()
         if self._owns and self.ray.is_initialized():
             self.ray.shutdown()
+        if self._owns and not self.address:
+            if self._log_env is None:
+                os.environ.pop(LOG_DIR_ENV, None)
+            else:
+                os.environ[LOG_DIR_ENV] = self._log_env
         self._owns = False
 
     def describe(self) -> str:
@@ -226,6 +328,28 @@ class RayExecutor(Executor):
     def capacity(self, device: str) -> int:
         return self._slots(device)
 
+    def warm_up_in_background(self, device: str) -> None:
+        """:meth:`warm_up` in a thread of its own: the caller goes on (a notebook's next cells),
+        and the next :meth:`run` or :meth:`warm_up` waits for it first."""
+        self._await_warm_up()
+        self._warming = threading.Thread(
+            target=self._warm_quietly, args=(device,), name="workbench-ray-warm-up", daemon=True
+        )
+        self._warming.start()
+
+    def _warm_quietly(self, device: str) -> None:
+        try:
+            self.warm_up(device)
+        except Exception:  # noqa: BLE001 - the run that needs the actors starts them and says what fails
+            pass
+
+    def _await_warm_up(self) -> None:
+        thread = self._warming
+        if thread is None or thread is threading.current_thread():
+            return
+        thread.join()
+        self._warming = None
+
     def warm_up(self, device: str, wanted: int | None = None) -> float:
         """Start the measuring actors for ``device`` now (as many as it has slots, or ``wanted``)
         and, on cuda, the compile workers; return when every measuring actor has finished its
@@ -234,6 +358,7 @@ class RayExecutor(Executor):
         once: a session that sweeps several times (a tune's rounds, a notebook) pays the start
         once, here, not in its first sweep. An actor whose warm-up fails is replaced by the run
         that needs it, which records why."""
+        self._await_warm_up()
         begun = time.monotonic()
         self._clock.open(warm=True)
         self.slots = self._slots(device)
@@ -322,6 +447,7 @@ class RayExecutor(Executor):
         tasks = list(tasks)
         if not tasks:
             return
+        self._await_warm_up()
         device = tasks[0].device
         self.slots = self._slots(device)
         self._plan_placement(device)
@@ -388,6 +514,7 @@ class RayExecutor(Executor):
                         clock.idle(entry[3])
                         if entry[1] is not None:  # how long it ran: what the lanes expect of its kind
                             queue.done(entry[0], time.monotonic() - entry[1])
+                        value = self._kept_log(entry[0], value)
                     else:  # the actor died or its call broke: a fresh one takes its place (and its lane)
                         self._retire(pool, entry[3])
                         queue.release(entry[3])
@@ -417,8 +544,11 @@ class RayExecutor(Executor):
             for _task, _t0, _worker, actor in pending.values():  # interrupted: nothing left running
                 self._retire(pool, actor)
             if ahead is not None:
-                self._compilers = ahead.finish()
+                self._kept_compilers(ahead.finish())
                 self.compile_ahead = ahead.summary()
+                stats = self.cluster_cache_stats()
+                if stats is not None:
+                    self.compile_ahead["cluster_cache"] = stats
             self.timeline = clock.close()
 
     def _grow(self, pool: _Pool, wanted: int, root: str, device: str) -> None:
@@ -427,7 +557,7 @@ class RayExecutor(Executor):
         while len(pool.live) < min(self.slots, wanted):
             actor = self._actor_class.options(**pool.options).remote()
             pool.live.append(actor)
-            pool.starting[actor.ready.remote(root, device, self.placement)] = actor
+            pool.starting[actor.ready.remote(root, device, self.placement, self._store_name, self.log_dir)] = actor
             self._clock.asked(actor)
 
     def _ahead_of(self, ahead: CompileAheadByNode | None, actor) -> CompileAhead | None:
@@ -480,16 +610,31 @@ class RayExecutor(Executor):
             return None  # nothing to learn it from: the interpreter compiles nothing
         limit = self.timeout_s if self.timeout_s is not None else COMPILE_TIMEOUT_S
         self._warm_compilers(facts)  # not awaited: each worker's compiles queue behind it
+        if self._store is not None:  # one compile per configuration in the whole cluster
+            workers = self._all_compilers()
+            return CompileAheadByNode(
+                {SHARED: CompileAhead(self.ray, workers, facts, limit, self._replacement(root), source, self._kill)}
+            )
         return CompileAheadByNode(
             {
-                node: CompileAhead(self.ray, workers, facts, limit, self._compiler_maker(root, node), source)
+                node: CompileAhead(self.ray, workers, facts, limit, self._replacement(root), source, self._kill)
                 for node, workers in self._compilers.items()
                 if workers
             }
         )
 
-    def _compiler_maker(self, root: str, node):
-        return lambda: self._new_compiler(root, node)
+    def _replacement(self, root: str):
+        """A new compile worker on the node of the one it replaces."""
+        return lambda old: self._new_compiler(root, self._compiler_node.get(old))
+
+    def _kept_compilers(self, by_node: dict) -> None:
+        """The compile workers a run's compile-ahead kept (:meth:`CompileAheadByNode.finish`), by
+        the node each runs on; the others were stopped."""
+        kept = [worker for workers in by_node.values() for worker in workers]
+        self._compilers = {}
+        for worker in kept:
+            self._compilers.setdefault(self._compiler_node.get(worker), []).append(worker)
+        self._compiler_node = {worker: self._compiler_node.get(worker) for worker in kept}
 
     def _start_compilers(self, device: str, root: str) -> int:
         """Start (or trim to) the compile workers each node that measures on ``device`` asks for,
@@ -498,14 +643,14 @@ class RayExecutor(Executor):
         for node in list(self._compilers):
             if node not in nodes:  # gone from the cluster: its workers with it
                 for actor in self._compilers.pop(node):
-                    kill_actor(self.ray, actor)
+                    self._kill(actor)
         for node, resources in nodes.items():
             count = self._compile_worker_count(device, resources)
             workers = self._compilers.setdefault(node, [])
             while len(workers) < count:
                 workers.append(self._new_compiler(root, node))
             for actor in workers[count:]:
-                kill_actor(self.ray, actor)
+                self._kill(actor)
             del workers[count:]
         alive = self._all_compilers()
         self._warmed_compilers = [w for w in self._warmed_compilers if w in alive]
@@ -530,7 +675,11 @@ class RayExecutor(Executor):
 
         cpus = self.placement.compile if self.placement is not None else None
         strategy = NodeAffinitySchedulingStrategy(node, soft=False)
-        return self._compile_class.options(num_cpus=0, num_gpus=0, scheduling_strategy=strategy).remote(root, cpus)
+        actor = self._compile_class.options(num_cpus=0, num_gpus=0, scheduling_strategy=strategy).remote(
+            root, cpus, self._store_name, self.log_dir
+        )
+        self._compiler_node[actor] = node
+        return actor
 
     def _known_target(self, device: str) -> tuple[dict | None, str]:
         """The facts to compile for and where they came from ("given", "driver", "environment",
@@ -550,7 +699,39 @@ class RayExecutor(Executor):
         for ref, starting in list(pool.starting.items()):
             if starting is actor:
                 del pool.starting[ref]
+        self._kill(actor)
+
+    def _kill(self, actor) -> None:
+        """Kill a measuring actor or compile worker; the compile leases it held in the cluster
+        cache are released (whoever waits for its kernels compiles them)."""
         kill_actor(self.ray, actor)
+        if self._store is not None:
+            self._store.release.remote(owner_of(actor))
+
+    def _kept_log(self, task, body: dict) -> dict:
+        """A failed record's ``failure_log`` (what its actor printed meanwhile) written to
+        ``<log_dir>/failed/``; the record keeps the file's path as ``log``."""
+        text = body.pop("failure_log", None)
+        if not text or not self.log_dir:
+            return body
+        self._failures += 1
+        path = Path(self.log_dir) / "failed" / f"{self._failures:04d}-{task.family}-{task.variant}.log"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f"# {task.key}\n# {body.get('error') or 'wrong result'}\n{text}")
+        except OSError:
+            return body
+        return {**body, "log": str(path)}
+
+    def cluster_cache_stats(self) -> dict | None:
+        """The cluster cache's counts (:meth:`workbench.sweep.cluster_cache.KernelStore.stats`), or
+        None without one."""
+        if self._store is None:
+            return None
+        try:
+            return self.ray.get(self._store.stats.remote(), timeout=60)
+        except Exception:  # noqa: BLE001 - the counts only: the sweep's records stand
+            return None
 
     def _next(self, gen, task) -> tuple[str, dict]:
         """("started", {"worker": worker info, "at": when}), ("record", record dict) or

@@ -222,7 +222,22 @@ def run_task(task: SweepTask, spec=None) -> dict:
     ahead = task.extra.get("compiled_ahead")
     if ahead is not None:
         body = note_on_record(body, ahead)
+    if os.environ.get("WORKBENCH_KERNEL_STORE"):  # a Ray sweep's cluster cache: how each kernel came
+        body = _note_cluster_cache(body)
     return stamp(body, task, worker_info())
+
+
+def _note_cluster_cache(body: dict) -> dict:
+    """``compile_facts["cluster_cache"]``: per kernel hash of the record's first call, how this
+    process got it (:func:`workbench.sweep.cluster_cache.how_found`: compiled here, or found)."""
+    from workbench.sweep.cluster_cache import how_found
+
+    facts = body.get("compile_facts") or {}
+    how = {k["hash"]: how_found(k["hash"]) for k in facts.get("kernels") or [] if k.get("hash")}
+    how = {digest: way for digest, way in how.items() if way}
+    if how:
+        body = {**body, "compile_facts": {**facts, "cluster_cache": how}}
+    return body
 
 
 def stamp(body: dict, task: SweepTask, worker: dict | None) -> dict:
