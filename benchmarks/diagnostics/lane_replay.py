@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gzip
 import heapq
 import itertools
-import json
 import sys
 from pathlib import Path
 
@@ -339,11 +337,10 @@ def load_run(folder: Path):
     )
     scaling = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(scaling)
-    run = json.loads((folder / "run.json").read_text())["runs"][-1]
-    name = next(n for n in ("records.json", "records.json.gz") if (folder / n).exists())
-    opener = gzip.open if name.endswith(".gz") else open
-    with opener(folder / name, "rt") as f:
-        records = json.load(f)
+    from workbench.store import kept_path, read_json, read_records
+
+    run = read_json(kept_path(folder, "run.json"))["runs"][-1]  # plain or compressed, as reports/ keeps it
+    records = read_records(kept_path(folder, "records.json"))
     items = scaling.plan(False)
     tasks = scaling.tasks_for(items, "cuda", 40.0, False)
     arrived = sorted((t for t in run["timeline"]["run"]["tasks"] if t.get("arrived")), key=lambda t: t["arrived"])
