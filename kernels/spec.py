@@ -16,6 +16,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from kernels.testing import DEFAULT_RULE, ErrorRule
+
 DTYPES: dict[str, torch.dtype] = {
     "fp32": torch.float32,
     "fp16": torch.float16,
@@ -25,7 +27,8 @@ MODES = ("forward", "backward", "full")
 # Variant backends that are not ours: torch paths and peer libraries (compared against, never judged).
 PEER_BACKENDS = ("torch", "peer")
 
-# The usual per-dtype tolerances (atol, rtol) for a kernel against an fp32/fp64 reference.
+# The usual per-dtype tolerances (atol, rtol) for a kernel against the float64 truth: the outer
+# bound around the rule that judges a result by the reference's own error (kernels/testing.py).
 DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
     "fp32": (1e-4, 1e-5),
     "fp16": (2e-2, 1e-2),
@@ -259,13 +262,19 @@ class KernelSpec:
     - ``knobs``: problem knobs with defaults (``quick`` overrides make CPU runs small).
     - ``make_inputs(problem, dtype, device, seed)``: a dict of fresh random tensors (never
       zeros); tensors that should receive gradients have ``requires_grad`` set.
-    - ``reference(inputs, problem)``: the PyTorch oracle; the harness calls it on inputs
-      upcast to fp32 (fp64 on the CPU).
+    - ``reference(inputs, problem)``: the PyTorch oracle; the harness calls it twice on the same
+      inputs: upcast to float64 (the truth; float32 on a device without float64) and in the
+      measured dtype (its own rounding, the yardstick of :class:`~kernels.testing.ErrorRule`).
     - ``output_names``: names of the outputs, in the order ``run`` returns them.
     - ``min_bytes(problem, mode, dtype)``: the fewest bytes the mode must move (None: not known,
       so no bandwidth figures).
     - ``axis``: the knob plots put on the x axis by default.
     - ``memory_bound``: the work is bound by memory traffic (reports chart GB/s against copy bandwidth).
+    - ``error_rule``: how far a result may err as a multiple of the reference's own error
+      (:class:`~kernels.testing.ErrorRule`; a looser ``k`` names its reason); ``tolerances``
+      stay as the outer bound.
+    - ``strided``: our variants take non-contiguous inputs (a row-padded view), so the edge
+      checks (``workbench.edges``) run them too.
     """
 
     name: str
@@ -304,6 +313,8 @@ class KernelSpec:
     # a notebook cell or a script, so its sweeps run on the local executor only). A module path
     # registered for the family (the built-ins', an entry point's) stands for it.
     module: str | None = None
+    error_rule: ErrorRule = DEFAULT_RULE
+    strided: bool = False
 
     @property
     def tuned_parts(self) -> tuple[str, ...]:
