@@ -237,7 +237,9 @@ class Tuning:
     the tile names whose smaller values make a configuration simpler (fewer warps, stages,
     splits), in the order a tie within noise is broken. ``part``: which of the family's tiles the
     table sets, each part in a table of its own (``"forward"``, or ``"backward"`` for a family
-    whose backward kernel has tiles of its own, timed in ``mode="full"``).
+    whose backward kernel has tiles of its own, timed in ``mode="full"``). ``dtypes``: the dtypes
+    a tune may time in instead of ``dtype`` (``workbench tune --dtype``); whichever it times in,
+    the chosen tiles are checked in every dtype the family declares before a table is installed.
     """
 
     variant: str
@@ -253,6 +255,12 @@ class Tuning:
     keep: Callable[[int, Mapping[str, Any]], bool] | None = None
     simpler: tuple[str, ...] = ("num_warps", "num_stages", "SPLITS")
     part: str = "forward"
+    dtypes: tuple[str, ...] = ()  # the dtypes a tune may time in (``--dtype``); () for ``(dtype,)``
+
+    @property
+    def timed_dtypes(self) -> tuple[str, ...]:
+        """The dtypes a tune may time in, the default (``dtype``) first."""
+        return tuple(dict.fromkeys((self.dtype, *self.dtypes)))
 
 
 @dataclass(frozen=True)

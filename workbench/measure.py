@@ -48,9 +48,10 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from kernels.launch import recording
-from kernels.spec import DTYPES, KernelSpec, Variant, as_tuple, dtype_name, get
+from kernels.spec import DTYPES, PEER_BACKENDS, KernelSpec, Variant, as_tuple, dtype_name, get
 from kernels.testing import TensorCheck, compare, judge  # noqa: F401 - compare: public here too
 from workbench import compile_facts, device_state
+from workbench import edges as edges_module
 from workbench.device import Device, check_l2, get_device
 from workbench.kept_inputs import forget_inputs, kept, own_copy  # noqa: F401 - forget_inputs: public here too
 from workbench.phases import Phases
@@ -123,6 +124,12 @@ class Record:
     # "heuristic (<why no table>)" or "explicit", then "; backward: <the same>" for a part with a
     # table of its own (kernels.tuned_tables.joined_sources); "" for variants without tiles.
     tiles_source: str = ""
+    # "contiguous", or "strided": floating inputs of two or more axes as views of every row inside
+    # a wider buffer (row stride > row length), as a slice of a fused projection is.
+    layout: str = "contiguous"
+    # The edge shapes checked beside this configuration (workbench.edges): one verdict each; a
+    # failed one makes the record fail, its failing checks listed in ``checks`` under its label.
+    edges: list[dict] = field(default_factory=list)
     error: str | None = None
     seed: int = 0
     versions: dict = field(default_factory=dict)
@@ -146,6 +153,21 @@ def versions() -> dict:
         "torch": torch.__version__,
         "triton": getattr(triton, "__version__", "?"),
     }
+
+
+LAYOUTS = ("contiguous", "strided")
+ROW_PAD = 8  # elements between one row's end and the next's start in a strided layout
+
+
+def strided_view(value):
+    """A floating tensor of two or more axes as the view of its rows inside a buffer whose rows are
+    ``ROW_PAD`` elements longer (the same values, a row stride longer than a row); others as given."""
+    if not (isinstance(value, torch.Tensor) and value.is_floating_point() and value.dim() >= 2 and value.numel()):
+        return value
+    buffer = value.new_empty(*value.shape[:-1], value.shape[-1] + ROW_PAD)
+    view = buffer[..., : value.shape[-1]]
+    view.copy_(value.detach())
+    return view.detach().requires_grad_(value.requires_grad)
 
 
 def truth_dtype(device: Device) -> torch.dtype:
@@ -196,9 +218,10 @@ def measure(
     rel_width: float = DEFAULT_REL_WIDTH,
     phases: Phases | None = None,
     l2: str = "cold",
+    edges: bool = False,
 ) -> Record:
-    """Measure one configuration; see the module docstring for the protocol (``l2``: as
-    :func:`measure_many`)."""
+    """Measure one configuration; see the module docstring for the protocol (``l2`` and
+    ``edges``: as :func:`measure_many`)."""
     config = dict(variant=variant, dtype=dtype, mode=mode, problem=problem, params=params, seed=seed)
     return measure_many(
         spec,
@@ -214,6 +237,7 @@ def measure(
         rel_width=rel_width,
         phases=phases,
         l2=l2,
+        edges=edges,
     )[0]
 
 
@@ -233,6 +257,7 @@ def measure_many(
     extra: Sequence[tuple[Record, Callable[[], object]]] = (),
     phases: Phases | None = None,
     l2: str = "cold",
+    edges: bool = False,
 ) -> list[Record]:
     """Measure several configurations of one family side by side, their timing trials interleaved.
 
@@ -249,6 +274,8 @@ def measure_many(
     the wall seconds spent on inputs, first calls, checks and timing (:mod:`workbench.phases`).
     ``l2``: "cold" (the L2 flushed before each kernel-timed call) or "warm" (left as the previous
     call left it); the records' ``kernel_method`` says which (:meth:`Device.samplers`).
+    ``edges``: also check each configuration of our own kernels (not a peer's) at the edge shapes
+    derived from the declaration (:func:`check_edges`); a failed edge fails the record.
     """
     check_l2(l2)
     spec = get(spec) if isinstance(spec, str) else spec
@@ -269,10 +296,70 @@ def measure_many(
             _time_together(prepared, warmup_ms, rep_ms, rel_width, on_error, l2)
     for prep in prepared:
         prep.step = None  # drop the inputs and graphs before the next configuration allocates
+    if edges and check:
+        with phases("check"):
+            for rec, config in zip(records, configs):
+                if rec.error is None and rec.backend not in PEER_BACKENDS:
+                    verdicts = check_edges(spec, config["variant"], device=device, dtype=rec.dtype, mode=rec.mode,
+                                           problem=rec.problem, params=rec.params, seed=rec.seed)  # fmt: skip
+                    edges_module.attach(rec, verdicts)
     for rec in records:
         if store is not None:
             store.append(rec)
     return records
+
+
+def check_edges(
+    spec: KernelSpec | str,
+    variant: Variant | str,
+    *,
+    device: str | Device = "auto",
+    dtype: str,
+    mode: str,
+    problem: Mapping[str, Any],
+    params: Mapping[str, Any] | None = None,
+    seed: int = 0,
+) -> list[dict]:
+    """Run every edge case of ``variant`` around ``problem`` (:func:`workbench.edges.edge_cases`:
+    on the CPU around the family's quick problem), checked and not timed, and return one verdict
+    each: ``edge``, ``sizes``, ``problem``, ``params``, ``layout``, ``passed`` (None where the
+    declaration refuses the case, with ``refused`` saying why), ``err_ratio``, ``failed`` (the
+    checks that failed) and ``error`` (a case the declaration accepts that could not run)."""
+    spec = get(spec) if isinstance(spec, str) else spec
+    dev = get_device(device)
+    var = spec.variant(variant) if isinstance(variant, str) else variant
+    dt = dtype_name(dtype)
+    base = spec.resolve_problem(problem if dev.kind != "cpu" else {**dict(problem), **_quick_sizes(spec)})
+    fixed = {k: v for k, v in dict(params or {}).items() if v != "auto"}
+    verdicts = []
+    for case in edges_module.edge_cases(spec, var, base, dt, dev):
+        merged = {**fixed, **case["params"]}
+        verdict = {**case, "params": merged, "passed": None, "err_ratio": None, "failed": []}
+        try:
+            prob = spec.resolve_problem(case["problem"])
+            resolved = var.resolve_params(merged)
+            if var.check is not None:
+                var.check(prob, resolved, dt, dev)
+        except ValueError as exc:
+            verdict["refused"] = str(exc)[:300]
+            verdicts.append(verdict)
+            continue
+        config = dict(variant=var, dtype=dt, mode=mode, problem=prob, params=merged, seed=seed, layout=case["layout"])
+        (rec,) = measure_many(spec, [config], device=dev, time_it=False, on_error="record")
+        verdict["problem"] = prob
+        if rec.error:
+            verdict.update(passed=False, error=rec.error[:300])
+        else:
+            verdict.update(passed=bool(rec.passed), err_ratio=rec.err_ratio)
+            verdict["failed"] = [c for c in rec.checks if not c["passed"]]
+        verdicts.append(verdict)
+    return verdicts
+
+
+def _quick_sizes(spec: KernelSpec) -> dict:
+    """The family's quick values of its size knobs (the interpreter's edge shapes start there)."""
+    names = {k.name for k in edges_module.size_knobs(spec, {**{k.name: k.default for k in spec.knobs}, **spec.quick})}
+    return {k: v for k, v in spec.quick.items() if k in names}
 
 
 def prepared_call(
@@ -349,6 +436,7 @@ def _prepare(spec, config, shared: _Shared) -> tuple[Record, _Prepared | None]:
     """Resolve, run once (compile), check; a failure becomes the record's error (or raises)."""
     variant, mode = config["variant"], config.get("mode", "forward")
     dtype, seed = config.get("dtype", "bf16"), config.get("seed", 0)
+    layout = config.get("layout", "contiguous")
     problem, params = config.get("problem"), config.get("params")
     device, on_error = shared.device, shared.on_error
     record = None
@@ -366,6 +454,9 @@ def _prepare(spec, config, shared: _Shared) -> tuple[Record, _Prepared | None]:
         prob = spec.resolve_problem(problem, quick=shared.quick)
         record = _new_record(spec, var.name, var.backend, mode, dt, dev.kind, dev.name, prob, params, seed)
         record.precision = spec.precision_of(var, prob)
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout={layout!r}: use one of {', '.join(LAYOUTS)}")
+        record.layout = layout
         reason = var.unavailable_reason(dev.kind)
         if reason:
             raise ValueError(reason)
@@ -510,6 +601,8 @@ def _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, record, shared: _S
     phases = shared.phases
     with phases("setup"):
         inputs = shared.inputs(spec, prob, DTYPES[dt], dev, seed)
+        if record.layout == "strided":
+            inputs = {name: strided_view(value) for name, value in inputs.items()}
     grad_names = _grad_inputs(inputs)
     backward_needed = mode in ("backward", "full")
     if backward_needed and not grad_names:
