@@ -406,6 +406,7 @@ BUILTIN: dict[str, str] = {
 _REGISTRY: dict[str, str | KernelSpec] = {}  # name -> module path, or the spec registered at run time
 _FROM_ENTRY_POINTS: set[str] = set()
 _ENTRY_POINTS_READ = False
+_BROKEN: dict[str, str] = {}  # name -> why its module failed when get() imported it (tried again next time)
 
 
 def register(family: KernelSpec | str, name: str | None = None) -> str:
@@ -429,6 +430,7 @@ def register(family: KernelSpec | str, name: str | None = None) -> str:
             who = held if isinstance(held, str) else f"a spec registered at run time ({held.module or 'a notebook'})"
             raise ValueError(f"family name {name!r} is already registered ({who}); give yours another name")
     _REGISTRY[name] = family
+    _BROKEN.pop(name, None)
     return name
 
 
@@ -437,6 +439,7 @@ def unregister(name: str) -> None:
     if name in BUILTIN:
         raise ValueError(f"{name!r} is a built-in family; it cannot be unregistered")
     _REGISTRY.pop(name, None)
+    _BROKEN.pop(name, None)
 
 
 def _read_entry_points() -> None:
@@ -457,23 +460,64 @@ def _read_entry_points() -> None:
 
 
 def families() -> list[str]:
-    """Registered families whose code is present, in registration order (the built-ins first)."""
+    """Registered families whose code is present, in registration order (the built-ins first).
+    A family whose module cannot be found is left out and listed by :func:`broken_families`
+    (so is one whose module fails when :func:`get` imports it, which stays here)."""
     _read_entry_points()
-    found = []
+    return [name for name, entry in _REGISTRY.items() if _missing(entry) is None]
+
+
+def broken_families() -> dict[str, str]:
+    """Registered families that cannot load, each with why in one line: an entry point whose module
+    is not installed (a package removed while its metadata stayed, a typo), or a module that failed
+    when :func:`get` imported it. Every other family stays usable."""
+    _read_entry_points()
+    found = {}
     for name, entry in _REGISTRY.items():
-        if isinstance(entry, KernelSpec) or importlib.util.find_spec(entry.partition(":")[0]) is not None:
-            found.append(name)
+        reason = _BROKEN.get(name) or _missing(entry)
+        if reason is not None:
+            found[name] = reason
     return found
 
 
+def _missing(entry: str | KernelSpec) -> str | None:
+    """Why a registered module path cannot be imported without importing it (None: it can be found)."""
+    if isinstance(entry, KernelSpec):
+        return None
+    module = entry.partition(":")[0]
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError) as exc:  # a parent package missing: find_spec raises
+        return f"{entry}: {type(exc).__name__}: {exc}"
+    return None if found is not None else f"{entry}: ModuleNotFoundError: No module named {module!r}"
+
+
 def get(name: str) -> KernelSpec:
-    """The registered family's KernelSpec."""
-    if name not in families():
+    """The registered family's KernelSpec; ValueError in one line for an unknown family or one
+    that cannot load (:func:`broken_families`)."""
+    _read_entry_points()
+    entry = _REGISTRY.get(name)
+    if entry is None:
         raise ValueError(f"unknown kernel family {name!r}; families: {', '.join(families())}")
-    entry = _REGISTRY[name]
     if isinstance(entry, KernelSpec):
         return entry
-    return _load(name, entry)
+    reason = _missing(entry)
+    if reason is not None:
+        raise ValueError(
+            f"kernel family {name!r} cannot load ({reason}); the others are usable: {', '.join(families())}"
+        )
+    try:
+        spec = _load(name, entry)
+    except Exception as exc:
+        _BROKEN[name] = f"{entry}: {type(exc).__name__}: {_one_line(exc)}"
+        raise ValueError(f"kernel family {name!r} cannot load ({_BROKEN[name]})") from exc
+    _BROKEN.pop(name, None)
+    return spec
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else ""
 
 
 def module_path(name: str) -> str | None:

@@ -144,6 +144,32 @@ class Record:
         return self.error is None and bool(self.passed)
 
 
+def failed_checks(record: Record | Mapping[str, Any]) -> str:
+    """What failed in a record, in a few words per output or gradient: ``"out: 6.01x the
+    reference's error (scale bias; k=2)"``, a check's note, or its error against the outer bound."""
+    body = record.to_dict() if isinstance(record, Record) else record
+    if body.get("error"):
+        return f"could not run: {body['error'][:200]}"
+    parts = []
+    for c in body.get("checks") or []:
+        if c.get("passed"):
+            continue
+        if c.get("note"):
+            parts.append(f"{c['name']}: {c['note']}")
+        elif not c.get("within_tolerance", True) or c.get("err_ratio") is None:
+            parts.append(f"{c['name']}: max abs err {c.get('max_abs', float('nan')):.3g} "
+                         f"over atol {c.get('atol', 0):.3g} + rtol {c.get('rtol', 0):.3g} x |truth|")  # fmt: skip
+        else:
+            parts.append(f"{c['name']}: {c['err_ratio']:.3g}x the reference's error ({_STAT_NAMES.get(c.get('worst'), c.get('worst'))}; "
+                         f"k={c.get('k', 0):g})")  # fmt: skip
+    if not parts and body.get("max_abs_err") is not None:
+        parts.append(f"check failed (max abs err {body['max_abs_err']:.3g})")
+    return "; ".join(parts) or "check failed"
+
+
+_STAT_NAMES = {"max": "max error", "rms": "RMS error", "shift": "mean error", "scale": "mean error away from zero"}
+
+
 @functools.lru_cache(maxsize=1)
 def versions() -> dict:
     import triton

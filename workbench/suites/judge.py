@@ -60,11 +60,14 @@ class RatioRow:
     alt_ratio: float | None = None
     note: str = ""
     timing: str = ""
-    # Both sides' arithmetic (Record.precision) and largest error against the reference.
+    # Both sides' arithmetic (Record.precision), largest error against the reference and that error
+    # as a multiple of the reference's own in the dtype (Record.err_ratio).
     ours_precision: str | None = None
     ours_err: float | None = None
     peer_precision: str | None = None
     peer_err: float | None = None
+    ours_ratio: float | None = None
+    peer_ratio: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -168,6 +171,7 @@ def _peer_side(row: RatioRow, record: dict) -> None:
     """The row's peer precision and error, from the record shown for the peer (a bare kernel
     carries its variant's checked error: :func:`versus_rows`)."""
     row.peer_precision, row.peer_err = precision(record), record.get("max_abs_err")
+    row.peer_ratio = record.get("err_ratio")
 
 
 def label(record: dict) -> str:
@@ -213,6 +217,7 @@ def judge(
     row.ours_us = _us(timed(o, timing)[0])
     row.pct_copy_bw = o.get("pct_copy_bw")
     row.ours_precision, row.ours_err = precision(o), o.get("max_abs_err")
+    row.ours_ratio = o.get("err_ratio")
     # Like with like: a candidate computing at another precision (a peer's TF32 products against
     # our fp32) is shown in the reason, with its error, but not judged against ours.
     cands = [_d(c) for c in candidates]
