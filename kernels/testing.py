@@ -110,8 +110,8 @@ class TensorCheck:
     ``max_abs`` / ``max_rel``: the result's largest absolute and relative errors; ``rms`` and
     ``bias`` its RMS and worst mean signed error; ``ref_max_abs`` / ``ref_rms`` / ``ref_bias`` the
     yardsticks (the reference's errors, or the rounding's where larger); ``err_ratio``: the worst
-    statistic as a multiple of its yardstick (the rule passes at most ``k``); ``worst``: which
-    statistic that was; ``judged_by``: "rule" or why only the tolerance judged it; ``atol`` /
+    statistic as a multiple of its yardstick (the rule passes at most ``k``); ``ratios``: each
+    statistic's ("max", "rms", "shift", "scale"); ``worst``: which statistic was the worst; ``judged_by``: "rule" or why only the tolerance judged it; ``atol`` /
     ``rtol``: the outer bound; ``nan_mismatch``: elements whose NaN / Inf differ from the truth's
     (``new_nonfinite`` of them NaN or Inf where the truth is finite)."""
 
@@ -134,6 +134,7 @@ class TensorCheck:
     judged_by: str = "tolerance"
     within_tolerance: bool = True
     new_nonfinite: int = 0
+    ratios: dict = field(default_factory=dict)  # each statistic's error over its yardstick
 
 
 def compare(name: str, got: torch.Tensor, want: torch.Tensor, atol: float, rtol: float) -> TensorCheck:
@@ -251,6 +252,7 @@ def _fill_ratio(check, d, tt, t, both, ref, out_dtype, rule: ErrorRule, work) ->
         "shift": _ratio(e_shift, y_shift + bias_yard),
         "scale": _ratio(e_scale, y_scale + bias_yard),
     }
+    check.ratios = ratios
     check.worst = max(ratios, key=ratios.get)
     check.err_ratio = ratios[check.worst]
 

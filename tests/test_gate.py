@@ -138,7 +138,9 @@ def test_the_gate_counts_every_wrong_record_and_names_its_shape_dtype_and_output
         for dtype in ("bf16", "fp16")
         for rows in (1, 4096)
     ]
-    suite_line = "norm: gpu_row forward hidden=4096: WRONG RESULT (max abs err 3.0)"  # the same records, named by the suite
+    suite_line = (
+        "norm: gpu_row forward hidden=4096: WRONG RESULT (max abs err 3.0)"  # the same records, named by the suite
+    )
     run = write_run(tmp_path / "run", records, failures=[suite_line])
     assert main(["report", str(run), "--check"]) == 1
     out = capsys.readouterr().out
