@@ -14,7 +14,7 @@ A notebook is a ``parameters`` cell followed by calls on one Session::
     grid = s.sweep2d("BLOCK_SIZE", [256, 512, 1024], "BLOCK_SIZE_M", [1, 4, 16],
                      variant="gpu_multirow", metric="gbps")   # heatmap, failed cells marked, best outlined
     s.memory()                                      # peak MB per variant beside the bytes the problem must move
-    s.correctness(mode="full")                      # every output and gradient against the reference
+    s.correctness(mode="full", edges=True)          # every output and gradient against the reference, edge shapes too
     s.tune(install=True)                            # workbench tune in this process; "auto" then takes the table
     s.finish()          # <family>_records.csv/.json into out_dir (default results/); AssertionError if any check failed
 
@@ -607,12 +607,12 @@ class Session:
         *,
         dtype: str | None = None,
         show: bool = True,
-        edges: bool = True,
+        edges: bool = False,
     ):
         """Every output and gradient of every variant against the reference at one problem:
         max abs / max rel error, the error ratio against the reference's own (and the rule's k),
-        tolerance, NaN/Inf mismatches, pass; with ``edges`` (the default) our kernels also at the
-        edge shapes derived from the declaration (one row, odd sizes, the smallest and largest
+        tolerance, NaN/Inf mismatches, pass; with ``edges=True`` our kernels also at the edge
+        shapes derived from the declaration (one row, odd sizes, the smallest and largest
         accepted tiles, strided inputs where the family takes them: :mod:`workbench.edges`), a
         failed edge failing its record. Displays the table and returns it as a DataFrame (one row
         per tensor; errors as rows with tensor ``"-"``)."""

@@ -9,8 +9,9 @@ From a record's problem (the quick one on the CPU) and the variant's declaration
 - **one element**: every size knob at its smallest;
 - **odd sizes**: every size knob at the next odd value above the record's that is not a power of
   two (a row whose length no tile divides, so the masks do work);
-- **smallest / largest <tile>**: each numeric tile at the smallest and the largest of its declared
-  values that the variant's ``check`` accepts at the odd sizes, the other tiles "auto";
+- **smallest / largest <tile>**: each tile the family tunes (every numeric tile where it tunes none
+  of the variant's: :func:`tile_ranges`) at the smallest and the largest of its values that the
+  variant's ``check`` accepts at the odd sizes, the other tiles "auto";
 - **strided inputs**: the odd sizes with every input of two or more axes a view of its rows in a
   wider buffer, where the family declares it takes them (``KernelSpec.strided``).
 
@@ -55,8 +56,27 @@ def _odd_above(value: int, knob: Knob) -> int:
     return candidate if knob.high is None or candidate <= knob.high else value
 
 
-def _numeric_values(param) -> list:
-    return sorted(v for v in param.values if isinstance(v, int) and not isinstance(v, bool))
+def _numeric(values) -> list:
+    return sorted(v for v in values if isinstance(v, int) and not isinstance(v, bool))
+
+
+def tile_ranges(spec: KernelSpec, variant: Variant) -> dict[str, list]:
+    """The tiles whose extremes are edges, each with its values: the tiles the family tunes
+    (``KernelSpec.tuning`` / ``backward_tuning``) that the variant has, over the tune grid's values
+    for the tuned variant and the Param's own for another; a variant with none of them: every
+    numeric tile it has (a user's family tunes all of its tiles)."""
+    params = {p.name: p for p in variant.params}
+    tuned: dict[str, list] = {}
+    for t in (spec.tuning, spec.backward_tuning):
+        if t is None:
+            continue
+        for name, values in t.params.items():
+            if name in params:
+                grid = values if t.variant == variant.name else params[name].values
+                tuned[name] = sorted(set(tuned.get(name, [])) | set(_numeric(grid)))
+    if tuned:
+        return tuned
+    return {name: _numeric(p.values) for name, p in params.items()}
 
 
 def edge_cases(spec: KernelSpec, variant: Variant, problem: Mapping[str, Any], dtype: str, device) -> list[dict]:
@@ -82,14 +102,13 @@ def edge_cases(spec: KernelSpec, variant: Variant, problem: Mapping[str, Any], d
 
     out = [case(label, {**problem, **p}) for label, p in cases]
     at = {**problem, **odd}
-    for param in variant.params:
-        values = _numeric_values(param)
+    for param, values in tile_ranges(spec, variant).items():
         if len(values) < 2:
             continue
-        accepted = [v for v in values if _accepts(variant, at, {param.name: v}, dtype, device)]
+        accepted = [v for v in values if _accepts(variant, at, {param: v}, dtype, device)]
         for label, value in (("smallest", accepted[:1]), ("largest", accepted[-1:])):
             if value and not (label == "largest" and len(accepted) == 1):
-                out.append(case(f"{label} {param.name}", at, {param.name: value[0]}))
+                out.append(case(f"{label} {param}", at, {param: value[0]}))
     if spec.strided:
         out.append(case("strided inputs", at, layout="strided"))
     return out
