@@ -22,7 +22,8 @@ yardstick; independent of ``k``) and its verdict under the family's rule. Printe
 family, kind and dtype (cases, failures, the largest ratio of a correct kernel and the smallest of
 a wrong one), then for several ``k`` the false alarms (a correct case above ``k``) and the misses
 (a wrong case at >= 1,024 elements per row at or below ``k``). Written to ``--out``:
-``records.json`` (one row per case) and ``summary.json``.
+``records.json`` (one row per case, written after each family) and ``summary.json``.
+``--from FILE`` prints the tables of a records.json again (several, merged) without measuring.
 """
 
 from __future__ import annotations
@@ -142,7 +143,9 @@ def _elements_per_row(spec, problem: dict) -> int:
     return int(problem.get(spec.axis, 0))
 
 
-def run(args) -> list[dict]:
+def run(args, out: Path) -> list[dict]:
+    """Every case of every family; the records so far are written after each family (a run cut
+    short keeps what it measured)."""
     from workbench.device import get_device
 
     device = get_device(args.device)
@@ -175,6 +178,7 @@ def run(args) -> list[dict]:
                              "large": _elements_per_row(wspec, problem) >= LARGE, **row})  # fmt: skip
         if args.edges:
             rows += _edges(name, spec, ours, device)
+        (out / "records.json").write_text(json.dumps(rows, indent=1, default=str))
         print(f"{name}: done at {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
     return rows
 
@@ -267,10 +271,17 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cpu", help="cpu (the interpreter) or cuda")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="results/error-rule")
+    p.add_argument("--from", dest="inputs", action="append", default=[], help="records.json to print again")
     args = p.parse_args(argv)
     args.families = [f for f in args.families.split(",") if f] if args.families else None
+    if args.inputs:
+        rows = [r for path in args.inputs for r in json.loads(Path(path).read_text())]
+        print("\n".join(table(rows)) + "\n\n" + "\n".join(k_table(rows)[0]))
+        return 0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    rows = run(args)
+    rows = run(args, out)
     wall = time.monotonic() - started
     lines = table(rows)
     k_lines, summary = k_table(rows)
@@ -292,8 +303,6 @@ def main(argv=None) -> int:
         )
     for r in wrong_pass[:20]:
         print("  MISSED", r["family"], r["kernel"], r["dtype"], r["problem"], r["err_ratio"])
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     (out / "records.json").write_text(json.dumps(rows, indent=1, default=str))
     body = {"command": " ".join(["python", "benchmarks/error_rule.py", *(argv or sys.argv[1:])]), "wall_s": round(wall, 1),
             "k": summary, "false_alarms": len(correct_fail), "missed": len(wrong_pass), "table": lines}  # fmt: skip

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
+from workbench.measure import failed_checks
 from workbench.suites.targets import (
     CPU_TIMINGS,
     MET,
@@ -428,7 +429,7 @@ def failures(target, records: Iterable[Any]) -> list[str]:
         if r.get("backend") in PEER_BACKENDS:
             continue
         if not r.get("error") and r.get("passed") is False:
-            out.append(f"{where}: WRONG RESULT (max abs err {r.get('max_abs_err')})")
+            out.append(f"{where}: WRONG RESULT ({failed_checks(r)})")
         elif r.get("error") and r.get("label") in (None, "default") and r.get("backend") not in PEER_BACKENDS:
             out.append(f"{where}: could not run: {_short(r['error'])}")
     return out
