@@ -392,7 +392,7 @@ def test_the_wrong_swiglu_fails_through_bench_sweep_tune_and_the_gate(installed)
     assert code == 1 and "nothing was installed" in text, text
     assert not list((site / "workbench_swiglu").glob("tuned/*.json"))
     code, text = _cli(installed, "bench", "swiglu", "--device", "cpu", "--quick", "--variants", "ours",
-                      "--mode", "full", "--rep-ms", "1", "--edges")  # fmt: skip
+                      "--rep-ms", "1", "--edges")  # fmt: skip
     assert code == 0 and "edge shapes: 8 passed, 0 failed" in text, text
 
 
@@ -431,3 +431,62 @@ def test_the_wrong_swiglu_fails_a_notebook(tmp_path):
     out = nbformat.read(str(tmp_path / "out.ipynb"), as_version=4)
     printed = "".join(o.get("text", "") for c in out.cells for o in c.get("outputs", []))
     assert "TUNE REFUSED:" in printed and "nothing was installed" in printed, printed
+
+
+# --- on the GPU (the GPU step runs these; skipped without CUDA) ---------------------------------------------
+GPU_PROBLEMS = {
+    "rms_norm": [{"rows": 4096, "hidden": h} for h in (1000, 4096, 8192)] + [{"rows": 1, "hidden": 4096}],
+    "fused_add_rms_norm": [{"rows": 4096, "hidden": h} for h in (1000, 4096, 8192)] + [{"rows": 1, "hidden": 4096}],
+    "scalar_ops": [{"numel": n, "op": op} for n in (1 << 20, 4099) for op in ("div", "sub", "pow")],
+    "block_sparse": [{"nodes": 1024, "batch": b} for b in (1, 16, 64)]
+    + [{"nodes": 1024, "batch": 8, "layer": "product"}],
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.long_gpu
+@pytest.mark.parametrize("family", list(GPU_PROBLEMS))
+def test_on_the_gpu_every_correct_kernel_passes_the_rule(family):
+    """Every variant of ours, every dtype, forward and backward, at the suites' kind of sizes (a
+    single row among them): no false alarm on the device."""
+    spec = kernels.get(family)
+    wrong_results = []
+    for variant in [v for v in spec.variants if not v.is_peer and v.unavailable_reason("cuda") is None]:
+        for dtype in spec.dtypes:
+            for seed, problem in enumerate(GPU_PROBLEMS[family]):
+                mode = "full" if "full" in spec.modes else "forward"
+                rec = measure(spec, variant, device="cuda", dtype=dtype, mode=mode, problem=problem, seed=seed,
+                              time_it=False, on_error="record")  # fmt: skip
+                if rec.error is None and not rec.passed:
+                    wrong_results.append((variant.name, dtype, problem, rec.err_ratio, rec.checks))
+    assert not wrong_results, wrong_results
+
+
+@pytest.mark.gpu
+@pytest.mark.long_gpu
+@pytest.mark.parametrize("family", list(GPU_PROBLEMS))
+def test_on_the_gpu_every_family_passes_its_edge_shapes(family):
+    spec = kernels.get(family)
+    variant = next(v for v in spec.variants if not v.is_peer and v.unavailable_reason("cuda") is None)
+    mode = "full" if "full" in spec.modes else "forward"
+    for dtype in spec.dtypes:
+        verdicts = check_edges(spec, variant, device="cuda", dtype=dtype, mode=mode, problem=GPU_PROBLEMS[family][0])
+        failed = [(v["edge"], v.get("error"), v["failed"]) for v in verdicts if v["passed"] is False]
+        assert not failed, (dtype, failed)
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_the_wrong_swiglus_fail_and_the_right_one_passes(swiglu):
+    for cols in (1024, 4096):
+        problem = {"rows": 4096, "cols": cols}
+        for dtype in DTYPES:
+            right = measure(swiglu.spec, "ours", device="cuda", dtype=dtype, mode="full", problem=problem,
+                            time_it=False)  # fmt: skip
+            assert right.passed, (cols, dtype, right.checks)
+            for spec in (swiglu.scaled_1_01, swiglu.scaled_1_005, swiglu.db_scaled_1_01):
+                rec = measure(spec, "ours", device="cuda", dtype=dtype, mode="full", problem=problem, time_it=False)
+                assert rec.error is None and rec.passed is False, (spec.name, cols, dtype, rec.checks)
+    verdicts = check_edges(
+        swiglu.spec, "ours", device="cuda", dtype="bf16", mode="full", problem={"rows": 4096, "cols": 4096}
+    )
+    assert all(v["passed"] is not False for v in verdicts), verdicts
