@@ -68,8 +68,9 @@ class ErrorRule:
     reference's noise added to its bias (a mean of ``n`` rounding errors is not exactly zero).
     ``min_elements``: a tensor with fewer finite elements is judged by the outer bound alone (the
     errors of a handful of elements, each a cancellation's luck, say nothing about a rule).
-    ``floor_ulps``: per result dtype, the (max, RMS, bias) floors in units in the last place. ``reason``: why a family's ``k`` is
-    looser than the default (required then; records and reports show it)."""
+    ``floor_ulps``: per result dtype, the (max, RMS, bias) floors in units in the last place.
+    ``reason``: why a family's ``k`` is looser than the default (required then; records and
+    reports show it)."""
 
     k: float = 2.0
     bias_z: float = 4.0
@@ -111,9 +112,10 @@ class TensorCheck:
     ``bias`` its RMS and worst mean signed error; ``ref_max_abs`` / ``ref_rms`` / ``ref_bias`` the
     yardsticks (the reference's errors, or the rounding's where larger); ``err_ratio``: the worst
     statistic as a multiple of its yardstick (the rule passes at most ``k``); ``ratios``: each
-    statistic's ("max", "rms", "shift", "scale"); ``worst``: which statistic was the worst; ``judged_by``: "rule" or why only the tolerance judged it; ``atol`` /
-    ``rtol``: the outer bound; ``nan_mismatch``: elements whose NaN / Inf differ from the truth's
-    (``new_nonfinite`` of them NaN or Inf where the truth is finite)."""
+    statistic's ("max", "rms", "shift", "scale"); ``worst``: which one was the worst;
+    ``judged_by``: "rule", or why the tolerance alone judged it; ``atol`` / ``rtol``: the outer
+    bound; ``nan_mismatch``: elements whose NaN / Inf differ from the truth's (``new_nonfinite``
+    of them NaN or Inf where the truth is finite)."""
 
     name: str
     max_abs: float

@@ -160,8 +160,8 @@ def failed_checks(record: Record | Mapping[str, Any]) -> str:
             parts.append(f"{c['name']}: max abs err {c.get('max_abs', float('nan')):.3g} "
                          f"over atol {c.get('atol', 0):.3g} + rtol {c.get('rtol', 0):.3g} x |truth|")  # fmt: skip
         else:
-            parts.append(f"{c['name']}: {c['err_ratio']:.3g}x the reference's error ({_STAT_NAMES.get(c.get('worst'), c.get('worst'))}; "
-                         f"k={c.get('k', 0):g})")  # fmt: skip
+            stat = _STAT_NAMES.get(c.get("worst"), c.get("worst"))
+            parts.append(f"{c['name']}: {c['err_ratio']:.3g}x the reference's error ({stat}; k={c.get('k', 0):g})")
     if not parts and body.get("max_abs_err") is not None:
         parts.append(f"check failed (max abs err {body['max_abs_err']:.3g})")
     return "; ".join(parts) or "check failed"

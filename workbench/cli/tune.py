@@ -13,8 +13,9 @@ tune report to ``OUT/report.html`` and ``OUT/summary.md``. Without ``--write`` i
 against the installed table (a built-in family's ``kernels/<family>/tuned/<device>.json``; a user's
 family's ``tuned/`` beside its module, or ``$KERNELS_TUNED_DIR/<family>/``); with it, it installs the
 candidate there. ``--dtype``: the dtype the tune times in, one of the family's tune dtypes; the
-tiles it chooses are then checked in every dtype the family declares. The candidate holds the sizes this run measured and keeps the installed table's
-other sizes as they were (:func:`workbench.tune.table.merge`).
+tiles it chooses are then checked in every dtype the family declares. The candidate holds the
+sizes this run measured and keeps the installed table's other sizes as they were
+(:func:`workbench.tune.table.merge`).
 ``--device cpu`` tunes the interpreter at the family's quick sizes (a check of the path; its
 times are interpreter wall time). Bad input, or an installed table that cannot be read, is one
 line on stderr and exit 2 (the table is left as it was); a configuration with a wrong result, or

@@ -7,8 +7,8 @@ differs: ours calls :func:`kernels.fused_add_rms_norm.fused_add_rms_norm` (a reg
 ``triton_op``, so Dynamo traces it without a graph break and its kernels land in Inductor's CUDA
 graphs), Inductor's writes the same maths in plain torch and lets Inductor fuse it. Each
 compiled block's output is checked against the eager plain-torch block in float64, judged by the
-same block's own error in bf16 (:func:`kernels.testing.judge`), before it is timed; the two are timed together, interleaved, and judged on the call time (what a model's
-loop pays per step).
+same block's own error in bf16 (:func:`kernels.testing.judge`), before it is timed; the two are
+timed together, interleaved, and judged on the call time (what a model's loop pays per step).
 """
 
 from __future__ import annotations
