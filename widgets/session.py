@@ -707,7 +707,7 @@ class Session:
             f"<b>{self.spec.title}: tuned on {tuned.key}</b> ({len(tuned.result.records)} configurations, "
             f"{tuned.result.wall_s:.1f} s; report {paths[0]})" + reader.table_html(report.size_rows(tuned.result))
         )
-        if tuned.wrong:
+        if tuned.wrong and not install:  # installing raises with the same lines
             print(tuned.wrong_message())
         if install:
             print(f"installed {tuned.install()}")
