@@ -7,7 +7,7 @@
 'gpu_row'
 """
 
-from kernels.spec import KernelSpec, Knob, Param, Variant, families, get, register
+from kernels.spec import KernelSpec, Knob, Param, Variant, broken_families, families, get, register
 
-__all__ = ["KernelSpec", "Knob", "Param", "Variant", "families", "get", "register"]
+__all__ = ["KernelSpec", "Knob", "Param", "Variant", "broken_families", "families", "get", "register"]
 __version__ = "0.1.0"

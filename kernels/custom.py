@@ -33,23 +33,37 @@ What the pieces take:
   seeds the random generator first, then moves floating tensors to the device and dtype measured.
   It may name only the sizes it uses. ``grads`` names the inputs that get a gradient (their
   backward is checked against the reference's, through autograd; ``run`` must be differentiable).
-- ``reference(**inputs)`` is PyTorch on the same inputs (upcast to fp32, fp64 on the CPU).
+- ``reference(**inputs)`` is PyTorch on the same inputs. The harness runs it twice: upcast to
+  float64 (the truth) and in the dtype measured (its own rounding error, the yardstick a result is
+  judged by: :mod:`kernels.testing`).
 - ``sizes`` are the problem knobs (integers) and their defaults; ``quick`` their small values for
   the CPU interpreter (default: the first size capped at 64, the others at 8, since the
   interpreter runs a grid's programs one after another); the first size is the plots' x axis.
 - ``tiles``: each tile's values. A tile also takes ``"auto"``, its default: the entry of a tuned
   table for this device and size where one was written by ``workbench tune --write`` or
   ``Session.tune(install=True)`` (the nearest tuned size, within the table's range), else
-  ``defaults`` (else the first value); where ``check`` refuses those, the combination it accepts
-  that changes the fewest of them (ties: the first in the order declared).
+  ``defaults`` (else the keyword default of ``run`` where it is one of the values, else the first
+  value); where ``check`` refuses those, the combination it accepts
+  that changes the fewest of them, each as near its start as the declared values allow (a
+  power-of-two ratio away for numbers; ties: the smaller). Records name the tiles that ran and
+  why in ``tiles_source``.
 - ``check(**sizes, **tiles)``: return a string (or raise ValueError) for a configuration that
   cannot run, saying why; it becomes a failed cell, never an exception.
-- ``bytes(**sizes, itemsize)``: the fewest bytes the work must move (GB/s and % of the copy
-  bandwidth); ``flops(**sizes)`` the floating-point operations (the roofline).
+- ``bytes(**sizes, itemsize)``: the fewest bytes the forward must move (GB/s and % of the copy
+  bandwidth). Where it also takes ``mode`` it is asked for each mode (``"forward"``,
+  ``"backward"``, ``"full"``); otherwise a backward moves the incoming gradients, the inputs again
+  and the gradients it writes (element counts from ``inputs`` and ``reference`` on the meta
+  device), and ``full`` both. ``flops(**sizes)`` the floating-point operations (the roofline).
 - ``peers``: other implementations to measure beside it (name -> function of the inputs, called
   with them in the order ``inputs`` makes them: ``LigerSoftmaxFunction.apply`` works as it is).
-- ``tolerances``: ``{dtype: (atol, rtol)}`` over :data:`TOLERANCES` (a few units in the last
-  place of each dtype).
+- ``tolerances``: ``{dtype: (atol, rtol)}`` over :data:`TOLERANCES`, the outer bound; inside it
+  a result is judged by the reference's own error (``error_rule``: :class:`ErrorRule`, ``k`` times
+  the reference's maximum, RMS and bias errors plus a floor; a looser ``k`` names its reason).
+- ``strided``: ``run`` takes non-contiguous inputs (a view of every row inside a wider buffer),
+  so the edge checks run them too (default False: inputs are always contiguous).
+- ``tune_dtypes``: the dtypes ``workbench tune --dtype`` / ``Session.tune(dtype=)`` may time in,
+  the first the default (default: bf16 where declared, else the first dtype). Whatever dtype it
+  times in, a tune installs no table unless the chosen tiles pass in every declared dtype.
 - ``tables``: the folder of the family's tuned tables. Default: ``tuned/`` beside the module that
   declared the family; for a notebook cell, ``tuned/`` in the notebook's working folder.
   ``$KERNELS_TUNED_DIR`` (``<dir>/<name>/``) overrides both.
@@ -63,6 +77,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import math
 import os
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -72,9 +87,10 @@ import torch
 from kernels import tuned_tables
 from kernels.launch import launcher as launch
 from kernels.plans import cached_plan
-from kernels.spec import MODES, KernelSpec, Knob, Param, Tuning, Variant, as_tuple, elem_bytes
+from kernels.spec import MODES, KernelSpec, Knob, Param, Tuning, Variant, as_tuple, dtype_name, elem_bytes
+from kernels.testing import DEFAULT_RULE, ErrorRule
 
-__all__ = ["family", "launch"]
+__all__ = ["ErrorRule", "family", "launch"]
 
 OURS = "ours"  # the variant of the declared kernel
 
@@ -105,7 +121,10 @@ def family(
     title: str | None = None,
     doc: str = "",
     tune_sizes: Sequence[int] | None = None,
+    tune_dtypes: Sequence[str] | None = None,
     tables: str | os.PathLike | None = None,
+    error_rule: ErrorRule = DEFAULT_RULE,
+    strided: bool = False,
 ) -> KernelSpec:
     """A :class:`KernelSpec` for a kernel of one's own (the module docstring says what each piece
     takes); ValueError, in one line, for a declaration that cannot work."""
@@ -114,14 +133,22 @@ def family(
     if not sizes:
         raise ValueError(f"{name}: sizes names no problem knob; give at least one, e.g. sizes={{'rows': 4096}}")
     tiles = {k: tuple(v) for k, v in (tiles or {}).items()}
-    defaults = dict(defaults or {})
     _check_takes(name, "run", run, list(tiles))
+    # A tile's default: as declared, else the host function's own keyword default where it is
+    # one of the tile's values, else the first value.
+    defaults = {**_keyword_defaults(run, tiles), **dict(defaults or {})}
     for tile, values in tiles.items():
         if not values:
             raise ValueError(f"{name}: tile {tile} has no values")
         if tile in defaults and defaults[tile] not in values:
             raise ValueError(f"{name}: default {tile}={defaults[tile]!r} is not among its values {list(values)}")
     quick = dict(quick or {k: min(int(v), 8 if i else 64) for i, (k, v) in enumerate(sizes.items())})
+    dtypes = tuple(dtype_name(d) for d in dtypes)
+    tune_dtypes = tuple(dtype_name(d) for d in (tune_dtypes or ["bf16" if "bf16" in dtypes else dtypes[0]]))
+    if not set(tune_dtypes) <= set(dtypes):
+        raise ValueError(f"{name}: tune_dtypes {list(tune_dtypes)} must be among its dtypes {list(dtypes)}")
+    if not isinstance(error_rule, ErrorRule):
+        raise ValueError(f"{name}: error_rule must be a kernels.custom.ErrorRule, not {type(error_rule).__name__}")
     knobs = tuple(Knob(k, int(v), low=1, high=1 << 40, doc=f"{k} (a problem size)") for k, v in sizes.items())
     grads = tuple(grads)
     modes = ("forward", "backward", "full") if grads else ("forward",)
@@ -163,28 +190,29 @@ def family(
         start = {k: tuned.get(k, _first(k, tiles[k], defaults)) for k in auto}
         chosen = _nearest_accepted(auto, explicit, problem, start)
         source = table.get("_source", "declared defaults")
-        if tuned and chosen != start:
-            # The nearest tuned size's tiles do not fit this size (a row longer than its tile):
-            # the fewest of them changed that check accepts.
-            source += " adjusted to fit"
-        return {**explicit, **chosen}, source
+        if chosen != start:
+            # The start does not fit this size (a row longer than its tile): the nearest that does.
+            refused = _refusal({**problem, **explicit, **start})
+            source += f" adjusted to fit ({refused})" if refused else " adjusted to fit"
+        return {**explicit, **chosen}, f"{source}: {_items(chosen)}"
 
     def _nearest_accepted(auto: list[str], explicit: dict, problem, start: dict) -> dict:
         """``start`` for the ``auto`` tiles; where ``check`` refuses it, the combination check
-        accepts that changes the fewest of its tiles (ties: the first in the order the values
-        were declared)."""
+        accepts that changes the fewest of its tiles, each as near its start as the declared
+        values allow (:func:`_distance`; ties: the smaller value)."""
         first = start
         if check is None or _refusal({**problem, **explicit, **first}) is None:
             return first
-        orders = [[first[k]] + [v for v in tiles[k] if v != first[k]] for k in auto]
+        orders = [sorted(tiles[k], key=lambda v, k=k: _distance(v, first[k], tiles[k])) for k in auto]
         best = None
         for values in itertools.islice(itertools.product(*orders), 4096):
             candidate = dict(zip(auto, values))
-            changed = sum(candidate[k] != first[k] for k in auto)
-            if (best is None or changed < best[0]) and _refusal({**problem, **explicit, **candidate}) is None:
-                best = (changed, candidate)
-                if changed == 1:
-                    break  # none closer: the start itself was refused
+            rank = (
+                sum(candidate[k] != first[k] for k in auto),
+                sum(_distance(candidate[k], first[k], tiles[k])[0] for k in auto),
+            )
+            if (best is None or rank < best[0]) and _refusal({**problem, **explicit, **candidate}) is None:
+                best = (rank, candidate)
         return first if best is None else best[1]  # none passes: the check says why when measured
 
     def _refusal(values: Mapping) -> str | None:
@@ -237,10 +265,26 @@ def family(
             )
         )
 
+    traffic: dict = {}  # problem -> element counts of the inputs, the gradients and the outputs
+
     def min_bytes(problem, mode, dtype):
         if bytes is None:
             return None
-        return int(_call_with(bytes, {**problem, "itemsize": elem_bytes(dtype)}))
+        values = {**problem, "itemsize": elem_bytes(dtype)}
+        if _takes(bytes, "mode"):
+            moved = _call_with(bytes, {**values, "mode": mode})
+            return None if moved is None else int(moved)
+        forward = int(_call_with(bytes, values))
+        if mode == "forward":
+            return forward
+        key = tuple(sorted(problem.items()))
+        if key not in traffic:
+            traffic[key] = _elements(inputs, reference, problem, grads)
+        counts = traffic[key]
+        if counts is None:
+            return None  # shapes not known without making the inputs: no bandwidth figure
+        backward = (counts["outputs"] + counts["inputs"] + counts["grads"]) * elem_bytes(dtype)
+        return backward if mode == "backward" else forward + backward
 
     spec = KernelSpec(
         name=name,
@@ -253,8 +297,10 @@ def family(
         min_bytes=min_bytes,
         axis=knobs[0].name,
         modes=tuple(m for m in MODES if m in modes),
-        dtypes=tuple(dtypes),
+        dtypes=dtypes,
         tolerances={**TOLERANCES, **dict(tolerances or {})},
+        error_rule=error_rule,
+        strided=bool(strided),
         quick=quick,
         doc=doc or (inspect.getdoc(run) or "").split("\n\n")[0],
         memory_bound=bytes is not None and flops is None,
@@ -266,7 +312,8 @@ def family(
             sizes=tuple(tune_sizes or _tune_sizes(int(knobs[0].default))),
             params={t: v for t, v in tiles.items()},
             mode="forward",
-            dtype=dtypes[0] if "bf16" not in dtypes else "bf16",
+            dtype=tune_dtypes[0],
+            dtypes=tune_dtypes,
             quick_sizes=(quick[knobs[0].name],),
             quick_problem=quick,
         )
@@ -327,6 +374,54 @@ def _sample(name, inputs, reference, problem, grads) -> tuple:
 
 def _items(values: Mapping) -> str:
     return ", ".join(f"{k}={v}" for k, v in values.items())
+
+
+def _takes(fn: Callable, keyword: str) -> bool:
+    """Whether ``fn`` names ``keyword`` among its parameters (``**kwargs`` does not count)."""
+    try:
+        return keyword in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _distance(value, start, values: Sequence) -> tuple:
+    """How far a tile value is from its start: the log2 ratio for positive numbers, else the
+    places between them in the declared values; the smaller value first where two are as far."""
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in (value, start))
+    if numbers:
+        return abs(math.log2(value / start)), value
+    order = list(values)
+    return abs(order.index(value) - order.index(start)), order.index(value)
+
+
+def _elements(inputs, reference, problem, grads) -> dict | None:
+    """Element counts of the floating inputs, of the gradients' inputs and of the reference's
+    outputs at ``problem``, made on the meta device (no memory); None where that cannot be done."""
+    try:
+        with torch.device("meta"):
+            made = dict(_call_with(inputs, problem))
+            floating = {k: v for k, v in made.items() if isinstance(v, torch.Tensor) and v.is_floating_point()}
+            outs = as_tuple(reference(**made))
+    except Exception:  # noqa: BLE001 - a maker or reference the meta device cannot run
+        return None
+    return {
+        "inputs": sum(v.numel() for v in floating.values()),
+        "grads": sum(floating[g].numel() for g in grads if g in floating),
+        "outputs": sum(o.numel() for o in outs if isinstance(o, torch.Tensor) and o.is_floating_point()),
+    }
+
+
+def _keyword_defaults(fn: Callable, tiles: Mapping[str, Sequence]) -> dict:
+    """The keyword defaults of ``fn`` that are among the values of the tile of that name."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {
+        k: params[k].default
+        for k, values in tiles.items()
+        if k in params and params[k].default is not inspect.Parameter.empty and params[k].default in values
+    }
 
 
 def _first(tile: str, values: Sequence, defaults: Mapping) -> Any:

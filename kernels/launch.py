@@ -6,6 +6,11 @@ both forms of every kernel: the ``@triton.jit`` object for device tensors and an
 ``InterpretedFunction`` over the same Python function for CPU tensors. The interpreter patches
 ``triton.language`` while it runs, so interpreted launches and JIT compiles never overlap:
 both go through one process-wide lock.
+
+The interpreter is the CPU twin of a GPU, so where it rounds otherwise it is made to round as
+the GPU does: its fp32 -> bf16 conversion truncates, where the GPU (``cvt.rn.bf16.f32``) and
+torch round to nearest even; truncation gives every bf16 result a bias toward zero that the
+correctness rule (kernels/testing.py) rightly calls wrong (:func:`_round_bf16_to_nearest`).
 """
 
 from __future__ import annotations
@@ -163,6 +168,50 @@ def _preload_lazy_triton_modules() -> None:
 
         patch_lang_tensor._workbench_wrapped = True
         interpreter._patch_lang_tensor = patch_lang_tensor
+    _round_bf16_to_nearest(interpreter)
+
+
+def _round_bf16_to_nearest(interpreter) -> None:
+    """Make the interpreter's fp32 -> bf16 casts round to nearest even, as the GPU's do (it
+    truncates: a correct kernel's bf16 outputs then carry a bias of half a unit in the last place
+    toward zero, which a GPU never shows). Explicit round-toward-zero casts keep truncating."""
+    import numpy as np
+    import triton.language as tl
+
+    builder = getattr(interpreter, "InterpreterBuilder", None)
+    handle = getattr(interpreter, "TensorHandle", None)
+    cast, to_fp = getattr(builder, "cast_impl", None), getattr(builder, "create_fp_to_fp", None)
+    if handle is None or cast is None or getattr(cast, "_workbench_wrapped", False):
+        return
+
+    def to_bf16(data):
+        bits = np.ascontiguousarray(data, dtype=np.float32).view(np.uint32)
+        rounded = ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(
+            np.uint16
+        )
+        quiet_nan = ((bits >> np.uint32(16)) | np.uint32(0x0040)).astype(np.uint16)
+        return np.where(np.isnan(data), quiet_nan, rounded).reshape(np.shape(data))
+
+    def rounds_to_bf16(src, dst_type) -> bool:
+        return src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16
+
+    def cast_impl(self, src, dst_type):
+        if rounds_to_bf16(src, dst_type):
+            return handle(to_bf16(src.data), dst_type.scalar)
+        return cast(self, src, dst_type)
+
+    cast_impl._workbench_wrapped = True
+    builder.cast_impl = cast_impl
+    if to_fp is not None:
+        rtne = getattr(getattr(interpreter, "_ir", None), "ROUNDING_MODE", None)
+        rtne = getattr(rtne, "RTNE", None)
+
+        def create_fp_to_fp(self, src, dst_type, rounding_mode):
+            if rounds_to_bf16(src, dst_type) and rounding_mode in (None, rtne):
+                return handle(to_bf16(src.data), dst_type.scalar)
+            return to_fp(self, src, dst_type, rounding_mode)
+
+        builder.create_fp_to_fp = create_fp_to_fp
 
 
 def _index_scalar(self):

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 if TYPE_CHECKING:
     import torch
 
+from kernels.testing import DEFAULT_RULE, ErrorRule
+
 
 class _TorchDtypes(collections.abc.Mapping):
     """``"fp32"`` / ``"fp16"`` / ``"bf16"`` -> the torch dtype. The names are known without torch
@@ -43,7 +45,8 @@ MODES = ("forward", "backward", "full")
 # Variant backends that are not ours: torch paths and peer libraries (compared against, never judged).
 PEER_BACKENDS = ("torch", "peer")
 
-# The usual per-dtype tolerances (atol, rtol) for a kernel against an fp32/fp64 reference.
+# The usual per-dtype tolerances (atol, rtol) for a kernel against the float64 truth: the outer
+# bound around the rule that judges a result by the reference's own error (kernels/testing.py).
 DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
     "fp32": (1e-4, 1e-5),
     "fp16": (2e-2, 1e-2),
@@ -294,7 +297,9 @@ class Tuning:
     the tile names whose smaller values make a configuration simpler (fewer warps, stages,
     splits), in the order a tie within noise is broken. ``part``: which of the family's tiles the
     table sets, each part in a table of its own (``"forward"``, or ``"backward"`` for a family
-    whose backward kernel has tiles of its own, timed in ``mode="full"``).
+    whose backward kernel has tiles of its own, timed in ``mode="full"``). ``dtypes``: the dtypes
+    a tune may time in instead of ``dtype`` (``workbench tune --dtype``); whichever it times in,
+    the chosen tiles are checked in every dtype the family declares before a table is installed.
     """
 
     variant: str
@@ -310,6 +315,12 @@ class Tuning:
     keep: Callable[[int, Mapping[str, Any]], bool] | None = None
     simpler: tuple[str, ...] = ("num_warps", "num_stages", "SPLITS")
     part: str = "forward"
+    dtypes: tuple[str, ...] = ()  # the dtypes a tune may time in (``--dtype``); () for ``(dtype,)``
+
+    @property
+    def timed_dtypes(self) -> tuple[str, ...]:
+        """The dtypes a tune may time in, the default (``dtype``) first."""
+        return tuple(dict.fromkeys((self.dtype, *self.dtypes)))
 
 
 @dataclass(frozen=True)
@@ -319,13 +330,19 @@ class KernelSpec:
     - ``knobs``: problem knobs with defaults (``quick`` overrides make CPU runs small).
     - ``make_inputs(problem, dtype, device, seed)``: a dict of fresh random tensors (never
       zeros); tensors that should receive gradients have ``requires_grad`` set.
-    - ``reference(inputs, problem)``: the PyTorch oracle; the harness calls it on inputs
-      upcast to fp32 (fp64 on the CPU).
+    - ``reference(inputs, problem)``: the PyTorch oracle; the harness calls it twice on the same
+      inputs: upcast to float64 (the truth; float32 on a device without float64) and in the
+      measured dtype (its own rounding, the yardstick of :class:`~kernels.testing.ErrorRule`).
     - ``output_names``: names of the outputs, in the order ``run`` returns them.
     - ``min_bytes(problem, mode, dtype)``: the fewest bytes the mode must move (None: not known,
       so no bandwidth figures).
     - ``axis``: the knob plots put on the x axis by default.
     - ``memory_bound``: the work is bound by memory traffic (reports chart GB/s against copy bandwidth).
+    - ``error_rule``: how far a result may err as a multiple of the reference's own error
+      (:class:`~kernels.testing.ErrorRule`; a looser ``k`` names its reason); ``tolerances``
+      stay as the outer bound.
+    - ``strided``: our variants take non-contiguous inputs (a row-padded view), so the edge
+      checks (``workbench.edges``) run them too.
     """
 
     name: str
@@ -364,6 +381,8 @@ class KernelSpec:
     # a notebook cell or a script, so its sweeps run on the local executor only). A module path
     # registered for the family (the built-ins', an entry point's) stands for it.
     module: str | None = None
+    error_rule: ErrorRule = DEFAULT_RULE
+    strided: bool = False
 
     @property
     def tuned_parts(self) -> tuple[str, ...]:
@@ -447,6 +466,7 @@ BUILTIN: dict[str, str] = {
 _REGISTRY: dict[str, str | KernelSpec] = {}  # name -> module path, or the spec registered at run time
 _FROM_ENTRY_POINTS: set[str] = set()
 _ENTRY_POINTS_READ = False
+_BROKEN: dict[str, str] = {}  # name -> why its module failed when get() imported it (tried again next time)
 
 
 def register(family: KernelSpec | str, name: str | None = None) -> str:
@@ -470,6 +490,7 @@ def register(family: KernelSpec | str, name: str | None = None) -> str:
             who = held if isinstance(held, str) else f"a spec registered at run time ({held.module or 'a notebook'})"
             raise ValueError(f"family name {name!r} is already registered ({who}); give yours another name")
     _REGISTRY[name] = family
+    _BROKEN.pop(name, None)
     return name
 
 
@@ -478,6 +499,7 @@ def unregister(name: str) -> None:
     if name in BUILTIN:
         raise ValueError(f"{name!r} is a built-in family; it cannot be unregistered")
     _REGISTRY.pop(name, None)
+    _BROKEN.pop(name, None)
 
 
 def _read_entry_points() -> None:
@@ -498,23 +520,64 @@ def _read_entry_points() -> None:
 
 
 def families() -> list[str]:
-    """Registered families whose code is present, in registration order (the built-ins first)."""
+    """Registered families whose code is present, in registration order (the built-ins first).
+    A family whose module cannot be found is left out and listed by :func:`broken_families`
+    (so is one whose module fails when :func:`get` imports it, which stays here)."""
     _read_entry_points()
-    found = []
+    return [name for name, entry in _REGISTRY.items() if _missing(entry) is None]
+
+
+def broken_families() -> dict[str, str]:
+    """Registered families that cannot load, each with why in one line: an entry point whose module
+    is not installed (a package removed while its metadata stayed, a typo), or a module that failed
+    when :func:`get` imported it. Every other family stays usable."""
+    _read_entry_points()
+    found = {}
     for name, entry in _REGISTRY.items():
-        if isinstance(entry, KernelSpec) or importlib.util.find_spec(entry.partition(":")[0]) is not None:
-            found.append(name)
+        reason = _BROKEN.get(name) or _missing(entry)
+        if reason is not None:
+            found[name] = reason
     return found
 
 
+def _missing(entry: str | KernelSpec) -> str | None:
+    """Why a registered module path cannot be imported without importing it (None: it can be found)."""
+    if isinstance(entry, KernelSpec):
+        return None
+    module = entry.partition(":")[0]
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError) as exc:  # a parent package missing: find_spec raises
+        return f"{entry}: {type(exc).__name__}: {exc}"
+    return None if found is not None else f"{entry}: ModuleNotFoundError: No module named {module!r}"
+
+
 def get(name: str) -> KernelSpec:
-    """The registered family's KernelSpec."""
-    if name not in families():
+    """The registered family's KernelSpec; ValueError in one line for an unknown family or one
+    that cannot load (:func:`broken_families`)."""
+    _read_entry_points()
+    entry = _REGISTRY.get(name)
+    if entry is None:
         raise ValueError(f"unknown kernel family {name!r}; families: {', '.join(families())}")
-    entry = _REGISTRY[name]
     if isinstance(entry, KernelSpec):
         return entry
-    return _load(name, entry)
+    reason = _missing(entry)
+    if reason is not None:
+        raise ValueError(
+            f"kernel family {name!r} cannot load ({reason}); the others are usable: {', '.join(families())}"
+        )
+    try:
+        spec = _load(name, entry)
+    except Exception as exc:
+        _BROKEN[name] = f"{entry}: {type(exc).__name__}: {_one_line(exc)}"
+        raise ValueError(f"kernel family {name!r} cannot load ({_BROKEN[name]})") from exc
+    _BROKEN.pop(name, None)
+    return spec
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else ""
 
 
 def module_path(name: str) -> str | None:

@@ -128,7 +128,7 @@ def test_tune_part_backward_installs_its_own_table_and_records_name_both(tables,
                  "--out", str(tmp_path / "run"), "--write"])  # fmt: skip
     out, _ = capsys.readouterr()
     assert code == 0, out
-    assert "tune rms_norm (backward)" in out
+    assert "tune rms_norm (backward, bf16)" in out
     table = tuned_tables.read_table(tables / "rms_norm" / "backward" / tuned_tables.file_name(CPU_KEY), "rms_norm")
     assert table["part"] == "backward" and table["mode"] == "full"
     (bucket,) = table["buckets"]

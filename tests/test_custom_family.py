@@ -75,7 +75,7 @@ def test_a_declared_family_measures_and_sweeps_like_a_built_in(registered):
     peer = measure("twice", "function", device="cpu", dtype="fp32", quick=True, rep_ms=1)
     assert peer.error is None and peer.passed
     rec = measure("twice", "ours", device="cpu", dtype="fp32", quick=True, rep_ms=1)
-    assert rec.passed and rec.error is None and rec.tiles_source == "declared defaults"
+    assert rec.passed and rec.error is None and rec.tiles_source == "declared defaults: SCALE=2"
     assert rec.min_bytes == 2 * 37 * 4
     bad = measure(
         "twice", "ours", device="cpu", dtype="fp32", quick=True, params={"SCALE": 3}, rep_ms=1, on_error="record"
@@ -89,7 +89,7 @@ def test_a_declared_family_measures_and_sweeps_like_a_built_in(registered):
     assert module_path("twice") == __name__  # a worker process imports this module to find it
 
 
-def test_auto_takes_the_first_tiles_the_check_accepts(registered):
+def test_auto_takes_the_tiles_the_check_accepts(registered):
     spec = registered(_declare("thrice", run=lambda x, SCALE=3: x * SCALE, reference=lambda x: 3 * x,
                                tiles={"SCALE": [2, 3]}, check=lambda SCALE: SCALE == 3 or "not 3"))  # fmt: skip
     rec = measure(spec, "ours", device="cpu", dtype="fp32", quick=True, rep_ms=1)
@@ -284,7 +284,7 @@ def test_a_session_tunes_a_cell_family_and_installs_its_table_where_it_was_told(
         s.tune(sizes=[-1])
 
 
-def test_tuned_tiles_that_do_not_fit_a_size_give_way_to_the_first_that_does(registered, tmp_path):
+def test_tuned_tiles_that_do_not_fit_a_size_give_way_to_the_nearest_that_does(registered, tmp_path):
     from kernels import tuned_tables
     from kernels.runtime import device_info
 
@@ -309,9 +309,10 @@ def test_tuned_tiles_that_do_not_fit_a_size_give_way_to_the_first_that_does(regi
         rec = measure(spec, "ours", device="cpu", dtype="fp32", problem={"n": n}, rep_ms=1, warmup_ms=0)
         assert rec.ok, rec.error
         sources[n] = rec.tiles_source
-    assert sources[16] == f"tuned:{key}@16" and sources[200] == f"tuned:{key}@256", sources
-    assert sources[20] == f"tuned:{key}@16 adjusted to fit", sources
-    assert sources[64] == f"tuned:{key}@64", sources  # an empty entry: the tune kept the rule
+    assert sources[16] == f"tuned:{key}@16: TILE=16" and sources[200] == f"tuned:{key}@256: TILE=256", sources
+    assert sources[20] == f"tuned:{key}@16 adjusted to fit (TILE=16 < n=20): TILE=64", sources
+    # An empty entry: the tune kept the rule (the declared default, 16, adjusted to the nearest that fits).
+    assert sources[64] == f"tuned:{key}@64 adjusted to fit (TILE=16 < n=64): TILE=64", sources
 
 
 def test_the_tutorial_goes_from_its_kernel_to_the_explorer_in_15_lines_and_no_package_names_it():

@@ -27,7 +27,7 @@ def rec(variant="gpu_row", ms=0.010, rel=0.01, *, hidden=4096, backend="gpu", pa
         "device_kind": "cuda",
         "device_name": device,
         "problem": {"rows": 4096, "hidden": hidden},
-        "params": {"BLOCK_SIZE": "auto"},
+        "params": {"BLOCK_SIZE": 1024},
         "axis": "hidden",
         "x_value": hidden,
         "timing_method": "cuda-graph",
@@ -92,7 +92,9 @@ def test_a_record_without_interval_is_a_point():
 
 def test_wrong_results_fail_even_without_baseline():
     result = gate.check([rec(passed=False), rec("torch_eager", backend="torch", passed=False)])
-    assert not result.ok and result.wrong == ["rms_norm/gpu_row forward bf16 hidden=4096 (max abs err 3.0)"]
+    assert not result.ok and result.wrong == [
+        "rms_norm/gpu_row forward bf16 rows=4096, hidden=4096 (BLOCK_SIZE=1024): check failed (max abs err 3)"
+    ]
     assert gate.check([rec()], failures=["rms_norm_forward: gpu_row ...: could not run"]).ok is False
 
 
@@ -115,7 +117,7 @@ def test_report_check_passes_and_fails_as_it_should(tmp_path, capsys, suite):
     assert main(["report", str(slow), "--check", "--baseline", str(base), "--fail-on-regression", "60"]) == 0
     wrong = write_run(tmp_path / "wrong", [rec(passed=False)], suite=suite)
     assert main(["report", str(wrong), "--check"]) == 1
-    assert "WRONG RESULT: rms_norm/gpu_row forward bf16 hidden=4096" in capsys.readouterr().out
+    assert "WRONG RESULT: rms_norm/gpu_row forward bf16 rows=4096, hidden=4096" in capsys.readouterr().out
 
 
 def test_report_check_fails_on_a_suite_failure(tmp_path, capsys):
@@ -123,7 +125,31 @@ def test_report_check_fails_on_a_suite_failure(tmp_path, capsys):
         tmp_path / "run", [rec()], failures=["fused_forward: gpu_row forward hidden=512: could not run: boom"]
     )
     assert main(["report", str(run), "--check"]) == 1
-    assert "WRONG RESULT: fused_forward: gpu_row forward hidden=512: could not run" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "FAILED: fused_forward: gpu_row forward hidden=512: could not run" in out
+    assert "gate: FAILED: 0 wrong results, 1 other failures" in out
+
+
+def test_the_gate_counts_every_wrong_record_and_names_its_shape_dtype_and_output(tmp_path, capsys):
+    """Four wrong records, two of them at the same axis value (issue 59: the gate said "2")."""
+    bad = {"name": "y", "passed": False, "err_ratio": 6.2, "worst": "scale", "k": 2.0, "within_tolerance": True}
+    records = [
+        rec(passed=False, checks=[bad], dtype=dtype, problem={"rows": rows, "hidden": 4096})
+        for dtype in ("bf16", "fp16")
+        for rows in (1, 4096)
+    ]
+    suite_line = (
+        "norm: gpu_row forward hidden=4096: WRONG RESULT (max abs err 3.0)"  # the same records, named by the suite
+    )
+    run = write_run(tmp_path / "run", records, failures=[suite_line])
+    assert main(["report", str(run), "--check"]) == 1
+    out = capsys.readouterr().out
+    assert "gate: FAILED: 4 wrong results" in out and "other failures" not in out, out
+    for dtype in ("bf16", "fp16"):
+        for rows in (1, 4096):
+            line = f"WRONG RESULT: rms_norm/gpu_row forward {dtype} rows={rows}, hidden=4096 (BLOCK_SIZE=1024): y: 6.2x"
+            assert line in out, out
+    assert "mean error away from zero; k=2" in out
 
 
 # --- workbench bench --suite NAME --baseline DIR --fail-on-regression PCT ---------------------------------

@@ -14,13 +14,14 @@ A notebook is a ``parameters`` cell followed by calls on one Session::
     grid = s.sweep2d("BLOCK_SIZE", [256, 512, 1024], "BLOCK_SIZE_M", [1, 4, 16],
                      variant="gpu_multirow", metric="gbps")   # heatmap, failed cells marked, best outlined
     s.memory()                                      # peak MB per variant beside the bytes the problem must move
-    s.correctness(mode="full")                      # every output and gradient against the reference
+    s.correctness(mode="full", edges=True)          # every output and gradient against the reference, edge shapes too
     s.tune(install=True)                            # workbench tune in this process; "auto" then takes the table
     s.finish()          # <family>_records.csv/.json into out_dir (default results/); AssertionError if any check failed
 
 Also: ``s.measure(variant, problem, params, mode)`` (one configuration, a Record),
 ``s.runnable()`` / ``s.unavailable()`` (what can run here, and why not), ``s.best`` (the best
-config of the last ``sweep2d``) and ``s.apply(s.best)`` (set the Explorer to it),
+config of the last ``sweep2d``; where none passed, a falsy :class:`NoBest` whose fields raise a
+ValueError saying why) and ``s.apply(s.best)`` (set the Explorer to it),
 ``s.explorer(variant=..., debounce_s=0.2, peers=True, metric="ms")``, ``s.frame()`` (records as a
 DataFrame), ``s.problem`` (the starting problem), ``s.device`` (a ``workbench.device.Device``).
 
@@ -70,7 +71,7 @@ from kernels import tuned_tables
 from kernels.spec import KernelSpec, Variant, dtype_name, get
 from widgets.core import ResultCache
 from workbench.device import Device, get_device
-from workbench.measure import Record, measure, measure_many
+from workbench.measure import Record, failed_checks, measure, measure_many
 from workbench.reports import checks
 from workbench.reports import figures as F
 from workbench.reports.text import short_reason
@@ -78,7 +79,7 @@ from workbench.store import DEFAULT_PATH, Store, records_frame, write_csv, write
 from workbench.sweep.config import config_key, resolve_config, with_axis
 from workbench.sweep.plan import Measuring, SweepPlan, SweepRequest, has_axis, plan_sweep, split_params
 
-__all__ = ["Session", "quick_for", "default_results_dir"]
+__all__ = ["NoBest", "Session", "quick_for", "default_results_dir"]
 
 Progress = Callable[[int, int, str], None]
 
@@ -91,8 +92,9 @@ class Session:
     family: a registered family name (``kernels.families()``) or a :class:`KernelSpec`.
     device: ``"auto"`` (cuda, then npu, then cpu), ``"cuda"``, ``"npu"`` or ``"cpu"``.
     dtype: ``"fp32"``, ``"fp16"`` or ``"bf16"`` (the default for every method).
-    quick: problems default to ``spec.quick`` (small sizes for the CPU interpreter); ``None``:
-        on where the device is the CPU (the interpreter), off on a device.
+    quick: problems default to ``spec.quick`` (small sizes for the CPU interpreter); ``None``
+        (the default): on where the device is the CPU (the interpreter), off on a device; the
+        session says which in one printed line.
     headless: no widgets at all (papermill / reports): no Explorer, no progress bar, no buttons.
     out_dir: where ``finish()`` writes ``<family>_records.csv`` and ``<family>_records.json``;
         ``None``: ``results/`` beside the default store (:func:`default_results_dir`), which git
@@ -119,7 +121,7 @@ class Session:
         family: str | KernelSpec,
         device: str | Device = "auto",
         dtype: str = "bf16",
-        quick: bool | None = False,
+        quick: bool | None = None,
         headless: bool = False,
         out_dir: str | Path | None = None,
         *,
@@ -137,11 +139,13 @@ class Session:
             raise ValueError(f"dtype={dtype!r} is not supported by {self.spec.name}; use {', '.join(self.spec.dtypes)}")
         self.quick = quick_for(self.device, quick)
         if self.device.kind == "cpu":  # say which sizes, and why, where a reader may expect others
+            small = ", ".join(f"{k}={v}" for k, v in self.spec.quick.items())
             print(
-                "CPU: the Triton interpreter at small sizes (quick); a GPU runs the full sizes"
+                f"CPU: the Triton interpreter at small sizes (quick: {small}); a GPU runs the full sizes"
                 if self.quick
                 else "CPU: the Triton interpreter at full sizes (quick=False): expect minutes per sweep"
             )
+        _note_broken_families()
         self.headless = bool(headless)
         self.out_dir = Path(out_dir) if out_dir is not None else default_results_dir()
         self.seed = seed
@@ -161,7 +165,8 @@ class Session:
         self.cache = ResultCache()
         self.records: list[Record] = []
         self.figures: list = []
-        self.best: dict | None = None  # the best config of the last sweep2d: {"variant", "params", "problem"}
+        # The best config of the last sweep2d ({"variant", "params", "problem"}), or NoBest saying why none.
+        self.best: dict | NoBest = NoBest("no sweep2d has run in this session yet")
         self.measured = 0  # configurations actually measured (cache misses)
         self._lock = threading.RLock()  # one measurement at a time (Explorer worker + notebook)
         self._explorer = None
@@ -435,7 +440,7 @@ class Session:
             self._explorer.partial_heatmap(
                 rows, x_axis, x_values, y_axis, y_values, metric, title=f"{var.name}: {y_axis} x {x_axis}"
             )
-        self.best = None
+        self.best = NoBest(_why_no_best(rows, var.name))
         if best is not None:
             self.best = {
                 "variant": var.name,
@@ -448,10 +453,12 @@ class Session:
             failures = checks.failures_table(rows, [x_axis, y_axis])
             if failures:
                 self._show_failures(failures)
-            if self.best is not None:
+            if self.best:
                 self._show_best(self.best)
+            else:
+                print(f"no best configuration: {self.best.why}")
         df = records_frame(rows)
-        df.attrs["best"] = self.best
+        df.attrs["best"] = self.best or None
         return df
 
     def run_sweep(
@@ -625,16 +632,30 @@ class Session:
         *,
         dtype: str | None = None,
         show: bool = True,
+        edges: bool = False,
     ):
         """Every output and gradient of every variant against the reference at one problem:
-        max abs / max rel error, tolerance, NaN/Inf mismatches, pass. Displays the table and
-        returns it as a DataFrame (one row per tensor; errors as rows with tensor ``"-"``)."""
+        max abs / max rel error, the error ratio against the reference's own (and the rule's k),
+        tolerance, NaN/Inf mismatches, pass; with ``edges=True`` our kernels also at the edge
+        shapes derived from the declaration (one row, odd sizes, the smallest and largest
+        accepted tiles, strided inputs where the family takes them: :mod:`workbench.edges`), a
+        failed edge failing its record. Displays the table and returns it as a DataFrame (one row
+        per tensor; errors as rows with tensor ``"-"``)."""
         import pandas as pd
+
+        from workbench import edges as edge_shapes
+        from workbench.measure import check_edges
 
         self._check_mode(mode)
         recs = []
         for var in self._variants(variants, mode):
             rec, _ = self._measure(var, problem, split_params(params, var), mode, dtype)
+            if edges and not var.is_peer and rec.error is None and not rec.edges:
+                with self._lock:
+                    verdicts = check_edges(self.spec, var, device=self.device, dtype=rec.dtype, mode=rec.mode,
+                                           problem=rec.problem, params=rec.params, seed=self.seed)  # fmt: skip
+                edge_shapes.attach(rec, verdicts)
+                print(f"{var.name}: {edge_shapes.summary(verdicts)}")
             recs.append(rec)
             self.records.append(with_axis(rec, self.spec.axis, rec.problem.get(self.spec.axis)))
         if show:
@@ -659,6 +680,7 @@ class Session:
         install: bool = False,
         out: str | Path | None = None,
         part: str = tuned_tables.FORWARD,
+        dtype: str | None = None,
     ):
         """``workbench tune`` from a notebook: search the family's tune grid (``spec.tuning``;
         ``part="backward"``: ``spec.backward_tuning``, the backward kernel's own tiles) at each
@@ -669,7 +691,11 @@ class Session:
         returns the :class:`workbench.tune.job.Tuned` (``.table``, ``.diff``, ``.install()``).
         ``install=True`` installs the table where the family keeps its tables, so its ``"auto"``
         tiles take it from then on (not where a configuration gave a wrong result), and empties
-        the session's cache, so later sweeps measure the tuned tiles."""
+        the session's cache, so later sweeps measure the tuned tiles. ``dtype``: the dtype the tune
+        times in, one of the family's tune dtypes (``Tuning.timed_dtypes``); default the session's
+        where it is one of them, else the family's. Whatever it times in, the chosen tiles are
+        checked at every tuned size in every dtype the family declares, and a table is installed
+        only where all of them passed."""
 
         from workbench.reports import reader
         from workbench.reports import tune as report
@@ -681,6 +707,15 @@ class Session:
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy={strategy!r}: use one of {', '.join(STRATEGIES)}")
         space = Space.of(self.spec, quick=self.quick, part=part)
+        allowed = space.tuning.timed_dtypes
+        chosen = dtype_name(dtype) if dtype is not None else (self.dtype if self.dtype in allowed else allowed[0])
+        if chosen not in allowed:
+            raise ValueError(f"dtype={dtype!r}: {self.family} tunes in {', '.join(allowed)} (its tune dtypes)")
+        if chosen != self.dtype:
+            print(
+                f"tuning {self.family} in {chosen} (its tune dtypes: {', '.join(allowed)}); the tiles are checked in every dtype"
+            )
+        space = space.with_dtype(chosen)
         if sizes is not None:
             knob = self.spec.knob(space.tuning.knob)
             space = space.with_sizes(knob.validate(v) for v in sizes)
@@ -688,7 +723,8 @@ class Session:
         options = TuneOptions(strategy, seed, budget_s, trials, rep_ms)
         suffix = "" if part == tuned_tables.FORWARD else f"-{part}"
         out = Path(out) if out is not None else self.out_dir / f"tune-{self.family}-{self.device.kind}{suffix}"
-        command = f"Session({self.family!r}, device={self.device.kind!r}).tune(strategy={strategy!r}, part={part!r})"
+        command = (f"Session({self.family!r}, device={self.device.kind!r}).tune(strategy={strategy!r}, part={part!r}, "
+                   f"dtype={chosen!r})")  # fmt: skip
         tuned = tune_family(space, options, self._executor("local", None), self.device, self.device.kind, out,
                             command=command)  # fmt: skip
         paths = report.write_tuned(tuned, out, options)
@@ -696,6 +732,8 @@ class Session:
             f"<b>{self.spec.title}: tuned on {tuned.key}</b> ({len(tuned.result.records)} configurations, "
             f"{tuned.result.wall_s:.1f} s; report {paths[0]})" + reader.table_html(report.size_rows(tuned.result))
         )
+        if tuned.wrong and not install:  # installing raises with the same lines
+            print(tuned.wrong_message())
         if install:
             print(f"installed {tuned.install()}")
             self.cache.clear()  # "auto" tiles now take the table: measure them again
@@ -732,8 +770,8 @@ class Session:
     def apply(self, config: Mapping | None = None) -> None:
         """Set the Explorer's controls to ``config`` (default: ``self.best``)."""
         config = config or self.best
-        if config is None:
-            raise ValueError("nothing to apply: run sweep2d first or pass a config")
+        if not config:
+            raise ValueError(f"nothing to apply: {getattr(config, 'why', 'pass a config')}")
         if self._explorer is None:
             raise ValueError("no Explorer in this session: call s.explorer() first")
         self._explorer.apply(config)
@@ -760,11 +798,7 @@ class Session:
         )
         problems = []
         for r in wrong:
-            bad = ", ".join(
-                c.get("note") or f"{c['name']} max_abs={c['max_abs']:.3g} (atol {c['atol']:.3g})"
-                for c in r.checks
-                if not c["passed"]
-            )
+            bad = failed_checks(r)
             problems.append(
                 f"WRONG RESULT {r.variant} {r.mode} {r.dtype} {F.mapping_str(r.problem)} {F.mapping_str(r.params)}: {bad}"
             )
@@ -847,6 +881,49 @@ def _show_progress(bar, done: int, total: int) -> None:
     bar.max = max(total, 1)
     bar.value = done
     bar.description = f"{done}/{total}"
+
+
+class NoBest:
+    """``s.best`` where no configuration of the last ``sweep2d`` passed (or none ran yet): falsy,
+    ``None`` from ``.get``, and a ValueError saying why from ``s.best["params"]``."""
+
+    def __init__(self, why: str):
+        self.why = why
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __getitem__(self, key):
+        raise ValueError(f"s.best has no {key!r}: {self.why}")
+
+    def get(self, key, default=None):
+        return default
+
+    def __repr__(self) -> str:
+        return f"NoBest({self.why!r})"
+
+
+def _why_no_best(rows: Sequence[Record], variant: str) -> str:
+    wrong = sum(1 for r in rows if r.error is None and r.passed is False)
+    failed = sum(1 for r in rows if r.error)
+    return (
+        f"no configuration of {variant} in the last sweep2d passed ({len(rows)} cells: {wrong} failed their "
+        f"check, {failed} could not run; the failures table says why)"
+    )
+
+
+_BROKEN_NOTED: set[str] = set()
+
+
+def _note_broken_families() -> None:
+    """Say once per process which registered families cannot load (a stale entry point), each in
+    one line: the others work as usual."""
+    from kernels import broken_families
+
+    for name, reason in broken_families().items():
+        if name not in _BROKEN_NOTED:
+            _BROKEN_NOTED.add(name)
+            print(f"note: kernel family {name!r} cannot load ({reason}); the other families are unaffected")
 
 
 def default_store_path() -> Path:

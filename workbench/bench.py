@@ -31,6 +31,7 @@ class BenchPlan:
     overrides: dict[str, Any] = field(default_factory=dict)
     quick: bool = False
     rep_ms: float = 100.0
+    edges: bool = False  # also check our kernels at the edge shapes of their declaration (workbench.edges)
 
     def configurations(self):
         """(dtype, mode, problem, variant name, params) in the order they are measured."""
@@ -70,6 +71,7 @@ def run_bench(plan: BenchPlan, store, on_record: Callable | None = None) -> list
             rep_ms=plan.rep_ms,
             store=store,
             on_error="record",
+            edges=plan.edges,
         )
         records.append(rec)
         if on_record is not None:

@@ -8,7 +8,10 @@ The protocol (docs/measuring.md and docs/architecture.md, "The measuring contrac
    (:func:`workbench.compiling.service.settle`): its first call then loads the kernels.
 2. Correctness first: the variant's outputs, and for backward modes its gradients for a seeded
    random incoming gradient, against the spec's reference run on the same inputs upcast to
-   fp32 (fp64 on the CPU). Max abs / max rel error, NaN/Inf mismatches, pass per tensor.
+   float64 (the truth; float32 on a device without float64), judged by how far the same
+   reference errs in the measured dtype (:func:`kernels.testing.judge`, the family's
+   ``error_rule``) inside the dtype's atol / rtol. Max abs / max rel error, the error ratio
+   against the reference's, NaN/Inf mismatches, pass per tensor.
 3. Time: ``Device.timings`` takes the three timings of :mod:`workbench.timing` (kernel: the
    profiler's device-kernel sum with the L2 flushed; call: device events around one eager call;
    host: the time to issue it), each a median with its interval, trials of configurations
@@ -47,9 +50,10 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from kernels.launch import recording
-from kernels.spec import DTYPES, KernelSpec, Variant, as_tuple, dtype_name, get
-from kernels.testing import TensorCheck, compare
+from kernels.spec import DTYPES, PEER_BACKENDS, KernelSpec, Variant, as_tuple, dtype_name, get
+from kernels.testing import TensorCheck, compare, judge  # noqa: F401 - compare: public here too
 from workbench import compile_facts, device_state, timing
+from workbench import edges as edges_module
 from workbench.compiling import service as compile_service
 from workbench.compiling.note import noted
 from workbench.device import Device, check_l2, get_device
@@ -107,6 +111,9 @@ class Record:
     checks: list[dict] = field(default_factory=list)
     max_abs_err: float | None = None
     max_rel_err: float | None = None
+    # The worst output's or gradient's error as a multiple of the reference's own error in this
+    # dtype (kernels.testing.judge; at most the rule's k passes), over the tensors the rule judged.
+    err_ratio: float | None = None
     passed: bool | None = None
     # The arithmetic the variant used (KernelSpec.precision_of): "ieee" is plain fp32 and the
     # dtype's own arithmetic; "tf32"/"tf32x3" for TF32 matrix products. Checked at its tolerance.
@@ -121,6 +128,12 @@ class Record:
     # "heuristic (<why no table>)" or "explicit", then "; backward: <the same>" for a part with a
     # table of its own (kernels.tuned_tables.joined_sources); "" for variants without tiles.
     tiles_source: str = ""
+    # "contiguous", or "strided": floating inputs of two or more axes as views of every row inside
+    # a wider buffer (row stride > row length), as a slice of a fused projection is.
+    layout: str = "contiguous"
+    # The edge shapes checked beside this configuration (workbench.edges): one verdict each; a
+    # failed one makes the record fail, its failing checks listed in ``checks`` under its label.
+    edges: list[dict] = field(default_factory=list)
     error: str | None = None
     # True: the configuration was refused before anything launched (the variant's check, a tile
     # or problem the spec rejects, a dtype or mode it lacks): it cannot run, which is no failure
@@ -138,6 +151,32 @@ class Record:
         return self.error is None and bool(self.passed)
 
 
+def failed_checks(record: Record | Mapping[str, Any]) -> str:
+    """What failed in a record, in a few words per output or gradient: ``"out: 6.01x the
+    reference's error (scale bias; k=2)"``, a check's note, or its error against the outer bound."""
+    body = record.to_dict() if isinstance(record, Record) else record
+    if body.get("error"):
+        return f"could not run: {body['error'][:200]}"
+    parts = []
+    for c in body.get("checks") or []:
+        if c.get("passed"):
+            continue
+        if c.get("note"):
+            parts.append(f"{c['name']}: {c['note']}")
+        elif not c.get("within_tolerance", True) or c.get("err_ratio") is None:
+            parts.append(f"{c['name']}: max abs err {c.get('max_abs', float('nan')):.3g} "
+                         f"over atol {c.get('atol', 0):.3g} + rtol {c.get('rtol', 0):.3g} x |truth|")  # fmt: skip
+        else:
+            stat = _STAT_NAMES.get(c.get("worst"), c.get("worst"))
+            parts.append(f"{c['name']}: {c['err_ratio']:.3g}x the reference's error ({stat}; k={c.get('k', 0):g})")
+    if not parts and body.get("max_abs_err") is not None:
+        parts.append(f"check failed (max abs err {body['max_abs_err']:.3g})")
+    return "; ".join(parts) or "check failed"
+
+
+_STAT_NAMES = {"max": "max error", "rms": "RMS error", "shift": "mean error", "scale": "mean error away from zero"}
+
+
 @functools.lru_cache(maxsize=1)
 def versions() -> dict:
     import triton
@@ -149,8 +188,24 @@ def versions() -> dict:
     }
 
 
-def reference_dtype(device: Device) -> torch.dtype:
-    return torch.float64 if device.kind == "cpu" else torch.float32
+LAYOUTS = ("contiguous", "strided")
+ROW_PAD = 8  # elements between one row's end and the next's start in a strided layout
+
+
+def strided_view(value):
+    """A floating tensor of two or more axes as the view of its rows inside a buffer whose rows are
+    ``ROW_PAD`` elements longer (the same values, a row stride longer than a row); others as given."""
+    if not (isinstance(value, torch.Tensor) and value.is_floating_point() and value.dim() >= 2 and value.numel()):
+        return value
+    buffer = value.new_empty(*value.shape[:-1], value.shape[-1] + ROW_PAD)
+    view = buffer[..., : value.shape[-1]]
+    view.copy_(value.detach())
+    return view.detach().requires_grad_(value.requires_grad)
+
+
+def truth_dtype(device: Device) -> torch.dtype:
+    """The dtype the truth is computed in: float64, or float32 on a device without it (an NPU)."""
+    return torch.float32 if device.kind in ("npu", "mps") else torch.float64
 
 
 def _upcast(inputs: Mapping[str, Any], dtype: torch.dtype) -> dict[str, Any]:
@@ -196,9 +251,10 @@ def measure(
     rel_width: float = DEFAULT_REL_WIDTH,
     phases: Phases | None = None,
     l2: str = "cold",
+    edges: bool = False,
 ) -> Record:
-    """Measure one configuration; see the module docstring for the protocol (``l2``: as
-    :func:`measure_many`)."""
+    """Measure one configuration; see the module docstring for the protocol (``l2`` and
+    ``edges``: as :func:`measure_many`)."""
     config = dict(variant=variant, dtype=dtype, mode=mode, problem=problem, params=params, seed=seed)
     return measure_many(
         spec,
@@ -214,6 +270,7 @@ def measure(
         rel_width=rel_width,
         phases=phases,
         l2=l2,
+        edges=edges,
     )[0]
 
 
@@ -233,6 +290,7 @@ def measure_many(
     extra: Sequence[tuple[Record, Callable[[], object]]] = (),
     phases: Phases | None = None,
     l2: str = "cold",
+    edges: bool = False,
 ) -> list[Record]:
     """Measure several configurations of one family side by side, their timing trials interleaved.
 
@@ -249,6 +307,8 @@ def measure_many(
     the wall seconds spent on inputs, first calls, checks and timing (:mod:`workbench.phases`).
     ``l2``: "cold" (the L2 flushed before each kernel-timed call) or "warm" (left as the previous
     call left it); the records' ``kernel_method`` says which (:meth:`Device.samplers`).
+    ``edges``: also check each configuration of our own kernels (not a peer's) at the edge shapes
+    derived from the declaration (:func:`check_edges`); a failed edge fails the record.
     """
     check_l2(l2)
     spec = get(spec) if isinstance(spec, str) else spec
@@ -269,10 +329,70 @@ def measure_many(
             _time_together(prepared, warmup_ms, rep_ms, rel_width, on_error, l2)
     for prep in prepared:
         prep.step = None  # drop the inputs and graphs before the next configuration allocates
+    if edges and check:
+        with phases("check"):
+            for rec, config in zip(records, configs):
+                if rec.error is None and rec.backend not in PEER_BACKENDS:
+                    verdicts = check_edges(spec, config["variant"], device=device, dtype=rec.dtype, mode=rec.mode,
+                                           problem=rec.problem, params=rec.params, seed=rec.seed)  # fmt: skip
+                    edges_module.attach(rec, verdicts)
     for rec in records:
         if store is not None:
             store.append(rec)
     return records
+
+
+def check_edges(
+    spec: KernelSpec | str,
+    variant: Variant | str,
+    *,
+    device: str | Device = "auto",
+    dtype: str,
+    mode: str,
+    problem: Mapping[str, Any],
+    params: Mapping[str, Any] | None = None,
+    seed: int = 0,
+) -> list[dict]:
+    """Run every edge case of ``variant`` around ``problem`` (:func:`workbench.edges.edge_cases`:
+    on the CPU around the family's quick problem), checked and not timed, and return one verdict
+    each: ``edge``, ``sizes``, ``problem``, ``params``, ``layout``, ``passed`` (None where the
+    declaration refuses the case, with ``refused`` saying why), ``err_ratio``, ``failed`` (the
+    checks that failed) and ``error`` (a case the declaration accepts that could not run)."""
+    spec = get(spec) if isinstance(spec, str) else spec
+    dev = get_device(device)
+    var = spec.variant(variant) if isinstance(variant, str) else variant
+    dt = dtype_name(dtype)
+    base = spec.resolve_problem(problem if dev.kind != "cpu" else {**dict(problem), **_quick_sizes(spec)})
+    fixed = {k: v for k, v in dict(params or {}).items() if v != "auto"}
+    verdicts = []
+    for case in edges_module.edge_cases(spec, var, base, dt, dev):
+        merged = {**fixed, **case["params"]}
+        verdict = {**case, "params": merged, "passed": None, "err_ratio": None, "failed": []}
+        try:
+            prob = spec.resolve_problem(case["problem"])
+            resolved = var.resolve_params(merged)
+            if var.check is not None:
+                var.check(prob, resolved, dt, dev)
+        except ValueError as exc:
+            verdict["refused"] = str(exc)[:300]
+            verdicts.append(verdict)
+            continue
+        config = dict(variant=var, dtype=dt, mode=mode, problem=prob, params=merged, seed=seed, layout=case["layout"])
+        (rec,) = measure_many(spec, [config], device=dev, time_it=False, on_error="record")
+        verdict["problem"] = prob
+        if rec.error:
+            verdict.update(passed=False, error=rec.error[:300])
+        else:
+            verdict.update(passed=bool(rec.passed), err_ratio=rec.err_ratio)
+            verdict["failed"] = [c for c in rec.checks if not c["passed"]]
+        verdicts.append(verdict)
+    return verdicts
+
+
+def _quick_sizes(spec: KernelSpec) -> dict:
+    """The family's quick values of its size knobs (the interpreter's edge shapes start there)."""
+    names = {k.name for k in edges_module.size_knobs(spec, {**{k.name: k.default for k in spec.knobs}, **spec.quick})}
+    return {k: v for k, v in spec.quick.items() if k in names}
 
 
 def prepared_call(
@@ -349,6 +469,7 @@ def _prepare(spec, config, shared: _Shared) -> tuple[Record, _Prepared | None]:
     """Resolve, run once (compile), check; a failure becomes the record's error (or raises)."""
     variant, mode = config["variant"], config.get("mode", "forward")
     dtype, seed = config.get("dtype", "bf16"), config.get("seed", 0)
+    layout = config.get("layout", "contiguous")
     problem, params = config.get("problem"), config.get("params")
     device, on_error = shared.device, shared.on_error
     record, launched = None, False
@@ -366,6 +487,9 @@ def _prepare(spec, config, shared: _Shared) -> tuple[Record, _Prepared | None]:
         prob = spec.resolve_problem(problem, quick=shared.quick)
         record = _new_record(spec, var.name, var.backend, mode, dt, dev.kind, dev.name, prob, params, seed)
         record.precision = spec.precision_of(var, prob)
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout={layout!r}: use one of {', '.join(LAYOUTS)}")
+        record.layout = layout
         reason = var.unavailable_reason(dev.kind)
         if reason:
             raise ValueError(reason)
@@ -517,6 +641,8 @@ def _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, record, shared: _S
     phases = shared.phases
     with phases("setup"):
         inputs = shared.inputs(spec, prob, DTYPES[dt], dev, seed)
+        if record.layout == "strided":
+            inputs = {name: strided_view(value) for name, value in inputs.items()}
     grad_names = _grad_inputs(inputs)
     backward_needed = mode in ("backward", "full")
     if backward_needed and not grad_names:
@@ -593,35 +719,78 @@ def _ub_estimate(spec, var, prob, prm, dt) -> int | None:
 
 
 def _check(spec, dev, dt, prob, inputs, outputs, grads, grad_names, grad_outs, record):
-    ref_dtype = reference_dtype(dev)
-    ref_inputs = _upcast(inputs, ref_dtype)
+    """Every output (and gradient) against the truth, judged by the reference's own error in
+    ``dt`` (:func:`kernels.testing.judge`); fills the record's checks, errors and verdict."""
+    truth_dt = truth_dtype(dev)
+    truth_inputs = _upcast(inputs, truth_dt)
     backward_needed = grads is not None
     with torch.set_grad_enabled(backward_needed):
-        ref_outputs = as_tuple(spec.reference(ref_inputs, prob))
+        truth_outputs = as_tuple(spec.reference(truth_inputs, prob))
+    low_inputs, low_outputs, why_not = _low_reference(spec, inputs, prob, backward_needed)
     atol, rtol = spec.tolerance(dt, record.precision)
+    by_rule = record.precision == "ieee"
+    if not by_rule:
+        why_not = f"computed at {record.precision}: judged by its tolerance"
+
+    def judged(name, got, truth, low, atol_):
+        return judge(name, got, truth, low, atol=atol_, rtol=rtol, rule=spec.error_rule, by_rule=by_rule,
+                     why_not=why_not)  # fmt: skip
+
     checks: list[TensorCheck] = []
     names = list(spec.output_names)
-    if len(names) != len(outputs) or len(ref_outputs) != len(outputs):
+    if len(names) != len(outputs) or len(truth_outputs) != len(outputs):
         raise AssertionError(
-            f"{spec.name}: variant returned {len(outputs)} outputs, reference {len(ref_outputs)}, names {names}"
+            f"{spec.name}: variant returned {len(outputs)} outputs, reference {len(truth_outputs)}, names {names}"
         )
+    lows = list(low_outputs) if low_outputs is not None and len(low_outputs) == len(outputs) else [None] * len(outputs)
     if record.mode in ("forward", "full"):
-        for name, got, want in zip(names, outputs, ref_outputs):
+        for name, got, want, low in zip(names, outputs, truth_outputs, lows):
             if isinstance(got, torch.Tensor):
-                checks.append(compare(name, got, want, atol, rtol))
+                checks.append(judged(name, got, want, low if isinstance(low, torch.Tensor) else None, atol))
     if backward_needed:
-        ref_diff = [o for o in ref_outputs if isinstance(o, torch.Tensor) and o.requires_grad]
-        ref_tensors = [ref_inputs[n] for n in grad_names]
-        ref_grads = torch.autograd.grad(ref_diff, ref_tensors, [g.to(ref_dtype) for g in grad_outs], allow_unused=True)
-        for name, got, want in zip(grad_names, grads, ref_grads):
+        truth_grads = _grads(truth_outputs, [truth_inputs[n] for n in grad_names], grad_outs, truth_dt)
+        low_grads = [None] * len(grad_names)
+        if low_outputs is not None:
+            try:
+                low_grads = _grads(low_outputs, [low_inputs[n] for n in grad_names], grad_outs, None)
+            except Exception:  # noqa: BLE001 - no backward in this dtype: the rounding alone judges
+                why_not = why_not or f"the reference's backward does not run in {dt}"
+        for name, got, want, low in zip(grad_names, grads, truth_grads, low_grads):
             if want is None:
-                want = torch.zeros_like(ref_inputs[name])
+                want = torch.zeros_like(truth_inputs[name])
             if got is None:
                 got = torch.zeros_like(inputs[name])
-            # Gradients sum over rows: scale the tolerance by the magnitude of the reference.
+            # Gradients sum over rows: the outer bound's atol scales with the truth's magnitude.
             scale = max(1.0, float(want.detach().abs().max())) if want.numel() else 1.0
-            checks.append(compare(f"d{name}", got, want, atol * scale, rtol))
+            checks.append(judged(f"d{name}", got, want, low, atol * scale))
     record.checks = [asdict(c) for c in checks]
     record.max_abs_err = max((c.max_abs for c in checks), default=0.0)
     record.max_rel_err = max((c.max_rel for c in checks), default=0.0)
+    # The worst ratio of the tensors the rule judged (those the tolerance alone judged, a TF32
+    # peer's or a handful of elements', only where the rule judged none: shown, not judged).
+    judged = [c.err_ratio for c in checks if c.err_ratio is not None and c.judged_by.startswith("rule")]
+    ratios = judged or [c.err_ratio for c in checks if c.err_ratio is not None]
+    record.err_ratio = max(ratios) if ratios else None
     record.passed = all(c.passed for c in checks) and not any(math.isnan(c.max_abs) for c in checks)
+
+
+def _low_reference(spec, inputs, prob, backward_needed) -> tuple[dict, tuple | None, str]:
+    """The reference run on the inputs in their own dtype (its rounding is the yardstick): the
+    inputs it ran on, its outputs (None where it cannot run in this dtype) and why not."""
+    low_inputs = {
+        n: v.detach().requires_grad_(v.requires_grad) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+        for n, v in inputs.items()
+    }
+    try:
+        with torch.set_grad_enabled(backward_needed):
+            return low_inputs, as_tuple(spec.reference(low_inputs, prob)), ""
+    except Exception as exc:  # noqa: BLE001 - an op without this dtype: judged by the rounding alone
+        return low_inputs, None, f"the reference does not run in this dtype ({type(exc).__name__})"
+
+
+def _grads(outputs, tensors, grad_outs, dtype) -> list:
+    """Gradients of ``outputs``' differentiable tensors for ``grad_outs`` (cast to ``dtype``
+    where given, else to each output's), None for an input they do not reach."""
+    diff = [o for o in outputs if isinstance(o, torch.Tensor) and o.requires_grad]
+    cast = [g.to(dtype if dtype is not None else o.dtype) for g, o in zip(grad_outs, diff)]
+    return list(torch.autograd.grad(diff, tensors, cast, allow_unused=True))

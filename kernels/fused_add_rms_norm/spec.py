@@ -131,6 +131,7 @@ spec = KernelSpec(
     axis="hidden",
     min_bytes=_min_bytes,
     tolerances=dict(DEFAULT_TOLERANCES),
+    strided=True,  # rows inside a wider buffer (a slice of a fused projection) are taken as they are
     ub_estimate=_ub_estimate,
     tuning=norm_tuning((512, 1024, 2048, 4096, 8192, 16384)),
     backward_tuning=norm_backward_tuning((512, 1024, 2048, 4096, 8192, 16384)),

@@ -438,6 +438,7 @@ spec = KernelSpec(
     axis="hidden",
     min_bytes=_min_bytes,
     tolerances=dict(DEFAULT_TOLERANCES),
+    strided=True,  # rows inside a wider buffer (a slice of a fused projection) are taken as they are
     ub_estimate=npu.ub_estimate,  # NPU tiles -> Unified Buffer bytes (calibrated; > npu.UB_BYTES overflows)
     tuning=norm_tuning((1024, 2048, 4096, 8192, 16384, 32768)),
     backward_tuning=norm_backward_tuning((1024, 2048, 4096, 8192, 16384)),

@@ -145,9 +145,15 @@ def family(name: str):
     """The registered family ``name`` (its KernelSpec); UsageError naming the families."""
     import kernels
 
+    broken = kernels.broken_families()
+    if name in broken:
+        raise UsageError(f"kernel family {name!r} cannot load ({broken[name]})")
     if name not in kernels.families():
         raise UsageError(f"unknown kernel family {name!r}; families: {', '.join(kernels.families())}")
-    return kernels.get(name)
+    try:
+        return kernels.get(name)
+    except ValueError as exc:  # its module failed to import: one line, the others unaffected
+        raise UsageError(str(exc)) from None
 
 
 def checked_dtypes(spec, text: str | None) -> list[str]:

@@ -18,6 +18,7 @@ EXAMPLES = """examples:
   workbench bench rms_norm --hidden 1024,4096,16384 --mode forward,full --dtype bf16
   workbench bench block_sparse --batch 1,8,64 --variants gpu,pyjuice --csv out.csv
   workbench bench rms_norm --variants gpu_multirow --param BLOCK_SIZE_M=4
+  workbench bench swiglu --device cpu --quick --mode full --edges    # also one row, odd sizes, extreme tiles
   workbench bench --suite h100 --out reports/h100               # a suite: targets, peers, verdicts"""
 
 # On the interpreter a kernel's programs run one by one in Python: past about this many elements
@@ -77,6 +78,7 @@ def main(argv) -> int:
         overrides=overrides,
         quick=args.quick,
         rep_ms=args.rep_ms,
+        edges=args.edges,
     )
     store = Store(args.store) if args.store else Store()
     total = plan.count()
@@ -178,6 +180,12 @@ def build_parser(spec=None, add_help: bool = True) -> A.Parser:
     )
     parser.add_argument("--quick", action="store_true", help="the family's small sizes (for the CPU interpreter)")
     parser.add_argument("--rep-ms", type=float, default=100, help="timing budget per configuration and timing, ms")
+    parser.add_argument(
+        "--edges",
+        action="store_true",
+        help="also check our kernels at edge shapes derived from the declaration (one row, odd sizes, the "
+        "smallest and largest accepted tiles, strided inputs where taken); a failed edge fails the record",
+    )
     parser.add_argument("--store", default=None, help="SQLite results file (default: results/workbench.sqlite)")
     parser.add_argument("--csv", default=None, help="also write the records to this CSV file")
     parser.add_argument("--json", default=None, help="also write the records to this JSON file")

@@ -174,6 +174,11 @@ def main(argv) -> int:
     )
     for r in result.refused[:20]:
         print(f"  cannot run: {r['variant']} {r.get('params')}: {r['error'][:200]}")
+    if wrong:
+        from workbench.measure import failed_checks
+
+        for r in wrong[:20]:
+            print(f"  WRONG {r['variant']} {r.get('dtype')} {r.get('params')} {r.get('problem')}: {failed_checks(r)}")
     paths = write_outputs(out, store, title=f"Sweep {spec.name}")
     store.close()
     print("wrote " + ", ".join(str(p) for p in paths.values()))

@@ -1,7 +1,7 @@
 """``workbench tune``: search a family's tiles per size on a device and write the tuned table.
 
     workbench tune FAMILY [--device cuda] [--executor local|ray] [--address ADDR] [--sizes 1,16,64]
-        [--part forward|backward] [--strategy grid|random|bayes] [--seed N] [--trials N]
+        [--part forward|backward] [--dtype bf16] [--strategy grid|random|bayes] [--seed N] [--trials N]
         [--budget-s N] [--rep-ms N] [--out DIR] [--write]
 
 It measures the family's tune grid (``KernelSpec.tuning``: the variant, its tile values and the
@@ -10,13 +10,16 @@ forward+backward, in tables of their own under ``tuned/backward/``) with the swe
 configuration per size (workbench/tune/pick.py) and writes the candidate table to
 ``OUT/tuned/<device>.json``, the records to ``OUT/records.sqlite`` / ``.csv`` / ``.json``, and the
 tune report to ``OUT/report.html`` and ``OUT/summary.md``. Without ``--write`` it prints the diff
-against the installed table (``kernels/<family>/tuned/<device>.json``); with it, it installs the
-candidate there. The candidate holds the sizes this run measured and keeps the installed table's
-other sizes as they were (:func:`workbench.tune.table.merge`).
+against the installed table (a built-in family's ``kernels/<family>/tuned/<device>.json``; a user's
+family's ``tuned/`` beside its module, or ``$KERNELS_TUNED_DIR/<family>/``); with it, it installs the
+candidate there. ``--dtype``: the dtype the tune times in, one of the family's tune dtypes; the
+tiles it chooses are then checked in every dtype the family declares. The candidate holds the
+sizes this run measured and keeps the installed table's other sizes as they were
+(:func:`workbench.tune.table.merge`).
 ``--device cpu`` tunes the interpreter at the family's quick sizes (a check of the path; its
 times are interpreter wall time). Bad input, or an installed table that cannot be read, is one
-line on stderr and exit 2 (the table is left as it was); a configuration with a wrong result is
-exit 1 and nothing is installed.
+line on stderr and exit 2 (the table is left as it was); a configuration with a wrong result, or
+chosen tiles wrong in any dtype the family declares, is exit 1, each named, and nothing is installed.
 """
 
 from __future__ import annotations
@@ -39,17 +42,21 @@ DESCRIPTION = """Search a family's tiles per size on a device and write the tune
 family's tune grid (its variant, tile values and sizes) with the sweep engine, picks one
 configuration per size and writes the candidate table to OUT/tuned/<device>.json, the records to
 OUT/records.sqlite, .csv and .json, and the tune report to OUT/report.html and summary.md.
-Without --write it prints the difference from the installed table (kernels/FAMILY/tuned/); with
-it, it installs the candidate there, keeping the installed table's other sizes. --part backward
-tunes the backward kernel's own tiles of a family that has them (the norms), timed
-forward+backward, into tables of their own (kernels/FAMILY/tuned/backward/). A configuration
-with a wrong result: exit 1, and nothing is installed."""
+Without --write it prints the difference from the installed table (kernels/FAMILY/tuned/ for a
+built-in family; for a user's family, tuned/ beside the module that declares it, or
+$KERNELS_TUNED_DIR/FAMILY/); with it, it installs the candidate there, keeping the installed
+table's other sizes. --part backward tunes the backward kernel's own tiles of a family that has
+them (the norms), timed forward+backward, into tables of their own (.../tuned/backward/). --dtype
+times in another of the family's tune dtypes. The tiles chosen per size are then checked in every
+dtype the family declares. A wrong result in any of them: exit 1, each named, and nothing is
+installed."""
 
 EXAMPLES = """examples:
   workbench tune rms_norm --device cpu                                  # the path at the interpreter's sizes
   workbench tune rms_norm --device cuda                                 # the full grid, diff against the table
   workbench tune block_sparse --sizes 1,16,64 --strategy bayes --trials 40 --executor ray
   workbench tune rms_norm --write                                       # install kernels/rms_norm/tuned/<gpu>.json
+  workbench tune MY_FAMILY --dtype fp16 --write                         # a user's family: tuned/ beside its module
   workbench tune rms_norm --part backward --write                       # ... kernels/rms_norm/tuned/backward/<gpu>.json"""
 
 
@@ -82,7 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="timing budget per configuration, ms (default: 5 on cpu, 100 on a device)",
     )
     p.add_argument("--out", default=None, help="folder (default: results/tune/FAMILY-DEVICE)")
-    p.add_argument("--write", action="store_true", help="install the table into kernels/FAMILY/tuned/")
+    p.add_argument("--dtype", default=None, help="the dtype to time in (default: the family's first tune dtype)")
+    p.add_argument(
+        "--write",
+        action="store_true",
+        help="install the table (kernels/FAMILY/tuned/; a user's family: tuned/ beside its module)",
+    )
     return p
 
 
@@ -142,6 +154,11 @@ def main(argv) -> int:
     except ValueError as exc:
         raise UsageError(f"--part {args.part}: {exc}") from None
     space = space.with_sizes(_sizes(space, args.sizes))
+    if args.dtype is not None:
+        try:
+            space = space.with_dtype(args.dtype)
+        except ValueError as exc:
+            raise UsageError(f"--dtype {args.dtype}: {exc}") from None
     out = Path(args.out or f"results/tune/{args.family}-{args.device}")
     check_output_path(out, "--out", folder=True)
     host = _host_device(args.device, args.executor, args.address)
@@ -149,7 +166,8 @@ def main(argv) -> int:
     rep_ms = args.rep_ms if args.rep_ms is not None else (5.0 if args.device == "cpu" else 100.0)
     options = TuneOptions(args.strategy, args.seed, args.budget_s, args.trials, rep_ms)
     print(
-        f"tune {args.family} ({space.part}): {space.tuning.knob} = {', '.join(map(str, space.sizes))}; "
+        f"tune {args.family} ({space.part}, {space.tuning.dtype}): {space.tuning.knob} = "
+        f"{', '.join(map(str, space.sizes))}; "
         f"strategy {args.strategy}; "
         f"{executor.describe()} on {args.device} -> {out}",
         flush=True,
@@ -165,7 +183,7 @@ def main(argv) -> int:
     print("\n".join(tuned.diff))
     print(f"wrote {tuned.table_path}, " + ", ".join(str(p) for p in paths))
     if tuned.wrong:
-        print(f"{len(tuned.wrong)} configurations gave wrong results; the table was not installed")
+        print(tuned.wrong_message())
         return 1
     if args.write:
         print(f"installed {tuned.install()}")

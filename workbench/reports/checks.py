@@ -8,6 +8,7 @@ import html
 import math
 from typing import Any, Iterable, Sequence
 
+from workbench.measure import failed_checks
 from workbench.reports.figures import interval_ms
 from workbench.reports.text import as_dict, short_reason
 
@@ -70,6 +71,9 @@ def checks_rows(record: Any) -> list[dict]:
                 "tensor": c["name"],
                 "max_abs": c["max_abs"],
                 "max_rel": c["max_rel"],
+                "err_x_ref": c.get("err_ratio"),
+                "k": c.get("k"),
+                "judged_by": c.get("judged_by", "tolerance"),
                 "atol": c["atol"],
                 "rtol": c["rtol"],
                 "nan_inf_mismatch": c["nan_mismatch"],
@@ -81,8 +85,10 @@ def checks_rows(record: Any) -> list[dict]:
 
 
 def checks_html(records: Iterable[Any]) -> str:
-    """Correctness table: every output and gradient, max abs / rel error, tolerance, pass."""
-    head = ["variant", "tensor", "max abs", "max rel", "atol", "rtol", "NaN/Inf mismatch", "pass"]
+    """Correctness table: every output and gradient, max abs / rel error, the error as a multiple of
+    the reference's own in the dtype (the rule passes at most k; "-" where the tolerance alone
+    judged, e.g. TF32), tolerance, pass."""
+    head = ["variant", "tensor", "max abs", "max rel", "error × ref (k)", "atol", "rtol", "NaN/Inf mismatch", "pass"]
     out = [
         '<table class="wb-checks" style="border-collapse:collapse;font-family:monospace;font-size:12px">',
         "<tr>" + "".join(f'<th style="border:1px solid #ccc;padding:2px 6px">{h}</th>' for h in head) + "</tr>",
@@ -94,7 +100,7 @@ def checks_html(records: Iterable[Any]) -> str:
             out.append(
                 "<tr>"
                 + cell.format(html.escape(str(r.get("variant"))))
-                + f'<td colspan="7" style="border:1px solid #ccc;padding:2px 6px;color:#b00">'
+                + f'<td colspan="8" style="border:1px solid #ccc;padding:2px 6px;color:#b00">'
                 f"error: {html.escape(short_reason(r['error'], 400))}</td></tr>"
             )
             continue
@@ -110,6 +116,7 @@ def checks_html(records: Iterable[Any]) -> str:
                         html.escape(row["tensor"]),
                         f"{row['max_abs']:.3g}",
                         f"{row['max_rel']:.3g}",
+                        _ratio_cell(row),
                         f"{row['atol']:.3g}",
                         f"{row['rtol']:.3g}",
                         row["nan_inf_mismatch"],
@@ -122,6 +129,15 @@ def checks_html(records: Iterable[Any]) -> str:
     return "".join(out)
 
 
+def _ratio_cell(row: dict) -> str:
+    ratio = row.get("err_x_ref")
+    if ratio is None:
+        return "-"
+    text = f"{ratio:.3g} ({row.get('k') or 0:g})"
+    judged = row.get("judged_by") or ""
+    return text if judged.startswith("rule") else f"{text}; {html.escape(judged)}"
+
+
 def failures_table(records: Iterable[Any], axes: Sequence[str]) -> list[dict]:
     rows = []
     for rec in records:
@@ -130,6 +146,6 @@ def failures_table(records: Iterable[Any], axes: Sequence[str]) -> list[dict]:
             row = {"variant": r.get("variant")}
             for a in axes:
                 row[a] = (r.get("params") or {}).get(a, (r.get("problem") or {}).get(a))
-            row["reason"] = short_reason(r.get("error")) or "correctness check failed"
+            row["reason"] = short_reason(r.get("error")) or short_reason(failed_checks(r), 300)
             rows.append(row)
     return rows

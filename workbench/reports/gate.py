@@ -3,8 +3,9 @@
 A *cell* is one measured configuration of ours: kernel, variant, mode, dtype, problem, tile
 params (and a tile sweep's label). Peers are never gated: their speed is data, not ours to keep.
 
-- A correctness failure is one of our records whose result was wrong (``passed`` False) or a
-  failure the suite run recorded (``suite.json``'s ``failures``).
+- A correctness failure is one of our records whose result was wrong (``passed`` False), each
+  counted and named with its shape, dtype, tiles and the outputs that failed, or another failure
+  the suite run recorded (``suite.json``'s ``failures``: a default configuration that could not run).
 - A cell *regressed* by more than ``pct`` when even its fastest plausible time now is slower
   than its slowest plausible baseline time by more than ``pct`` percent: ``now_lo >
   base_hi * (1 + pct / 100)``, with each interval the median's confidence interval (issue 14;
@@ -22,8 +23,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from workbench.measure import failed_checks
 from workbench.store import kept_names, kept_path, read_json, read_records
 from workbench.suites.targets import PEER_BACKENDS
+
+_NOT_WRONG = "FAILED: "  # the prefix of a recorded failure that is not a wrong result
 
 
 def load_records(directory: str | Path, option: str = "DIR") -> list[dict]:
@@ -157,7 +161,7 @@ class GateResult:
         """The gate's verdict: a line per failing cell, then one summary line."""
         lines = []
         for w in self.wrong:
-            lines.append(f"WRONG RESULT: {w}")
+            lines.append(w if w.startswith(_NOT_WRONG) else f"WRONG RESULT: {w}")
         for c in self.regressions:
             lines.append(f"REGRESSION (> {self.pct:g}% beyond noise): {c.describe()}")
         if self.baseline is not None:
@@ -173,7 +177,10 @@ class GateResult:
         else:
             base = ""
         verdict = "gate: PASSED" if self.ok else "gate: FAILED"
-        lines.append(f"{verdict}: {len(self.wrong)} correctness failures{base}")
+        wrong = sum(1 for w in self.wrong if not w.startswith(_NOT_WRONG))
+        others = len(self.wrong) - wrong
+        failed = f"{wrong} wrong result{'s' if wrong != 1 else ''}" + (f", {others} other failures" if others else "")
+        lines.append(f"{verdict}: {failed}{base}")
         return "\n".join(lines)
 
     def table(self, limit: int = 40) -> str:
@@ -233,15 +240,28 @@ def compare(current: Iterable[dict], baseline: Iterable[dict], pct: float | None
     return result
 
 
+def wrong_name(r: dict) -> str:
+    """One wrong record: its cell, shape, tiles and what failed, e.g. ``swiglu_x1_01/ours forward bf16
+    rows=4096, cols=4096 (BLOCK_SIZE=1024): out: 12.1x the reference's error (...)``."""
+    shape = ", ".join(f"{k}={v}" for k, v in (r.get("problem") or {}).items())
+    tiles = ", ".join(f"{k}={v}" for k, v in (r.get("params") or {}).items() if v != "auto")
+    name = f"{r.get('kernel')}/{r.get('variant')} {r.get('mode')} {r.get('dtype')} {shape}"
+    name += f" ({tiles})" if tiles else ""
+    if r.get("label") not in (None, "default"):
+        name += f" [{r['label']}]"
+    return f"{name}: {failed_checks(r)}"
+
+
 def wrong_results(records: Iterable[dict], failures: Sequence[str] = ()) -> list[str]:
-    """Our records whose result is wrong, and the run's recorded failures (each once)."""
-    out = list(failures)
-    for r in records:
-        if r.get("backend") in PEER_BACKENDS or r.get("error") or r.get("passed") is not False:
-            continue
-        name = f"{cell_name(r)} (max abs err {r.get('max_abs_err')})"
-        if not any(cell_name(r) in f for f in out):
-            out.append(name)
+    """Every record of ours whose result is wrong, each named (:func:`wrong_name`), then the run's
+    other recorded failures (a default configuration of ours that could not run). The run's own
+    "WRONG RESULT" lines name the same records, so they are not counted again."""
+    out = [
+        wrong_name(r)
+        for r in records
+        if r.get("backend") not in PEER_BACKENDS and not r.get("error") and r.get("passed") is False
+    ]
+    out += [f"{_NOT_WRONG}{f}" for f in failures if "WRONG RESULT" not in f]
     return out
 
 

@@ -279,14 +279,17 @@ RATIO_MD_COLUMNS = (
 
 
 def precision_text(row: Mapping[str, Any]) -> str:
-    """Both sides' arithmetic and largest error against the reference: "ieee 2e-06 / tf32 0.001"
-    (ours / the peer); "-" for rows judged before precisions were kept."""
+    """Both sides' arithmetic, largest error against the reference and that error as a multiple of
+    the reference's own in the dtype: "ieee 2e-06 (0.4x ref) / tf32 0.001" (ours / the peer); "-" for
+    rows judged before precisions were kept."""
     sides = []
     for side in ("ours", "peer"):
         name = row.get(f"{side}_precision")
         if name:
-            err = row.get(f"{side}_err")
-            sides.append(name + ("" if err is None else f" {err:.2g}"))
+            err, ratio = row.get(f"{side}_err"), row.get(f"{side}_ratio")
+            sides.append(
+                name + ("" if err is None else f" {err:.2g}") + ("" if ratio is None else f" ({ratio:.2g}x ref)")
+            )
     return " / ".join(sides) or "-"
 
 

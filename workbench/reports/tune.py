@@ -92,6 +92,16 @@ def headline(result, key: str | None, options) -> list[str]:
         "then the simplest (workbench/tune/pick.py); a rule of '-': the default is the rule there "
         "(no entry, or an empty one).",
     ]
+    checks = getattr(result, "dtype_checks", [])
+    if checks:
+        dtypes = sorted({c.get("dtype") for c in checks})
+        ok = sum(1 for c in checks if c.get("passed") and not c.get("error"))
+        lines.append(f"The chosen tiles of each size checked in {', '.join(dtypes)}: {ok} of {len(checks)} passed.")
+    wrong = getattr(result, "wrong", [])
+    if wrong:
+        lines.append(
+            f"{len(wrong)} configurations gave wrong results (the records say which): no table may be installed."
+        )
     if result.wall_s > 0 and len(worker_rows(result)) > 1:
         rows = worker_rows(result)
         busy = sum(float(r["busy s"]) for r in rows)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
+from workbench.measure import failed_checks
 from workbench.suites.targets import (
     CPU_TIMINGS,
     MET,
@@ -60,11 +61,14 @@ class RatioRow:
     alt_ratio: float | None = None
     note: str = ""
     timing: str = ""
-    # Both sides' arithmetic (Record.precision) and largest error against the reference.
+    # Both sides' arithmetic (Record.precision), largest error against the reference and that error
+    # as a multiple of the reference's own in the dtype (Record.err_ratio).
     ours_precision: str | None = None
     ours_err: float | None = None
     peer_precision: str | None = None
     peer_err: float | None = None
+    ours_ratio: float | None = None
+    peer_ratio: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -168,6 +172,7 @@ def _peer_side(row: RatioRow, record: dict) -> None:
     """The row's peer precision and error, from the record shown for the peer (a bare kernel
     carries its variant's checked error: :func:`versus_rows`)."""
     row.peer_precision, row.peer_err = precision(record), record.get("max_abs_err")
+    row.peer_ratio = record.get("err_ratio")
 
 
 def label(record: dict) -> str:
@@ -213,6 +218,7 @@ def judge(
     row.ours_us = _us(timed(o, timing)[0])
     row.pct_copy_bw = o.get("pct_copy_bw")
     row.ours_precision, row.ours_err = precision(o), o.get("max_abs_err")
+    row.ours_ratio = o.get("err_ratio")
     # Like with like: a candidate computing at another precision (a peer's TF32 products against
     # our fp32) is shown in the reason, with its error, but not judged against ours.
     cands = [_d(c) for c in candidates]
@@ -423,7 +429,7 @@ def failures(target, records: Iterable[Any]) -> list[str]:
         if r.get("backend") in PEER_BACKENDS:
             continue
         if not r.get("error") and r.get("passed") is False:
-            out.append(f"{where}: WRONG RESULT (max abs err {r.get('max_abs_err')})")
+            out.append(f"{where}: WRONG RESULT ({failed_checks(r)})")
         elif r.get("error") and r.get("label") in (None, "default") and r.get("backend") not in PEER_BACKENDS:
             out.append(f"{where}: could not run: {_short(r['error'])}")
     return out

@@ -7,7 +7,8 @@ Files in ``out``: ``records.sqlite`` (the sweep store; a second tune into the sa
 what is recorded there), ``records.csv`` / ``.json`` and ``tuned/<device>.json`` (the candidate:
 the sizes this run measured, the installed table's other sizes kept as they were;
 ``tuned/<part>/<device>.json`` for a part other than the forward). Nothing is
-installed here: :meth:`Tuned.install` does that, and refuses a tune that saw a wrong result.
+installed here: :meth:`Tuned.install` does that, and refuses a tune that saw a wrong result, in
+the tuned dtype or, for the tiles it chose, in any other dtype the family declares.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernels import tuned_tables
-from workbench.measure import versions
+from workbench.measure import failed_checks, versions
 from workbench.provenance import code_version
 from workbench.store import Store, write_csv, write_json
 from workbench.sweep.engine import STORE_NAME
@@ -52,14 +53,28 @@ class Tuned:
         """Where :meth:`install` writes: beside the family's code, or under ``$KERNELS_TUNED_DIR``."""
         return table.installed_path(self.family, self.key, self.part)
 
+    def wrong_message(self) -> str:
+        """Every wrong result of this tune, one line each (size, dtype, tiles and the outputs that
+        failed), under a line that counts them."""
+        lines = [
+            f"{len(self.wrong)} configurations of {self.family} gave wrong results; nothing was installed "
+            "(fix the kernel, or its check, and tune again):"
+        ]
+        knob = self.result.space.tuning.knob
+        for r in self.wrong:
+            what = failed_checks(r)
+            tiles = ", ".join(f"{k}={v}" for k, v in (r.get("params") or {}).items() if v != "auto") or "auto tiles"
+            size = (r.get("problem") or {}).get(knob)
+            lines.append(f"  {r.get('variant')} {r.get('mode')} {r.get('dtype')} {knob}={size} ({tiles}): {what}")
+        return "\n".join(lines)
+
     def install(self) -> Path:
-        """Install the candidate, so ``"auto"`` tiles take it from now on; ValueError where a
-        configuration gave a wrong result (a table built on it is not trusted)."""
+        """Install the candidate, so ``"auto"`` tiles take it from now on; ValueError (naming each
+        wrong result) where a configuration gave a wrong result in the tuned dtype, or the chosen
+        tiles of a size did in another dtype the family declares (a table built on them is not
+        trusted)."""
         if self.wrong:
-            raise ValueError(
-                f"{len(self.wrong)} configurations of {self.family} gave wrong results; fix the kernel "
-                "(or its check) before installing a table"
-            )
+            raise ValueError(self.wrong_message())
         return table.install(self.table)
 
 

@@ -13,7 +13,10 @@ per worker per round, spread over the sizes, and learns from each round before t
 round the larger sizes go first, so the slowest configurations do not form the tail. Every record
 goes through :func:`workbench.sweep.engine.run_sweep` into the out folder's store (the driver its
 one writer); a tune run again into the same folder takes what is recorded there instead of measuring
-it again. ``budget_s`` stops asking and cancels what has not started once it is spent.
+it again. ``budget_s`` stops asking and cancels what has not started once it is spent. Last, the
+tiles chosen for each size (what the candidate table would set, or the rule where it keeps it) are
+checked, briefly timed, in every other dtype the family declares: :attr:`TuneResult.wrong` holds
+every wrong result, and nothing is installed while it has one.
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ class TuneResult:
     arrivals: list[tuple[float, dict]] = field(default_factory=list)  # (seconds from start, worker)
     out_of_budget: bool = False
     workers: int = 1
+    # The chosen tiles of each size checked in every other dtype the family declares (record dicts).
+    dtype_checks: list[dict] = field(default_factory=list)
 
     @property
     def device_key(self) -> str | None:
@@ -72,12 +77,15 @@ class TuneResult:
 
     @property
     def wrong(self) -> list[dict]:
-        return [r for r in self.records.values() if not r.get("error") and r.get("passed") is False]
+        """Every record with a wrong result: the tune's own and the other dtypes' checks."""
+        rows = list(self.records.values()) + self.dtype_checks
+        return [r for r in rows if not r.get("error") and r.get("passed") is False]
 
 
 def run_tune(space: Space, options: TuneOptions, executor, store, device, device_kind: str, progress=None):
     """Tune every size of ``space`` on ``executor``; ``device`` checks configurations on the host
-    (its core count), ``device_kind`` is where the tasks run."""
+    (its core count), ``device_kind`` is where the tasks run. Then the tiles chosen per size are
+    checked in every other dtype the family declares (``TuneResult.dtype_checks``)."""
     spec, t = space.spec, space.tuning
     started = time.monotonic()
     deadline = None if options.budget_s is None else started + options.budget_s
@@ -109,9 +117,9 @@ def run_tune(space: Space, options: TuneOptions, executor, store, device, device
                     searches[size].tell(params, kernel_ms(rec) if passed(rec) else None)
 
     sizes = sorted(space.sizes, reverse=True)  # larger problems first: no slow tail
+    rule_off = False if space.part == tuned_tables.FORWARD else space.part
     defaults = {size: task(size, {}) for size in sizes}  # every tile "auto"
     # The same with the tuned part's tables off (every table for the forward, as before parts).
-    rule_off = False if space.part == tuned_tables.FORWARD else space.part
     rule_tasks = {size: task(size, {}, tables=rule_off) for size in sizes}
     searches, limits, asked = {}, {}, {}
     for i, size in enumerate(sizes):
@@ -147,26 +155,61 @@ def run_tune(space: Space, options: TuneOptions, executor, store, device, device
                 break
             rounds += 1
             measure(batch, f"{options.strategy} round {rounds}: ")
-    result.out_of_budget = cancel.is_set()
+        result.out_of_budget = cancel.is_set()
+        by_size: dict = {s: [] for s in sizes}
+        for size in sizes:
+            by_size[size] = [defaults[size].key, rule_tasks[size].key]
+        for key, rec in result.records.items():
+            size = (rec.get("problem") or {}).get(t.knob)
+            if size in by_size and key not in by_size[size]:
+                by_size[size].append(key)
+        result.choices = [
+            pick(
+                size,
+                [result.records[k] for k in by_size[size] if k in result.records],
+                result.records.get(by_size[size][0]),
+                space.simplicity,
+                rule=result.records.get(by_size[size][1]),
+            )
+            for size in sorted(sizes)
+        ]
+        # The chosen tiles of every size, checked (briefly timed) in each other dtype the family
+        # declares: a table is never installed for tiles that give a wrong result in any of them.
+        checks = [(c.size, tiles) for c in result.choices if (tiles := _entry(space, result, c)) is not None]
+        tasks = [
+            make_task(
+                spec,
+                t.variant,
+                device=device_kind,
+                dtype=dtype,
+                mode=t.mode,
+                problem=space.problem(size),
+                params=tiles,
+                quick=space.quick,
+                rep_ms=1.0,
+                warmup_ms=0.0,
+                tables=True if tiles else rule_off,
+            )  # fmt: skip
+            for size, tiles in checks
+            for dtype in spec.dtypes
+            if dtype != t.dtype
+        ]
+        if tasks:  # a tune run again into the same folder takes the checks recorded there
+            run_sweep(tasks, executor, store, progress=progress, label="other dtypes: ",
+                      on_record=lambda task_, body: known.__setitem__(task_.key, body))  # fmt: skip
+            result.dtype_checks = [known[tk.key] for tk in tasks if tk.key in known]
     result.wall_s = time.monotonic() - started
-    by_size: dict = {s: [] for s in sizes}
-    for size in sizes:
-        by_size[size] = [defaults[size].key, rule_tasks[size].key]
-    for key, rec in result.records.items():
-        size = (rec.get("problem") or {}).get(t.knob)
-        if size in by_size and key not in by_size[size]:
-            by_size[size].append(key)
-    result.choices = [
-        pick(
-            size,
-            [result.records[k] for k in by_size[size] if k in result.records],
-            result.records.get(by_size[size][0]),
-            space.simplicity,
-            rule=result.records.get(by_size[size][1]),
-        )
-        for size in sorted(sizes)
-    ]
     return result
+
+
+def _entry(space: Space, result: TuneResult, choice) -> dict | None:
+    """The tiles the candidate table sets for ``choice``'s size ({}: the rule), None where nothing passed."""
+    from workbench.tune.table import entry_tiles
+
+    if choice.chosen is None:
+        return None
+    key = result.device_key
+    return entry_tiles(choice, space.spec.name, key, space.grid, space.part) if key is not None else None
 
 
 def _has_entry(default: dict | None, family: str, size, part: str = tuned_tables.FORWARD) -> bool:

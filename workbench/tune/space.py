@@ -40,6 +40,15 @@ class Space:
         field = "quick_sizes" if self.quick else "sizes"
         return dataclasses.replace(self, tuning=dataclasses.replace(self.tuning, **{field: tuple(sizes)}))
 
+    def with_dtype(self, dtype: str) -> Space:
+        """This space timed in ``dtype``: one of the Tuning's ``timed_dtypes`` (ValueError naming them)."""
+        from kernels.spec import dtype_name
+
+        dt = dtype_name(dtype)
+        if dt not in self.tuning.timed_dtypes:
+            raise ValueError(f"{self.spec.name} tunes in {', '.join(self.tuning.timed_dtypes)}, not {dt}")
+        return dataclasses.replace(self, tuning=dataclasses.replace(self.tuning, dtype=dt))
+
     @property
     def sizes(self) -> tuple:
         return tuple(self.tuning.quick_sizes or self.tuning.sizes) if self.quick else tuple(self.tuning.sizes)
