@@ -4,6 +4,11 @@ The measuring tool (``workbench``), its CLI and every widget work from a :class:
 alone; a family registers one spec and needs nothing else from them (:func:`register`: a
 built-in family's folder, an installed package's entry point, or a spec made at run time, for
 example by :func:`kernels.custom.family`).
+
+Why one module over 600 lines: a family's declaration reads these types together (a
+:class:`KernelSpec` holds its :class:`Knob` s, :class:`Variant` s with their :class:`Param` s,
+its :class:`Tuning` and error rule), and the registry at the end finds specs of exactly these
+types by name; a family module imports all of it from here in one line.
 """
 
 from __future__ import annotations

@@ -211,15 +211,16 @@ def test_the_bench_table_keeps_its_columns_where_a_cell_is_empty():
 
     def rec(**kw):
         base = dict(mode="forward", dtype="bf16", x_value=300, variant="gpu_row", ms_p50=0.1234, gbps=12.5)
-        base.update(pct_copy_bw=3.0, peak_mb=1.5, max_abs_err=1e-3, passed=True, error=None, timing_method="t")
+        base.update(pct_copy_bw=3.0, peak_mb=1.5, max_abs_err=1e-3, err_ratio=0.8, passed=True, error=None)
+        base.update(timing_method="t")
         base.update(kw)
         return SimpleNamespace(**base)
 
-    empty = dict(ms_p50=None, gbps=None, pct_copy_bw=None, peak_mb=None, max_abs_err=None)
+    empty = dict(ms_p50=None, gbps=None, pct_copy_bw=None, peak_mb=None, max_abs_err=None, err_ratio=None)
     lines = format_table([rec(), rec(variant="npu", **empty), rec(gbps=None, peak_mb=None)]).splitlines()
     header, rows = lines[0], lines[2:]
     # each column's right edge (where the header's right-aligned names end) holds a value's last character
-    for name in ("ms", "GB/s", "%BW", "peakMB", "max_err"):
+    for name in ("ms", "GB/s", "%BW", "peakMB", "max_err", "err×ref"):
         end = header.index(f" {name} ") + len(name)
         for row in rows:
             assert row[end] != " " and row[end + 1] == " ", (name, row)

@@ -75,6 +75,12 @@ the queue's lanes (:mod:`workbench.sweep.lanes`), a run's compile-ahead
   replaced; the sweep goes on.
 - If the Ray instance is already initialised in this process (a notebook, a test fixture) it is
   used as it is and left running; the executor's actors are killed at :meth:`close`.
+
+Why one module over 600 lines: :class:`RayExecutor` is one loop over one run's state (the
+actors, their lanes, what is compiling where, the cluster cache, the timeline), and every
+decision in it (which task a free actor takes, when a compile starts, what a lost actor's task
+becomes) reads and changes that state; the pieces that do not share it have modules of their
+own (above).
 """
 
 from __future__ import annotations
