@@ -112,7 +112,8 @@ class Record:
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     # The worst output's or gradient's error as a multiple of the reference's own error in this
-    # dtype (kernels.testing.judge; at most the rule's k passes), over the tensors the rule judged.
+    # dtype (kernels.testing.judge; at most the rule's k passes), over the tensors the rule judged
+    # (None where it judged none).
     err_ratio: float | None = None
     passed: bool | None = None
     # The arithmetic the variant used (KernelSpec.precision_of): "ieee" is plain fp32 and the
@@ -356,8 +357,9 @@ def check_edges(
     """Run every edge case of ``variant`` around ``problem`` (:func:`workbench.edges.edge_cases`:
     on the CPU around the family's quick problem), checked and not timed, and return one verdict
     each: ``edge``, ``sizes``, ``problem``, ``params``, ``layout``, ``passed`` (None where the
-    declaration refuses the case, with ``refused`` saying why), ``err_ratio``, ``failed`` (the
-    checks that failed) and ``error`` (a case the declaration accepts that could not run)."""
+    declaration refuses the case, with ``refused`` saying why), ``err_ratio``, ``checks`` (each
+    output's and gradient's verdict, in short), ``failed`` (the checks that failed, whole) and
+    ``error`` (a case the declaration accepts that could not run)."""
     spec = get(spec) if isinstance(spec, str) else spec
     dev = get_device(device)
     var = spec.variant(variant) if isinstance(variant, str) else variant
@@ -385,8 +387,12 @@ def check_edges(
         else:
             verdict.update(passed=bool(rec.passed), err_ratio=rec.err_ratio)
             verdict["failed"] = [c for c in rec.checks if not c["passed"]]
+            verdict["checks"] = [{k: c.get(k) for k in _EDGE_CHECK_FIELDS} for c in rec.checks]
         verdicts.append(verdict)
     return verdicts
+
+
+_EDGE_CHECK_FIELDS = ("name", "err_ratio", "worst", "judged_by", "within_tolerance", "passed", "note")
 
 
 def _quick_sizes(spec: KernelSpec) -> dict:
@@ -766,11 +772,10 @@ def _check(spec, dev, dt, prob, inputs, outputs, grads, grad_names, grad_outs, r
     record.checks = [asdict(c) for c in checks]
     record.max_abs_err = max((c.max_abs for c in checks), default=0.0)
     record.max_rel_err = max((c.max_rel for c in checks), default=0.0)
-    # The worst ratio of the tensors the rule judged (those the tolerance alone judged, a TF32
-    # peer's or a handful of elements', only where the rule judged none: shown, not judged).
+    # The worst ratio of the tensors the rule judged (None where it judged none: a TF32 peer's, a
+    # handful of elements; each check still keeps its own).
     judged = [c.err_ratio for c in checks if c.err_ratio is not None and c.judged_by.startswith("rule")]
-    ratios = judged or [c.err_ratio for c in checks if c.err_ratio is not None]
-    record.err_ratio = max(ratios) if ratios else None
+    record.err_ratio = max(judged) if judged else None
     record.passed = all(c.passed for c in checks) and not any(math.isnan(c.max_abs) for c in checks)
 
 

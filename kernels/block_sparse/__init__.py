@@ -62,6 +62,7 @@ from kernels.block_sparse.tile_math import SHIFTS
 from kernels.plans import eager_plans, remember_plan, tile_items
 from kernels.runtime import auto_impl, device_of
 from kernels.spec import KernelSpec, Knob, Param, Tuning, Variant, run_of
+from kernels.testing import looser
 from kernels.tuned_tables import device_key
 
 IMPLS = ("gpu", "npu", "auto")
@@ -801,6 +802,16 @@ spec = KernelSpec(
     # TF32 kernels: max 1.0e-3 abs, 1.9e-3 rel on the H100 at batch 16-64).
     tolerances={"fp32": (1e-4, 1e-4), "fp32/tf32": (5e-3, 5e-3)},
     strided=True,  # element_mars / node_mars as views of wider rows are read through their strides
+    # Log-space sums in fp32: each layer exponentiates and sums its terms in tiles (and in split-K
+    # partials) in another order than torch.logsumexp, and the flows come from exp(x - out), not
+    # from autograd through the logsumexp; on the CPU interpreter correct kernels erred up to 2.3
+    # times the reference's RMS error in fp32 (benchmarks/error_rule.py), against 1.3 for the
+    # norms, while every wrong copy erred over 20,000 times it.
+    error_rule=looser(
+        4,
+        "log-space sums in another order than torch.logsumexp (tiles, split-K), flows from exp(x - out): "
+        "correct kernels erred up to 2.3x the reference in fp32",
+    ),
     ub_estimate=npu.ub_estimate,  # NPU tiles -> Unified Buffer bytes (calibrated; > npu.UB_BYTES overflows)
     tuning=TUNING,
     compile_s=_compile_s,
