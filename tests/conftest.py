@@ -116,3 +116,20 @@ def tables(tmp_path, monkeypatch):
     yield tmp_path / "tables"
     monkeypatch.delenv("KERNELS_TUNED_DIR")
     tuned_tables.reload()
+
+
+@pytest.fixture
+def registered():
+    """``register(spec)`` registers a family for the test and unregisters it afterwards."""
+    import kernels
+    from kernels.spec import unregister
+
+    names = []
+
+    def register(spec):
+        names.append(kernels.register(spec))
+        return spec
+
+    yield register
+    for name in names:
+        unregister(name)

@@ -17,7 +17,7 @@ import torch
 
 import kernels
 from kernels import custom
-from kernels.spec import module_path, unregister
+from kernels.spec import module_path
 from workbench.measure import measure
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,19 +41,6 @@ def _declare(name="twice", **overrides):
     )
     fields.update(overrides)
     return custom.family(name, **fields)
-
-
-@pytest.fixture
-def registered():
-    names = []
-
-    def register(spec):
-        names.append(kernels.register(spec))
-        return spec
-
-    yield register
-    for name in names:
-        unregister(name)
 
 
 class _Twice(torch.autograd.Function):

@@ -22,7 +22,6 @@ import torch
 
 import kernels
 from kernels import custom, wrong
-from kernels.spec import unregister
 from kernels.testing import ErrorRule, judge, looser
 from workbench.measure import check_edges, measure
 
@@ -42,19 +41,6 @@ def swiglu():
         yield workbench_swiglu
     finally:
         sys.path.remove(str(FIXTURE))
-
-
-@pytest.fixture
-def registered():
-    names = []
-
-    def register(spec):
-        names.append(kernels.register(spec))
-        return spec
-
-    yield register
-    for name in names:
-        unregister(name)
 
 
 # --- the rule on tensors ---------------------------------------------------------------------------
