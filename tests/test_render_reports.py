@@ -189,3 +189,20 @@ def test_render_cli_errors_are_one_line(tmp_path, capsys):
     assert "no run folder under it" in capsys.readouterr().err
     assert main(["report", "--render", str(tmp_path / "empty"), "--check"]) == 2
     assert "give no other run folder" in capsys.readouterr().err
+
+
+def test_a_report_page_points_its_readme_links_at_the_site(tmp_path):
+    """A README links from ``reports/<name>/``; its page sits at ``reports/<name>.md`` of a site whose
+    root is ``docs/``: a link to a doc page and one into the report are rewritten, others kept."""
+    from workbench.reports.site import report_markdown
+
+    report = tmp_path / "cold"
+    report.mkdir()
+    (report / "README.md").write_text(
+        "# reports/cold: x\n\nSee [the docs](../../docs/compiling.md#pool), [a file](run/records.json), "
+        "[the code](../../workbench/cli.py) and [the web](https://example.org/a).\n"
+    )
+    page = report_markdown(report)
+    assert "[the docs](../compiling.md#pool)" in page
+    assert "[a file](cold/run/records.json)" in page
+    assert "[the code](../../workbench/cli.py)" in page and "[the web](https://example.org/a)" in page

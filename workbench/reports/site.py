@@ -40,6 +40,29 @@ def _readme(report: Path) -> str:
     return path.read_text(encoding="utf-8") if path.is_file() else f"# reports/{report.name}\n\n(no README)\n"
 
 
+_RELATIVE_LINK = re.compile(r"\]\((?!https?:|#|/)([^)\s]+)\)")
+
+
+def _site_links(report: Path, text: str) -> str:
+    """The README's relative links as the site needs them: the README sits in ``reports/<name>/``
+    but its page is ``reports/<name>.md`` in a site whose root is ``docs/``. A link to a page in
+    ``docs/`` points to that page; one to a file inside the report points into ``<name>/``."""
+
+    def fix(match: re.Match) -> str:
+        target = match[1]
+        path, _, anchor = target.partition("#")
+        repo_path = os.path.normpath(os.path.join("reports", report.name, path)).replace(os.sep, "/")
+        if repo_path.startswith("docs/"):
+            site_path = os.path.relpath(repo_path[len("docs/") :], "reports")
+        elif repo_path.startswith(f"reports/{report.name}/"):
+            site_path = repo_path[len("reports/") :]
+        else:
+            return match[0]
+        return f"]({site_path}{'#' + anchor if anchor else ''})"
+
+    return _RELATIVE_LINK.sub(fix, text)
+
+
 def _title(report: Path) -> str:
     first = _readme(report).split("\n", 1)[0].lstrip("# ").strip()
     prefix = f"reports/{report.name}:"
@@ -129,7 +152,7 @@ def index_markdown(root: str | Path) -> str:
 
 def report_markdown(report: Path) -> str:
     """A report's page: its README, then its runs' rendered pages and the files it keeps."""
-    lines = [_readme(report).rstrip(), "", "## Pages", ""]
+    lines = [_site_links(report, _readme(report)).rstrip(), "", "## Pages", ""]
     runs = render.find_runs(report)
     if not runs:
         lines.append("This report keeps data and notes only: no run folder to render.")
