@@ -203,7 +203,12 @@ def test_tune_on_ray_with_two_cpu_workers(tables, tmp_path, capsys):
     code, text, _ = _cli([*argv, "--strategy", "random", "--trials", "3", "--write"], capsys)
     assert code == 0, text
     records = json.loads((out / "records.json").read_text())
-    assert len(records) == 4 and all(r["passed"] for r in records)  # the default and 3 random configurations
+    tuned = [r for r in records if r["dtype"] == "bf16"]
+    assert len(tuned) == 4 and all(r["passed"] for r in records)  # the default and 3 random configurations
+    # ... and the chosen tiles checked (briefly timed) in each other dtype the family declares
+    others = [r for r in records if r["dtype"] != "bf16"]
+    assert sorted(r["dtype"] for r in others) == ["fp16", "fp32"], [r["dtype"] for r in records]
+    assert all(r["params"] == others[0]["params"] for r in others)
     # Measured in Ray's workers, not here. Not necessarily in both: the default runs alone first,
     # and its worker, warm, may take all three while the second still starts (it gets work once
     # ready: ray_executor's warm-up).
@@ -299,6 +304,9 @@ def test_a_tune_over_an_installed_entry_measures_the_rule_too(tables, tmp_path, 
     code, text, _ = _cli(["tune", "rms_norm", *FAST, "--out", str(out)], capsys)
     assert code == 0, text
     records = json.loads((out / "records.json").read_text())
+    checks = [r for r in records if r["dtype"] != "bf16"]  # the chosen tiles in each other dtype
+    assert sorted(r["dtype"] for r in checks) == ["fp16", "fp32"] and all(r["passed"] for r in checks)
+    records = [r for r in records if r["dtype"] == "bf16"]
     auto = [r for r in records if r["tiles_source"] != "explicit"]  # every tuned tile "auto"
     (default,) = [r for r in auto if r["tiles_source"].startswith("tuned:")]
     (rule,) = [r for r in auto if r is not default]
