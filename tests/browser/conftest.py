@@ -13,6 +13,7 @@ and the tail of JupyterLab's log are written to ``results/browser/<test>/`` (or
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -29,6 +30,43 @@ EXPLORER_NOTEBOOK = "rms_norm.ipynb"  # the notebook whose live Explorer the tes
 WIDTH = 1280  # px: the window the issue's layout targets name
 RUN_ALL_TIMEOUT = 240  # s for one notebook's Run All (each takes well under 90 s here)
 SLOW_GIT_S = 3  # s the lab's git holds its index lock per add (testkit.slow_git)
+
+
+class _Pieces:
+    """What the browser suite holds open (JupyterLab, Chromium and Playwright, the RMSNorm page),
+    closed when this worker's last browser test is done (:func:`pytest_runtest_teardown`) rather
+    than at the session's end. Why: Playwright's sync API keeps an asyncio event loop marked as
+    running on the main thread while it is open; under ``make test`` other tests follow on the
+    same worker, and one that runs its own loop (``asyncio.run``) would be refused."""
+
+    def __init__(self):
+        self.stack = contextlib.ExitStack()
+        self.closed = False
+
+    def hold(self, close):
+        if self.closed:
+            pytest.fail("the browser suite's lab and browser were closed: its tests must run one after another")
+        self.stack.callback(close)
+
+    def close(self):
+        self.closed = True
+        self.stack.close()
+
+
+_PIECES = _Pieces()
+
+
+def _is_browser(item) -> bool:
+    return item is not None and item.get_closest_marker("browser") is not None
+
+
+def pytest_runtest_teardown(item, nextitem):
+    if _is_browser(item) and not _is_browser(nextitem):
+        _PIECES.close()
+
+
+def pytest_sessionfinish(session):
+    _PIECES.close()
 
 
 def artifacts_root() -> Path:
@@ -82,21 +120,24 @@ def lab(checkout):
     except Exception:
         server.stop()
         raise
-    yield server
-    server.stop()
-    assert not [p for p in server._kernel_pids if labkit._alive(p)], "a kernel outlived the server"
+
+    def stop():
+        server.stop()
+        assert not [p for p in server._kernel_pids if labkit._alive(p)], "a kernel outlived the server"
+
+    _PIECES.hold(stop)
+    return server
 
 
 @pytest.fixture(scope="session")
 def chromium(browser_pieces):
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as pw:
-        browser = labkit.launch_chromium(pw, browser_pieces)
-        try:
-            yield browser
-        finally:
-            browser.close()
+    pw = sync_playwright().start()
+    _PIECES.hold(pw.stop)
+    browser = labkit.launch_chromium(pw, browser_pieces)
+    _PIECES.hold(browser.close)
+    return browser
 
 
 def save_artifacts(page, console: list[str], lab, folder: Path) -> list[str]:
@@ -126,6 +167,7 @@ def notebook(lab, chromium):
     Save, as a person would; its page is kept open with the Explorer live for the Explorer tests
     (``run`` holds what Run All saw, ``prompts`` its cells' prompts)."""
     page = chromium.new_page(viewport={"width": WIDTH, "height": 1000})
+    _PIECES.hold(page.close)
     nb = labkit.NotebookPage(page, lab, EXPLORER_NOTEBOOK)
     try:
         nb.run = nb.run_all_and_save(timeout=RUN_ALL_TIMEOUT)
@@ -134,8 +176,7 @@ def notebook(lab, chromium):
         raise RuntimeError(f"{EXPLORER_NOTEBOOK}: {exc}\nbrowser artifacts:\n" + "\n".join(saved)) from exc
     nb.prompts = nb.run.prompts
     nb.kernel_pids_at_start = lab.kernel_pids()
-    yield nb
-    page.close()
+    return nb
 
 
 @pytest.fixture(scope="session")

@@ -196,6 +196,14 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def _command_line(pid: int) -> str:
+    """The process's command line, its arguments joined by spaces ("" once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def _die_with_parent() -> None:
     """In the child before exec (Linux): SIGTERM when the process that started it dies, so a
     killed test run (CI timeout, SIGKILL) leaves no server behind; the server then stops its
@@ -322,10 +330,11 @@ class Lab:
         return f"{self.url}/lab/tree/{relpath}?token={self.token}&reset"
 
     def kernel_pids(self) -> set[int]:
-        """Process ids of the server's children now (its kernels)."""
+        """Process ids of the server's kernels now: its children that run ipykernel (not the save
+        hook's git, also a child of the server while it refreshes the index)."""
         if self.proc is None or self.proc.poll() is not None:
             return set()
-        return set(_children(self.proc.pid))
+        return {pid for pid in _children(self.proc.pid) if "ipykernel" in _command_line(pid)}
 
     def shutdown_kernel_of(self, relpath: str) -> None:
         """End the session (and its kernel) of the notebook at ``relpath``, through the REST API."""
