@@ -279,6 +279,7 @@ class Explorer:
             ("wb-profile-status", self.w_profile_status),
             ("wb-refused", self.w_refused),
             ("wb-knob-help", knob_help),
+            ("wb-remeasure", self.w_remeasure),
         ):
             if isinstance(w, W.DOMWidget):
                 w.add_class(cls)
