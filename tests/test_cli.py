@@ -42,6 +42,18 @@ def test_bench_prints_a_table_and_stores_records(tmp_path, capsys):
     assert len(Store(db)) == 12 and csv_path.exists()
 
 
+def test_bench_same_size_copy_on_the_cpu_says_it_is_not_measured(tmp_path, capsys):
+    from workbench.store import Store
+
+    db = tmp_path / "r.sqlite"
+    argv = ["bench", "rms_norm", "--device", "cpu", "--quick", "--variants", "gpu_multirow", "--rep-ms", "1"]
+    assert main(argv + ["--same-size-copy", "--store", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "%same" in out and "n/a (CPU)" in out
+    (rec,) = Store(db).records()
+    assert rec["launches"] == 1 and rec["same_size_copy_method"].startswith("n/a (CPU)")
+
+
 def test_bench_bad_tile_is_reported_not_raised(tmp_path, capsys):
     rc = main(
         ["bench", "rms_norm", "--device", "cpu", "--quick", "--variants", "gpu_row", "--param", "BLOCK_SIZE=64"]
