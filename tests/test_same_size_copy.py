@@ -162,3 +162,19 @@ def test_a_cells_launches_are_counted_and_the_cpu_has_no_same_size_copy(mode, la
     assert rec.launches == launches and rec.launches_source == "launch path"
     assert rec.same_size_copy_method.startswith("n/a (CPU)")
     assert rec.pct_same_size_copy is None and rec.same_size_copy_gbps is None
+
+
+@pytest.mark.gpu
+@pytest.mark.exclusive
+def test_on_cuda_the_copy_launches_what_the_profiler_counted_for_the_cell():
+    from workbench.device import get_device
+
+    problem = {"rows": 4096, "hidden": 4096}
+    rec = measure("rms_norm", "gpu_multirow", device="cuda", mode="full", problem=problem, same_size_copy=True)
+    assert rec.ok and rec.launches_source == "profiler" and rec.launches >= 2
+    assert rec.same_size_copy_method == "profiler, L2 flushed"  # no other count of the copy's operations
+    facts = get_device("cuda").same_size_copy(rec.min_bytes, rec.launches)  # kept: the cell's own copy
+    assert facts["counted_launches"] == rec.launches and facts["bytes"] == rec.min_bytes
+    assert facts["ms"] == rec.same_size_copy_ms
+    assert rec.pct_same_size_copy_lo <= rec.pct_same_size_copy <= rec.pct_same_size_copy_hi
+    assert 20 < rec.pct_same_size_copy < 150, rec.pct_same_size_copy
