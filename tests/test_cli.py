@@ -42,6 +42,18 @@ def test_bench_prints_a_table_and_stores_records(tmp_path, capsys):
     assert len(Store(db)) == 12 and csv_path.exists()
 
 
+def test_bench_same_size_copy_on_the_cpu_says_it_is_not_measured(tmp_path, capsys):
+    from workbench.store import Store
+
+    db = tmp_path / "r.sqlite"
+    argv = ["bench", "rms_norm", "--device", "cpu", "--quick", "--variants", "gpu_multirow", "--rep-ms", "1"]
+    assert main(argv + ["--same-size-copy", "--store", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "%same" in out and "n/a (CPU)" in out
+    (rec,) = Store(db).records()
+    assert rec["launches"] == 1 and rec["same_size_copy_method"].startswith("n/a (CPU)")
+
+
 def test_bench_bad_tile_is_reported_not_raised(tmp_path, capsys):
     rc = main(
         ["bench", "rms_norm", "--device", "cpu", "--quick", "--variants", "gpu_row", "--param", "BLOCK_SIZE=64"]
@@ -217,13 +229,20 @@ def test_the_bench_table_keeps_its_columns_where_a_cell_is_empty():
         return SimpleNamespace(**base)
 
     empty = dict(ms_p50=None, gbps=None, pct_copy_bw=None, peak_mb=None, max_abs_err=None, err_ratio=None)
-    lines = format_table([rec(), rec(variant="npu", **empty), rec(gbps=None, peak_mb=None)]).splitlines()
+    same = dict(pct_same_size_copy=88.25, pct_same_size_copy_lo=86.0, pct_same_size_copy_hi=90.0)
+    cpu = dict(same_size_copy_method="n/a (CPU): interpreter wall times")
+    records = [rec(**same), rec(variant="npu", **empty), rec(gbps=None, peak_mb=None, **cpu)]
+    lines = format_table(records).splitlines()
     header, rows = lines[0], lines[2:]
     # each column's right edge (where the header's right-aligned names end) holds a value's last character
-    for name in ("ms", "GB/s", "%BW", "peakMB", "max_err", "err×ref"):
+    for name in ("ms", "GB/s", "%BW", "%same", "peakMB", "max_err", "err×ref"):
         end = header.index(f" {name} ") + len(name)
         for row in rows:
             assert row[end] != " " and row[end + 1] == " ", (name, row)
+    # both shares: of the large copy, and of the same-size copy ("-" for a record without one)
+    end = header.index(" %same ") + len("%same") + 1
+    assert [row[end - 9 : end].strip() for row in rows] == ["88.2", "-", "n/a (CPU)"]
+    assert rows[0].split()[6] == "3.0"  # %BW stays the large copy's
 
 
 def test_the_lab_starts_jupyterlab_without_the_news_pop_up(tmp_path, capsys):

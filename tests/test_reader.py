@@ -135,7 +135,7 @@ def test_summary_without_a_browser_still_lists_the_numbers(tmp_path, monkeypatch
     text = R.write_summary(run, tmp_path).read_text()
     assert text.startswith("# ")
     assert (
-        "| 1. RMSNorm forward | hidden=1024 | 10.0 | liger | 12.0 | 1.2 [1.15, 1.25] | 80 | ratio ≥ 1 | - | **MET** |"
+        "| 1. RMSNorm forward | hidden=1024 | 10.0 | liger | 12.0 | 1.2 [1.15, 1.25] | 80 | - | ratio ≥ 1 | - | **MET** |"
         in text
     )
     assert "within noise" in text and "**MISSED**" in text

@@ -115,3 +115,13 @@ def test_the_report_finds_the_checkout_from_any_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert (repo_root() / "kernels").is_dir() and (repo_root() / "workbench").is_dir()
     assert default_notebooks_dir() == repo_root() / "notebooks" and (repo_root() / "notebooks").is_dir()
+
+
+def test_the_status_line_names_the_same_size_copy_only_where_measured():
+    from workbench.reports.checks import status_text
+
+    base = dict(variant="gpu_multirow", mode="full", dtype="bf16", device_kind="cuda", timing_method="profiler",
+                ms_p50=0.02, gbps=2400.0, pct_copy_bw=80.0, passed=True)  # fmt: skip
+    assert "% of a same-size copy" not in status_text(base)
+    line = status_text(dict(base, pct_same_size_copy=91.25))
+    assert "80.0% of copy BW" in line and "91.2% of a same-size copy" in line

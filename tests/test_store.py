@@ -79,3 +79,22 @@ def test_error_records_export(tmp_path):
     assert bad.error and "smaller than hidden" in bad.error and bad.passed is False
     rows = list(csv.DictReader(write_csv([bad], tmp_path / "e.csv").open()))
     assert "smaller than hidden" in rows[0]["error"]
+
+
+def test_the_same_size_copy_columns_round_trip_through_csv(tmp_path):
+    """A record's launches and same-size copy come back from the CSV as they went in (numbers as
+    numbers, the method as text); a record from before them reads back with them empty."""
+    from workbench.store import OUR_COLUMNS, read_records
+
+    new = _record().to_dict()
+    new.update(launches=3, launches_source="profiler", same_size_copy_ms=0.0125, same_size_copy_lo_ms=0.012,
+               same_size_copy_hi_ms=0.013, same_size_copy_gbps=1342.2, same_size_copy_method="profiler, L2 flushed",
+               pct_same_size_copy=88.5, pct_same_size_copy_lo=85.0, pct_same_size_copy_hi=91.0)  # fmt: skip
+    old = {k: v for k, v in _record().to_dict().items() if "same_size" not in k and not k.startswith("launches")}
+    for col in ("launches", "same_size_copy_gbps", "pct_same_size_copy", "pct_same_size_copy_lo"):
+        assert col in OUR_COLUMNS
+    back_new, back_old = read_records(write_csv([new, old], tmp_path / "records.csv"))
+    assert back_new["launches"] == 3 and back_new["launches_source"] == "profiler"
+    assert back_new["pct_same_size_copy"] == 88.5 and back_new["same_size_copy_lo_ms"] == 0.012
+    assert back_new["same_size_copy_method"] == "profiler, L2 flushed"
+    assert back_old["launches"] is None and back_old["pct_same_size_copy"] is None

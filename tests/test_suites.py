@@ -113,6 +113,74 @@ def test_copy_bandwidth_rule():
     assert row.status == NOT_MEASURED and "copy bandwidth" in row.reason
 
 
+def test_the_bandwidth_rule_uses_the_same_size_copy_where_the_record_has_one():
+    """85% of the large copy misses 90%; the same cell at 95% [93, 97] of a copy of its own bytes
+    in its own launches meets it; a share whose interval straddles the threshold is a tie."""
+    same = dict(pct_same_size_copy=95.0, pct_same_size_copy_lo=93.0, pct_same_size_copy_hi=97.0, launches=2)
+    cells = [rec("gpu_multirow", 4096, 10.0, pct=85.0, **same), rec("liger", 4096, 20.0, backend="peer")]
+    row = by_x(versus_rows(NORM, cells))[4096]
+    assert row.status == MET and row.pct_copy_bw == 85.0 and row.pct_same_size_copy == 95.0
+    assert row.bw_basis == "same-size copy (2 launches)" and "large copy" not in row.note
+    cells[0].update(pct_same_size_copy=80.0, pct_same_size_copy_lo=78.0, pct_same_size_copy_hi=82.0, pct=95.0)
+    row = by_x(versus_rows(NORM, cells))[4096]  # the large copy's 95% would meet it: the same-size copy judges
+    assert row.status == MISSED and "80.0% [76.5, 83.6] of a same-size copy (2 launches) < 90%" in row.reason
+    cells[0].update(pct_same_size_copy=90.5, pct_same_size_copy_lo=88.0, pct_same_size_copy_hi=93.0)
+    row = by_x(versus_rows(NORM, cells))[4096]
+    assert row.status == "within noise" and "straddles 90%" in row.reason
+
+
+def test_the_bandwidth_rule_falls_back_to_the_large_copy_and_says_why():
+    old = [rec("gpu_multirow", 4096, 10.0, pct=91.0), rec("liger", 4096, 20.0, backend="peer")]  # before the copy
+    row = by_x(versus_rows(NORM, old))[4096]
+    assert row.status == MET and row.pct_same_size_copy is None
+    assert row.bw_basis == "large copy (no same-size copy in the record)"
+    assert "%BW judged against the large copy (no same-size copy in the record)" in row.note
+    old[0].update(pct_copy_bw=85.0, same_size_copy_method="not measured: the call's launches are unknown")
+    row = by_x(versus_rows(NORM, old, missing={"torch_compile": "not here"}))[4096]
+    assert row.status == MISSED
+    assert row.reason == "85.0% of copy BW < 90% (the large copy: not measured: the call's launches are unknown)"
+    assert row.note.startswith("not here: torch_compile") and "judged against the large copy" in row.note
+
+
+def test_the_suite_tables_show_both_bandwidth_shares_and_read_old_records():
+    """The CLI table, the HTML table and summary.md show % of the large copy and % of the
+    same-size copy side by side: a number (with its interval in the reports), "n/a (CPU)" where
+    the record says no device copy compares, "-" for a record from before the copy."""
+    from workbench.cli.suite import format_ratio_table
+    from workbench.reports.suite import ratio_table_html
+
+    target = Versus("t", "T", "rms_norm", "forward", (1024, 2048, 4096), "gpu_multirow",
+                    min_ratio=(), min_pct_bw=(Rule(90.0),))  # fmt: skip
+    same = dict(pct_same_size_copy=93.4, pct_same_size_copy_lo=92.0, pct_same_size_copy_hi=94.9, launches=1)
+    records = [
+        rec("gpu_multirow", 1024, 10.0, pct=71.6, **same),
+        rec("gpu_multirow", 2048, 10.0, method="interpreter-wall", same_size_copy_method="n/a (CPU): no device"),
+        rec("gpu_multirow", 4096, 10.0, pct=88.8),  # an old record: no same-size fields at all
+    ]
+    rows = versus_rows(target, records)
+    assert [r.status for r in rows] == [MET, NOT_COMPARABLE, MISSED]
+    lines = format_ratio_table(rows).splitlines()
+    head = lines[0]
+    assert "%BW" in head and "%same" in head
+    cells = {line.split()[1]: line.split() for line in lines if line.startswith("t ")}
+    assert cells["hidden=1024"][7:9] == ["71.6", "93.4"]
+    assert cells["hidden=2048"][7:10] == ["-", "n/a", "(CPU)"]
+    assert cells["hidden=4096"][7:9] == ["88.8", "-"]
+
+    dicts = [r.to_dict() for r in rows]
+    page = ratio_table_html(dicts)
+    assert "<th" in page and ">%BW<" in page and ">%BW same-size<" in page
+    assert ">93.4 [92.0, 94.9]<" in page and ">n/a (CPU)<" in page and ">71.6<" in page
+    md = reader.ratio_md_rows(dicts)
+    assert [(m["% copy BW"], m["% same-size copy"]) for m in md] == [
+        ("72", "93 [92, 95]"),
+        ("-", "n/a (CPU)"),
+        ("89", "-"),
+    ]
+    assert "% same-size copy" in reader.md_table(md, reader.RATIO_MD_COLUMNS).splitlines()[0]
+    assert md[0]["threshold"] == "≥ 90% a same-size copy" and md[2]["threshold"] == "≥ 90% copy BW"
+
+
 def test_missing_peer_is_not_measured_never_met():
     target = Versus("bs", "BS", "block_sparse", "forward", (1, 16), "gpu", peers=("pyjuice",), dtype="fp32")
     records = [rec("gpu", 1, 5.0), rec("gpu", 16, 5.0)]
@@ -535,3 +603,38 @@ def test_a_suite_report_names_the_card_that_ran_it_when_it_is_not_the_suites():
     assert "run on" not in display_title({"suite": "h200", "device_name": "NVIDIA H200"})
     assert "run on" not in display_title({"suite": "h100", "device_name": "NVIDIA H100 80GB HBM3"})
     assert "run on" not in display_title({"suite": "smoke", "device_name": "cpu"})
+
+
+def test_a_bandwidth_target_plots_its_share_of_the_same_size_copy_where_measured():
+    from workbench.reports.suite_figures import speed_figures
+
+    target = dict(kind="versus", mode="forward", ours="gpu_multirow", title="T", axis="hidden", values=[1024, 2048],
+                  min_pct_bw=90.0)  # fmt: skip
+    same = dict(pct_same_size_copy=93.0, pct_same_size_copy_lo=92.0, pct_same_size_copy_hi=94.0, kernel_ms=0.01)
+    old = [rec("gpu_multirow", x, 10.0, pct=80.0, dtype="bf16") for x in (1024, 2048)]
+    assert [f.layout.title.text for f in speed_figures(target, old)] == ["T: time", "T: % of copy bandwidth"]
+    new = [dict(r, **same) for r in old]
+    figs = speed_figures(target, new)
+    assert figs[-1].layout.title.text == "T: % of a copy of the same bytes in as many launches"
+    ours = {tuple(t.y) for t in figs[-1].data}  # the medians, and the interval drawn around them
+    assert {(93.0, 93.0), (92.0, 92.0), (94.0, 94.0)} <= ours
+
+
+def test_the_norm_targets_measure_the_same_size_copy_and_judge_forward_backward_by_it():
+    h100 = S.get_suite("h100")
+    for name in ("rms_norm_forward", "rms_norm_full", "fused_forward", "fused_full"):
+        assert h100.target(name).same_size_copy, name
+    assert not h100.target("block_sparse_forward").same_size_copy
+    for name in ("rms_norm_full", "fused_full"):  # issue 57: 85% up to 1024, 90% from 2048
+        rules = h100.target(name).min_pct_bw
+        assert [required(rules, x) for x in (512, 1024, 2048, 32768)] == [85.0, 85.0, 90.0, 90.0]
+
+
+def test_a_suite_run_on_the_cpu_asks_for_the_copy_and_says_it_is_not_measured():
+    from workbench.suites.run import run_suite
+
+    run = run_suite("smoke", device="cpu", only=["rms_norm_forward"], rep_ms=1, warmup_ms=0)
+    ours = [r for r in run.records if r.variant == "gpu_multirow"]
+    assert ours and all(r.same_size_copy_method.startswith("n/a (CPU)") and r.launches == 1 for r in ours)
+    assert all(r.pct_same_size_copy is None for r in run.records)
+    assert {row.status for row in run.rows if row.min_pct_bw is not None} == {NOT_COMPARABLE}

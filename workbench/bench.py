@@ -32,6 +32,7 @@ class BenchPlan:
     quick: bool = False
     rep_ms: float = 100.0
     edges: bool = False  # also check our kernels at the edge shapes of their declaration (workbench.edges)
+    same_size_copy: bool = False  # also time a copy of each cell's bytes in its launches (measure_same_size_copy)
 
     def configurations(self):
         """(dtype, mode, problem, variant name, params) in the order they are measured."""
@@ -72,6 +73,7 @@ def run_bench(plan: BenchPlan, store, on_record: Callable | None = None) -> list
             store=store,
             on_error="record",
             edges=plan.edges,
+            same_size_copy=plan.same_size_copy,
         )
         records.append(rec)
         if on_record is not None:

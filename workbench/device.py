@@ -125,7 +125,8 @@ class Device(DeviceInfo):
         ``budget_s`` is per call and timing; all samplers alternate (A B C, B C A, ...) until every
         median's interval is within ``rel_width`` or the budget is spent. ``l2``: see
         :meth:`samplers`. Returns, per key, the estimates by timing name, plus ``"note"`` where
-        the kernel timing had to fall back.
+        the kernel timing had to fall back and ``"launches"`` where the profiler counted the
+        device operations of one call (:attr:`timing.ProfilerKernelSampler.ops_per_call`).
         """
         samplers, notes = {}, {}
         for key, fn in fns.items():
@@ -150,6 +151,10 @@ class Device(DeviceInfo):
         for key, note in notes.items():
             if note:
                 out[key]["note"] = note
+        for (key, name), sampler in samplers.items():
+            ops = getattr(sampler, "ops_per_call", None) if name == "kernel" else None
+            if ops:
+                out[key]["launches"] = ops
         return out
 
     def state(self) -> dict:
@@ -192,6 +197,46 @@ class Device(DeviceInfo):
                 return None
         return _COPY_BW[key]
 
+    def same_size_copy(
+        self,
+        n_bytes: int,
+        launches: int,
+        *,
+        l2: str = "cold",
+        rel_width: float = timing.DEFAULT_REL_WIDTH,
+        budget_s: float = 0.1,
+    ) -> dict | None:
+        """A device copy that moves ``n_bytes`` (read + written) in ``launches`` copies, timed as
+        kernel time is (:meth:`timings`, the same sampler and L2 state): the limit a kernel that
+        moves that many bytes in that many launches can be held to, launch and tail costs
+        included. ``{"ms", "lo_ms", "hi_ms", "n", "method", "gbps", "bytes", "launches",
+        "counted_launches"}``: ``bytes`` what the copy moved, ``counted_launches`` the device
+        operations the profiler saw per copy (None where it did not count them). Measured once
+        per device, bytes, launches and L2 state in a process (a sweep's cells share it); None
+        on the CPU, where kernel times are interpreter wall times and no copy compares with them.
+        """
+        check_l2(l2)
+        if self.kind == "cpu":
+            return None
+        key = (self.kind, self.index, int(n_bytes), int(launches), l2)
+        if key not in _SAME_SIZE_COPY:
+            copy = ChunkedCopy(n_bytes, launches, self.torch_device)
+            found = self.timings({0: copy}, which=("kernel",), rel_width=rel_width, budget_s=budget_s, l2=l2)[0]
+            est = found["kernel"]
+            interval = est.fields("copy")  # open bounds as None
+            _SAME_SIZE_COPY[key] = {
+                "ms": est.median,
+                "lo_ms": interval["copy_lo_ms"],
+                "hi_ms": interval["copy_hi_ms"],
+                "n": est.n,
+                "method": est.method + (f"; {found['note']}" if found.get("note") else ""),
+                "gbps": copy.bytes / (est.median * 1e-3) / 1e9 if est.median > 0 else None,
+                "bytes": copy.bytes,
+                "launches": copy.launches,
+                "counted_launches": found.get("launches"),
+            }
+        return _SAME_SIZE_COPY[key]
+
     def _measure_copy_bandwidth(self) -> float:
         n_bytes = 512 * 2**20
         src = torch.empty(n_bytes, dtype=torch.uint8, device=self.torch_device).random_(0, 255)
@@ -212,6 +257,38 @@ class Device(DeviceInfo):
 
 _COPY_BW: dict[tuple[str, int], dict] = {}
 _FLUSH: dict[tuple[str, int], torch.Tensor] = {}
+# (kind, index, bytes, launches, l2) -> Device.same_size_copy's facts, for this process
+_SAME_SIZE_COPY: dict[tuple, dict] = {}
+
+
+class ChunkedCopy:
+    """``launches`` device copies that together move ``n_bytes`` (half read, half written): one
+    source buffer copied into one destination chunk by chunk, each ``Tensor.copy_`` one device
+    operation, as the large-copy figure's copy is (:meth:`Device.copy_bandwidth_facts`).
+
+    Chunks start on 16-byte boundaries where the bytes allow (a copy's vector loads then stay
+    aligned) and are as equal as that leaves them; the last takes the remainder. ``bytes`` is
+    what a call moves: ``n_bytes`` rounded down to an even count (a copy reads what it writes)."""
+
+    ALIGN = 16
+
+    def __init__(self, n_bytes: int, launches: int, device):
+        if launches < 1:
+            raise ValueError(f"a copy needs at least one launch, not {launches}")
+        half = max(int(n_bytes) // 2, launches)
+        self.src = torch.empty(half, dtype=torch.uint8, device=device).random_(0, 255)
+        self.dst = torch.empty_like(self.src)
+        step = half // launches
+        if step >= self.ALIGN:
+            step -= step % self.ALIGN
+        starts = [i * step for i in range(launches)] + [half]
+        self.chunks = [(self.src[a:b], self.dst[a:b]) for a, b in zip(starts, starts[1:])]
+        self.bytes, self.launches = 2 * half, launches
+
+    def __call__(self) -> torch.Tensor:
+        for src, dst in self.chunks:
+            dst.copy_(src)
+        return self.dst
 
 
 def wall_timing(fn, rep_ms, method, sync=None, max_calls=200) -> Timing:

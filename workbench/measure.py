@@ -21,7 +21,10 @@ The protocol (docs/measuring.md and docs/architecture.md, "The measuring contrac
    loop, whose long-lived objects the collector no longer walks); the record's
    ``device_state["python_heap"]`` says so, with the number of objects frozen.
 4. Peak memory above the baseline during one call; GB/s from the spec's minimum bytes and its
-   share of the device's measured copy bandwidth.
+   share of the device's measured copy bandwidth (a 512 MiB copy). With ``same_size_copy``, also
+   its share of a device copy of the same bytes in as many launches as the call made, timed
+   the same way right after it (:func:`same_size_copy_fields`): the limit at the cell's own size,
+   where launch and tail costs weigh as they do on the kernel.
 
 A configuration that cannot run (bad tile, missing peer, unsupported device) raises ValueError
 with ``on_error="raise"``; with ``on_error="record"`` it becomes a record whose ``error`` says why,
@@ -107,6 +110,24 @@ class Record:
     gbps: float | None = None
     pct_copy_bw: float | None = None
     copy_bw_gbps: float | None = None
+    # The device operations one timed call launched and how that is known: "profiler" (counted
+    # per call by the kernel timing) or "launch path" (the launches kernels.launch recorded in
+    # the first call: our Triton kernels, not torch's own operations).
+    launches: int | None = None
+    launches_source: str = ""
+    # A device copy of min_bytes in as many launches, timed as the kernel time was and in the same
+    # run (Device.same_size_copy; measure_many's same_size_copy): its time with interval, GB/s and
+    # method (or why it was not measured), and this cell's share of it with the interval the two
+    # medians' intervals imply.
+    same_size_copy_ms: float | None = None
+    same_size_copy_lo_ms: float | None = None
+    same_size_copy_hi_ms: float | None = None
+    same_size_copy_n: int | None = None
+    same_size_copy_gbps: float | None = None
+    same_size_copy_method: str = ""
+    pct_same_size_copy: float | None = None
+    pct_same_size_copy_lo: float | None = None
+    pct_same_size_copy_hi: float | None = None
     peak_mb: float | None = None
     checks: list[dict] = field(default_factory=list)
     max_abs_err: float | None = None
@@ -253,9 +274,10 @@ def measure(
     phases: Phases | None = None,
     l2: str = "cold",
     edges: bool = False,
+    same_size_copy: bool = False,
 ) -> Record:
-    """Measure one configuration; see the module docstring for the protocol (``l2`` and
-    ``edges``: as :func:`measure_many`)."""
+    """Measure one configuration; see the module docstring for the protocol (``l2``, ``edges``
+    and ``same_size_copy``: as :func:`measure_many`)."""
     config = dict(variant=variant, dtype=dtype, mode=mode, problem=problem, params=params, seed=seed)
     return measure_many(
         spec,
@@ -272,6 +294,7 @@ def measure(
         phases=phases,
         l2=l2,
         edges=edges,
+        same_size_copy=same_size_copy,
     )[0]
 
 
@@ -292,6 +315,7 @@ def measure_many(
     phases: Phases | None = None,
     l2: str = "cold",
     edges: bool = False,
+    same_size_copy: bool = False,
 ) -> list[Record]:
     """Measure several configurations of one family side by side, their timing trials interleaved.
 
@@ -310,6 +334,9 @@ def measure_many(
     call left it); the records' ``kernel_method`` says which (:meth:`Device.samplers`).
     ``edges``: also check each configuration of our own kernels (not a peer's) at the edge shapes
     derived from the declaration (:func:`check_edges`); a failed edge fails the record.
+    ``same_size_copy``: after the timings, time a device copy of each timed record's minimum bytes
+    in as many launches as its call made (:func:`measure_same_size_copy`), with the same budget,
+    interval width and L2 state; the copies are kept per device, bytes and launches in the process.
     """
     check_l2(l2)
     spec = get(spec) if isinstance(spec, str) else spec
@@ -328,6 +355,9 @@ def measure_many(
     if prepared:
         with phases("timing"):
             _time_together(prepared, warmup_ms, rep_ms, rel_width, on_error, l2)
+            if same_size_copy:
+                for prep in prepared:
+                    measure_same_size_copy(prep.record, prep.device, budget_s=rep_ms / 1e3, rel_width=rel_width, l2=l2)
     for prep in prepared:
         prep.step = None  # drop the inputs and graphs before the next configuration allocates
     if edges and check:
@@ -596,6 +626,8 @@ def _fill_timings(prep: _Prepared, est: dict, state: dict) -> None:
                 setattr(rec, field_name, value)
     kernel = est["kernel"]
     rec.kernel_method = kernel.method + (f"; {est['note']}" if est.get("note") else "")
+    if est.get("launches"):  # the profiler's count: torch's operations inside the call included
+        rec.launches, rec.launches_source = est["launches"], "profiler"
     # Noisy: the headline (kernel) median's interval is wider than asked. Call and host times
     # carry the host's jitter and rarely reach +-2%; their intervals say how far they got.
     rec.noisy = not kernel.converged
@@ -630,6 +662,66 @@ def _peak_memory(prep: _Prepared) -> None:
         prep.step()
         peak = dev.peak_memory_above(baseline)
         prep.record.peak_mb = None if peak is None else peak / 2**20
+
+
+# Why a record carries no same-size copy (Record.same_size_copy_method).
+NO_COPY_ON_CPU = "n/a (CPU): interpreter wall times, which no device copy compares with"
+NO_COPY_LAUNCHES = "not measured: the call's launches are unknown"
+
+
+def measure_same_size_copy(
+    record: Record, device: Device, *, budget_s: float, rel_width: float = DEFAULT_REL_WIDTH, l2: str = "cold"
+) -> None:
+    """Fill ``record``'s same-size copy fields: a device copy of its ``min_bytes`` in its
+    ``launches`` (:meth:`Device.same_size_copy`, kept per device, bytes and launches in the
+    process), or the reason it has none. A record that failed, was not timed, or declares no
+    bytes is left as it is."""
+    if record.error or record.kernel_ms is None or not record.min_bytes:
+        return
+    if device.kind == "cpu":
+        record.same_size_copy_method = NO_COPY_ON_CPU
+        return
+    if not record.launches:
+        record.same_size_copy_method = NO_COPY_LAUNCHES
+        return
+    try:
+        facts = device.same_size_copy(record.min_bytes, record.launches, l2=l2, rel_width=rel_width, budget_s=budget_s)
+    except Exception as exc:  # noqa: BLE001 - a copy that cannot run leaves the cell's own timing as it is
+        record.same_size_copy_method = "not measured: " + _short_error(exc)[:300]
+        return
+    same_size_copy_fields(record, facts)
+
+
+def same_size_copy_fields(record: Record, facts: Mapping[str, Any]) -> None:
+    """Put a same-size copy's facts (:meth:`Device.same_size_copy`) into ``record``: the copy's
+    time, interval, GB/s and method, and the record's share of its GB/s with the interval the
+    two medians' intervals imply (:func:`workbench.timing.ratio_interval`). The method says
+    where the profiler counted other than ``launches`` operations per copy."""
+    record.same_size_copy_ms, record.same_size_copy_n = facts["ms"], facts["n"]
+    record.same_size_copy_lo_ms, record.same_size_copy_hi_ms = facts["lo_ms"], facts["hi_ms"]
+    record.same_size_copy_gbps = facts["gbps"]
+    record.same_size_copy_method = facts["method"]
+    counted = facts.get("counted_launches")
+    if counted is not None and counted != facts["launches"]:
+        record.same_size_copy_method += f"; the profiler counted {counted} operations per copy"
+    if not (record.kernel_ms and facts["ms"] and facts["ms"] > 0):
+        return
+    # (min bytes / kernel time) / (copy bytes / copy time): copy time over kernel time, scaled by
+    # the bytes (equal but for an odd byte count).
+    scale = 100.0 * record.min_bytes / facts["bytes"]
+    copy = _estimate(facts["ms"], facts["lo_ms"], facts["hi_ms"])
+    kernel = _estimate(record.kernel_ms, record.kernel_lo_ms, record.kernel_hi_ms)
+    share, lo, hi = timing.ratio_interval(copy, kernel)
+    record.pct_same_size_copy = scale * share
+    record.pct_same_size_copy_lo = scale * lo if lo > 0 else None
+    record.pct_same_size_copy_hi = scale * hi if math.isfinite(hi) else None
+
+
+def _estimate(median: float, lo: float | None, hi: float | None) -> timing.Estimate:
+    """A median with its interval (an open bound where None) as an Estimate, for ratio maths."""
+    lo = -math.inf if lo is None else lo
+    hi = math.inf if hi is None else hi
+    return timing.Estimate(median, lo, hi, 0, "", True, median, median)
 
 
 def _short_error(exc: BaseException) -> str:
@@ -681,6 +773,10 @@ def _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, record, shared: _S
         record.compile_ms += bwd_first_ms
         launches += backward_launches
     record.compile_facts = _facts(launches, dev, spec, var, prob, prm, dt)
+    # What the timed call launches: the backward's launches alone for mode "backward", else all.
+    timed_launches = len(backward_launches) if mode == "backward" else len(launches)
+    if timed_launches:
+        record.launches, record.launches_source = timed_launches, "launch path"
     if shared.check:
         with phases("check"):
             _check(spec, dev, dt, prob, inputs, outputs, grads, grad_names, grad_outs, record)

@@ -65,6 +65,17 @@ OUR_COLUMNS = (
     "gbps",
     "pct_copy_bw",
     "copy_bw_gbps",
+    # the launches of a timed call and a device copy of the same bytes in as many (Record)
+    "launches",
+    "launches_source",
+    "same_size_copy_ms",
+    "same_size_copy_lo_ms",
+    "same_size_copy_hi_ms",
+    "same_size_copy_gbps",
+    "same_size_copy_method",
+    "pct_same_size_copy",
+    "pct_same_size_copy_lo",
+    "pct_same_size_copy_hi",
     "peak_mb",
     "max_abs_err",
     "max_rel_err",
@@ -245,6 +256,7 @@ _CSV_JSON = ("params", "problem", "compile_facts", "counters")
 # flat views of compile_facts that write_csv adds; the facts themselves come back from their JSON
 _CSV_DERIVED = {"regs", "spills", "shared_bytes", "occupancy_pct", "occupancy_limit", "regs_spills_occ"}
 _CSV_SKIPPED = {"metric_name", "metric_unit", "extra_benchmark_config_str"} | _CSV_DERIVED
+_CSV_TEXT = ("timestamp", "commit", "error", "precision", "gpu_name", "launches_source", "same_size_copy_method")
 
 
 def records_path(folder: str | os.PathLike, names: Iterable[str] = RECORD_FILES) -> Path | None:
@@ -322,7 +334,7 @@ def _record_of_csv(row: dict) -> dict:
             rec[col] = json.loads(text) if text else ({} if col in ("params", "problem") else None)
         elif col in ("torch", "triton", "python"):
             versions[col] = text or None
-        elif col in ("timestamp", "commit", "error", "precision", "gpu_name"):  # text, even where it reads as a number
+        elif col in _CSV_TEXT:  # text, even where it reads as a number
             rec[_CSV_NAMES.get(col, col)] = text or None
         else:
             rec[_CSV_NAMES.get(col, col)] = _csv_value(text)

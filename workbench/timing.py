@@ -437,7 +437,9 @@ class ProfilerKernelSampler:
     One profiling session covers ``calls`` calls; when every call launched the same number of
     device operations the trace is cut into per-call samples, else the session gives one. With
     ``flush`` each call is preceded by it (cold L2, as in the graph sampler) and the flush's own
-    operation, the first of each call's share, is left out of the sum.
+    operation, the first of each call's share, is left out of the sum. ``ops_per_call`` is how
+    many device operations a call launched (the count a same-size copy matches:
+    :func:`workbench.measure.same_size_copy_fields`).
 
     Each session ends with CUPTI torn down (``TEARDOWN_CUPTI=1`` for Kineto, unless the caller
     set the variable): left attached, as Kineto does by default, it slows every later CUDA call
@@ -451,7 +453,16 @@ class ProfilerKernelSampler:
     def __init__(self, fn: Callable[[], object], calls: int = 10, flush: Callable[[], None] | None = None):
         self.fn, self.calls, self.flush = fn, calls, flush
         self.method = "profiler, L2 flushed" if flush is not None else "profiler, L2 warm"
+        self.op_counts: dict[int, int] = {}  # device operations per call -> sessions that saw that many
         os.environ.setdefault(TEARDOWN_SWITCH, "1")  # Kineto reads it as each session stops
+
+    @property
+    def ops_per_call(self) -> int | None:
+        """The device operations one call launched (the flush left out), as most sessions saw
+        them; None while no session split evenly into calls."""
+        if not self.op_counts:
+            return None
+        return max(self.op_counts, key=self.op_counts.get)
 
     def sample(self) -> list[float]:
         import torch
@@ -477,9 +488,10 @@ class ProfilerKernelSampler:
         if not us:
             return [0.0]
         skip = 1 if self.flush is not None else 0
-        if len(us) % self.calls == 0:
-            per = len(us) // self.calls
-            return [sum(us[i * per + skip : (i + 1) * per]) / 1e3 for i in range(self.calls)]
+        per_call, ops = split_per_call(us, self.calls, skip)
+        if per_call is not None:
+            self.op_counts[ops] = self.op_counts.get(ops, 0) + 1
+            return per_call
         if skip:
             # Uneven calls: drop the flushes by name and size (the trace opens with one; a fill
             # of the call's own is far smaller than a write of more than the whole L2).
@@ -490,6 +502,16 @@ class ProfilerKernelSampler:
                 if not (e.name == first.name and u >= 0.5 * first.time_range.elapsed_us())
             ]
         return [sum(us) / self.calls / 1e3]
+
+
+def split_per_call(us: Sequence[float], calls: int, skip: int) -> tuple[list[float] | None, int]:
+    """A profiler session's device-operation durations (us, in start order) over ``calls`` calls
+    as per-call sums in ms, each call's first ``skip`` operations (its L2 flush) left out, and
+    the operations each call launched; (None, 0) when the session does not split evenly."""
+    if not us or len(us) % calls:
+        return None, 0
+    per = len(us) // calls
+    return [sum(us[i * per + skip : (i + 1) * per]) / 1e3 for i in range(calls)], per - skip
 
 
 _PROFILER_STARTED = False  # this process has had a profiler session

@@ -19,6 +19,7 @@ EXAMPLES = """examples:
   workbench bench block_sparse --batch 1,8,64 --variants gpu,pyjuice --csv out.csv
   workbench bench rms_norm --variants gpu_multirow --param BLOCK_SIZE_M=4
   workbench bench swiglu --device cpu --quick --mode full --edges    # also one row, odd sizes, extreme tiles
+  workbench bench rms_norm --hidden 1024 --mode full --same-size-copy  # also % of a same-size copy
   workbench bench --suite h100 --out reports/h100               # a suite: targets, peers, verdicts"""
 
 # On the interpreter a kernel's programs run one by one in Python: past about this many elements
@@ -79,6 +80,7 @@ def main(argv) -> int:
         quick=args.quick,
         rep_ms=args.rep_ms,
         edges=args.edges,
+        same_size_copy=args.same_size_copy,
     )
     store = Store(args.store) if args.store else Store()
     total = plan.count()
@@ -185,6 +187,12 @@ def build_parser(spec=None, add_help: bool = True) -> A.Parser:
         action="store_true",
         help="also check our kernels at edge shapes derived from the declaration (one row, odd sizes, the "
         "smallest and largest accepted tiles, strided inputs where taken); a failed edge fails the record",
+    )
+    parser.add_argument(
+        "--same-size-copy",
+        action="store_true",
+        help="also time a device copy of each configuration's minimum bytes in as many launches as its call "
+        "made, and show its share of it (%%same) beside its share of the large copy (%%BW); n/a on the CPU",
     )
     parser.add_argument("--store", default=None, help="SQLite results file (default: results/workbench.sqlite)")
     parser.add_argument("--csv", default=None, help="also write the records to this CSV file")

@@ -226,10 +226,14 @@ def _us(v) -> str:
 
 
 def format_ratio_table(rows) -> str:
-    """Per target and x: ours µs, best peer (name, µs), ratio, %BW, threshold, status."""
+    """Per target and x: ours µs, best peer (name, µs), ratio, %BW (of the device's large copy),
+    %same (of a copy of the same bytes in as many launches; "n/a (CPU)" on the CPU), threshold,
+    status."""
+    from workbench.reports.text import same_size_copy_text
+
     header = (
         f"{'target':30s} {'x':>13s} {'ours':16s} {'µs':>9s} {'best peer / config':24s} {'µs':>9s} "
-        f"{'ratio':>7s} {'%BW':>6s} {'threshold':18s} status"
+        f"{'ratio':>7s} {'%BW':>6s} {'%same':>9s} {'threshold':18s} status"
     )
     lines = [header, "-" * len(header)]
     current = None
@@ -241,6 +245,7 @@ def format_ratio_table(rows) -> str:
         x = f"{r.x_name}={r.x}"
         ratio = "-" if r.ratio is None else f"{r.ratio:.3g}"
         bw = "-" if r.pct_copy_bw is None else f"{r.pct_copy_bw:.1f}"
+        same = same_size_copy_text(r, interval=False)
         extra = ""
         if r.alt_peer:
             alt = "-" if r.alt_ratio is None else f"{r.alt_ratio:.3g}"
@@ -249,7 +254,7 @@ def format_ratio_table(rows) -> str:
             extra += f"  [{r.note}]"
         lines.append(
             f"{r.target:30s} {x:>13s} {r.ours[:16]:16s} {_us(r.ours_us):>9s} {(r.peer or '-')[:24]:24s} "
-            f"{_us(r.peer_us):>9s} {ratio:>7s} {bw:>6s} {r.threshold():18s} {r.verdict()}{extra}"
+            f"{_us(r.peer_us):>9s} {ratio:>7s} {bw:>6s} {same:>9s} {r.threshold():18s} {r.verdict()}{extra}"
         )
     counts = {}
     for r in rows:

@@ -26,14 +26,18 @@ def format_row(rec) -> str:
 
 
 def format_table(records) -> str:
-    """variant x size: ms (p50), GB/s, % copy BW, peak MB, max err, the error as a multiple of the
-    reference's own (``err×ref``), pass."""
-    header = f"{'mode':8s} {'dtype':5s} {'x':>7s} {'variant':18s} {'ms':>9s} {'GB/s':>8s} {'%BW':>6s} {'peakMB':>8s} {'max_err':>9s} {'err×ref':>8s} {'pass':>5s} {'timing':16s}"
+    """variant x size: ms (p50), GB/s, % of the device's large copy (``%BW``), % of a copy of the
+    same bytes in as many launches (``%same``; "n/a (CPU)" on the CPU, "-" where not measured),
+    peak MB, max err, the error as a multiple of the reference's own (``err×ref``), pass."""
+    from workbench.reports.text import same_size_copy_text
+
+    header = f"{'mode':8s} {'dtype':5s} {'x':>7s} {'variant':18s} {'ms':>9s} {'GB/s':>8s} {'%BW':>6s} {'%same':>9s} {'peakMB':>8s} {'max_err':>9s} {'err×ref':>8s} {'pass':>5s} {'timing':16s}"
     lines = [header, "-" * len(header)]
     for r in records:
         lines.append(
             f"{r.mode:8s} {r.dtype:5s} {str(r.x_value):>7s} {r.variant:18s} {_fmt(r.ms_p50, '{:9.4f}')} "
-            f"{_fmt(r.gbps, '{:8.1f}')} {_fmt(r.pct_copy_bw, '{:6.1f}')} {_fmt(r.peak_mb, '{:8.1f}')} "
+            f"{_fmt(r.gbps, '{:8.1f}')} {_fmt(r.pct_copy_bw, '{:6.1f}')} {same_size_copy_text(r, interval=False):>9s} "
+            f"{_fmt(r.peak_mb, '{:8.1f}')} "
             f"{_fmt(r.max_abs_err, '{:9.2e}')} {_fmt(r.err_ratio, '{:8.3g}')} "
             f"{('yes' if r.passed else ('err' if r.error else 'NO')):>5s} "
             f"{r.timing_method or (r.error or '')[:40]}"

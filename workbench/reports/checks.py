@@ -23,7 +23,8 @@ def status_text(
     record: Any, *, cached: bool = False, ub_bytes: int | None = None, elapsed_s: float | None = None
 ) -> str:
     """One line: compile time, kernel time with its interval, eager call and host issue time (the
-    host's overhead), noise and throttling flags, GB/s, % copy BW, peak memory, pass."""
+    host's overhead), noise and throttling flags, GB/s, % copy BW (and % of a same-size copy where
+    the record has one), peak memory, pass."""
     r = as_dict(record)
     if r.get("error"):
         return f"error: {short_reason(r['error'], 400)}"
@@ -49,6 +50,10 @@ def status_text(
     bits += [
         f"{_fmt(r.get('gbps'), '{:.1f}')} GB/s",
         f"{_fmt(r.get('pct_copy_bw'), '{:.1f}')}% of copy BW",
+    ]
+    if r.get("pct_same_size_copy") is not None:  # where the copy of its own bytes was timed beside it
+        bits.append(f"{r['pct_same_size_copy']:.1f}% of a same-size copy")
+    bits += [
         f"peak {_fmt(r.get('peak_mb'), '{:.2f}', ' MB')}",
         "pass" if r.get("passed") else "CHECK FAILED",
     ]

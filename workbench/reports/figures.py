@@ -241,6 +241,8 @@ def metric_values(rec: dict, metric: str) -> tuple[float | None, float | None, f
     lo, hi = interval_ms(rec, "call" if metric == "call_ms" else "kernel")
     if metric in ("ms", "call_ms"):
         return mid, lo, hi
+    if metric == "pct_same_size_copy":  # its own interval: the copy's and the kernel's times
+        return mid, rec.get("pct_same_size_copy_lo"), rec.get("pct_same_size_copy_hi")
     if metric in ("gbps", "pct_copy_bw"):
         p50 = rec.get("ms_p50")
         if lo and hi and p50:
@@ -473,6 +475,14 @@ def speed_figure(
 def _add_bound(fig, ok, metric, xs_all, xpos):
     """Copy-bandwidth bound: the time (or GB/s) of moving the problem's minimum bytes at the
     device's measured copy bandwidth."""
+    if metric == "pct_same_size_copy":
+        fig.add_hline(
+            y=100.0,
+            line=dict(color="black", dash="dash", width=1),
+            annotation_text="a copy of the same bytes in as many launches",
+            annotation_position="top left",
+        )
+        return
     withbw = [r for r in ok if r.get("copy_bw_gbps") and r.get("min_bytes")]
     if not withbw:
         return

@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from workbench.reports.text import same_size_copy_text
+
 # --- no local paths ------------------------------------------------------------------------------
 _HERE = Path(__file__).resolve().parent.parent
 
@@ -227,7 +229,8 @@ def threshold_text(row: Mapping[str, Any]) -> str:
     if row.get("min_ratio") is not None:
         bits.append(f"ratio ≥ {row['min_ratio']:g}")
     if row.get("min_pct_bw") is not None:
-        bits.append(f"≥ {row['min_pct_bw']:g}% copy BW")
+        basis = "a same-size copy" if str(row.get("bw_basis") or "").startswith("same-size") else "copy BW"
+        bits.append(f"≥ {row['min_pct_bw']:g}% {basis}")
     return ", ".join(bits) or "-"
 
 
@@ -256,6 +259,7 @@ def ratio_md_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict]:
                 "peer µs": _num(r.get("peer_us"), "{:.1f}"),
                 "ratio [interval]": ratio_text(r),
                 "% copy BW": _num(r.get("pct_copy_bw"), "{:.0f}"),
+                "% same-size copy": same_size_copy_text(r, "{:.0f}"),
                 "threshold": threshold_text(r),
                 "precision, max error": precision_text(r),
                 "verdict": f"**{r.get('status')}**" if r.get("status") in ("MET", "MISSED") else r.get("status"),
@@ -272,6 +276,7 @@ RATIO_MD_COLUMNS = (
     "peer µs",
     "ratio [interval]",
     "% copy BW",
+    "% same-size copy",
     "threshold",
     "precision, max error",
     "verdict",

@@ -36,6 +36,7 @@ from workbench.reports.suite_figures import (
     speed_figures,
     target_records,
 )
+from workbench.reports.text import same_size_copy_text
 from workbench.store import kept_path, read_json, read_records, records_path
 
 STATUS_COLOURS = {
@@ -98,8 +99,8 @@ def ratio_table_html(rows: list[dict], missing: dict | None = None, facts: dict 
     missing = missing or {}
     facts = facts or {}
     head = ["x", "ours", "ours µs", "best peer / config", "peer µs", "ratio [interval]", "threshold", "status"]
-    head += ["%BW", "regs/spills/occ", "precision, max error", "informative", "note"]
-    # Thirteen columns are wider than a notebook cell: the verdict comes right after the ratio and
+    head += ["%BW", "%BW same-size", "regs/spills/occ", "precision, max error", "informative", "note"]
+    # Fourteen columns are wider than a notebook cell: the verdict comes right after the ratio and
     # its threshold, so it is in view at a cell's width; the details after it scroll sideways in
     # the table's own box (the page around it stays put) and the long text columns wrap.
     out = [
@@ -142,6 +143,7 @@ def ratio_table_html(rows: list[dict], missing: dict | None = None, facts: dict 
             (", ".join(thr) or "-", "left"),
             (status, "left"),
             (_num(r.get("pct_copy_bw"), "{:.1f}"), "right"),
+            (same_size_copy_text(r), "right"),
             (facts.get((r["target"], str(r["x"]))) or "-", "left"),
             (reader.precision_text(r), "left"),
             (info, "left"),

@@ -117,8 +117,9 @@ def defaults_figure(target: dict, records: list[dict]) -> go.Figure:
 
 
 def speed_figures(target: dict, records: list[dict]) -> list[go.Figure]:
-    """The target's speed figure(s): time against x per variant (and % of copy bandwidth where a
-    bandwidth rule applies and the device measured it)."""
+    """The target's speed figure(s): time against x per variant (and, where a bandwidth rule
+    applies and the device measured them, % of the large copy's bandwidth and % of a copy of the
+    same bytes in as many launches)."""
     if target["kind"] == "defaults":
         return [defaults_figure(target, records)]
     recs = [r for r in records if r.get("mode") == target["mode"]]
@@ -145,6 +146,18 @@ def speed_figures(target: dict, records: list[dict]) -> list[go.Figure]:
                 order=order,
                 highlight=target["ours"],
                 title=f"{target['title']}: % of copy bandwidth",
+                x_order=target["values"],
+            )
+        )
+    if target.get("min_pct_bw") and any(r.get("pct_same_size_copy") is not None for r in recs):
+        figs.append(
+            F.speed_figure(
+                recs,
+                target["axis"],
+                "pct_same_size_copy",
+                order=order,
+                highlight=target["ours"],
+                title=f"{target['title']}: % of a copy of the same bytes in as many launches",
                 x_order=target["values"],
             )
         )

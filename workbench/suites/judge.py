@@ -52,6 +52,15 @@ class RatioRow:
     ratio_lo: float | None = None
     ratio_hi: float | None = None
     pct_copy_bw: float | None = None
+    # Our share of a device copy of the same bytes in as many launches (Record.pct_same_size_copy)
+    # with its interval, the launches, the copy's method or why there is none, and what the %BW
+    # rule was judged against ("same-size copy ..." or "large copy: <why>").
+    pct_same_size_copy: float | None = None
+    pct_same_size_copy_lo: float | None = None
+    pct_same_size_copy_hi: float | None = None
+    launches: int | None = None
+    same_size_copy_method: str = ""
+    bw_basis: str = ""
     min_ratio: float | None = None
     min_pct_bw: float | None = None
     status: str = NOT_MEASURED
@@ -217,6 +226,12 @@ def judge(
         return row
     row.ours_us = _us(timed(o, timing)[0])
     row.pct_copy_bw = o.get("pct_copy_bw")
+    row.pct_same_size_copy = o.get("pct_same_size_copy")
+    row.pct_same_size_copy_lo, row.pct_same_size_copy_hi = (
+        o.get("pct_same_size_copy_lo"),
+        o.get("pct_same_size_copy_hi"),
+    )
+    row.launches, row.same_size_copy_method = o.get("launches"), o.get("same_size_copy_method") or ""
     row.ours_precision, row.ours_err = precision(o), o.get("max_abs_err")
     row.ours_ratio = o.get("err_ratio")
     # Like with like: a candidate computing at another precision (a peer's TF32 products against
@@ -278,16 +293,13 @@ def judge(
             else:
                 states.append((MET, ""))
     if row.min_pct_bw is not None:
-        if _cpu_timed(o):
-            states.append((NOT_COMPARABLE, "no copy bandwidth on the CPU"))
-        elif row.pct_copy_bw is None:
-            states.append((NOT_MEASURED, "no copy bandwidth measured"))
-        elif row.pct_copy_bw >= row.min_pct_bw:
-            states.append((MET, ""))
-        else:
-            states.append((MISSED, f"{row.pct_copy_bw:.1f}% of copy BW < {row.min_pct_bw:g}%"))
+        states.append(_bandwidth_state(row, o))
+    notes = []
     if missing and best is not None:
-        row.note = "not here: " + "; ".join(f"{k} ({_short(v, 80)})" for k, v in missing.items())
+        notes.append("not here: " + "; ".join(f"{k} ({_short(v, 80)})" for k, v in missing.items()))
+    if row.bw_basis.startswith("large copy"):
+        notes.append(f"%BW judged against the {row.bw_basis}")
+    row.note = "; ".join(notes)
     for state in (MISSED, NOT_MEASURED, NOT_COMPARABLE, TIE):
         hits = [why for s, why in states if s == state]
         if hits:
@@ -295,6 +307,43 @@ def judge(
             return row
     row.status, row.reason = (MET, "") if states else (NOT_MEASURED, "no threshold")
     return row
+
+
+def _bandwidth_state(row: RatioRow, ours: dict) -> tuple[str, str]:
+    """The %BW rule's (state, reason) for ``row`` (its share fields filled from ``ours``).
+
+    Against the same-size copy where ours has one: the share's interval (the two medians'),
+    widened by kernel time's run-to-run spread, gives MET or MISSED only when it lies wholly on
+    one side of the threshold, else "within noise". Where ours has none (a record from before
+    it, a target that does not measure it, a copy that could not run) against the device's
+    large-copy figure, as a point, and ``row.bw_basis`` says why."""
+    if _cpu_timed(ours):
+        return NOT_COMPARABLE, "no copy bandwidth on the CPU"
+    need = row.min_pct_bw
+    if row.pct_same_size_copy is not None:
+        pct, lo, hi = row.pct_same_size_copy, row.pct_same_size_copy_lo, row.pct_same_size_copy_hi
+        launches = f"{row.launches} launch{'es' if row.launches != 1 else ''}" if row.launches else "its launches"
+        row.bw_basis = f"same-size copy ({launches})"
+        span = f"{pct:.1f}%"
+        if lo is not None and hi is not None:
+            lo, hi = with_run_spread(lo, hi, "kernel")
+            span += f" [{lo:.1f}, {hi:.1f}]"
+        else:
+            lo = hi = pct  # no interval known: judged as a point
+        state = verdict(lo, hi, need)
+        span += f" of a same-size copy ({launches})"
+        if state == MISSED:
+            return MISSED, f"{span} < {need:g}%"
+        if state == TIE:
+            return TIE, f"{span} straddles {need:g}%"
+        return MET, ""
+    why = row.same_size_copy_method or "no same-size copy in the record"
+    row.bw_basis = f"large copy ({why})"
+    if row.pct_copy_bw is None:
+        return NOT_MEASURED, "no copy bandwidth measured"
+    if row.pct_copy_bw >= need:
+        return MET, ""
+    return MISSED, f"{row.pct_copy_bw:.1f}% of copy BW < {need:g}% (the large copy: {_short(why, 80)})"
 
 
 def _at(records: Sequence[dict], x: Any, *, variant: str | None = None, mode: str | None = None) -> list[dict]:

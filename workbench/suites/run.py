@@ -86,6 +86,7 @@ def _run_versus(target: Versus, ctx: RunContext, run: SuiteRun) -> None:
             extra=[(rec, fn) for rec, fn in bare if fn is not None],
             phases=ctx.phases,
             l2=target.l2,
+            same_size_copy=target.same_size_copy,
         )
         for key, rec in zip(keys, recs):
             ctx.emit(rec)
