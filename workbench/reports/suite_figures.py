@@ -126,42 +126,28 @@ def speed_figures(target: dict, records: list[dict]) -> list[go.Figure]:
     order = [target["ours"]] + [r["variant"] for r in recs if r["variant"] != target["ours"]]
     order = list(dict.fromkeys(order))
     what = "host wall per call" if target["kind"] == "chain" else "time"
-    figs = [
+    panels = [("ms", what)]
+    if target.get("min_pct_bw"):  # each share the device measured
+        panels += [
+            (metric, title)
+            for metric, title in (
+                ("pct_copy_bw", "% of copy bandwidth"),
+                ("pct_same_size_copy", "% of a copy of the same bytes in as many launches"),
+            )
+            if any(r.get(metric) is not None for r in recs)
+        ]
+    return [
         F.speed_figure(
             recs,
             target["axis"],
-            "ms",
+            metric,
             order=order,
             highlight=target["ours"],
-            title=f"{target['title']}: {what}",
+            title=f"{target['title']}: {title}",
             x_order=target["values"],
         )
+        for metric, title in panels
     ]
-    if target.get("min_pct_bw") and any(r.get("pct_copy_bw") is not None for r in recs):
-        figs.append(
-            F.speed_figure(
-                recs,
-                target["axis"],
-                "pct_copy_bw",
-                order=order,
-                highlight=target["ours"],
-                title=f"{target['title']}: % of copy bandwidth",
-                x_order=target["values"],
-            )
-        )
-    if target.get("min_pct_bw") and any(r.get("pct_same_size_copy") is not None for r in recs):
-        figs.append(
-            F.speed_figure(
-                recs,
-                target["axis"],
-                "pct_same_size_copy",
-                order=order,
-                highlight=target["ours"],
-                title=f"{target['title']}: % of a copy of the same bytes in as many launches",
-                x_order=target["values"],
-            )
-        )
-    return figs
 
 
 # --- the headline: what was measured, on what device, where ours stands -------------------------
