@@ -238,11 +238,9 @@ class Device(DeviceInfo):
         return _SAME_SIZE_COPY[key]
 
     def _measure_copy_bandwidth(self) -> float:
-        n_bytes = 512 * 2**20
-        src = torch.empty(n_bytes, dtype=torch.uint8, device=self.torch_device).random_(0, 255)
-        dst = torch.empty_like(src)
-        est = self.timings({0: lambda: dst.copy_(src)}, which=("kernel",), budget_s=0.5)[0]["kernel"]
-        return 2 * n_bytes / (est.median * 1e-3) / 1e9
+        copy = ChunkedCopy(2 * 512 * 2**20, 1, self.torch_device)  # a 512 MiB buffer read and written once
+        est = self.timings({0: copy}, which=("kernel",), budget_s=0.5)[0]["kernel"]
+        return copy.bytes / (est.median * 1e-3) / 1e9
 
     def describe(self) -> dict:
         """Environment facts recorded with every measurement."""
@@ -264,7 +262,8 @@ _SAME_SIZE_COPY: dict[tuple, dict] = {}
 class ChunkedCopy:
     """``launches`` device copies that together move ``n_bytes`` (half read, half written): one
     source buffer copied into one destination chunk by chunk, each ``Tensor.copy_`` one device
-    operation, as the large-copy figure's copy is (:meth:`Device.copy_bandwidth_facts`).
+    operation. The large-copy figure (:meth:`Device.copy_bandwidth_facts`) is one of
+    512 MiB in one launch.
 
     Chunks start on 16-byte boundaries where the bytes allow (a copy's vector loads then stay
     aligned) and are as equal as that leaves them; the last takes the remainder. ``bytes`` is

@@ -709,19 +709,17 @@ def same_size_copy_fields(record: Record, facts: Mapping[str, Any]) -> None:
     # (min bytes / kernel time) / (copy bytes / copy time): copy time over kernel time, scaled by
     # the bytes (equal but for an odd byte count).
     scale = 100.0 * record.min_bytes / facts["bytes"]
-    copy = _estimate(facts["ms"], facts["lo_ms"], facts["hi_ms"])
-    kernel = _estimate(record.kernel_ms, record.kernel_lo_ms, record.kernel_hi_ms)
+    copy = _open_estimate(facts["ms"], facts["lo_ms"], facts["hi_ms"])
+    kernel = _open_estimate(record.kernel_ms, record.kernel_lo_ms, record.kernel_hi_ms)
     share, lo, hi = timing.ratio_interval(copy, kernel)
     record.pct_same_size_copy = scale * share
     record.pct_same_size_copy_lo = scale * lo if lo > 0 else None
     record.pct_same_size_copy_hi = scale * hi if math.isfinite(hi) else None
 
 
-def _estimate(median: float, lo: float | None, hi: float | None) -> timing.Estimate:
+def _open_estimate(median: float, lo: float | None, hi: float | None) -> timing.Estimate:
     """A median with its interval (an open bound where None) as an Estimate, for ratio maths."""
-    lo = -math.inf if lo is None else lo
-    hi = math.inf if hi is None else hi
-    return timing.Estimate(median, lo, hi, 0, "", True, median, median)
+    return timing.Estimate.of(median, -math.inf if lo is None else lo, math.inf if hi is None else hi)
 
 
 def _short_error(exc: BaseException) -> str:

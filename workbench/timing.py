@@ -68,6 +68,12 @@ class Estimate:
     p20: float
     p80: float
 
+    @classmethod
+    def of(cls, median: float, lo: float, hi: float) -> "Estimate":
+        """A median and its interval kept in a record, as an Estimate for interval maths
+        (:func:`ratio_interval`); its sample count and percentiles are not kept, so not given."""
+        return cls(median, lo, hi, 0, "", True, median, median)
+
     @property
     def rel_half_width(self) -> float:
         """Half the interval's width relative to the median (inf when it is unbounded)."""

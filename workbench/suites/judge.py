@@ -131,8 +131,8 @@ def ratio_with_interval(peer: dict, ours: dict, timing: str) -> tuple[float | No
     o, o_lo, o_hi = timed(ours, timing)
     if not p or not o:
         return None, None, None
-    num = Estimate(p, p if p_lo is None else p_lo, p if p_hi is None else p_hi, 0, "", True, p, p)
-    den = Estimate(o, o if o_lo is None else o_lo, o if o_hi is None else o_hi, 0, "", True, o, o)
+    num = Estimate.of(p, p if p_lo is None else p_lo, p if p_hi is None else p_hi)
+    den = Estimate.of(o, o if o_lo is None else o_lo, o if o_hi is None else o_hi)
     return ratio_interval(num, den)
 
 
