@@ -9,7 +9,6 @@ Triton cache folders are apart, as on nodes that share no disk.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import dataclasses
 import os
 
@@ -22,10 +21,7 @@ ray = pytest.importorskip("ray", reason="the distributed extra (ray) is not inst
 
 
 def _run(coro):
-    """Run the scenario on a thread of its own: under ``make test`` the browser tests' Playwright
-    (its sync API keeps an event loop running on the main thread) may share this worker."""
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
+    return asyncio.run(coro)
 
 
 def test_the_first_to_miss_a_kernel_compiles_it_and_the_others_wait_for_its_files():
