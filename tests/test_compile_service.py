@@ -338,3 +338,46 @@ def test_the_explorer_starts_the_profiler_on_the_notebook_loop_then_refines(monk
         assert len(after_on) == 1 and after_on[0] is not threading.main_thread()  # on the worker
     finally:
         ex.close()
+
+
+def test_a_sessions_edge_checks_are_all_submitted_before_the_first_runs(fake_service, monkeypatch, capsys):
+    """s.correctness(edges=True): every variant's edge cases go to the compile service before the
+    first edge case runs (the first variant's cases run while the later ones compile), and the
+    verdicts are the ones a run without the service gives."""
+    from widgets import Session
+    from workbench import measure
+
+    service, pool = fake_service
+    monkeypatch.setattr(compile_service, "for_kind", lambda kind: service)
+    submitted_at_first_run = []
+    run_edges = measure.run_edges
+
+    def counting(spec, cases, device):
+        submitted_at_first_run.append(len(pool.submitted))
+        return run_edges(spec, cases, device)
+
+    monkeypatch.setattr(measure, "run_edges", counting)
+    s = Session("rms_norm", device="cpu", dtype="fp32", quick=True, headless=True, store=False)
+    table = s.correctness(variants=["gpu_row", "gpu_multirow"], mode="forward", edges=True, show=False)
+    assert table["pass"].all()
+    planned = {
+        v: [
+            c
+            for c in measure.edges_module.plan(
+                s.spec, s.spec.variant(v), rec.problem, rec.params, dtype="fp32", mode="forward", device=s.device
+            )
+            if c.config is not None
+        ]  # fmt: skip
+        for v, rec in ((r.variant, r) for r in s.records)
+    }
+    assert set(planned) == {"gpu_row", "gpu_multirow"} and all(planned.values())
+    assert len(submitted_at_first_run) == 2  # one run per variant, after one submission of all
+    assert submitted_at_first_run[0] == len(pool.submitted) >= len(planned["gpu_row"]) + 1
+    keys = {j.key for j in pool.submitted}
+    for variant, cases in planned.items():
+        for c in cases:
+            job = job_of(
+                s.spec, variant, dtype="fp32", mode="forward", problem=c.config["problem"], params=c.config["params"]
+            )
+            assert job.key in keys, c.verdict["edge"]
+    assert "gpu_row: edge shapes:" in capsys.readouterr().out

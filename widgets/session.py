@@ -644,19 +644,23 @@ class Session:
         import pandas as pd
 
         from workbench import edges as edge_shapes
-        from workbench.measure import check_edges
+        from workbench.measure import check_records
 
         self._check_mode(mode)
-        recs = []
-        for var in self._variants(variants, mode):
-            rec, _ = self._measure(var, problem, split_params(params, var), mode, dtype)
-            if edges and not var.is_peer and rec.error is None and not rec.edges:
-                with self._lock:
-                    verdicts = check_edges(self.spec, var, device=self.device, dtype=rec.dtype, mode=rec.mode,
-                                           problem=rec.problem, params=rec.params, seed=self.seed)  # fmt: skip
+        pairs = [
+            (self._measure(var, problem, split_params(params, var), mode, dtype)[0], var)
+            for var in self._variants(variants, mode)
+        ]
+        if edges:
+            # every variant's edge cases planned (and compiled ahead on a GPU) before the first runs
+            unchecked = [(rec, var) for rec, var in pairs if not var.is_peer and rec.error is None and not rec.edges]
+            with self._lock:
+                found = check_records(self.spec, unchecked, self.device, seed=self.seed)
+            for (rec, var), verdicts in zip(unchecked, found):
                 edge_shapes.attach(rec, verdicts)
                 print(f"{var.name}: {edge_shapes.summary(verdicts)}")
-            recs.append(rec)
+        recs = [rec for rec, _ in pairs]
+        for rec in recs:
             self.records.append(with_axis(rec, self.spec.axis, rec.problem.get(self.spec.axis)))
         if show:
             F.show_html(f"<b>{self._title('correctness', mode, dtype, problem)}</b>" + checks.checks_html(recs))

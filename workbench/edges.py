@@ -20,15 +20,25 @@ stands for "derive it" in some families). Each case is judged like any measureme
 (:func:`kernels.testing.judge`: NaN or Inf where the reference has none fails it). Its verdict:
 ``passed`` True / False, or None with ``refused`` where the declaration refuses the shape or tile
 (the problem's knobs or ``check`` raise ValueError; not a failure). A shape the declaration
-accepts but the kernel cannot run is a failure (``error``). :func:`workbench.measure.check_edges`
-runs them; :func:`attach` stores the verdicts in a record.
+accepts but the kernel cannot run is a failure (``error``).
+
+Each case is a configuration of its own (another shape, another tile), so on a GPU each first call
+is a Triton compile: a notebook's ``s.correctness(edges=True)`` over six variants is some fifty of
+them. :func:`plan` resolves every case (refused, or with the configuration that runs it);
+:func:`workbench.measure.check_edges` and :func:`workbench.measure.check_records` hand them all to
+the compile service (:mod:`workbench.compiling.service`) before the first runs, then run them one
+after another in the measuring process, whose first calls find them compiled or wait for the
+compile in flight. What runs, in which order, and every verdict stay as they were
+without it; on the CPU nothing is submitted (the interpreter compiles nothing). :func:`attach`
+stores the verdicts in a record.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping
 
-from kernels.spec import KernelSpec, Knob, Variant
+from kernels.spec import KernelSpec, Knob, Variant, dtype_name
 
 
 def size_knobs(spec: KernelSpec, problem: Mapping[str, Any]) -> list[Knob]:
@@ -122,6 +132,50 @@ def _accepts(variant: Variant, problem, params, dtype, device) -> bool:
     except ValueError:
         return False
     return True
+
+
+@dataclass
+class EdgeCase:
+    """One case to run: its verdict so far, and the configuration that runs it (None where the
+    declaration refuses it; the verdict says why)."""
+
+    verdict: dict
+    config: dict | None
+
+
+def plan(spec: KernelSpec, variant: Variant, problem: Mapping[str, Any], params: Mapping[str, Any] | None,
+         *, dtype: str, mode: str, device, seed: int = 0) -> list[EdgeCase]:  # fmt: skip
+    """The edge cases of ``variant`` around ``problem`` (:func:`edge_cases`; on the CPU around the
+    family's quick problem) on ``device`` (a :class:`workbench.device.Device`), each refused by the
+    declaration or ready to run with the tiles of ``params`` that are not "auto"."""
+    dt = dtype_name(dtype)
+    base = spec.resolve_problem(problem if device.kind != "cpu" else {**dict(problem), **_quick_sizes(spec)})
+    fixed = {k: v for k, v in dict(params or {}).items() if v != "auto"}
+    cases = []
+    for case in edge_cases(spec, variant, base, dt, device):
+        merged = {**fixed, **case["params"]}
+        verdict = {**case, "params": merged, "passed": None, "err_ratio": None, "failed": []}
+        try:
+            prob = spec.resolve_problem(case["problem"])
+            resolved = variant.resolve_params(merged)
+            if variant.check is not None:
+                variant.check(prob, resolved, dt, device)
+        except ValueError as exc:
+            verdict["refused"] = str(exc)[:300]
+            cases.append(EdgeCase(verdict, None))
+            continue
+        verdict["problem"] = prob
+        config = dict(
+            variant=variant, dtype=dt, mode=mode, problem=prob, params=merged, seed=seed, layout=case["layout"]
+        )
+        cases.append(EdgeCase(verdict, config))
+    return cases
+
+
+def _quick_sizes(spec: KernelSpec) -> dict:
+    """The family's quick values of its size knobs (the interpreter's edge shapes start there)."""
+    names = {k.name for k in size_knobs(spec, {**{k.name: k.default for k in spec.knobs}, **spec.quick})}
+    return {k: v for k, v in spec.quick.items() if k in names}
 
 
 def attach(record, verdicts: list[dict]) -> None:

@@ -333,7 +333,8 @@ def measure_many(
     ``l2``: "cold" (the L2 flushed before each kernel-timed call) or "warm" (left as the previous
     call left it); the records' ``kernel_method`` says which (:meth:`Device.samplers`).
     ``edges``: also check each configuration of our own kernels (not a peer's) at the edge shapes
-    derived from the declaration (:func:`check_edges`); a failed edge fails the record.
+    derived from the declaration (:func:`check_records`: every record's cases compiled ahead
+    where a GPU measures); a failed edge fails the record.
     ``same_size_copy``: after the timings, time a device copy of each timed record's minimum bytes
     in as many launches as its call made (:func:`measure_same_size_copy`), with the same budget,
     interval width and L2 state; the copies are kept per device, bytes and launches in the process.
@@ -362,11 +363,10 @@ def measure_many(
         prep.step = None  # drop the inputs and graphs before the next configuration allocates
     if edges and check:
         with phases("check"):
-            for rec, config in zip(records, configs):
-                if rec.error is None and rec.backend not in PEER_BACKENDS:
-                    verdicts = check_edges(spec, config["variant"], device=device, dtype=rec.dtype, mode=rec.mode,
-                                           problem=rec.problem, params=rec.params, seed=rec.seed)  # fmt: skip
-                    edges_module.attach(rec, verdicts)
+            ours = [(rec, c["variant"]) for rec, c in zip(records, configs) if rec.backend not in PEER_BACKENDS]
+            checked = [(rec, var) for rec, var in ours if rec.error is None]
+            for (rec, _), verdicts in zip(checked, check_records(spec, checked, device)):
+                edges_module.attach(rec, verdicts)
     for rec in records:
         if store is not None:
             store.append(rec)
@@ -384,51 +384,64 @@ def check_edges(
     params: Mapping[str, Any] | None = None,
     seed: int = 0,
 ) -> list[dict]:
-    """Run every edge case of ``variant`` around ``problem`` (:func:`workbench.edges.edge_cases`:
-    on the CPU around the family's quick problem), checked and not timed, and return one verdict
-    each: ``edge``, ``sizes``, ``problem``, ``params``, ``layout``, ``passed`` (None where the
-    declaration refuses the case, with ``refused`` saying why), ``err_ratio``, ``checks`` (each
-    output's and gradient's verdict, in short), ``failed`` (the checks that failed, whole) and
-    ``error`` (a case the declaration accepts that could not run)."""
+    """Run every edge case of ``variant`` around ``problem`` (:func:`workbench.edges.plan`: on the
+    CPU around the family's quick problem), compiled ahead where a GPU measures, checked and not
+    timed, and return one verdict each (:func:`run_edges`)."""
     spec = get(spec) if isinstance(spec, str) else spec
     dev = get_device(device)
     var = spec.variant(variant) if isinstance(variant, str) else variant
-    dt = dtype_name(dtype)
-    base = spec.resolve_problem(problem if dev.kind != "cpu" else {**dict(problem), **_quick_sizes(spec)})
-    fixed = {k: v for k, v in dict(params or {}).items() if v != "auto"}
+    cases = edges_module.plan(spec, var, problem, params, dtype=dtype, mode=mode, device=dev, seed=seed)
+    _submit_edges(spec, cases, dev)
+    return run_edges(spec, cases, dev)
+
+
+def check_records(
+    spec: KernelSpec, checked: Sequence[tuple[Record, Variant | str]], device: str | Device, seed: int | None = None
+) -> list[list[dict]]:
+    """The edge verdicts of each (record, variant) in ``checked`` at the record's dtype, mode,
+    problem and tiles (and seed, unless ``seed`` is given). Every record's cases are planned and
+    submitted to the compile service before the first runs, so the compile processes work through
+    the later ones while the earlier ones run. One list of verdicts per pair."""
+    dev = get_device(device)
+    plans = []
+    for rec, variant in checked:
+        var = spec.variant(variant) if isinstance(variant, str) else variant
+        plans.append(edges_module.plan(spec, var, rec.problem, rec.params, dtype=rec.dtype, mode=rec.mode, device=dev,
+                                       seed=rec.seed if seed is None else seed))  # fmt: skip
+    _submit_edges(spec, [case for cases in plans for case in cases], dev)
+    return [run_edges(spec, cases, dev) for cases in plans]
+
+
+def _submit_edges(spec: KernelSpec, cases: Sequence[edges_module.EdgeCase], device: Device) -> None:
+    """The cases that run, to the compile service in the order they will run (nothing on a device
+    that compiles nothing ahead)."""
+    configs = [c.config for c in cases if c.config is not None]
+    if configs:
+        compile_service.submit_configs(spec, configs, device.kind)
+
+
+def run_edges(spec: KernelSpec, cases: Sequence[edges_module.EdgeCase], device: Device) -> list[dict]:
+    """Run planned edge cases one after another, checked and not timed, one verdict each:
+    ``edge``, ``sizes``, ``problem``, ``params``, ``layout``, ``passed`` (None where the
+    declaration refuses the case, with ``refused`` saying why), ``err_ratio``, ``checks`` (each
+    output's and gradient's verdict, in short), ``failed`` (the checks that failed, whole) and
+    ``error`` (a case the declaration accepts that could not run)."""
     verdicts = []
-    for case in edges_module.edge_cases(spec, var, base, dt, dev):
-        merged = {**fixed, **case["params"]}
-        verdict = {**case, "params": merged, "passed": None, "err_ratio": None, "failed": []}
-        try:
-            prob = spec.resolve_problem(case["problem"])
-            resolved = var.resolve_params(merged)
-            if var.check is not None:
-                var.check(prob, resolved, dt, dev)
-        except ValueError as exc:
-            verdict["refused"] = str(exc)[:300]
-            verdicts.append(verdict)
-            continue
-        config = dict(variant=var, dtype=dt, mode=mode, problem=prob, params=merged, seed=seed, layout=case["layout"])
-        (rec,) = measure_many(spec, [config], device=dev, time_it=False, on_error="record")
-        verdict["problem"] = prob
-        if rec.error:
-            verdict.update(passed=False, error=rec.error[:300])
-        else:
-            verdict.update(passed=bool(rec.passed), err_ratio=rec.err_ratio)
-            verdict["failed"] = [c for c in rec.checks if not c["passed"]]
-            verdict["checks"] = [{k: c.get(k) for k in _EDGE_CHECK_FIELDS} for c in rec.checks]
+    for case in cases:
+        verdict = dict(case.verdict)
+        if case.config is not None:
+            (rec,) = measure_many(spec, [case.config], device=device, time_it=False, on_error="record")
+            if rec.error:
+                verdict.update(passed=False, error=rec.error[:300])
+            else:
+                verdict.update(passed=bool(rec.passed), err_ratio=rec.err_ratio)
+                verdict["failed"] = [c for c in rec.checks if not c["passed"]]
+                verdict["checks"] = [{k: c.get(k) for k in _EDGE_CHECK_FIELDS} for c in rec.checks]
         verdicts.append(verdict)
     return verdicts
 
 
 _EDGE_CHECK_FIELDS = ("name", "err_ratio", "worst", "judged_by", "within_tolerance", "passed", "note")
-
-
-def _quick_sizes(spec: KernelSpec) -> dict:
-    """The family's quick values of its size knobs (the interpreter's edge shapes start there)."""
-    names = {k.name for k in edges_module.size_knobs(spec, {**{k.name: k.default for k in spec.knobs}, **spec.quick})}
-    return {k: v for k, v in spec.quick.items() if k in names}
 
 
 def prepared_call(
