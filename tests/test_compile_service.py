@@ -341,8 +341,8 @@ def test_the_explorer_starts_the_profiler_on_the_notebook_loop_then_refines(monk
 
 
 def test_a_sessions_edge_checks_are_all_submitted_before_the_first_runs(fake_service, monkeypatch, capsys):
-    """s.correctness(edges=True): every variant's edge cases go to the compile service before the
-    first edge case runs (the first variant's cases run while the later ones compile), and the
+    """s.correctness(edges=True): every variant's configuration, then every variant's edge cases,
+    go to the compile service before the first of them runs (the first variant's cases run while the later ones compile), and the
     verdicts are the ones a run without the service gives."""
     from widgets import Session
     from workbench import measure
@@ -374,6 +374,11 @@ def test_a_sessions_edge_checks_are_all_submitted_before_the_first_runs(fake_ser
     assert len(submitted_at_first_run) == 2  # one run per variant, after one submission of all
     assert submitted_at_first_run[0] == len(pool.submitted) >= len(planned["gpu_row"]) + 1
     keys = {j.key for j in pool.submitted}
+    for rec in s.records:  # the variants' own configurations, submitted before the first was measured
+        assert (
+            job_of(s.spec, rec.variant, dtype="fp32", mode="forward", problem=rec.problem, params=rec.params).key
+            in keys
+        )
     for variant, cases in planned.items():
         for c in cases:
             job = job_of(

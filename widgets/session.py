@@ -268,6 +268,25 @@ class Session:
             self.cache.put(key, rec)
         return rec, False
 
+    def _measure_each(
+        self, variants: Sequence[Variant], problem: Mapping | None, params: Mapping | None, mode: str, dtype: str | None
+    ) -> list[Record]:
+        """:meth:`_measure` of each variant in turn (memory, correctness), the ones the cache lacks
+        handed to the compile service first (a GPU's; nothing elsewhere), so the later variants
+        compile while the first are measured."""
+        from workbench.compiling import service as compile_service
+
+        dt = dtype_name(dtype or self.dtype)
+        ahead = []
+        for var in variants:
+            prm = split_params(params, var)
+            prob, resolved, _ = resolve_config(self.spec, var, {**self.problem, **dict(problem or {})}, prm, False)
+            if self.cache.peek(config_key(var.name, self.device.kind, dt, mode, prob, resolved)) is None:
+                ahead.append(dict(variant=var, dtype=dt, mode=mode, problem=prob, params=prm))
+        if ahead:
+            compile_service.submit_configs(self.spec, ahead, self.device.kind)
+        return [self._measure(var, problem, split_params(params, var), mode, dtype)[0] for var in variants]
+
     def _measure_side_by_side(
         self, variants: Sequence[tuple[Variant, Mapping]], problem: Mapping | None, mode: str, dtype: str | None
     ) -> list[Record]:
@@ -599,8 +618,7 @@ class Session:
 
         self._check_mode(mode)
         rows = []
-        for var in self._variants(variants, mode):
-            rec, _ = self._measure(var, problem, split_params(params, var), mode, dtype)
+        for rec in self._measure_each(self._variants(variants, mode), problem, params, mode, dtype):
             row = with_axis(rec, self.spec.axis, rec.problem.get(self.spec.axis))
             rows.append(row)
             self.records.append(row)
@@ -647,10 +665,8 @@ class Session:
         from workbench.measure import check_records
 
         self._check_mode(mode)
-        pairs = [
-            (self._measure(var, problem, split_params(params, var), mode, dtype)[0], var)
-            for var in self._variants(variants, mode)
-        ]
+        chosen = self._variants(variants, mode)
+        pairs = list(zip(self._measure_each(chosen, problem, params, mode, dtype), chosen))
         if edges:
             # every variant's edge cases planned (and compiled ahead on a GPU) before the first runs
             unchecked = [(rec, var) for rec, var in pairs if not var.is_peer and rec.error is None and not rec.edges]
