@@ -13,12 +13,17 @@ import ipywidgets as W
 
 
 class Worker:
-    """One background thread: debounced "latest wins" requests plus queued jobs (sweeps)."""
+    """One background thread: debounced "latest wins" requests plus queued jobs (sweeps).
+
+    The debounce is on both edges: a request that comes while the worker is idle and after a
+    quiet spell of ``debounce_s`` runs at once (a one-notch move waits for nothing), and the
+    requests that follow it within ``debounce_s`` of each other coalesce into the last one."""
 
     def __init__(self, debounce_s: float):
         self.debounce_s = debounce_s
         self._cv = threading.Condition()
         self._pending: tuple[float, Callable[[], None]] | None = None
+        self._last_request = float("-inf")
         self._jobs: deque[Callable[[], None]] = deque()
         self._busy = False
         self._stopped = False
@@ -26,8 +31,15 @@ class Worker:
         self._thread.start()
 
     def request(self, fn: Callable[[], None], delay: float | None = None) -> None:
+        """Run ``fn`` after the debounce (or ``delay``), replacing a request not started yet."""
         with self._cv:
-            self._pending = (time.monotonic() + (self.debounce_s if delay is None else delay), fn)
+            now = time.monotonic()
+            wait = self.debounce_s if delay is None else delay
+            quiet = not self._busy and self._pending is None and now - self._last_request >= self.debounce_s
+            if delay is None and quiet:
+                wait = 0.0
+            self._last_request = now
+            self._pending = (now + wait, fn)
             self._cv.notify_all()
 
     def submit(self, fn: Callable[[], None]) -> None:

@@ -9,8 +9,9 @@ change relaunches the kernel:
 
 - cached configurations — keyed by (variant, device, dtype, mode, problem, params) — are shown
   at once, in the callback;
-- new ones are debounced (``debounce_s``) and measured on one background worker thread, so the
-  control that triggered them never blocks; only the latest request is kept while one runs,
+- new ones are measured on one background worker thread, so the control that triggered them
+  never blocks: at once after a quiet spell, debounced (``debounce_s``) within a burst of
+  changes (:class:`widgets.controls.Worker`); only the latest request is kept while one runs,
   and a result is drawn only if the controls still ask for it (otherwise it is cached for later);
 - an invalid configuration shows its reason in the error line; nothing raises out of a
   callback and the kernel stays alive.
