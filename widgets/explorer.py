@@ -681,21 +681,22 @@ class Explorer:
         # mode's tiles but the axis
         used = {p.name for p in self._tile_params(cfg["mode"])}
         tiles = F.mapping_str({k: v for k, v in cfg["params"].items() if k != axis and k in used})
-        speed = F.speed_figure(
-            self._slice(sess, cfg, axis) + self._peer_slice(sess, cfg, axis),
-            axis,
-            self.w_metric.value,
-            order=[v.name for v in self.spec.variants],
-            highlight=cfg["variant"],
-            title=f"{self.spec.title} {cfg['mode']} {cfg['dtype']} on {cfg['device']}: speed vs {axis}",
-            tiles=f"{cfg['variant']} at {tiles}" if tiles else cfg["variant"],
-        )
+        with F.template_held():  # the widgets carry the house template from when they were made
+            speed = F.speed_figure(
+                self._slice(sess, cfg, axis) + self._peer_slice(sess, cfg, axis),
+                axis,
+                self.w_metric.value,
+                order=[v.name for v in self.spec.variants],
+                highlight=cfg["variant"],
+                title=f"{self.spec.title} {cfg['mode']} {cfg['dtype']} on {cfg['device']}: speed vs {axis}",
+                tiles=f"{cfg['variant']} at {tiles}" if tiles else cfg["variant"],
+            )
+            memory = F.memory_figure(
+                [rec] + peers,
+                order=[v.name for v in self.spec.variants],
+                title=f"memory ({cfg['mode']})" + F.sub_lines(F.mapping_str(rec.problem)),
+            )
         _update_figure(self.speed_fig, speed)
-        memory = F.memory_figure(
-            [rec] + peers,
-            order=[v.name for v in self.spec.variants],
-            title=f"memory ({cfg['mode']})" + F.sub_lines(F.mapping_str(rec.problem)),
-        )
         _update_figure(self.memory_fig, memory)
 
     def _render_status(self) -> None:
@@ -1038,10 +1039,18 @@ def _with_x(rec, axis, x):
 
 
 def _update_figure(target, new: go.Figure) -> None:
-    """Replace the traces and layout of a (FigureWidget) figure in place, in one batch."""
+    """Replace the traces and layout of a (FigureWidget) figure in place, in one batch. The target
+    keeps its own template (the house one, from when it was made; build ``new`` inside
+    :func:`workbench.reports.figures.template_held`): assigning a template makes plotly validate
+    all of it again, about 20 ms."""
+    layout = new.layout.to_plotly_json()
+    layout.pop("template", None)
+    stale = set(target.layout.to_plotly_json()) - set(layout) - {"template"}
     with target.batch_update():
         target.data = []
-        target.layout = new.layout
+        for key in stale:
+            target.layout[key] = None
+        target.layout.update(layout, overwrite=True)
         target.add_traces(list(new.data))
 
 

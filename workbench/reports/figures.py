@@ -12,6 +12,8 @@ shares one colour order, metric table and hover format.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import html
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -103,14 +105,32 @@ def title_text(head: str, notes: Sequence[str] = ()) -> str:
     return "<br>".join(_title_lines("<br>".join([head] + [f"<sup>{n}</sup>" for n in notes if n])))
 
 
+_TEMPLATE_HELD = contextvars.ContextVar("template_held", default=False)
+
+
+@contextlib.contextmanager
+def template_held():
+    """Within the block :func:`fit` leaves a figure's template alone: for figures whose layout is
+    copied into one that carries the house template already (the Explorer's figure widgets,
+    ``widgets.explorer._update_figure``). Plotly validates the whole template on every assignment,
+    about 20 ms a figure, which each Explorer relaunch paid for its two figures."""
+    token = _TEMPLATE_HELD.set(True)
+    try:
+        yield
+    finally:
+        _TEMPLATE_HELD.reset(token)
+
+
 def fit(fig: go.Figure, *, plot_height: int | None = None) -> go.Figure:
     """``fig`` in the house style, fitted to a cell or a page (in place; returned): the house
     template, the title wrapped and pinned to the top left with a top margin for its lines, log
     axes labelled without a crowd of minor ticks. ``plot_height``: the plot area's height, to
     which the title's and the bottom margin's are added (default: the figure's height grows by
     what its title needs beyond its top margin). Every figure a notebook shows goes through it
-    (:func:`show`), hand-made ones included; fitting twice changes nothing."""
-    fig.update_layout(template=HOUSE_TEMPLATE)
+    (:func:`show`), hand-made ones included; fitting twice changes nothing. Inside
+    :func:`template_held` the template is left as it is."""
+    if not _TEMPLATE_HELD.get():
+        fig.update_layout(template=HOUSE_TEMPLATE)
     text = fig.layout.title.text or ""
     lines = _title_lines(text) if text else []
     margin = fig.layout.margin
