@@ -15,6 +15,10 @@ Times per change:
 It runs inside an event loop on the main thread, as a notebook's kernel does, and ends with the
 number of Kineto "registerClient" error lines written to standard error.
 Cold changes visit every value once (each a new kernel configuration); warm changes revisit them.
+``--look-ms`` pauses after each result settles, as a person reads it before the next move: the
+Explorer compiles the configurations one step away meanwhile, so a one-notch move then finds its
+kernel compiled; without it (the default) the next move comes at once, and may wait for that
+compile.
 
 Compile facts (registers, spills, occupancy; the why panel) are read once per new configuration
 after its first call: the "facts ms" column is what reading them took per cold change, and the
@@ -73,6 +77,13 @@ def main(argv=None) -> int:
     parser.add_argument("--dtype", default="bf16")
     parser.add_argument("--values", type=int, default=4, help="how many distinct values to visit")
     parser.add_argument("--debounce", type=float, default=0.2, help="Explorer debounce (s)")
+    parser.add_argument(
+        "--look-ms",
+        type=float,
+        default=0.0,
+        help="pause after a result settles before the next change, as a person reads it (the Explorer "
+        "compiles the next configurations meanwhile); 0: move at once",
+    )
     parser.add_argument("--quick", choices=("auto", "yes", "no"), default="auto", help="auto: quick on the CPU")
     parser.add_argument("--facts", choices=("on", "off"), default="on", help="read compile facts (off: to compare)")
     args = parser.parse_args(argv)
@@ -140,6 +151,7 @@ async def _run(args) -> int:
             raise SystemExit(f"{args.param}={value} failed: {rec.error}")
         facts_ms = (rec.compile_facts or {}).get("collect_ms")
         compile_s = rec.compile_ms / 1e3 if rec.compile_ms else None
+        await asyncio.sleep(args.look_ms / 1e3)
         return callback, shown, compile_s, ex.last_cached, facts_ms, settled, shown_method, rec.kernel_method
 
     # the first launch of the variant pays one-off costs (imports, first compile of helpers): apart
@@ -153,7 +165,7 @@ async def _run(args) -> int:
     print(
         f"device {dev.kind} ({dev.name}, {dev.driver}), dtype {session.dtype}, problem "
         + ", ".join(f"{k}={v}" for k, v in session.problem.items())
-        + f", debounce {args.debounce * 1e3:.0f} ms, timing budget {session.rep_ms:.0f} ms per config"
+        + f", debounce {args.debounce * 1e3:.0f} ms, a look of {args.look_ms:.0f} ms between changes, timing budget {session.rep_ms:.0f} ms per config"
     )
     print(f"Explorer built in {built:.2f} s (imports, session, widgets)")
     print(f"the first launch's first number timed by: {first[6]}; once settled: {first[7]}")
