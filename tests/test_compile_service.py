@@ -35,6 +35,11 @@ class FakePool:
     def __init__(self, facts=None, workers=1, log_path=None):
         self.submitted = []
         self.futures = []
+        self.started_before = None  # how many jobs had been submitted when start() was called
+
+    def start(self):
+        if self.started_before is None:
+            self.started_before = len(self.submitted)
 
     def submit(self, job):
         future = Future()
@@ -207,6 +212,11 @@ def test_compile_processes_compile_for_an_h100_here_and_survive_a_dying_one(faul
     log = tmp_path / "compile.log"
     service = CompileService(H100_FACTS, 2, log)
     try:
+        service.start()  # the processes start before any job: the log is theirs as soon as one has
+        deadline = time.monotonic() + 120
+        while not log.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert log.exists()
         spec = fault_family
         jobs = {
             fault: job_of(spec, "ours", dtype="fp32", mode="forward", problem={"n": 40}, params={"FAULT": fault})
@@ -251,6 +261,7 @@ def test_the_explorer_compiles_one_step_ahead_of_the_user(fake_service, monkeypa
         assert ex.wait(120) and ex.record.ok
     finally:
         ex.close()
+    assert pool.started_before == 0  # the compile processes were started with the first launch, before any job
     here = [j for j in pool.submitted if j.variant == "gpu_row" and j.dtype == "fp32" and j.mode == "forward"]
     assert {256, 1024} <= {j.params["BLOCK_SIZE"] for j in here}  # one notch down and up from 512
     assert {j.variant for j in pool.submitted} >= {"gpu_multirow"}  # the next variant

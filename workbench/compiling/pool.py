@@ -96,6 +96,12 @@ class CompilePool:
             context=multiprocessing.get_context("spawn"),
         )
 
+    def start(self):
+        """Start the compile processes now rather than with the first job, so their start
+        (imports, Triton's first compile: seconds) is paid before there is work for them. Returns
+        the future of a first, empty task, done once a process has started."""
+        return self._pool.schedule(os.getpid)
+
     def submit(self, job: CompileJob):
         return self._pool.schedule(compile_job, args=(job, self.facts), timeout=self.timeout_s)
 

@@ -71,6 +71,12 @@ class CompileService:
                 self._pool = CompilePool(self.facts, self.workers, self.log_path)
         return self._pool
 
+    def start(self) -> None:
+        """Start the compile processes now (they otherwise start with the first submission): for a
+        caller that knows work is coming, the Explorer from its first launch."""
+        with self._lock:
+            self._started_pool().start()
+
     def submit(self, jobs: Iterable[CompileJob | None]) -> int:
         """Queue ``jobs`` (None entries skipped) in this order, each key once; how many were new."""
         new = 0
@@ -187,6 +193,16 @@ def install(service: CompileService | None) -> CompileService | None:
 def active() -> CompileService | None:
     """This process's service if one was started, else None (nothing is started here)."""
     return _SERVICE
+
+
+def start(device_kind: str) -> bool:
+    """Start this process's compile processes for ``device_kind`` now, where it compiles ahead;
+    whether a service is there (False on the CPU, or with the switch off)."""
+    service = for_kind(device_kind)
+    if service is None:
+        return False
+    service.start()
+    return True
 
 
 def submit_configs(spec, configs: Iterable[Mapping[str, Any]], device_kind: str, quick: bool = False) -> int:
