@@ -10,7 +10,8 @@ import pytest
 import torch
 from testkit import interleave_long_tests
 
-RAY_MODULES = ("tests/test_sweep.py", "tests/test_sweep_cluster.py")  # their Ray clusters start per module
+# Modules whose tests start a Ray instance of their own or use the shared one (SHARED_RAY).
+RAY_MODULES = ("tests/test_sweep.py", "tests/test_sweep_cluster.py", "tests/test_cluster_cache.py")
 ONE_WORKER_MODULES = {
     "tests/test_notebooks.py": "notebooks-headless",  # a module fixture runs every notebook once
     "tests/test_npu_check.py": "npu",  # the real compiles build one .npu-venv
@@ -20,7 +21,8 @@ ONE_WORKER_MODULES = {
 def xdist_group_of(nodeid: str) -> str | None:
     """The tests that must share a worker under ``make test`` (``--dist loadgroup``): the browser
     suite (one JupyterLab, one Chromium), the modules whose module fixture is costly, and every
-    test that starts a Ray cluster (two starting at once on 2 cores time out); None: any worker."""
+    test that starts a Ray cluster or uses the shared one (two starting at once on 2 cores time
+    out); None: any worker."""
     path, _, name = nodeid.partition("::")
     if path.startswith("tests/browser/"):
         return "browser"
@@ -47,8 +49,83 @@ def pytest_xdist_make_scheduler(config, log):
     return GroupScheduling(config, log)
 
 
+class _SharedRay:
+    """One embedded Ray instance of 2 CPUs for the tests that ask for ``shared_ray``, started on
+    first use (again if a test shut it down) and shut down once the next test does not ask for
+    it. Each test starts its own executors or actors on it; starting Ray costs about 10 s of
+    both cores here.
+
+    Started as an embedded executor starts its Ray (the checkout on the workers' path, the
+    preload), but with no log folder of its own for the workers (``WORKBENCH_WORKER_LOG_DIR``),
+    as on a cluster: each actor sends its output where its executor or test says."""
+
+    def __init__(self):
+        self.started = False
+        self.saved_env: dict = {}
+
+    def get(self):
+        ray = pytest.importorskip("ray", reason="the distributed extra (ray) is not installed")
+
+        from workbench.children import import_path
+        from workbench.sweep.ray_executor import LOG_DIR_ENV, PRELOAD_CONFIG
+
+        if self.started and ray.is_initialized():
+            return ray
+        self.close()
+        self.saved_env = {name: os.environ.get(name) for name in ("PYTHONPATH", LOG_DIR_ENV)}
+        os.environ["PYTHONPATH"] = os.pathsep.join(import_path())
+        os.environ.pop(LOG_DIR_ENV, None)
+        for attempt in range(3):  # a loaded machine can miss Ray's start-up wait
+            try:
+                ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False,
+                         _system_config=dict(PRELOAD_CONFIG))  # fmt: skip
+                break
+            except Exception:  # noqa: BLE001
+                ray.shutdown()
+                if attempt == 2:
+                    raise
+        self.started = True
+        return ray
+
+    def close(self):
+        if not self.started:
+            return
+        self.started = False
+        import ray
+
+        ray.shutdown()
+        for name, value in self.saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+SHARED_RAY = _SharedRay()
+
+
+@pytest.fixture(scope="module")
+def shared_ray():
+    """``ray``, initialized: the embedded instance of 2 CPUs the "ray" group's tests share."""
+    return SHARED_RAY.get()
+
+
+def _uses_shared_ray(item) -> bool:
+    return item is not None and "shared_ray" in getattr(item, "fixturenames", ())
+
+
+@pytest.hookimpl(trylast=True)  # after the test's own fixtures are torn down: their executors close first
+def pytest_runtest_teardown(item, nextitem):
+    # An idle Ray instance still costs CPU (its agents, its preloaded workers): down at once.
+    if not _uses_shared_ray(nextitem):
+        SHARED_RAY.close()
+
+
 @pytest.hookimpl(trylast=True)  # after -m has deselected: the long tests' neighbours must be kept tests
 def pytest_collection_modifyitems(config, items):
+    # The tests on the shared Ray instance last, one after another: it starts once, and is up
+    # while no other test runs (those that start their own Ray included).
+    items.sort(key=_uses_shared_ray)
     if torch.cuda.is_available():
         items[:] = interleave_long_tests(items)
         return

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
 
 import pytest
 from testkit import H100_FACTS, HAVE_PTXAS, norm_task
@@ -85,33 +84,16 @@ def test_without_a_store_the_manager_is_the_node_folder_alone(tmp_path, monkeypa
     assert how_found(result["kernels"][0]["hash"]) is None  # no store: nothing noted
 
 
-@pytest.fixture(scope="module")
-def ray_two_cpus():
-    from workbench.children import import_path
+@pytest.fixture
+def ray_two_cpus(shared_ray):
+    """conftest's shared Ray instance of 2 CPUs, and a list for the actors the test starts,
+    killed after it (the instance outlives the test: they would hold its CPUs and the store's name)."""
+    from workbench.sweep.actors import kill_actor
 
-    if ray.is_initialized():
-        ray.shutdown()
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(import_path())
-    log_env = os.environ.pop("WORKBENCH_WORKER_LOG_DIR", None)  # an earlier embedded executor's, if any
-    for attempt in range(3):  # a loaded machine can miss Ray's start-up wait
-        try:
-            ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False)
-            break
-        except Exception:  # noqa: BLE001
-            ray.shutdown()
-            if attempt == 2:
-                raise
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
-        if log_env is not None:
-            os.environ["WORKBENCH_WORKER_LOG_DIR"] = log_env
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
+    started: list = []
+    yield shared_ray, started
+    for actor in started:
+        kill_actor(shared_ray, actor)
 
 
 @pytest.mark.skipif(not HAVE_PTXAS, reason="no ptxas (Triton's NVIDIA backend) to compile with")
@@ -126,13 +108,16 @@ def test_two_nodes_caches_apart_compile_a_kernel_once_and_a_third_fetches_it(ray
     from workbench.sweep.actors import CompileWorker, DeviceWorker
     from workbench.sweep.cluster_cache import start_store
 
+    ray, started = ray_two_cpus
     store = start_store(ray, "test-kernel-store")
+    started.append(store)
     roots = [tmp_path / f"node{i}" for i in range(3)]
     logs = tmp_path / "logs"
     compiler = ray.remote(max_restarts=0)(CompileWorker)
     workers = [
         compiler.options(num_cpus=0).remote(str(root), None, "test-kernel-store", str(logs)) for root in roots[:2]
     ]
+    started += workers
     task = norm_task("gpu_multirow", 8, 100, {"BLOCK_SIZE_M": 2, "num_warps": 2})
     results = ray.get([w.compile.remote(task, H100_FACTS) for w in workers], timeout=600)
     assert all(r["ok"] for r in results), [r["error"] for r in results]
@@ -148,6 +133,7 @@ def test_two_nodes_caches_apart_compile_a_kernel_once_and_a_third_fetches_it(ray
     assert stats["kernels"] == stats["compiles"] == 1, stats
 
     measuring = ray.remote(max_restarts=0)(DeviceWorker).options(num_cpus=1).remote()
+    started.append(measuring)
     info = ray.get(measuring.ready.remote(str(roots[2]), "cpu", None, "test-kernel-store", str(logs)), timeout=600)
     assert info["log"] and info["log"].startswith(str(logs))
     compiled = next(r for r in results if r["kernels"][0]["how"] == "compiled")

@@ -14,16 +14,15 @@ ray = pytest.importorskip("ray", reason="the distributed extra (ray) is not inst
 
 
 @pytest.fixture
-def fresh_ray():
+def no_shared_executor(shared_ray):
+    """The process's shared executor (on conftest's shared Ray instance) closed after the test."""
     from workbench.sweep.ray_executor import close_shared
 
-    if ray.is_initialized():  # another module's instance: this test's executor starts its own
-        ray.shutdown()
     yield
     close_shared()
 
 
-def test_sessions_share_one_ray_executor_whose_actors_start_once(fresh_ray, tmp_path):
+def test_sessions_share_one_ray_executor_whose_actors_start_once(no_shared_executor, tmp_path):
     from widgets import Session
 
     options = {"num_cpus": 2}

@@ -2,8 +2,9 @@
 configuration that kills its worker or hangs becomes an error record and the rest complete; an
 interrupted sweep resumes without duplicates or losses; ``workbench sweep`` input errors.
 
-One embedded Ray instance (2 CPU workers, the interpreter) serves the whole module. Faults come
-from a test-only family (tests/sweep_fault_family), registered here and removed afterwards.
+One executor on the shared embedded Ray instance (2 CPU workers, the interpreter; conftest's
+``shared_ray``) serves the whole module. Faults come from a test-only family
+(tests/sweep_fault_family), registered here and removed afterwards.
 """
 
 from __future__ import annotations
@@ -35,12 +36,12 @@ def fault_family():
 
 
 @pytest.fixture(scope="module")
-def ray_executor(fault_family):
+def ray_executor(fault_family, shared_ray):
     from workbench.sweep.ray_executor import RayExecutor
 
     ex = RayExecutor(num_cpus=2)
     ex.start()
-    ex._started = True  # run_sweep leaves it running: one Ray instance for the module
+    ex._started = True  # run_sweep leaves it running: one executor for the module
     yield ex
     ex._started = False
     ex.close()

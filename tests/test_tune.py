@@ -196,8 +196,8 @@ def test_bayes_asks_in_batches_only_valid_new_configurations_and_finds_the_minim
     assert make_search("bayes", SPACE, seed=0).ask(4) == make_search("bayes", SPACE, seed=0).ask(4)  # seeded
 
 
-def test_tune_on_ray_with_two_cpu_workers(tables, tmp_path, capsys):
-    pytest.importorskip("ray", reason="the distributed extra (ray) is not installed")
+def test_tune_on_ray_with_two_cpu_workers(tables, shared_ray, tmp_path, capsys):
+    # the command's executor joins conftest's shared Ray instance of 2 CPUs
     out = tmp_path / "ray"
     argv = ["tune", "fused_add_rms_norm", *FAST, "--executor", "ray", "--num-cpus", "2", "--out", str(out)]
     code, text, _ = _cli([*argv, "--strategy", "random", "--trials", "3", "--write"], capsys)
