@@ -236,6 +236,13 @@ def test_compile_processes_compile_for_an_h100_here_and_survive_a_dying_one(faul
             assert kernel["name"] == "_double_kernel"
             assert (tmp_path / "cache" / cache_folder(kernel["hash"])).is_dir()
             assert result["worker"]["gpus"] == ""  # a compile process sees no GPU
+        # Every process up before closing, the one that replaced the lost process included: one
+        # stopped while Python is still starting it (before it reads the log) would print its
+        # bootstrap's error to this console (pebble unlinks the pool's channels on stop).
+        deadline = time.monotonic() + 120
+        while log.read_text().count(": started") < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert log.read_text().count(": started") == 3  # two processes, then the replacement
         service.submit([hang])
         started = time.monotonic()
     finally:

@@ -70,6 +70,7 @@ def _start_worker(facts: dict, log_path: str, cache_dir: str) -> None:
             step()
         except Exception as exc:  # noqa: BLE001 - into the log; the first job pays for it instead
             print(f"compile process {os.getpid()}: start step failed: {type(exc).__name__}: {exc}", flush=True)
+    print(f"compile process {os.getpid()}: started", flush=True)
 
 
 class CompilePool:
