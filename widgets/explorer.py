@@ -135,7 +135,6 @@ class Explorer:
         # the notebook's event loop, where the profiler's first session runs (main thread only)
         self._main_loop = _main_thread_loop()
         self._profiler_asked = False
-        self._compiles_started: set[str] = set()  # device kinds whose compile processes this Explorer started
         self._build(variant, peers, metric)
         if autostart:
             self.relaunch()
@@ -561,9 +560,7 @@ class Explorer:
             var = self.spec.variant(cfg["variant"])
             # Before this process's first profiler session (CUPTI's start: seconds, holding the
             # GIL, and Kineto wants it on the main thread), a first number from graph replay.
-            if sess.device.kind not in self._compiles_started:  # beside the first launch, ready for its neighbours
-                self._compiles_started.add(sess.device.kind)
-                compile_service.start(sess.device.kind)
+            compile_service.start(sess.device.kind)  # once, beside the first launch: ready for its neighbours
             first = sess.device.kind == "cuda" and not timing.profiler_started() and not self._profiler_asked
             with timing.profiler_deferred() if first else contextlib.nullcontext():
                 rec, cached = sess._measure(var, cfg["problem"], cfg["params"], cfg["mode"], cfg["dtype"], force=force)

@@ -58,6 +58,7 @@ class CompileService:
         self._pool = None
         self._futures: dict[str, Any] = {}  # key -> the pool's future, until settled
         self._settled: set[str] = set()
+        self._start_asked = False  # start() asked the pool to start its processes
         self._lock = threading.Lock()
         self.counts = {"submitted": 0, "compiled": 0, "failed": 0, "withdrawn": 0, "waited": 0, "waited_s": 0.0}
 
@@ -73,9 +74,11 @@ class CompileService:
 
     def start(self) -> None:
         """Start the compile processes now (they otherwise start with the first submission): for a
-        caller that knows work is coming, the Explorer from its first launch."""
+        caller that knows work is coming, the Explorer from its first launch. Once only."""
         with self._lock:
-            self._started_pool().start()
+            if not self._start_asked:
+                self._start_asked = True
+                self._started_pool().start()
 
     def submit(self, jobs: Iterable[CompileJob | None]) -> int:
         """Queue ``jobs`` (None entries skipped) in this order, each key once; how many were new."""
