@@ -23,7 +23,7 @@ stands for "derive it" in some families). Each case is judged like any measureme
 accepts but the kernel cannot run is a failure (``error``).
 
 Each case is a configuration of its own (another shape, another tile), so on a GPU each first call
-is a Triton compile: a notebook's ``s.correctness(edges=True)`` over six variants is some fifty of
+is a Triton compile: the rms_norm notebook's ``s.correctness(mode="full", edges=True)`` runs 32 of
 them. :func:`plan` resolves every case (refused, or with the configuration that runs it);
 :func:`workbench.measure.check_edges` and :func:`workbench.measure.check_records` hand them all to
 the compile service (:mod:`workbench.compiling.service`) before the first runs, then run them one
