@@ -64,8 +64,9 @@ What the pieces take:
 - ``tune_dtypes``: the dtypes ``workbench tune --dtype`` / ``Session.tune(dtype=)`` may time in,
   the first the default (default: bf16 where declared, else the first dtype). Whatever dtype it
   times in, a tune installs no table unless the chosen tiles pass in every declared dtype.
-- ``tables``: the folder of the family's tuned tables. Default: ``tuned/`` beside the module that
-  declared the family; for a notebook cell, ``tuned/`` in the notebook's working folder.
+- ``tables``: the folder of the family's tuned tables. Default: ``tuned/<name>/`` beside the
+  module that declared the family (a folder per family, so the families one module declares keep
+  their tables apart); for a notebook cell, ``tuned/<name>/`` in the notebook's working folder.
   ``$KERNELS_TUNED_DIR`` (``<dir>/<name>/``) overrides both.
 
 A declaration that cannot work says so in one line (a :class:`ValueError`) when it is made: a
@@ -320,8 +321,9 @@ def family(
         if tiles
         else None,
     )
-    # Installed tables go beside the declaring code, never into this repository's kernels/.
-    tuned_tables.place(name, Path(tables) if tables is not None else (where or Path.cwd()) / "tuned")
+    # Installed tables go beside the declaring code, never into this repository's kernels/; one
+    # folder per family, since a table's file is named by the device alone.
+    tuned_tables.place(name, Path(tables) if tables is not None else (where or Path.cwd()) / "tuned" / name)
     return spec
 
 
@@ -442,7 +444,7 @@ def _tune_sizes(default: int) -> list[int]:
 def _declared_in() -> tuple[Path | None, str | None]:
     """The folder and the module of the code that called :func:`family`: the folder keeps its
     tuned tables, a worker process imports the module. (None, None) for a notebook cell or an
-    interactive session (the tables then go to the working folder's ``tuned/``); a script's folder
+    interactive session (the tables then go to the working folder's ``tuned/<name>/``); a script's folder
     with no module (its ``__main__`` cannot be imported)."""
     frame = inspect.currentframe()
     try:

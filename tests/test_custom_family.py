@@ -211,7 +211,7 @@ def test_an_installed_family_tunes_and_its_table_lands_beside_its_code(installed
     work, site = installed
     code, text = _cli(installed, "tune", "byo_softmax", "--device", "cpu", "--out", str(work / "tune"), "--write")
     assert code == 0 and "installed" in text, text
-    tables = list((site / "workbench_softmax" / "tuned").glob("*.json"))
+    tables = list((site / "workbench_softmax" / "tuned" / "byo_softmax").glob("*.json"))
     assert len(tables) == 1 and json.loads(tables[0].read_text())["family"] == "byo_softmax"
     code, text = _cli(installed, "bench", "byo_softmax", "--device", "cpu", "--quick", "--variants", "ours",
                       "--rep-ms", "1", "--json", str(work / "after.json"))  # fmt: skip
@@ -269,6 +269,22 @@ def test_a_session_tunes_a_cell_family_and_installs_its_table_where_it_was_told(
     assert rec.tiles_source.startswith("tuned:cpu:"), rec.tiles_source
     with pytest.raises(ValueError, match="n=-1 is out of range"):
         s.tune(sizes=[-1])
+
+
+def test_the_families_one_module_declares_keep_their_tables_apart(registered, monkeypatch):
+    """A table's file is named by its device alone, so two families declared in one module (the
+    SwiGLU fixture declares five) each get a folder: one family's tune never overwrites another's
+    table, and no family reads another's."""
+    from kernels import tuned_tables
+
+    monkeypatch.delenv("KERNELS_TUNED_DIR", raising=False)
+    registered(_declare("twice_left"))
+    registered(_declare("twice_right"))
+    beside = Path(__file__).resolve().parent / "tuned"
+    assert tuned_tables.table_dir("twice_left") == beside / "twice_left"
+    assert tuned_tables.table_dir("twice_right") == beside / "twice_right"
+    key = "cuda:NVIDIA H200"
+    assert tuned_tables.table_path("twice_left", key) != tuned_tables.table_path("twice_right", key)
 
 
 def test_tuned_tiles_that_do_not_fit_a_size_give_way_to_the_nearest_that_does(registered, tmp_path):

@@ -376,7 +376,7 @@ def test_the_wrong_swiglu_fails_through_bench_sweep_tune_and_the_gate(installed)
     assert "WRONG RESULT: swiglu_x1_01/ours forward bf16 cols=1024, rows=4 (BLOCK_SIZE=512): out: " in text, text
     code, text = _cli(installed, "tune", "swiglu_x1_01", "--device", "cpu", "--out", str(work / "tune"), "--write")
     assert code == 1 and "nothing was installed" in text, text
-    assert not list((site / "workbench_swiglu").glob("tuned/*.json"))
+    assert not list((site / "workbench_swiglu").glob("tuned/**/*.json"))
     code, text = _cli(installed, "bench", "swiglu", "--device", "cpu", "--quick", "--variants", "ours",
                       "--rep-ms", "1", "--edges")  # fmt: skip
     assert code == 0 and "edge shapes: 8 passed, 0 failed" in text, text
