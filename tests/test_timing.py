@@ -45,6 +45,23 @@ def test_median_interval_covers_the_true_median_at_its_confidence():
     assert 0.92 <= covered / trials <= 0.995
 
 
+def test_median_interval_is_scipys_quantile_test_interval_at_every_count():
+    """The ranks are computed once per count; the bounds must be scipy's own, ties, a sample count
+    too small for the confidence and another confidence included."""
+    from scipy import stats
+
+    rng = np.random.default_rng(3)
+    for n in list(range(2, 80)) + [101, 257, 1000]:
+        for x in (rng.lognormal(0.0, 0.5, n), rng.integers(0, 4, n).astype(float)):
+            for confidence in (0.95, 0.5):
+                ci = stats.quantile_test(x, q=float(np.median(x)), p=0.5).confidence_interval(confidence)
+                want = (
+                    float(ci.low) if np.isfinite(ci.low) else -math.inf,
+                    float(ci.high) if np.isfinite(ci.high) else math.inf,
+                )
+                assert timing.median_interval(x, confidence) == want, (n, confidence, x)
+
+
 def test_interval_narrows_with_samples_and_is_unbounded_for_one():
     rng = np.random.default_rng(2)
     few = timing.estimate(rng.normal(10, 1, 12), "m")
