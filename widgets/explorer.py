@@ -652,9 +652,9 @@ class Explorer:
             self._show_record_locked(rec, cached)
 
     def _show_record_locked(self, rec, cached: bool) -> None:
+        self.last_latency_s = None  # before the record: a reader who sees the record waits for it
         self.record = rec
         self.last_cached = cached
-        self.last_latency_s = None
         self.relaunches += 1
         self._render_current()
         # relaunch latency: from the control change to the figures and tables drawn

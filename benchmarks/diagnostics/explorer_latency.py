@@ -7,7 +7,7 @@ compile + measurement on a GPU) and warm (a configuration seen before: served fr
 The Explorer is driven as a person drives it: a control's value is set, which runs its callback.
 Times per change:
 - callback: how long setting the control blocked (the notebook is free again after this);
-- shown: from the change to the figures and status showing a number for it (debounce included):
+- shown: from the change to the figures and status showing a number for it, drawn (debounce included):
   on a GPU the first launch shows a CUDA-graph number before the profiler has started;
 - settled: until the Explorer is idle again (the first launch's number refined with the
   profiler, whose first session runs on the main thread's event loop, as in a notebook);
@@ -137,7 +137,9 @@ async def _run(args) -> int:
         t = time.perf_counter()
         ex.controls[args.param].value = value
         callback = time.perf_counter() - t
-        while ex.record is None or ex.record.params.get(args.param) != value:  # its first number on screen
+        # its first number on screen: the record shown and its figures drawn (the Explorer sets
+        # last_latency_s once the figures and tables are drawn for the record)
+        while ex.record is None or ex.record.params.get(args.param) != value or ex.last_latency_s is None:
             if time.perf_counter() - t > 600:
                 raise SystemExit("timed out waiting for the Explorer")
             await asyncio.sleep(0.002)
