@@ -122,13 +122,23 @@ def median_interval(samples: Sequence[float], confidence: float = CONFIDENCE) ->
 @functools.lru_cache(maxsize=4096)
 def _median_ranks(n: int, confidence: float) -> tuple[int | None, int | None]:
     """The ranks (0-based, in sorted order) of the median interval's bounds among ``n`` samples,
-    None where the bound lies past the samples: the binomial(n, 1/2) quantiles of the two tails."""
-    from scipy import stats
-
-    tail = (1 - confidence) / 2
-    binom = stats.binom(n, 0.5)
-    lo, hi = int(binom.ppf(tail)) - 1, int(binom.isf(tail))
-    return (lo if lo >= 0 else None), (hi if hi < n else None)
+    None where the bound lies past the samples: the quantiles of the two tails of binomial(n, 1/2),
+    as scipy's ``binom.ppf`` and ``binom.isf`` give them, from its exact CDF in integers (so the
+    first measurement of a process does not import scipy.stats: 2.3 s on an H200 host)."""
+    num, den = ((1 - confidence) / 2).as_integer_ratio()  # the tail, exactly: P >= tail as integers
+    total = 1 << n
+    cdf, term, lo_q = 0, 1, None  # term: C(n, k); lo_q: the smallest k with P(X <= k) >= tail
+    hi_q = n  # the smallest k with P(X > k) <= tail
+    for k in range(n + 1):
+        cdf += term
+        if lo_q is None and cdf * den >= num * total:
+            lo_q = k
+        if (total - cdf) * den <= num * total:
+            hi_q = k
+            break
+        term = term * (n - k) // (k + 1)
+    lo = lo_q - 1
+    return (lo if lo >= 0 else None), (hi_q if hi_q < n else None)
 
 
 def estimate(samples: Sequence[float], method: str, rel_width: float = DEFAULT_REL_WIDTH) -> Estimate:
