@@ -22,8 +22,9 @@ clock or thermal drift and a place in the round hit all alike, and stops
 when the 95% confidence interval of every median is within ``rel_width`` (default +-2%) of it,
 or when the time budget ends; a timing that did not get there is marked not converged, and
 the record that holds it is "noisy". The interval is the distribution-free one for a quantile
-(order statistics of a binomial, ``scipy.stats.quantile_test``): it holds for skewed,
-heavy-tailed timing samples without a normality assumption.
+(order statistics at binomial ranks, the bounds of ``scipy.stats.quantile_test``, computed here
+once per sample count): it holds for skewed, heavy-tailed timing samples without a normality
+assumption.
 
 A ratio of two medians carries the interval those two intervals imply (:func:`ratio_interval`),
 and a verdict against a threshold is MET or MISSED only when the interval lies wholly on one
