@@ -565,7 +565,9 @@ class Explorer:
             compile_service.start(sess.device.kind)  # once, beside the first launch: ready for its neighbours
             first = sess.device.kind == "cuda" and not timing.profiler_started() and not self._profiler_asked
             with timing.profiler_deferred() if first else contextlib.nullcontext():
-                rec, cached = sess._measure(var, cfg["problem"], cfg["params"], cfg["mode"], cfg["dtype"], force=force)
+                rec, cached = sess.measure_cached(
+                    var, cfg["problem"], cfg["params"], cfg["mode"], cfg["dtype"], force=force
+                )
             if not cached:
                 sess.records.append(rec)
             if token == self._token:
@@ -633,7 +635,7 @@ class Explorer:
                 return
             ours = (self.spec.variant(cfg["variant"]), cfg["params"])
             pairs = [ours] + [(p, {}) for p in missing]
-            recs = sess._measure_side_by_side(pairs, cfg["problem"], cfg["mode"], cfg["dtype"])
+            recs = sess.measure_side_by_side(pairs, cfg["problem"], cfg["mode"], cfg["dtype"])
             sess.records.extend(recs)
             if token == self._token:
                 self._render_current()

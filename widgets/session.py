@@ -228,7 +228,7 @@ class Session:
         """The cached record of a configuration, or None (does not measure, does not count)."""
         return self.cache.peek(self.key(variant, problem, params, mode, dtype))
 
-    def _measure(
+    def measure_cached(
         self,
         variant: Variant,
         problem: Mapping | None,
@@ -237,7 +237,9 @@ class Session:
         dtype: str | None,
         force: bool = False,
     ) -> tuple[Record, bool]:
-        """(record, came from the cache). Never raises for a configuration that cannot run."""
+        """One configuration's record and whether it came from the session's cache, not appended
+        to ``records`` (the Explorer shows it, then keeps it itself). Never raises for a
+        configuration that cannot run."""
         dt = dtype_name(dtype or self.dtype)
         prob, prm, _ = resolve_config(self.spec, variant, {**self.problem, **dict(problem or {})}, params, False)
         key = config_key(variant.name, self.device.kind, dt, mode, prob, prm)
@@ -285,9 +287,9 @@ class Session:
                 ahead.append(dict(variant=var, dtype=dt, mode=mode, problem=prob, params=prm))
         if ahead:
             compile_service.submit_configs(self.spec, ahead, self.device.kind)
-        return [self._measure(var, problem, split_params(params, var), mode, dtype)[0] for var in variants]
+        return [self.measure_cached(var, problem, split_params(params, var), mode, dtype)[0] for var in variants]
 
-    def _measure_side_by_side(
+    def measure_side_by_side(
         self, variants: Sequence[tuple[Variant, Mapping]], problem: Mapping | None, mode: str, dtype: str | None
     ) -> list[Record]:
         """Measure (variant, params) pairs together, trials interleaved (A B C A B C ...),
@@ -328,7 +330,7 @@ class Session:
         ``force=True`` measures again and replaces the cached record."""
         self._check_mode(mode)
         var = self.spec.variant(variant)
-        rec, _ = self._measure(var, problem, params, mode, dtype, force=force)
+        rec, _ = self.measure_cached(var, problem, params, mode, dtype, force=force)
         self.records.append(rec)
         return rec
 
