@@ -76,11 +76,13 @@ class _interpreter_scope:
     def __init__(self, kernel_fn):
         self.kernel_fn = kernel_fn
         self.saved: list[tuple[object, dict]] = []
+        self.outer_patched: set | None = None
 
     def __enter__(self):
         from triton.runtime.jit import JITFunction
 
         _preload_lazy_triton_modules()
+        self.outer_patched, _PATCHED_LANGS[0] = _PATCHED_LANGS[0], set()
         helper_modules = _helper_modules(sys.modules.get(self.kernel_fn.__module__), JITFunction)
         self.saved = [(obj, dict(vars(obj))) for obj in _patchable_objects() + helper_modules]
         for module in [sys.modules.get(m) for m in _TRITON_LANG_MODULES] + helper_modules:
@@ -92,6 +94,7 @@ class _interpreter_scope:
         return self
 
     def __exit__(self, *exc):
+        _PATCHED_LANGS[0] = self.outer_patched
         for obj, before in self.saved:
             now = dict(vars(obj))
             for name, value in before.items():
@@ -107,6 +110,9 @@ class _interpreter_scope:
 
 
 _MISSING = object()
+# Inside an _interpreter_scope: the ids of the triton.language modules the running launch has
+# patched (see _patch_lang_once); None outside, where the interpreter patches as it always does.
+_PATCHED_LANGS: list[set | None] = [None]
 
 
 def _helper_modules(kernel_module, jit_type) -> list:
@@ -169,6 +175,46 @@ def _preload_lazy_triton_modules() -> None:
         patch_lang_tensor._workbench_wrapped = True
         interpreter._patch_lang_tensor = patch_lang_tensor
     _round_bf16_to_nearest(interpreter)
+    _patch_lang_once(interpreter)
+
+
+def _patch_lang_once(interpreter) -> None:
+    """Patch triton.language once per launch, not once per helper call. The interpreter patches
+    the triton.language modules a function sees when the kernel starts (and restores them when
+    it ends), and again at every call of a ``@triton.jit`` helper, never restoring those: each
+    time a walk over every builtin with ``inspect.getmembers``, 40% of an interpreted rms_norm
+    sweep on the CPU. Inside :class:`_interpreter_scope` (under the Triton lock, every attribute
+    put back on exit) a helper whose modules the launch has already patched is not patched
+    again: the patches it would make are the ones in place. Elsewhere the interpreter patches
+    as it always does."""
+    import triton.language as tl
+
+    original = getattr(interpreter, "_patch_lang", None)
+    empty_scope = getattr(interpreter, "_LangPatchScope", None)
+    if original is None or empty_scope is None or getattr(original, "_workbench_wrapped", False):
+        return
+
+    def patch_lang(fn):
+        patched = _PATCHED_LANGS[0]
+        if patched is None:
+            return original(fn)
+        langs = {id(v) for v in fn.__globals__.values() if v is tl or v is tl.core}
+        if langs and langs <= patched:
+            return empty_scope()
+        scope = original(fn)
+        if not patched:  # the launch's own patching: once it is restored, nothing is patched
+            restore = scope.restore
+
+            def restore_and_forget():
+                patched.clear()
+                restore()
+
+            scope.restore = restore_and_forget
+        patched.update(langs)
+        return scope
+
+    patch_lang._workbench_wrapped = True
+    interpreter._patch_lang = patch_lang
 
 
 def _round_bf16_to_nearest(interpreter) -> None:

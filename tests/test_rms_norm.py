@@ -378,3 +378,42 @@ def test_gpu_staged_tiles_over_shared_memory_are_a_clear_error():
 def test_gpu_measure(measured_on_gpu, variant, hidden):
     rec = measured_on_gpu("rms_norm", variant, {"rows": 257, "hidden": hidden})
     assert rec.ms_p50 > 0 and rec.gbps > 0 and rec.peak_mb is not None
+
+
+def test_an_interpreted_launch_patches_triton_language_once_and_leaves_it_as_it_was(monkeypatch):
+    """The kernels call ``@triton.jit`` helpers (tile_math, tl.sum) many times per launch; the
+    interpreter patches triton.language when a launch starts and, unless kernels/launch.py stops
+    it, again at every helper call (40% of an interpreted sweep). A launch patches a module at
+    most twice; after it every attribute of triton.language and its core is what it was."""
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    from kernels import launch
+
+    x, w = _inputs(5, 123, torch.float32, "cpu", seed=3)
+    dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(4))
+    _check_against_reference(x, w, dy, 1e-6, 0.0, "llama", "gpu")  # warm: helpers imported, twins made
+    before = [dict(vars(m)) for m in (tl, tl.core, tl.tensor)]
+    wrapped = interpreter._patch_lang
+    assert getattr(wrapped, "_workbench_wrapped", False)
+    calls = {"launches": 0, "helper": 0, "module_patches": 0}
+    patch_lang_core = interpreter._patch_lang_core
+
+    def counting_patch_lang_core(lang, scope):  # once per module each time the interpreter patches
+        calls["module_patches"] += 1
+        return patch_lang_core(lang, scope)
+
+    def counting_patch_lang(fn):
+        calls["launches" if not launch._PATCHED_LANGS[0] else "helper"] += 1
+        return wrapped(fn)
+
+    monkeypatch.setattr(interpreter, "_patch_lang_core", counting_patch_lang_core)
+    monkeypatch.setattr(interpreter, "_patch_lang", counting_patch_lang)
+    _check_against_reference(x, w, dy, 1e-6, 0.0, "llama", "gpu")
+    monkeypatch.undo()
+    # Many helper calls, few patches: the kernel's modules at its start, then once more for the
+    # first helper that sees triton.language.core as well (at most two modules each time).
+    assert calls["launches"] >= 2 and calls["helper"] > 10 * calls["launches"], calls
+    assert calls["module_patches"] <= 2 * 2 * calls["launches"], calls
+    assert [dict(vars(m)) for m in (tl, tl.core, tl.tensor)] == before
+    assert launch._PATCHED_LANGS[0] is None
