@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import time
@@ -18,13 +19,21 @@ ONE_WORKER_MODULES = {
 }
 
 
+# The tests outside tests/browser that read the documentation site (the session fixture
+# ``docs_site``): on the browser suite's worker, which builds it once for all of them.
+DOCS_SITE_TESTS = (
+    "tests/test_docs.py::test_the_docs_build_offline_with_warnings_as_errors",
+    "tests/test_render_reports.py::test_every_committed_report_renders_into_a_temporary_folder",
+)
+
+
 def xdist_group_of(nodeid: str) -> str | None:
     """The tests that must share a worker under ``make test`` (``--dist loadgroup``): the browser
-    suite (one JupyterLab, one Chromium), the modules whose module fixture is costly, and every
-    test that starts a Ray cluster or uses the shared one (two starting at once on 2 cores time
-    out); None: any worker."""
+    suite (one JupyterLab, one Chromium) and the other readers of its documentation site, the
+    modules whose module fixture is costly, and every test that starts a Ray cluster or uses the
+    shared one (two starting at once on 2 cores time out); None: any worker."""
     path, _, name = nodeid.partition("::")
-    if path.startswith("tests/browser/"):
+    if path.startswith("tests/browser/") or nodeid in DOCS_SITE_TESTS:
         return "browser"
     if path in ONE_WORKER_MODULES:
         return ONE_WORKER_MODULES[path]
@@ -149,6 +158,41 @@ def pytest_runtest_logreport(report):
                 f"{report.duration:8.2f} {report.when:8s} {report.outcome:8s} {report.nodeid} "
                 f"ended={time.time():.1f} worker={worker}\n"
             )
+
+
+@pytest.fixture(scope="session")
+def docs_site(tmp_path_factory):
+    """The documentation site as ``make docs`` builds it, built once for the tests that read it
+    (test_docs' offline build, test_render_reports' render of every committed report, the browser's
+    reports site; :data:`DOCS_SITE_TESTS` keeps them on one worker): ``mkdocs build --strict``
+    with the reports hook's render left out (``WORKBENCH_DOCS_RENDER=0``), then that render as
+    the hook's ``on_post_build`` runs it (:func:`workbench.reports.site.build`: every run folder
+    under reports/ into ``<site>/reports/``, one ``plotly.min.js`` at the site's top). Rendering
+    every report is the costly part (about 45 s of a core); it used to run twice, once in the
+    browser suite's build and again in test_render_reports. Returns ``(site folder, what the
+    render returned)``."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if importlib.util.find_spec("mkdocs") is None:
+        pytest.skip("mkdocs is not installed (the dev extra)")
+    from workbench.reports import site as reports_site
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path_factory.mktemp("docs-site") / "site"
+    env = {**os.environ, "PYTHONPATH": str(root), "NO_MKDOCS_2_WARNING": "1", "WORKBENCH_DOCS_RENDER": "0"}
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    if done.returncode != 0:
+        pytest.fail(f"mkdocs build --strict failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}", pytrace=False)
+    return out, reports_site.build(root / "reports", out)
 
 
 @pytest.fixture(params=["cpu"] + (["cuda"] if torch.cuda.is_available() else []))

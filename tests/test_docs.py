@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -67,26 +66,15 @@ def test_every_page_has_runnable_commands_where_it_promises_them():
     assert {"README.md", "docs/index.md", "docs/reports.md", "docs/sweeps.md"} <= names
 
 
-def test_the_docs_build_offline_with_warnings_as_errors(tmp_path):
-    mkdocs = shutil.which("mkdocs") or str(Path(sys.executable).parent / "mkdocs")
-    if not Path(mkdocs).exists():
-        pytest.skip("mkdocs is not installed (the dev extra)")
-    out = subprocess.run(
-        [mkdocs, "build", "--strict", "--site-dir", str(tmp_path / "site")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        # the reports' run folders are rendered and opened by tests/browser/test_reports_site.py
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1", "WORKBENCH_DOCS_RENDER": "0"},
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert (tmp_path / "site" / "reports" / "index.html").is_file(), "the reports index is not on the site"
-    reference = (tmp_path / "site" / "cli.html").read_text()
+def test_the_docs_build_offline_with_warnings_as_errors(docs_site):
+    # `mkdocs build --strict` (conftest's docs_site, built once for the tests that read the site)
+    site, _ = docs_site
+    assert (site / "reports" / "index.html").is_file(), "the reports index is not on the site"
+    reference = (site / "cli.html").read_text()
     for command in ("workbench sweep", "workbench tune", "workbench npu-check", "--fail-on-regression"):
         assert command in reference, f"the command reference lacks {command}"
-    assert not list((tmp_path / "site").rglob("*.py")), "the build's Python code was copied into the site"
-    pages = "".join(p.read_text() for p in (tmp_path / "site").glob("*.html"))
+    assert not list(site.rglob("*.py")), "the build's Python code was copied into the site"
+    pages = "".join(p.read_text() for p in site.glob("*.html"))
     assert not re.search(r"<(script|link)[^>]+(src|href)=\"https?://", pages), "a page loads something from the network"
 
 

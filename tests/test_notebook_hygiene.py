@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -82,16 +83,40 @@ def test_committed_notebooks_are_already_what_the_filter_makes_them(filtered_rep
     assert "metadata.language_info.version" in keys
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         committed = _committed_text(path)  # what git holds: a notebook run and saved here has outputs on disk
-        out = subprocess.run(
-            [sys.executable, "-m", "nbstripout", "--keep-id", "--extra-keys", keys, "-t"],
-            input=committed,
-            capture_output=True,
-            text=True,
-        )
-        assert out.returncode == 0, out.stderr
-        assert out.stdout == committed, (
+        code, out, err = _nbstripout(committed, "--keep-id", "--extra-keys", keys, "-t")
+        assert code == 0, err
+        assert out == committed, (
             f"{path.name} is not in its filtered form: run `make notebook-filter` and `git add --renormalize notebooks`"
         )
+
+
+class _Kept(io.BytesIO):
+    def close(self):  # nbstripout's text wrappers close their stream when collected: keep what was written
+        pass
+
+
+def _nbstripout(text: str, *args: str) -> tuple[int, str, str]:
+    """``python -m nbstripout *args`` with ``text`` on its standard input, run in this process (its
+    own main(), argument parsing and git config lookups included): (exit code, stdout, stderr).
+    A process of its own costs 2-3 s of a core here, most of it importing nbformat's jsonschema."""
+    import contextlib
+    from unittest import mock
+
+    from nbstripout._nbstripout import main
+
+    stdin, stdout, stderr = _Kept(text.encode("utf-8")), _Kept(), io.StringIO()
+    code = 0
+    with (
+        mock.patch.object(sys, "argv", ["nbstripout", *args]),
+        mock.patch.object(sys, "stdin", io.TextIOWrapper(stdin, encoding="utf-8")),
+        mock.patch.object(sys, "stdout", io.TextIOWrapper(stdout, encoding="utf-8")),
+        contextlib.redirect_stderr(stderr),
+    ):
+        try:
+            main()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    return code, stdout.getvalue().decode("utf-8"), stderr.getvalue()
 
 
 def _committed_text(path: Path) -> str:

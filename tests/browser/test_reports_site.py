@@ -1,17 +1,13 @@
 """The documentation site as a reader opens it from disk: its reports index, then one rendered page
 of each kind of run folder, with the network cut off.
 
-The site is built as ``make docs`` builds it (``mkdocs build --strict``, which renders every
-committed report from its records), into a temporary folder. Each page must draw every figure
-(a ``.main-svg`` inside each plot), raise no page error and ask the network for nothing; plotly.js
-comes from the one copy at the site's top.
+The site is built as ``make docs`` builds it (``mkdocs build --strict`` and the reports hook's
+render of every committed report from its records), into a temporary folder. Each page must draw
+every figure (a ``.main-svg`` inside each plot), raise no page error and ask the network for
+nothing; plotly.js comes from the one copy at the site's top.
 """
 
 from __future__ import annotations
-
-import os
-import subprocess
-import sys
 
 import labkit
 import pytest
@@ -29,19 +25,10 @@ PAGES = {
 
 
 @pytest.fixture(scope="module")
-def site(browser_pieces, tmp_path_factory):
-    out = tmp_path_factory.mktemp("site") / "site"
-    env = dict(os.environ, PYTHONPATH=str(labkit.REPO), NO_MKDOCS_2_WARNING="1")
-    done = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(out)],
-        cwd=labkit.REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return out
+def site(browser_pieces, docs_site):
+    """The site as ``make docs`` builds it (conftest's ``docs_site``, built once for every test that
+    reads it)."""
+    return docs_site[0]
 
 
 def test_one_plotly_for_the_whole_site(site):
