@@ -166,6 +166,8 @@ def run(args) -> int:
         slots = dict(num_cpus=args.gpus, num_gpus=0)
     else:
         slots = dict(num_gpus=args.gpus, gpus_per_task=1)
+        if args.ray_cpus is not None:
+            slots["num_cpus"] = args.ray_cpus
     ex = RayExecutor(
         **slots,
         timeout_s=args.timeout_s,
@@ -177,6 +179,7 @@ def run(args) -> int:
     )
     with opened(ex):  # Ray's start is timed apart from the sweep
         ray_started = time.perf_counter()
+        ray_cpus = ex.ray.cluster_resources().get("CPU")  # Ray starts a worker process per CPU
         warm_up = {}
         if args.warm:  # the workers' start, timed apart too
             ex.warm_up(args.device)
@@ -216,6 +219,8 @@ def run(args) -> int:
             "split_s": split,
             "compile_ahead": ahead,
             "cpus": cpu_facts(ex),
+            "ray_cpus": ray_cpus,
+            "worker_processes": len(list((out / "logs").glob("worker-*.log"))),  # each writes its log
             "where": where,
             "timeline": {"warm_up": warm_up, "run": timeline},
         }
@@ -519,6 +524,13 @@ def main(argv=None) -> int:
         "--no-cluster-cache",
         action="store_true",
         help="no Triton cache shared by the nodes (each node compiles what its actors need, as before issue 60)",
+    )
+    p.add_argument(
+        "--ray-cpus",
+        type=int,
+        default=None,
+        help="the CPUs the embedded Ray declares, one worker process started per CPU (default: the "
+        "processes the sweep places; give the host's CPU count to start one per CPU, Ray's own default)",
     )
     p.add_argument(
         "--no-preload",

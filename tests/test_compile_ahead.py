@@ -456,6 +456,63 @@ def test_compile_workers_grow_with_the_gpus_and_leave_cpus_to_the_measuring_acto
     assert default_compile_workers(2, 1) == 1  # always one
 
 
+def test_an_embedded_ray_on_gpus_declares_the_cpus_its_sweep_places():
+    """Ray starts one worker process per declared CPU, each importing the measuring stack: on a
+    64-CPU host with 4 GPUs a sweep places 4 measuring actors, 20 compile workers and the cluster
+    cache's store, so 26 CPUs are declared, not 64; never more than the host has, never fewer than
+    the measuring actors hold."""
+    from workbench.sweep.compile_ahead_driver import embedded_ray_cpus
+
+    assert embedded_ray_cpus(64, 4, 1, 1, None) == 4 + 20 + 2
+    assert embedded_ray_cpus(64, 1, 1, 1, None) == 1 + 8 + 2
+    assert embedded_ray_cpus(64, 4, 1, 1, 0) == 6  # compile-ahead off
+    assert embedded_ray_cpus(64, 4, 1, 8, 0) == 32  # the measuring actors' CPUs come first
+    assert embedded_ray_cpus(16, 8, 1, 1, 30) == 16  # capped at the host
+    assert embedded_ray_cpus(64, 4, 2, 1, 3) == 2 + 3 + 2  # two GPUs per slot
+
+
+def test_the_executor_starts_its_embedded_ray_with_those_cpus(monkeypatch, tmp_path):
+    """What :class:`RayExecutor` asks ``ray.init`` for: the sweep's CPUs on a GPU host (and the
+    compile workers still sized by the host's own CPUs), Ray's own count where there is no GPU,
+    and a ``num_cpus`` given by the caller as it is."""
+    import os
+
+    import workbench.sweep.ray_executor as rx
+
+    # start() sets these for its workers: put back after the test
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    monkeypatch.delenv(rx.LOG_DIR_ENV, raising=False)
+
+    class FakeRay:
+        def __init__(self):
+            self.inits = []
+
+        def is_initialized(self):
+            return False
+
+        def init(self, **kwargs):
+            self.inits.append(kwargs)
+
+        def remote(self, **options):
+            return lambda cls: cls
+
+    def started(gpus_seen: int, **options):
+        fake = FakeRay()
+        monkeypatch.setattr(rx, "import_ray", lambda: fake)
+        monkeypatch.setattr(rx, "visible_gpus", lambda: gpus_seen)
+        executor = rx.RayExecutor(cluster_cache=False, preload=False, log_dir=tmp_path, **options)
+        executor._host_cpus = 64
+        executor.start()
+        return executor, fake.inits[0]
+
+    executor, kwargs = started(4)
+    assert kwargs["num_cpus"] == 26 and kwargs["address"] == "local"
+    assert executor._compile_worker_count("cuda", {"GPU": 4, "CPU": 26}) == 20
+    assert "num_cpus" not in started(0)[1]
+    assert started(4, num_cpus=3)[1]["num_cpus"] == 3
+    assert started(0, num_gpus=2)[1]["num_cpus"] == 2 + 12 + 2
+
+
 def test_four_lanes_share_the_queue_and_an_idle_actor_takes_from_the_longest():
     """Any number of slots (the 4-GPU run of issue 27): 10 tasks in 4 contiguous lanes of 2, 3,
     2 and 3; each actor keeps to its own; the compile-ahead learns the fronts come first; an

@@ -18,6 +18,8 @@ actor as before; its record notes what the compile-ahead did
 - :class:`CompileAheadByNode`: a :class:`CompileAhead` per node of a cluster, each compiling into
   its own node's Triton cache (nodes need no shared disk).
 - :func:`default_compile_workers`: how many compile workers a host gets.
+- :func:`embedded_ray_cpus`: the CPUs an embedded Ray on a host's GPUs declares (so it starts
+  only the worker processes a sweep places).
 - :func:`as_queued`: a task without the compile-ahead result attached to it, as it was queued.
 
 :class:`workbench.sweep.ray_executor.RayExecutor` makes one :class:`CompileAhead` per run,
@@ -61,6 +63,27 @@ def default_compile_workers(cpus: int, slots: int) -> int:
     configurations no one had compiled yet) and the measuring actors compiled 10 configurations
     themselves, 4 s of GPU time idle in a 29 s sweep."""
     return max(1, min(4 * slots + 4, (cpus - slots) // 2))
+
+
+def embedded_ray_cpus(
+    host_cpus: int, gpus: int, gpus_per_task: float, cpus_per_task: float, workers: int | None
+) -> int:
+    """The CPUs an embedded Ray on ``gpus`` of this host's GPUs declares: enough for the
+    processes a GPU sweep places (a measuring actor per slot with ``cpus_per_task`` each, the
+    ``workers`` compile workers, :func:`default_compile_workers` where None, the cluster cache's
+    store and one spare), never more than the host's ``host_cpus``.
+
+    Why not the host's count: Ray starts one worker process per declared CPU as it comes up,
+    and each imports the measuring stack as it starts (:mod:`workbench.sweep.preload`). On a
+    host of 64 CPUs and 4 H200s a sweep used 25 of those 64 processes, and the 64 imports side
+    by side took 7.3-9.6 s each in the actors that measured (the 4 x H100's actors, importing
+    alone, 4.4-5.5 s): the actors' start waited on imports for processes that never got an
+    actor."""
+    slots = max(1, int(gpus // max(gpus_per_task, 1e-9)))
+    if workers is None:
+        workers = default_compile_workers(host_cpus, slots)
+    measuring = int(-(-slots * cpus_per_task // 1))  # whole CPUs, rounded up
+    return max(1, min(host_cpus, max(measuring, slots + workers + 2)))
 
 
 def as_queued(task):

@@ -106,6 +106,7 @@ from workbench.sweep.compile_ahead_driver import (
     CompileAheadByNode,
     as_queued,
     default_compile_workers,
+    embedded_ray_cpus,
 )
 from workbench.sweep.executors import Executor
 from workbench.sweep.lanes import Lanes
@@ -169,6 +170,18 @@ def import_ray():
     except ImportError:
         raise ValueError(MISSING_RAY) from None
     return ray
+
+
+def visible_gpus() -> int:
+    """The CUDA GPUs this process sees (what an embedded Ray gives its actors), 0 where torch
+    sees none. It initialises CUDA here without making a context, as the compile-ahead's
+    :func:`workbench.compiling.target.visible_device_facts` does in the same driver."""
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() and not torch.version.hip else 0
+    except Exception:  # noqa: BLE001 - Ray counts them itself then
+        return 0
 
 
 def _measuring_resource(device: str) -> str:
@@ -250,6 +263,7 @@ class RayExecutor(Executor):
         self.cluster_cache = cluster_cache
         self.log_dir = None if log_dir is None else str(Path(log_dir).resolve())
         self.preload = preload
+        self._host_cpus = os.cpu_count() or 1  # an embedded Ray declares fewer (_embedded_cpus)
         self._store = None  # the cluster cache's actor, while started
         self._store_name: str | None = None
         self._failures = 0  # failed configurations whose log was kept
@@ -277,8 +291,9 @@ class RayExecutor(Executor):
                 os.environ[LOG_DIR_ENV] = self.log_dir
                 if self.preload:
                     kwargs["_system_config"] = dict(PRELOAD_CONFIG)
-                if self.num_cpus is not None:
-                    kwargs["num_cpus"] = self.num_cpus
+                num_cpus = self.num_cpus if self.num_cpus is not None else self._embedded_cpus()
+                if num_cpus is not None:
+                    kwargs["num_cpus"] = num_cpus
                 if self.num_gpus is not None:
                     kwargs["num_gpus"] = self.num_gpus
             for attempt in range(3):
@@ -434,15 +449,26 @@ class RayExecutor(Executor):
             if node.get("Alive") and node.get("Resources", {}).get(name, 0) > 0
         }
 
+    def _embedded_cpus(self) -> int | None:
+        """The CPUs an embedded Ray on this host's GPUs declares (:func:`embedded_ray_cpus`:
+        the processes a GPU sweep places, not one per host CPU); None, Ray's own count, on a
+        host without GPUs, whose CPUs are the interpreter's measuring slots."""
+        gpus = self.num_gpus if self.num_gpus is not None else visible_gpus()
+        if not gpus:
+            return None
+        return embedded_ray_cpus(self._host_cpus, gpus, self.gpus_per_task, self.cpus_per_task, self.compile_workers)
+
     def _compile_worker_count(self, device: str, resources: dict) -> int:
         """Compile workers for a node with ``resources``: ``compile_workers`` as given, else on
-        cuda :func:`default_compile_workers` of the node's CPUs and measuring slots."""
+        cuda :func:`default_compile_workers` of the node's CPUs (this host's, for an embedded
+        Ray, which declares fewer: :meth:`_embedded_cpus`) and measuring slots."""
         if self.compile_workers is not None:
             return max(0, int(self.compile_workers))
         if device != "cuda":
             return 0
         slots = int(resources.get("GPU", 0) // max(self.gpus_per_task, 1e-9))
-        return default_compile_workers(int(resources.get("CPU", 1)), max(slots, 1))
+        cpus = self._host_cpus if self._owns and not self.address else int(resources.get("CPU", 1))
+        return default_compile_workers(cpus, max(slots, 1))
 
     def _all_compilers(self) -> list:
         return [actor for actors in self._compilers.values() for actor in actors]
