@@ -452,7 +452,9 @@ class RayExecutor(Executor):
     def _embedded_cpus(self) -> int | None:
         """The CPUs an embedded Ray on this host's GPUs declares (:func:`embedded_ray_cpus`:
         the processes a GPU sweep places, not one per host CPU); None, Ray's own count, on a
-        host without GPUs, whose CPUs are the interpreter's measuring slots."""
+        host without GPUs, whose CPUs are the interpreter's measuring slots. An interpreter
+        sweep through an embedded Ray on a GPU host gets that many CPU slots too; ``num_cpus``
+        gives it more."""
         gpus = self.num_gpus if self.num_gpus is not None else visible_gpus()
         if not gpus:
             return None
