@@ -260,3 +260,33 @@ def test_the_lab_starts_jupyterlab_without_the_news_pop_up(tmp_path, capsys):
     assert notification["fetchNews"] == "false"  # JupyterLab asks only while this is "none"
     (tmp_path / "locked").write_text("a file where the folder would go")
     assert install_lab_settings(tmp_path / "locked") is None  # cannot write: the lab still starts
+
+
+def test_a_process_that_outlives_its_command_names_what_holds_it():
+    """The console script's exit watchdog (workbench.cli.entry): a thread still running after the
+    command returned keeps the process alive, and its stack reaches stderr once EXIT_WATCH_S has
+    passed; the command's exit code stands. A process that ends at once prints no stack."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+
+    def run(hold_s: float):
+        code = (
+            "import sys, threading, time\n"
+            "import workbench.cli as cli\n"
+            "cli.EXIT_WATCH_S = 1\n"
+            "def holder_of_the_exit():\n"
+            f"    time.sleep({hold_s})\n"
+            "threading.Thread(target=holder_of_the_exit).start()\n"
+            "sys.argv = ['workbench', 'bench', 'nosuchfamily']\n"
+            "cli.entry()\n"
+        )
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120)
+
+    held = run(4)
+    assert held.returncode == 2 and "unknown kernel family" in held.stderr, held.stderr[-2000:]
+    assert "Timeout" in held.stderr and "holder_of_the_exit" in held.stderr, held.stderr[-2000:]
+    prompt = run(0)
+    assert prompt.returncode == 2 and "Timeout" not in prompt.stderr, prompt.stderr[-2000:]

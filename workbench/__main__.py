@@ -1,5 +1,5 @@
 """``python -m workbench ...``: the same as the ``workbench`` console script."""
 
-from workbench.cli import main
+from workbench.cli import entry
 
-raise SystemExit(main())
+entry()

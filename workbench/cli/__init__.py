@@ -73,6 +73,25 @@ def usage() -> str:
     return "\n".join(lines)
 
 
+# A process still alive this long after its command returned prints every thread's stack (entry).
+EXIT_WATCH_S = 60
+
+
+def entry() -> None:
+    """The ``workbench`` console script and ``python -m workbench``: :func:`main`, then the exit.
+
+    Once the command has returned, a watchdog prints every thread's stack to stderr if the process
+    is still alive :data:`EXIT_WATCH_S` seconds later (faulthandler's; it does not stop the
+    process), so a library's thread or teardown that holds the exit names itself: a GPU suite run
+    once outlived its finished command until its 570 s step limit. A process that ends in time
+    prints nothing. Not armed by :func:`main` itself, which tests call in their own process."""
+    code = main()
+    import faulthandler
+
+    faulthandler.dump_traceback_later(EXIT_WATCH_S, exit=False)
+    raise SystemExit(code)
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
