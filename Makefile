@@ -62,16 +62,17 @@ report: $(VENV)/.installed
 # on TEST_WORKERS parallel workers (pytest-xdist). Tests that share a costly fixture or a service
 # run on one worker (--dist loadgroup; the groups: tests/conftest.py). make test-notebooks: the
 # browser's Run All of every notebook in JupyterLab (.ci/run runs it after make test). Both fail
-# on pytest's "no tests collected" (exit 5), as on any failure.
+# on pytest's "no tests collected" (exit 5), as on any failure. Each lists its 25 slowest steps, so
+# a CI log says where the test time went.
 TEST_WORKERS ?= 2
 test: $(VENV)/.installed-dev notebook-filter
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadgroup -m "not notebooks" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -ra --durations=25 -n $(TEST_WORKERS) --dist loadgroup -m "not notebooks" $(PYTEST_ARGS)
 
 test-notebooks: $(VENV)/.installed-dev notebook-filter
-	$(PY) -m pytest -q -ra -m notebooks tests/browser $(PYTEST_ARGS)
+	$(PY) -m pytest -q -ra --durations=25 -m notebooks tests/browser $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed
 	$(VENV)/bin/workbench bench rms_norm --device auto --dtype bf16 --hidden 1024,4096,16384 --mode forward,full
