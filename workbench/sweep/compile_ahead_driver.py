@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import math
 import statistics
 import time
 from collections import deque
@@ -82,8 +83,7 @@ def embedded_ray_cpus(
     slots = max(1, int(gpus // max(gpus_per_task, 1e-9)))
     if workers is None:
         workers = default_compile_workers(host_cpus, slots)
-    measuring = int(-(-slots * cpus_per_task // 1))  # whole CPUs, rounded up
-    return max(1, min(host_cpus, max(measuring, slots + workers + 2)))
+    return max(1, min(host_cpus, max(math.ceil(slots * cpus_per_task), slots + workers + 2)))
 
 
 def as_queued(task):

@@ -173,15 +173,15 @@ def import_ray():
 
 
 def visible_gpus() -> int:
-    """The CUDA GPUs this process sees (what an embedded Ray gives its actors), 0 where torch
-    sees none. It initialises CUDA here without making a context, as the compile-ahead's
+    """The NVIDIA GPUs this process sees (what an embedded Ray gives its actors), 0 where the
+    device layer finds no cuda (:func:`kernels.runtime.kinds_present`). It initialises CUDA here
+    without making a context, as the compile-ahead's
     :func:`workbench.compiling.target.visible_device_facts` does in the same driver."""
-    try:
-        import torch
+    import torch
 
-        return torch.cuda.device_count() if torch.cuda.is_available() and not torch.version.hip else 0
-    except Exception:  # noqa: BLE001 - Ray counts them itself then
-        return 0
+    from kernels.runtime import kinds_present
+
+    return torch.cuda.device_count() if "cuda" in kinds_present() and not torch.version.hip else 0
 
 
 def _measuring_resource(device: str) -> str:
