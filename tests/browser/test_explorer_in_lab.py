@@ -135,15 +135,21 @@ def test_the_controls_offer_what_can_run(notebook):
 
 
 def _fits(nb: NotebookPage, css: str) -> dict:
-    """Where an Explorer element sits against the notebook's visible area (scrolled into view)."""
-    nb.page.locator(f".wb-explorer {css}").first.scroll_into_view_if_needed()
-    return nb.page.locator(f".wb-explorer {css}").first.evaluate(
-        """e => {
+    """Where an Explorer element sits against the notebook's visible area (scrolled into view).
+
+    Found, scrolled and measured in one script: the Explorer redraws its status line when a
+    measurement is refined, and an element found by one call could be replaced before the next."""
+    nb.page.locator(f".wb-explorer {css}").first.wait_for(state="attached")
+    return nb.page.evaluate(
+        """selector => {
+          const e = document.querySelector(selector);
+          e.scrollIntoView({block: 'nearest', inline: 'nearest'});
           const r = e.getBoundingClientRect();
           const panel = (e.closest('.jp-WindowedPanel-outer') || e.closest('.jp-Notebook')).getBoundingClientRect();
           return {left: r.left, right: r.right, panel_left: panel.left, panel_right: panel.right,
                   scroll_width: e.scrollWidth, client_width: e.clientWidth, text: e.textContent};
-        }"""
+        }""",
+        f".wb-explorer {css}",
     )
 
 
