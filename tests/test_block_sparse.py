@@ -4,6 +4,9 @@ input, the HMM chain against the classical recursion, and the spec through the h
 
 CPU runs use the Triton interpreter, so layers are tiny (tens of nodes); ``device`` also runs
 them on CUDA where present, and ``@pytest.mark.gpu`` tests take the issue's real shapes.
+
+Why one long module: one test module per family, as for the other families; the kernels, the
+tilings and the edge cases are checked against the same reference.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ CPU tensors where a host function needs values) with Triton's compile replaced b
 (no CUDA here): which kernels, with which constexprs, a measuring worker's first call would
 compile. One real compile for an H100 target (Triton's bundled ptxas, no GPU) checks the path
 into the Triton cache. A compile-ahead that fails never changes a record's measurement.
+
+Why one long module: one test module per subject, as in the rest of tests/; the driver's side
+and the workers' side share the stand-in tasks that :func:`_task` builds.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ compiled for the same Triton key as the call's.
 
 GPU tests (``@pytest.mark.gpu``) launch the project's kernels through ``kernels.launch.launch``
 with the path on and off and compare the outputs bit for bit.
+
+Why one long module: one test module per subject, as in the rest of tests/; the CPU tests share
+the fake driver and stand-in launch defined at the top.
 """
 
 from __future__ import annotations

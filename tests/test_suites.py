@@ -1,5 +1,9 @@
 """Benchmark suites: the ratio / threshold maths on synthetic records, the registry against the
-specs, and ``workbench bench --suite smoke`` end to end on the CPU interpreter."""
+specs, and ``workbench bench --suite smoke`` end to end on the CPU interpreter.
+
+Why one long module: one test module per subject, as in the rest of tests/; the rules' tests
+share the synthetic records that :func:`rec` builds.
+"""
 
 from __future__ import annotations
 

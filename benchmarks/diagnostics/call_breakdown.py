@@ -41,6 +41,10 @@ frozen out of the garbage collector's way (``gc.freeze``). Run it with and witho
 (``--sessions-only`` stops after the second table: the profiler's after-effect alone).
 ``--residual-only`` takes one forward call's time apart instead (:func:`call_residual`), in a fresh
 process and after the suite's measurement of the norm cells.
+
+Why one long file: every table here is taken in the same process, one after another, so each
+reads what the steps before it left behind (CUPTI, the suite's objects, the collector's state);
+split into separate scripts, that order, which is the finding, would be lost.
 """
 
 from __future__ import annotations

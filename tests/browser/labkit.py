@@ -16,6 +16,10 @@ Used by the browser tests (``tests/browser/``) and by ``benchmarks/diagnostics/b
 - :class:`NotebookPage` runs a notebook through JupyterLab's menus (Run All, then Save) and
   reads / sets the Explorer's controls the way a person does (select, keyboard on sliders,
   typing, clicking), finding them by the Explorer's CSS hooks (``wb-control-<name>``, ``wb-speed`` …).
+
+Why one long module: the server, the browser and the page are one harness whose waits and
+timeouts are tuned together (a page waits on the kernel the server started); every browser test
+and the latency diagnostic import it as one kit.
 """
 
 from __future__ import annotations
