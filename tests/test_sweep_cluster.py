@@ -68,11 +68,11 @@ def test_a_two_node_sweep_compiles_each_kernel_once_in_the_cluster(two_nodes, tm
     Why as many compile workers as configurations: the interpreter measures a configuration in
     less time than Triton compiles an H100 kernel (2.3-2.5 s on a 2-core machine like CI's), so
     with one worker a node the actors took most configurations before a compile-ahead held them,
-    and whether a kernel crossed nodes was a race (in CI, and in both runs here after it, 2 of 16
-    records were compiled ahead, each on its own node). With every configuration held by a
-    compile worker from the first feed, an actor waits for the compile of its next one; the two
-    kernels are compiled on one node each and measured on both, so one crosses whichever way the
-    shared queue hands them out."""
+    and whether a kernel crossed nodes was a race (in CI the records compiled ahead found their 3
+    kernels in their own node's cache; in both runs here after it, 2 of 16 records were compiled
+    ahead, each on its own node). With every configuration held by a compile worker from the first
+    feed, an actor waits for the compile of its next one; the two kernels are compiled on one node
+    each and measured on both, so one crosses whichever way the shared queue hands them out."""
     from workbench.compiling.note import compiles_per_kernel
     from workbench.sweep.ray_executor import RayExecutor
 
