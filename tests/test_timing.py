@@ -410,23 +410,104 @@ def test_measure_many_refuses_an_unknown_l2_state():
 
 def test_the_profiler_is_started_once_per_process(monkeypatch):
     """The session itself needs CUDA (the GPU tests run it); here, that it runs once."""
-    import contextlib
-    import types
-
-    import torch.profiler
-
     import workbench.timing as timing
 
     sessions = []
-
-    @contextlib.contextmanager
-    def session(activities):
-        sessions.append(activities)
-        yield types.SimpleNamespace(events=lambda: [])
-
-    monkeypatch.setattr(torch.profiler, "profile", session)
+    monkeypatch.setattr(timing, "cuda_profiled_operations", lambda run: sessions.append(run) or [])
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(timing, "_PROFILER_STARTED", False)
     assert timing.start_profiler() is True
     assert timing.start_profiler() is False  # the second costs nothing
-    assert sessions == [[torch.profiler.ProfilerActivity.CUDA]]
+    assert len(sessions) == 1
+
+
+class _FakeSession:
+    """Stands in for a profiler session (the real ones need CUDA): records how it was opened."""
+
+    opened: list = []
+
+    def __init__(self, *args, **kwargs):
+        type(self).opened.append((type(self).__name__, args, kwargs))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def events(self):
+        return []
+
+    function_events = []
+
+
+@pytest.mark.parametrize("inductor_loaded", [False, True])
+def test_a_profiler_session_imports_no_inductor_that_was_not_loaded(monkeypatch, inductor_loaded):
+    """torch.profiler's session start asks ``hasattr(torch, "_inductor")``, which imports Inductor
+    (seconds); without Inductor loaded the session is the autograd profiler's, device activity
+    only, and Inductor stays unloaded; with it loaded, torch.profiler's own session is used."""
+    import sys
+    import types
+
+    import torch.autograd.profiler
+    import torch.profiler
+
+    class TorchProfilerSession(_FakeSession):
+        pass
+
+    class AutogradSession(_FakeSession):
+        pass
+
+    _FakeSession.opened = []
+    monkeypatch.setattr(torch.profiler, "profile", TorchProfilerSession)
+    monkeypatch.setattr(torch.autograd.profiler, "profile", AutogradSession)
+    if inductor_loaded:
+        monkeypatch.setitem(sys.modules, "torch._inductor", types.ModuleType("torch._inductor"))
+    else:
+        monkeypatch.delitem(sys.modules, "torch._inductor", raising=False)
+    ran = []
+    assert timing.cuda_profiled_operations(lambda: ran.append(1)) == []
+    assert ran == [1]
+    (kind, args, kwargs), *rest = _FakeSession.opened
+    assert not rest
+    if inductor_loaded:
+        assert kind == "TorchProfilerSession" and kwargs == {"activities": [torch.profiler.ProfilerActivity.CUDA]}
+    else:
+        assert kind == "AutogradSession" and kwargs == {"use_cpu": False, "use_device": "cuda", "use_kineto": True}
+        assert "torch._inductor" not in sys.modules
+
+
+@pytest.mark.gpu
+def test_the_first_profiler_session_leaves_inductor_unloaded_and_times_alike():
+    """In a fresh process: the first session (the autograd profiler's) does not import Inductor,
+    and a copy's kernel time from it agrees with torch.profiler's once Inductor is loaded."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = """
+import json, statistics, sys, time
+import torch
+from workbench import timing
+from workbench.device import get_device
+x = torch.randn(1 << 24, device="cuda"); y = torch.empty_like(x)
+started = time.perf_counter()
+timing.start_profiler()
+first_s = time.perf_counter() - started
+inductor_after_first = "torch._inductor" in sys.modules
+def median_ms():
+    sampler = timing.ProfilerKernelSampler(lambda: y.copy_(x), calls=10, flush=get_device("cuda").flush_l2)
+    return statistics.median(v for _ in range(5) for v in sampler.sample())
+autograd_ms = median_ms()
+import torch._inductor  # noqa: F401
+print(json.dumps(dict(first_s=first_s, inductor_after_first=inductor_after_first,
+                      autograd_ms=autograd_ms, torch_profiler_ms=median_ms())))
+"""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=root, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["inductor_after_first"] is False
+    assert out["autograd_ms"] > 0 and out["torch_profiler_ms"] > 0
+    assert abs(out["autograd_ms"] - out["torch_profiler_ms"]) / out["torch_profiler_ms"] < 0.15, out

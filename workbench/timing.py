@@ -40,6 +40,7 @@ import contextlib
 import functools
 import math
 import os
+import sys
 import threading
 import time
 import warnings
@@ -495,23 +496,18 @@ class ProfilerKernelSampler:
 
     def sample(self) -> list[float]:
         import torch
-        from torch.autograd import DeviceType
-        from torch.profiler import ProfilerActivity, profile
+
+        def calls() -> None:
+            for _ in range(self.calls):
+                if self.flush is not None:
+                    self.flush()
+                self.fn()
+            torch.cuda.synchronize()
 
         torch.cuda.synchronize()
-        with warnings.catch_warnings():
-            # torch warns (once, as a session starts) that its events are cleared at its end: here
-            # each session is one sample, read before the next starts
-            warnings.filterwarnings("ignore", message=".*Profiler clears events")
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(self.calls):
-                    if self.flush is not None:
-                        self.flush()
-                    self.fn()
-                torch.cuda.synchronize()
+        device_ops = cuda_profiled_operations(calls)
         global _PROFILER_STARTED
         _PROFILER_STARTED = True
-        device_ops = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
         device_ops.sort(key=lambda e: e.time_range.start)
         us = [e.time_range.elapsed_us() for e in device_ops]
         if not us:
@@ -531,6 +527,39 @@ class ProfilerKernelSampler:
                 if not (e.name == first.name and u >= 0.5 * first.time_range.elapsed_us())
             ]
         return [sum(us) / self.calls / 1e3]
+
+
+def cuda_profiled_operations(run: Callable[[], None]) -> list:
+    """The CUDA device operations (Kineto's ``FunctionEvent`` objects) of one profiler session over
+    ``run()``, device activity only.
+
+    ``torch.profiler.profile`` asks, as each session starts, whether Inductor's CUDA graphs are on
+    (``hasattr(torch, "_inductor")``), and that question imports Inductor in a process that has
+    not: 1.5-2.9 s on the 2-core CPU machine, nearly all of what a process's first session cost
+    (the session itself took 2 ms after Inductor was loaded). Where Inductor is loaded, the
+    session is torch.profiler's, with its guard for Inductor's CUDA graphs; elsewhere it is the
+    autograd profiler that torch.profiler wraps, with the same settings (Kineto, device activity
+    only), so no kernel timing imports a compiler it does not use.
+    """
+    from torch.autograd import DeviceType
+
+    with warnings.catch_warnings():
+        # torch warns (once, as a session starts) that its events are cleared at its end: here
+        # each session is one sample, read before the next starts
+        warnings.filterwarnings("ignore", message=".*Profiler clears events")
+        if "torch._inductor" in sys.modules:
+            from torch.profiler import ProfilerActivity, profile
+
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                run()
+            events = prof.events()
+        else:
+            from torch.autograd.profiler import profile as autograd_profile
+
+            with autograd_profile(use_cpu=False, use_device="cuda", use_kineto=True) as prof:
+                run()
+            events = prof.function_events
+    return [e for e in events if e.device_type == DeviceType.CUDA]
 
 
 def split_per_call(us: Sequence[float], calls: int, skip: int) -> tuple[list[float] | None, int]:

@@ -12,6 +12,8 @@ Steps: ``import_torch``; ``cuda`` (the context and one tensor); ``import_workben
 the workbench's measuring stack and the families); ``device_facts`` (Triton's driver and target,
 as a measuring actor reads them); ``state_flush`` (NVML and the L2 flush buffer); ``profiler``
 (one kernel-time profiler session over a small copy, as each kernel timing starts one);
+``torch_profiler`` (a session opened with ``torch.profiler.profile``, whose start imports
+Inductor in a process that has not; the workbench's sessions do not: ``workbench.timing``);
 ``copy_bandwidth`` (the device's copy bandwidth, the measuring actor's warm-up step);
 ``triton_key`` (Triton's cache key of itself); ``first_launch``
 (:func:`workbench.compiling.first_compile.first_launch`, the smallest kernel compiled and run);
@@ -44,6 +46,8 @@ PLANS = {
     ),
     # Triton's first compile before the profiler's first session: is either's cost the other's?
     "compile_first": "import_torch cuda import_workbench device_facts first_launch profiler profiler rms_norm",
+    # torch.profiler's own first session (Inductor's import inside it), then the workbench's
+    "torch_profiler_first": "import_torch cuda import_workbench device_facts torch_profiler profiler",
     # the profiler's first session in a thread while the rest imports
     "profiler_beside_imports": "import_torch cuda profiler& import_workbench device_facts join profiler first_launch",
 }
@@ -93,6 +97,14 @@ def _steps():
         y = torch.empty_like(x)
         ProfilerKernelSampler(lambda: y.copy_(x), calls=3).sample()
 
+    def torch_profiler(state):
+        from torch.profiler import ProfilerActivity, profile
+
+        torch = state["torch"]
+        with profile(activities=[ProfilerActivity.CUDA]):
+            torch.empty_like(state["x"]).copy_(state["x"])
+            torch.cuda.synchronize()
+
     def triton_key(state):
         try:
             from triton.runtime.cache import triton_key as key
@@ -116,7 +128,8 @@ def _steps():
         torch.cuda.synchronize()
 
     return {f.__name__: f for f in (
-        import_torch, cuda, import_workbench, device_facts, state_flush, copy_bandwidth, profiler, triton_key,
+        import_torch, cuda, import_workbench, device_facts, state_flush, copy_bandwidth, profiler, torch_profiler,
+        triton_key,
         first_launch, rms_norm,
     )}  # fmt: skip
 
