@@ -73,7 +73,11 @@ step() {
 args=()
 for a in "$@" "+"; do
   if [ "$a" = "+" ]; then
-    [ ${#args[@]} -gt 0 ] && step "${args[@]}"
+    if [ ${#args[@]} -gt 0 ]; then  # each step's wall time, the process's exit included (a hang shows here)
+      began=$SECONDS
+      step "${args[@]}"
+      echo "=== ${args[0]} ended after $((SECONDS - began)) s" | tee -a "$RES/steps.txt"
+    fi
     args=()
   else
     args+=("$a")
