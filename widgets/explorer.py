@@ -560,8 +560,8 @@ class Explorer:
         try:
             sess = self._session_for(cfg["device"])
             var = self.spec.variant(cfg["variant"])
-            # Before this process's first profiler session (CUPTI's start: seconds, holding the
-            # GIL, and Kineto wants it on the main thread), a first number from graph replay.
+            # Before this process's first profiler session (Kineto wants it on the main thread,
+            # after this cell), a first number from graph replay.
             compile_service.start(sess.device.kind)  # once, beside the first launch: ready for its neighbours
             first = sess.device.kind == "cuda" and not timing.profiler_started() and not self._profiler_asked
             with timing.profiler_deferred() if first else contextlib.nullcontext():

@@ -535,8 +535,8 @@ def cuda_profiled_operations(run: Callable[[], None]) -> list:
 
     ``torch.profiler.profile`` asks, as each session starts, whether Inductor's CUDA graphs are on
     (``hasattr(torch, "_inductor")``), and that question imports Inductor in a process that has
-    not: 1.5-2.9 s on the 2-core CPU machine, nearly all of what a process's first session cost
-    (the session itself took 2 ms after Inductor was loaded). Where Inductor is loaded, the
+    not: 5.6-6.6 s on an H200 host, against 15-17 ms for the session opened here
+    (``benchmarks/diagnostics/process_start.py``), and 1.5-2.9 s on the 2-core CPU machine. Where Inductor is loaded, the
     session is torch.profiler's, with its guard for Inductor's CUDA graphs; elsewhere it is the
     autograd profiler that torch.profiler wraps, with the same settings (Kineto, device activity
     only), so no kernel timing imports a compiler it does not use.
@@ -577,7 +577,7 @@ _deferral = threading.local()  # .on: this thread's kernel timings wait for the 
 
 
 def profiler_started() -> bool:
-    """Whether this process has had its first profiler session (CUPTI started)."""
+    """Whether this process has had its first profiler session."""
     return _PROFILER_STARTED
 
 
@@ -585,8 +585,9 @@ def profiler_started() -> bool:
 def profiler_deferred():
     """Within the block, while this process has had no profiler session, this thread's CUDA
     kernel timings take CUDA-graph replay (the L2 flushed inside the graph) instead of starting
-    the profiler, and their method says so: a first number without CUPTI's seconds-long start,
-    which the Explorer shows while the profiler starts on the main thread and then refines."""
+    the profiler, and their method says so: a first number without waiting for the process's
+    first session, which the Explorer shows while the profiler starts on the main thread and then
+    refines."""
     previous = getattr(_deferral, "on", False)
     _deferral.on = True
     try:
@@ -604,11 +605,13 @@ def start_profiler() -> bool:
     """Run this process's first CUDA profiler session now, over nothing, unless one ran before;
     whether it ran here.
 
-    A process's first session costs seconds (CUPTI's start: 3.4-5.8 s on an H100,
-    ``benchmarks/diagnostics/process_start.py``), every later one milliseconds. A measuring
-    process that starts the profiler in its warm-up keeps that cost out of its first kernel
-    timing. (Begun in a thread beside the imports instead, it overlapped nothing on 4 H200s: the
-    session holds the GIL, and Kineto reports its start from a second thread as an error.)
+    Opened through ``torch.profiler`` a process's first session cost seconds (3.4-5.8 s on an
+    H100, 5.6-6.6 s on an H200), nearly all of it Inductor's import inside the session's start;
+    opened as :func:`cuda_profiled_operations` opens it, 15-17 ms on an H200 (``torch_profiler``
+    against ``profiler`` in ``benchmarks/diagnostics/process_start.py``, 83dd028). A measuring
+    process that starts the profiler in its warm-up keeps what remains (Kineto's and CUPTI's
+    start) out of its first kernel timing. Kineto wants the session on the thread that imported
+    torch: begun from another thread it reports an error.
     """
     if _PROFILER_STARTED:
         return False
