@@ -94,7 +94,7 @@ def test_compare_reads_the_two_node_run_beside_the_others(scaling, tmp_path):
     import gzip
     import json
 
-    real = json.loads(gzip.open(ROOT / "reports/sweep-h200x4/at-b485a4e/warm/gpus1/records.json.gz").read())[:12]
+    real = json.loads(gzip.open(ROOT / "reports/sweep-h200x4/at-83dd028/warm/gpus1/records.json.gz").read())[:12]
     for record in real[-2:]:  # two configurations that cannot compile
         record.update(passed=False, error="ValueError: tile too large")
         record["compile_facts"] = {"compiled_ahead": {"ok": False}}
