@@ -1,7 +1,10 @@
 """Can a process pay the profiler's first-session cost before CUDA starts, and leave the choice of
 its GPU open? A Ray worker imports the measuring stack before an actor (and its GPU) is placed in
 it (workbench/sweep/preload.py); the measuring actor then opens the process's first CUDA profiler
-session in its warm-up, 4-6 s on an H200 host (reports/sweep-h200x4).
+session in its warm-up, 4-6 s on an H200 host through ``torch.profiler`` (reports/sweep-h200x4).
+What a CPU-only session paid ahead was Inductor's import, which ``torch.profiler``'s start
+triggers; the workbench's own sessions skip it (``workbench.timing.cuda_profiled_operations``),
+and this script's sessions keep ``torch.profiler`` to show what it was.
 
     python benchmarks/diagnostics/profiler_before_cuda.py
 
