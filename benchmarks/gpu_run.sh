@@ -70,6 +70,11 @@ step() {
   esac
 }
 
+pack_results() {
+  tar czf "$OUT/results.tgz" -C "$RES" .
+  cp "$RES"/*.txt "$OUT/" 2>/dev/null || true
+}
+
 args=()
 for a in "$@" "+"; do
   if [ "$a" = "+" ]; then
@@ -77,11 +82,11 @@ for a in "$@" "+"; do
       began=$SECONDS
       step "${args[@]}"
       echo "=== ${args[0]} ended after $((SECONDS - began)) s" | tee -a "$RES/steps.txt"
+      pack_results  # after every step: a call cut short at its device limit still returns the steps before
     fi
     args=()
   else
     args+=("$a")
   fi
 done
-tar czf "$OUT/results.tgz" -C "$RES" .
-cp "$RES"/*.txt "$OUT/" 2>/dev/null || true
+pack_results
