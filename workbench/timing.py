@@ -536,10 +536,11 @@ def cuda_profiled_operations(run: Callable[[], None]) -> list:
     ``torch.profiler.profile`` asks, as each session starts, whether Inductor's CUDA graphs are on
     (``hasattr(torch, "_inductor")``), and that question imports Inductor in a process that has
     not: 5.6-6.6 s on an H200 host, against 15-17 ms for the session opened here
-    (``benchmarks/diagnostics/process_start.py``), and 1.5-2.9 s on the 2-core CPU machine. Where Inductor is loaded, the
-    session is torch.profiler's, with its guard for Inductor's CUDA graphs; elsewhere it is the
-    autograd profiler that torch.profiler wraps, with the same settings (Kineto, device activity
-    only), so no kernel timing imports a compiler it does not use.
+    (``benchmarks/diagnostics/process_start.py``), and 1.5-2.9 s on the 2-core CPU machine.
+    Where Inductor is loaded, the session is torch.profiler's, with its guard for Inductor's CUDA
+    graphs (a suite's torch.compile peers load it); elsewhere it is the autograd profiler that
+    torch.profiler wraps, with the same settings (Kineto, device activity only), so no kernel
+    timing imports a compiler it does not use.
     """
     from torch.autograd import DeviceType
 

@@ -85,7 +85,8 @@ def entry() -> None:
     process), so a library's thread or teardown that holds the exit names itself: GPU suite runs
     of the norm targets outlived their finished command until their step limit (570 s once, and
     53 s past the last line at 83dd028, before a 60 s watchdog could speak). A process that ends
-    in time (its compile processes and Inductor's stopped: a few seconds) prints nothing. Not armed by :func:`main` itself, which tests call in their own process."""
+    in time (its compile processes and Inductor's stopped: a few seconds) prints nothing. Not
+    armed by :func:`main` itself, which tests call in their own process."""
     code = main()
     import faulthandler
 
