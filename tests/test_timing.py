@@ -421,26 +421,6 @@ def test_the_profiler_is_started_once_per_process(monkeypatch):
     assert len(sessions) == 1
 
 
-class _FakeSession:
-    """Stands in for a profiler session (the real ones need CUDA): records how it was opened."""
-
-    opened: list = []
-
-    def __init__(self, *args, **kwargs):
-        type(self).opened.append((type(self).__name__, args, kwargs))
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def events(self):
-        return []
-
-    function_events = []
-
-
 @pytest.mark.parametrize("inductor_loaded", [False, True])
 def test_a_profiler_session_imports_no_inductor_that_was_not_loaded(monkeypatch, inductor_loaded):
     """torch.profiler's session start asks ``hasattr(torch, "_inductor")``, which imports Inductor
@@ -452,15 +432,30 @@ def test_a_profiler_session_imports_no_inductor_that_was_not_loaded(monkeypatch,
     import torch.autograd.profiler
     import torch.profiler
 
-    class TorchProfilerSession(_FakeSession):
-        pass
+    opened = []  # (which profiler, its keyword arguments), one per session opened
 
-    class AutogradSession(_FakeSession):
-        pass
+    def stand_in(kind):
+        """A profiler session that records how it was opened (the real ones need CUDA)."""
 
-    _FakeSession.opened = []
-    monkeypatch.setattr(torch.profiler, "profile", TorchProfilerSession)
-    monkeypatch.setattr(torch.autograd.profiler, "profile", AutogradSession)
+        class Session:
+            function_events = []
+
+            def __init__(self, **kwargs):
+                opened.append((kind, kwargs))
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return False
+
+            def events(self):
+                return []
+
+        return Session
+
+    monkeypatch.setattr(torch.profiler, "profile", stand_in("torch.profiler"))
+    monkeypatch.setattr(torch.autograd.profiler, "profile", stand_in("autograd"))
     if inductor_loaded:
         monkeypatch.setitem(sys.modules, "torch._inductor", types.ModuleType("torch._inductor"))
     else:
@@ -468,12 +463,12 @@ def test_a_profiler_session_imports_no_inductor_that_was_not_loaded(monkeypatch,
     ran = []
     assert timing.cuda_profiled_operations(lambda: ran.append(1)) == []
     assert ran == [1]
-    (kind, args, kwargs), *rest = _FakeSession.opened
+    (kind, kwargs), *rest = opened
     assert not rest
     if inductor_loaded:
-        assert kind == "TorchProfilerSession" and kwargs == {"activities": [torch.profiler.ProfilerActivity.CUDA]}
+        assert kind == "torch.profiler" and kwargs == {"activities": [torch.profiler.ProfilerActivity.CUDA]}
     else:
-        assert kind == "AutogradSession" and kwargs == {"use_cpu": False, "use_device": "cuda", "use_kineto": True}
+        assert kind == "autograd" and kwargs == {"use_cpu": False, "use_device": "cuda", "use_kineto": True}
         assert "torch._inductor" not in sys.modules
 
 

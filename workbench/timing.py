@@ -497,7 +497,7 @@ class ProfilerKernelSampler:
     def sample(self) -> list[float]:
         import torch
 
-        def calls() -> None:
+        def run_calls() -> None:
             for _ in range(self.calls):
                 if self.flush is not None:
                     self.flush()
@@ -505,7 +505,7 @@ class ProfilerKernelSampler:
             torch.cuda.synchronize()
 
         torch.cuda.synchronize()
-        device_ops = cuda_profiled_operations(calls)
+        device_ops = cuda_profiled_operations(run_calls)
         global _PROFILER_STARTED
         _PROFILER_STARTED = True
         device_ops.sort(key=lambda e: e.time_range.start)
