@@ -9,8 +9,10 @@ the backward (``rms_norm_backward``; the fused family's with the residual gradie
 its forms and tiles: the whole-row kernel's rows per program, warps, programs per SM (``GRID``) and
 its loop (``--loops``: ``plain``, the loop as written or with the one-tile-ahead loads in
 registers, ``BWD_PREFETCH``; ``staged``, tiles staged ahead in shared memory by Triton's
-pipeline, ``BWD_STAGES``), w loaded per tile (``BWD_RELOAD_W``), and for wide rows the
-``columns`` form's chunks. ``--warm`` processes first compile every configuration into Triton's
+pipeline, ``BWD_STAGES``), w loaded per tile (``BWD_RELOAD_W``), for wide rows the ``columns``
+form's chunks, and from hidden 4096 the Gluon ``onchip`` form's (kernels/rms_norm/onchip.py;
+both families). ``--forms ...,forward`` also times RMSNorm's forward in column chunks
+(``FWD_CHUNK``) beside its whole-row default. ``--warm`` processes first compile every configuration into Triton's
 cache, each running a share of them once, so the timing process spends its budget timing.
 ``--after-forward`` times each backward behind the forward, the pair from one flushed L2, as the
 suite's forward+backward cells time a training step: the backward then finds x in the L2 (at
@@ -102,6 +104,24 @@ def whole_row_configs(hidden: int, n_cores: int, loops):
         }
 
 
+def onchip_configs(hidden: int, n_cores: int, shared_bytes: int):
+    """The Gluon backward with the partial dw in shared memory (``BWD_WIDE="onchip"``): its chunk,
+    warps and programs per SM, as many as the partials fit in one SM's shared memory."""
+    width = 1 << (hidden - 1).bit_length()
+    for chunk, warps, per_sm in itertools.product((2048, 4096, 8192), (8, 16, 32), (1, 2, 3)):
+        if chunk >= width or per_sm * 4 * width > shared_bytes or chunk // (32 * warps) < 4:
+            continue
+        yield {"BWD_CHUNK": chunk, "BWD_WIDE": "onchip", "BWD_WARPS": warps, "GRID": per_sm * n_cores}
+
+
+def forward_configs(hidden: int):
+    """The RMSNorm forward in column chunks (``FWD_CHUNK``), beside its whole-row default."""
+    width = 1 << (hidden - 1).bit_length()
+    for chunk, rows, warps in itertools.product((1024, 2048, 4096, 8192), (1, 2, 4), (4, 8, 16)):
+        if chunk < width and 4 <= rows * chunk // (32 * warps) <= 64:
+            yield {"FWD_CHUNK": chunk, "BLOCK_SIZE_M": rows, "num_warps": warps}
+
+
 def wide_configs(hidden: int, forms, loops):
     """The chunked forms for rows too wide for one program's registers (``loops``' loads ahead)."""
     ahead = sorted({(prefetch, stages) for _, prefetch, _, stages in loops})
@@ -151,13 +171,17 @@ class Problem:
         configs = [{}] + (list(whole_row_configs(self.hidden, self.n_cores, loops)) if "whole" in forms else [])
         if self.r is None and self.hidden > 4096:
             configs += list(wide_configs(self.hidden, forms, loops))
+        if "onchip" in forms and self.hidden >= 4096:
+            shared = torch.cuda.get_device_properties(0).shared_memory_per_multiprocessor
+            configs += list(onchip_configs(self.hidden, self.n_cores, shared))
         return configs
 
     def tiles(self, cfg):
         """The resolved tiles of ``cfg``, or None where this family cannot run them (the fused
-        backward keeps whole rows); ValueError for tiles the device cannot hold."""
+        backward keeps whole rows, or the on-chip form's); ValueError for tiles the device
+        cannot hold."""
         tiles = gpu.resolve_tiles(self.n_rows, self.hidden, self.n_cores, **cfg)
-        if self.r is not None and tiles.BWD_CHUNK:
+        if self.r is not None and tiles.BWD_CHUNK and tiles.BWD_WIDE != "onchip":
             return None
         if tiles.bwd_stages > 1:
             gpu.check_staged_tiles(tiles, self.v, self.dy, self.ds, self.w)
@@ -177,6 +201,10 @@ def warm_shard(sizes, n_rows: int, forms, loops, shard: int, shards: int) -> Non
                     problem.backward(tiles)
             except Exception:  # noqa: BLE001 - the timing process reports it
                 pass
+        if problem.r is None and "forward" in forms:
+            for cfg in list(forward_configs(hidden))[shard::shards]:
+                tiles = gpu.resolve_tiles(n_rows, hidden, n_cores, **cfg)
+                gpu.rms_norm_forward(problem.x, problem.w, 1e-6, 0.0, "llama", tiles)
     torch.cuda.synchronize()
 
 
@@ -200,6 +228,14 @@ def sweep_size(
     problem = Problem(family, hidden, n_rows, device.num_cores)
     x, r, dy, ds, v = problem.x, problem.r, problem.dy, problem.ds, problem.v
     fwd_us = median_us(problem.forward, device)
+    forward_rows = []
+    if r is None and "forward" in forms:
+        ref_y = problem.forward()[0]
+        for cfg in forward_configs(hidden):
+            tiles = gpu.resolve_tiles(n_rows, hidden, device.num_cores, **cfg)
+            call = lambda: gpu.rms_norm_forward(x, problem.w, 1e-6, 0.0, "llama", tiles)  # noqa: E731, B023
+            wrong = not torch.allclose(call()[0].float(), ref_y.float(), atol=2e-2, rtol=2e-2)
+            forward_rows.append({"config": cfg, "us": median_us(call, device), "wrong": wrong})
     e = x.element_size()
     fwd_bytes = ((4 if r is not None else 2) * x.numel() + hidden) * e
     bwd_bytes = ((4 if r is not None else 3) * x.numel() + 2 * hidden) * e
@@ -252,6 +288,9 @@ def sweep_size(
     print(
         f"   floor: elementwise passes over the backward's bytes {floor_us:.1f} us ({100 * bwd_bytes / floor_us / 1e3 / bw:.0f}%)"
     )
+    for row in sorted(forward_rows, key=lambda row: row["us"])[:4]:
+        flag = "  WRONG" if row["wrong"] else ""
+        print(f"   forward  {row['us']:8.1f} us {100 * fwd_bytes / row['us'] / 1e3 / bw:5.1f}%  {row['config']}{flag}")
     timed_as = "fwd+bwd " if after_forward else "backward"
     if "us" in default:
         print(f"   {timed_as} default {default['us']:8.1f} us {default['pct_bw']:5.1f}%  {default['facts']}")
@@ -271,6 +310,7 @@ def sweep_size(
         "fwd_bytes": fwd_bytes,
         "bwd_bytes": bwd_bytes,
         "floor_us": floor_us,
+        "forward_chunks": forward_rows,
         "after_forward": after_forward,
         "configs": rows,
     }
@@ -283,7 +323,11 @@ def main(argv=None) -> int:
     ap.add_argument("--hidden", default="", help="comma-separated hidden sizes (default: the suite's)")
     ap.add_argument("--rows", type=int, default=4096, help="rows of the problem")
     ap.add_argument("--budget", type=float, default=500.0, help="seconds for the whole sweep")
-    ap.add_argument("--forms", default="whole,columns", help="backward forms to sweep (whole, columns)")
+    ap.add_argument(
+        "--forms",
+        default="whole,columns,onchip",
+        help="forms to sweep: whole, columns, onchip (the backward's); forward (RMSNorm's forward in column chunks)",
+    )
     ap.add_argument("--name", default="norm_backward_sweep", help="the JSON file's name (without .json)")
     ap.add_argument("--loops", default="plain,staged", help=f"loop kinds to sweep ({', '.join(LOOPS)})")
     ap.add_argument("--warm", type=int, default=8, help="processes compiling the tiles first (0: none)")

@@ -103,6 +103,9 @@ def test_weight_none_and_offset(device, impl):
         # Tiles staged ahead in shared memory: whole rows and column chunks, a grid-stride tail
         (13, 257, {"BWD_ROWS": 2, "GRID": 3, "BWD_STAGES": 3, "BWD_RELOAD_W": True}),
         (9, 300, {"BWD_CHUNK": 128, "BWD_ROWS": 2, "GRID": 2, "BWD_STAGES": 2}),
+        # The forward in column chunks (two walks), beside either backward
+        (1, 300, {"FWD_CHUNK": 64}),  # one row: 5 chunks, the last masked
+        (9, 300, {"FWD_CHUNK": 128, "BLOCK_SIZE_M": 2, "BWD_CHUNK": 128}),  # an odd row tail
     ],
 )
 @pytest.mark.parametrize("casting_mode", ["llama", "gemma", "none"])
@@ -206,6 +209,7 @@ def test_in_place_backward_reuses_the_incoming_gradient(device):
         ({"num_warps": 3, "impl": "gpu"}, r"num_warps=3 is not allowed"),
         ({"GRID": 0, "impl": "gpu"}, r"GRID=0 must be a positive integer"),
         ({"BWD_CHUNK": 100, "impl": "gpu"}, r"BWD_CHUNK=100 must be a power of two"),
+        ({"FWD_CHUNK": 8, "impl": "gpu"}, r"FWD_CHUNK=8 must be a power of two from 16"),
         ({"DW_REDUCE": "tree", "impl": "gpu"}, r"DW_REDUCE='tree' is not allowed"),
         ({"BWD_WIDE": "rows", "impl": "gpu"}, r"BWD_WIDE='rows' is not allowed"),
         ({"BWD_ROWS": 3, "impl": "gpu"}, r"BWD_ROWS=3 must be a power of two"),
@@ -325,8 +329,8 @@ def test_measure_catches_a_wrong_kernel(monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "tiles",
-    [{"BWD_WIDE": "columns"}, {"BWD_WIDE": "reread"}, {"BWD_CHUNK": 65536}],
-    ids=["columns", "reread", "whole"],
+    [{"BWD_WIDE": "columns"}, {"BWD_WIDE": "reread"}, {"BWD_WIDE": "onchip"}, {"BWD_CHUNK": 65536}],
+    ids=["columns", "reread", "onchip", "whole"],
 )
 def test_gpu_repeated_backwards_at_a_chunked_width(tiles):
     """One backward after another at hidden 32768, each against the reference, the kept dw
@@ -359,6 +363,32 @@ def test_gpu_staged_backward(rows, hidden, casting_mode, tiles):
     dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(5)).to("cuda", torch.bfloat16)
     offset = 1.0 if casting_mode == "gemma" else 0.0
     _check_against_reference(x, w, dy, 1e-6, offset, casting_mode, "gpu", **tiles)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "rows, hidden, casting_mode, tiles",
+    [
+        (129, 32768, "llama", {"BWD_CHUNK": 4096}),
+        (257, 30000, "gemma", {"BWD_CHUNK": 8192, "BWD_WARPS": 32}),  # the last chunk masked
+        (1, 16384, "none", {"BWD_CHUNK": 4096, "DW_REDUCE": "partials"}),  # one row, one program
+        (77, 5000, "llama", {"BWD_CHUNK": 64, "GRID": 5}),  # a chunk narrower than the warps
+    ],
+)
+def test_gpu_onchip_backward(rows, hidden, casting_mode, tiles):
+    """The Gluon backward with the partial dw in shared memory (kernels/rms_norm/onchip.py)
+    against the reference, forward and every gradient, odd widths leaving the last chunk masked."""
+    x, w = _inputs(rows, hidden, torch.bfloat16, "cuda", seed=rows, gemma=casting_mode == "gemma")
+    dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(6)).to("cuda", torch.bfloat16)
+    offset = 1.0 if casting_mode == "gemma" else 0.0
+    _check_against_reference(x, w, dy, 1e-6, offset, casting_mode, "gpu", BWD_WIDE="onchip", **tiles)
+
+
+def test_the_onchip_backward_is_refused_in_the_interpreter_with_what_to_use():
+    x, w = _inputs(3, 300, torch.float32, "cpu", seed=2)
+    y = rms_norm(x.requires_grad_(True), w, impl="gpu", BWD_CHUNK=64, BWD_WIDE="onchip")
+    with pytest.raises(ValueError, match=r"BWD_WIDE='onchip' is a Gluon kernel .* use BWD_WIDE='reread'"):
+        y.sum().backward()
 
 
 @pytest.mark.gpu

@@ -85,7 +85,9 @@ from kernels.rms_norm.tile_math import (
     load_v_dy,
     normalized,
     row_rstd,
+    rstd_from,
     store_dx,
+    sum_of_squares,
     weight_row,
     weighted,
 )
@@ -99,11 +101,15 @@ MAX_TILE_ELEMENTS = 65536
 NUM_WARPS = (1, 2, 4, 8, 16, 32)
 DW_REDUCTIONS = ("atomic", "partials")
 BWD_STAGE_COUNTS = (1, 2, 3, 4)  # the backward's software pipeline depth (BWD_STAGES)
-WIDE_BACKWARDS = ("columns", "reread")
+WIDE_BACKWARDS = ("columns", "reread", "onchip")
 # The backward keeps a whole row in registers up to this width and walks wider rows in chunks
 # of BWD_CHUNK_DEFAULT (set from the H100 tile sweep in benchmarks/profile_calls.py).
 BWD_WHOLE_ROW_MAX = 16384
 BWD_CHUNK_DEFAULT = 4096
+# RMSNorm's forward walks rows of FWD_WHOLE_ROW_LIMIT elements or more in chunks of
+# FWD_CHUNK_DEFAULT (the fused family's forward keeps whole rows).
+FWD_WHOLE_ROW_LIMIT = MAX_TILE_ELEMENTS * 2  # not yet measured: every row whole
+FWD_CHUNK_DEFAULT = 4096
 
 
 @dataclass(frozen=True)
@@ -177,6 +183,47 @@ def _rms_norm_forward_kernel(
     y = weighted(normalized(x, rstd, CASTING_MODE), W_ptr, cols, col_mask, offset, HAS_WEIGHT)
     tl.store(RSTD_ptr + rows, rstd, mask=row_mask)
     tl.store(Y_ptr + offsets, y.to(Y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _rms_norm_forward_chunked_kernel(
+    Y_ptr,
+    X_ptr,
+    W_ptr,
+    RSTD_ptr,
+    row_stride,
+    n_rows,
+    n_cols,
+    eps,
+    offset,
+    CASTING_MODE: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,  # the chunk width (FWD_CHUNK), below the row width
+    BLOCK_SIZE_M: tl.constexpr,
+):
+    """The forward of BLOCK_SIZE_M rows walked twice in column chunks: the sums of squares, then
+    y. Walk 1 loads x with ``evict_last`` so the rows stay in L2 for walk 2, which reads them
+    from there (``evict_first``: done with). HBM sees x once, as in the whole-row kernel, while a
+    program holds one chunk instead of a row: more programs per SM keep loads in flight."""
+    rows = tl.program_id(0) * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+    row_mask = rows < n_rows
+    row_offsets = rows.to(tl.int64)[:, None] * row_stride
+    chunk = tl.arange(0, BLOCK_SIZE)
+    sum_sq = tl.zeros([BLOCK_SIZE_M], dtype=tl.float32)
+    for start in range(0, n_cols, BLOCK_SIZE):
+        cols = start + chunk
+        mask = row_mask[:, None] & (cols < n_cols)[None, :]
+        x = tl.load(X_ptr + row_offsets + cols[None, :], mask=mask, other=0.0, eviction_policy="evict_last")
+        sum_sq += sum_of_squares(x)
+    rstd = rstd_from(sum_sq, n_cols, eps, True)
+    tl.store(RSTD_ptr + rows, rstd, mask=row_mask)
+    for start in range(0, n_cols, BLOCK_SIZE):
+        cols = start + chunk
+        col_mask = cols < n_cols
+        mask = row_mask[:, None] & col_mask[None, :]
+        x = tl.load(X_ptr + row_offsets + cols[None, :], mask=mask, other=0.0, eviction_policy="evict_first")
+        y = weighted(normalized(x, rstd, CASTING_MODE), W_ptr, cols, col_mask, offset, HAS_WEIGHT)
+        tl.store(Y_ptr + row_offsets + cols[None, :], y.to(Y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -473,6 +520,7 @@ class GpuTiles:
     bwd_prefetch: bool = False  # the whole-row and columns backwards load a tile ahead
     bwd_reload_w: bool = False  # ... and load w per tile instead of holding it in registers
     bwd_stages: int = 1  # ... or stage tiles ahead in shared memory (Triton's pipeline; 1: none)
+    fwd_chunk: int = 0  # 0: the forward holds whole rows; else it walks them in chunks this wide
     source: str = "heuristic"  # where the forward's tiles came from (records' tiles_source)
     bwd_source: str = ""  # ... and the backward's rows, warps and loop ("": no backward table here)
 
@@ -529,6 +577,7 @@ def resolve_tiles(
     BWD_PREFETCH="auto",
     BWD_RELOAD_W="auto",
     BWD_STAGES="auto",
+    FWD_CHUNK="auto",
     *,
     residual: bool = False,
 ) -> GpuTiles:
@@ -563,9 +612,17 @@ def resolve_tiles(
             f"exceeds the {MAX_TILE_ELEMENTS}-element tile a program can hold; lower BLOCK_SIZE_M to "
             f"{max(1, MAX_TILE_ELEMENTS // BLOCK_SIZE)} or less"
         )
+    if FWD_CHUNK == "auto":
+        FWD_CHUNK = FWD_CHUNK_DEFAULT if BLOCK_SIZE >= FWD_WHOLE_ROW_LIMIT and not residual else BLOCK_SIZE
+    elif not (is_power_of_two(FWD_CHUNK) and 16 <= FWD_CHUNK <= MAX_TILE_ELEMENTS):
+        raise ValueError(
+            f"FWD_CHUNK={FWD_CHUNK!r} must be a power of two from 16 to {MAX_TILE_ELEMENTS} (the forward's "
+            f"column chunk; {BLOCK_SIZE} or more keeps whole rows) or 'auto'"
+        )
+    fwd_chunk = 0 if FWD_CHUNK >= BLOCK_SIZE else FWD_CHUNK
     explicit_warps = num_warps != "auto"
     if not explicit_warps:
-        num_warps = default_forward_warps(BLOCK_SIZE * BLOCK_SIZE_M)
+        num_warps = default_forward_warps((fwd_chunk or BLOCK_SIZE) * BLOCK_SIZE_M)
     elif num_warps not in NUM_WARPS:
         raise ValueError(f"num_warps={num_warps!r} is not allowed; use one of {', '.join(map(str, NUM_WARPS))}")
     if BWD_CHUNK == "auto":
@@ -624,6 +681,7 @@ def resolve_tiles(
             "or tiles in shared memory); set BWD_PREFETCH=False or BWD_STAGES=1"
         )
     n_tiles = cdiv(max(n_rows, 1), bwd_rows)
+    auto_grid = GRID == "auto"
     if GRID == "auto":
         GRID = min(per_core * num_cores, n_tiles)
     elif isinstance(GRID, bool) or not (isinstance(GRID, int) and GRID >= 1):
@@ -635,9 +693,11 @@ def resolve_tiles(
     if chunk and BWD_WIDE == "columns":
         # Row programs x column chunks: about two programs per core in all.
         GRID = min(GRID, max(1, 2 * num_cores // cdiv(n_cols, chunk)))
+    if chunk and BWD_WIDE == "onchip" and auto_grid:
+        GRID = min(num_cores, n_rows)  # one row at a time per program, one program per SM
     return GpuTiles(
         BLOCK_SIZE, BLOCK_SIZE_M, num_warps, min(GRID, n_tiles), chunk, bwd_warps, DW_REDUCE, bwd_rows, BWD_WIDE,
-        BWD_PREFETCH, BWD_RELOAD_W, BWD_STAGES,
+        BWD_PREFETCH, BWD_RELOAD_W, BWD_STAGES, fwd_chunk=fwd_chunk,
     )  # fmt: skip
 
 
@@ -645,8 +705,8 @@ def rms_norm_forward(x2d, weight, eps, offset, casting_mode, tiles: GpuTiles):
     """Returns (y, rstd) for a contiguous 2-D x."""
     y = torch.empty_like(x2d)
     rstd = torch.empty(x2d.shape[0], dtype=torch.float32, device=x2d.device)
-    grid, args, kwargs = _forward_launch(y, x2d, weight, rstd, eps, offset, casting_mode, tiles)
-    launch(_rms_norm_forward_kernel, x2d, grid, *args, **kwargs)
+    kernel, grid, args, kwargs = _forward_launch(y, x2d, weight, rstd, eps, offset, casting_mode, tiles)
+    launch(kernel, x2d, grid, *args, **kwargs)
     return y, rstd
 
 
@@ -654,16 +714,20 @@ def rms_norm_forward_replay(x2d, weight, y, rstd, eps, offset, casting_mode, til
     """After ``rms_norm_forward(x2d, ...)`` returned ``y, rstd``: the launch again as a replay of
     ``(y, x, w, rstd)`` addresses (``w`` is x's without a weight), for an eager call's plan, or
     None (:func:`kernels.launch.replay_of`)."""
-    grid, args, kwargs = _forward_launch(y, x2d, weight, rstd, eps, offset, casting_mode, tiles)
-    return replay_of(_rms_norm_forward_kernel, x2d, grid, *args, **kwargs)
+    kernel, grid, args, kwargs = _forward_launch(y, x2d, weight, rstd, eps, offset, casting_mode, tiles)
+    return replay_of(kernel, x2d, grid, *args, **kwargs)
 
 
 def _forward_launch(y, x2d, weight, rstd, eps, offset, casting_mode, tiles: GpuTiles):
-    """(grid, arguments, keywords) of the forward kernel's launch; x stands in for a missing
-    weight (the kernel does not read it then)."""
+    """(kernel, grid, arguments, keywords) of the forward's launch: whole rows, or column chunks
+    (``fwd_chunk``); x stands in for a missing weight (the kernel does not read it then)."""
     n_rows, n_cols = x2d.shape
     args = (y, x2d, weight if weight is not None else x2d, rstd, x2d.stride(0), n_rows, n_cols, eps, offset)
-    return (cdiv(n_rows, tiles.BLOCK_SIZE_M),), args, forward_options(casting_mode, weight, tiles)
+    options = forward_options(casting_mode, weight, tiles)
+    kernel = _rms_norm_forward_kernel
+    if tiles.fwd_chunk:
+        kernel, options = _rms_norm_forward_chunked_kernel, {**options, "BLOCK_SIZE": tiles.fwd_chunk}
+    return kernel, (cdiv(n_rows, tiles.BLOCK_SIZE_M),), args, options
 
 
 def forward_options(casting_mode, weight, tiles: GpuTiles) -> dict:
@@ -747,11 +811,16 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: GpuT
     dx = dy2d if in_place else torch.empty_like(x2d)
     grid = tiles.GRID
     chunked = tiles.BWD_CHUNK > 0
-    if ds2d is not None and chunked:
-        raise ValueError("a residual gradient (ds) needs the whole-row backward; use BWD_CHUNK >= hidden")
+    onchip = chunked and tiles.BWD_WIDE == "onchip"
+    if ds2d is not None and chunked and not onchip:
+        raise ValueError(
+            "a residual gradient (ds) needs the whole-row backward or BWD_WIDE='onchip'; use BWD_CHUNK >= hidden"
+        )
+    if onchip:
+        check_onchip_tiles(tiles, weight is not None, device_of(x2d))
     atomic = tiles.DW_REDUCE == "atomic"
     columns = chunked and tiles.BWD_WIDE == "columns"
-    dw_out = DwOutputs(weight, n_cols, grid, atomic, chunked and not columns, rstd)
+    dw_out = DwOutputs(weight, n_cols, grid, atomic, chunked and tiles.BWD_WIDE == "reread", rstd)
     rows = tiles.bwd_block_size_m
     warps = tiles.bwd_num_warps
     w = weight if weight is not None else x2d
@@ -788,6 +857,28 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: GpuT
                 STAGES=tiles.bwd_stages,
                 **tile,
             )
+        elif onchip:
+            from kernels.rms_norm.onchip import _rms_norm_backward_onchip_kernel, onchip_options
+
+            if ds2d is not None:
+                ds2d = ds2d.contiguous()
+            launch(
+                _rms_norm_backward_onchip_kernel,
+                x2d,
+                (grid,),
+                dx,
+                dy2d,
+                ds2d if ds2d is not None else dy2d,
+                x2d,
+                w,
+                rstd,
+                *dw_out.pointers,
+                *sizes,
+                **onchip_options(
+                    meta["CASTING_MODE"], weight is not None, atomic, ds2d is not None, tiles.BWD_CHUNK,
+                    tiles.BLOCK_SIZE, warps,
+                ),
+            )  # fmt: skip
         elif chunked:
             launch(
                 _rms_norm_backward_chunked_kernel,
@@ -852,6 +943,25 @@ def check_staged_tiles(tiles: GpuTiles, x2d, dy2d, ds2d=None, weight=None, devic
             f"BWD_STAGES={tiles.bwd_stages} keeps {tiles.bwd_stages - 1} copies of the backward's "
             f"{tiles.bwd_block_size_m} x {width} row tiles in shared memory ({need} bytes), over the {limit} bytes "
             f"one program may use on {device.name}; lower BWD_STAGES or BWD_ROWS"
+        )
+
+
+def check_onchip_tiles(tiles: GpuTiles, has_weight: bool, device) -> None:
+    """ValueError where ``BWD_WIDE="onchip"`` cannot run: on a device whose Triton kernels run in
+    the interpreter (the kernel is Gluon, which compiles for NVIDIA GPUs only), or where its
+    partial dw (fp32, as wide as the row tile) exceeds the shared memory one program may use."""
+    if device.interpreted:
+        raise ValueError(
+            f"BWD_WIDE='onchip' is a Gluon kernel for NVIDIA GPUs; the {device.kind} runs Triton's interpreter, "
+            "which cannot run it: use BWD_WIDE='reread' (the same two walks, dw in global memory) or 'columns'"
+        )
+    limit = getattr(device, "shared_bytes_per_program", None)
+    need = 4 * tiles.BLOCK_SIZE if has_weight else 0
+    if limit and need > limit:
+        raise ValueError(
+            f"BWD_WIDE='onchip' keeps the partial dw of a {tiles.BLOCK_SIZE}-wide row tile in shared memory "
+            f"({need} bytes fp32), over the {limit} bytes one program may use on {device.name}; "
+            "use BWD_WIDE='columns' for rows this wide"
         )
 
 

@@ -342,8 +342,9 @@ GPU_BACKWARD_LOOP_PARAMS = (
         modes=BACKWARD_MODES,
     ),
 )
-# ... and RMSNorm's chunked backward for rows too wide for registers (the fused kernel keeps whole rows).
+# ... and RMSNorm's column chunks for rows too wide for registers (the fused kernels keep whole rows).
 GPU_BACKWARD_PARAMS = (
+    Param("FWD_CHUNK", ("auto",) + POW2, "auto", "forward column chunk (>= hidden: whole rows)"),
     Param(
         "BWD_CHUNK",
         ("auto",) + POW2,
@@ -355,7 +356,7 @@ GPU_BACKWARD_PARAMS = (
         "BWD_WIDE",
         gpu.WIDE_BACKWARDS,
         "columns",
-        "chunked rows: two kernels by columns, or one re-reading L2",
+        "chunked rows: two kernels by columns, one re-reading L2, or dw on chip (Gluon)",
         modes=BACKWARD_MODES,
     ),
     *GPU_BACKWARD_LOOP_PARAMS,
