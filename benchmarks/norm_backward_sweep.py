@@ -108,17 +108,23 @@ def onchip_configs(hidden: int, n_cores: int, shared_bytes: int):
     """The Gluon backward with the partial dw in shared memory (``BWD_WIDE="onchip"``): its chunk,
     warps and programs per SM, as many as the partials fit in one SM's shared memory."""
     width = 1 << (hidden - 1).bit_length()
-    for chunk, warps, per_sm in itertools.product((2048, 4096, 8192), (8, 16, 32), (1, 2, 3)):
+    for chunk, warps, per_sm, prefetch in itertools.product((2048, 4096, 8192), (8, 16, 32), (1, 2, 3), (False, True)):
         if chunk >= width or per_sm * 4 * width > shared_bytes or chunk // (32 * warps) < 4:
             continue
-        yield {"BWD_CHUNK": chunk, "BWD_WIDE": "onchip", "BWD_WARPS": warps, "GRID": per_sm * n_cores}
+        yield {
+            "BWD_CHUNK": chunk,
+            "BWD_WIDE": "onchip",
+            "BWD_WARPS": warps,
+            "GRID": per_sm * n_cores,
+            "BWD_PREFETCH": prefetch,
+        }
 
 
 def forward_configs(hidden: int):
     """The RMSNorm forward in column chunks (``FWD_CHUNK``), beside its whole-row default."""
     width = 1 << (hidden - 1).bit_length()
     for chunk, rows, warps in itertools.product((1024, 2048, 4096, 8192), (1, 2, 4), (4, 8, 16)):
-        if chunk < width and 4 <= rows * chunk // (32 * warps) <= 64:
+        if chunk < width and 4 <= rows * chunk // (32 * warps) <= 64 and rows * chunk <= gpu.MAX_TILE_ELEMENTS:
             yield {"FWD_CHUNK": chunk, "BLOCK_SIZE_M": rows, "num_warps": warps}
 
 

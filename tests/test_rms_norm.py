@@ -370,9 +370,9 @@ def test_gpu_staged_backward(rows, hidden, casting_mode, tiles):
     "rows, hidden, casting_mode, tiles",
     [
         (129, 32768, "llama", {"BWD_CHUNK": 4096}),
-        (257, 30000, "gemma", {"BWD_CHUNK": 8192, "BWD_WARPS": 32}),  # the last chunk masked
+        (257, 30000, "gemma", {"BWD_CHUNK": 8192, "BWD_WARPS": 32, "BWD_PREFETCH": True}),  # the last chunk masked
         (1, 16384, "none", {"BWD_CHUNK": 4096, "DW_REDUCE": "partials"}),  # one row, one program
-        (77, 5000, "llama", {"BWD_CHUNK": 64, "GRID": 5}),  # a chunk narrower than the warps
+        (77, 5000, "llama", {"BWD_CHUNK": 64, "GRID": 5, "BWD_PREFETCH": True}),  # a chunk narrower than the warps
     ],
 )
 def test_gpu_onchip_backward(rows, hidden, casting_mode, tiles):

@@ -46,6 +46,11 @@ registers (at hidden 32768 the row kernel spills and runs 2x slower than the chu
   from L2, with the program's partial ``dw`` in its own row of a ``[GRID, hidden]`` buffer. The
   H100 sweep measured it at 736 us for 4096 x 32768 bf16: the partial row's read-modify-write
   per row and the re-reads load L2 more than HBM.
+- ``onchip``: the same two walks with the partial ``dw`` in shared memory, a Gluon kernel
+  (:mod:`.onchip`, NVIDIA GPUs only: the interpreter cannot run it).
+
+The forward holds whole rows unless ``FWD_CHUNK`` is below the row width: then
+``_rms_norm_forward_chunked_kernel`` walks each row twice in chunks, the second walk from L2.
 
 Why one long module: the forward, the three backward forms and their tile resolution are one
 op's GPU kernels, read top to bottom as one explanation (Liger's one-file-per-op, Triton's
@@ -606,12 +611,6 @@ def resolve_tiles(
         BLOCK_SIZE_M = default_block_size_m(n_cols)
     elif not is_power_of_two(BLOCK_SIZE_M):
         raise ValueError(f"BLOCK_SIZE_M={BLOCK_SIZE_M!r} must be a power of two (1, 2, 4, …)")
-    if BLOCK_SIZE * BLOCK_SIZE_M > MAX_TILE_ELEMENTS:
-        raise ValueError(
-            f"BLOCK_SIZE_M={BLOCK_SIZE_M} x BLOCK_SIZE={BLOCK_SIZE} = {BLOCK_SIZE * BLOCK_SIZE_M} elements "
-            f"exceeds the {MAX_TILE_ELEMENTS}-element tile a program can hold; lower BLOCK_SIZE_M to "
-            f"{max(1, MAX_TILE_ELEMENTS // BLOCK_SIZE)} or less"
-        )
     if FWD_CHUNK == "auto":
         FWD_CHUNK = FWD_CHUNK_DEFAULT if BLOCK_SIZE >= FWD_WHOLE_ROW_LIMIT and not residual else BLOCK_SIZE
     elif not (is_power_of_two(FWD_CHUNK) and 16 <= FWD_CHUNK <= MAX_TILE_ELEMENTS):
@@ -620,6 +619,14 @@ def resolve_tiles(
             f"column chunk; {BLOCK_SIZE} or more keeps whole rows) or 'auto'"
         )
     fwd_chunk = 0 if FWD_CHUNK >= BLOCK_SIZE else FWD_CHUNK
+    width = fwd_chunk or BLOCK_SIZE  # the forward tile's columns
+    if width * BLOCK_SIZE_M > MAX_TILE_ELEMENTS:
+        name = "FWD_CHUNK" if fwd_chunk else "BLOCK_SIZE"
+        raise ValueError(
+            f"BLOCK_SIZE_M={BLOCK_SIZE_M} x {name}={width} = {width * BLOCK_SIZE_M} elements "
+            f"exceeds the {MAX_TILE_ELEMENTS}-element tile a program can hold; lower BLOCK_SIZE_M to "
+            f"{max(1, MAX_TILE_ELEMENTS // width)} or less"
+        )
     explicit_warps = num_warps != "auto"
     if not explicit_warps:
         num_warps = default_forward_warps((fwd_chunk or BLOCK_SIZE) * BLOCK_SIZE_M)
@@ -645,8 +652,8 @@ def resolve_tiles(
     if not auto_rows or explicit_warps:
         # The forward's tiles given: the backward takes them, one program per SM, the plain loop.
         per_core, prefetch, reload_w, stages = 1, False, False, 1
-    if not auto_rows:
-        bwd_rows = BLOCK_SIZE_M
+    if not auto_rows:  # within the backward's own tile (a chunked forward's rows may be more)
+        bwd_rows = min(BLOCK_SIZE_M, max(1, MAX_TILE_ELEMENTS // (chunk or BLOCK_SIZE)))
     if explicit_warps:
         bwd_warps = num_warps
     if BWD_ROWS != "auto":
@@ -876,7 +883,7 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: GpuT
                 *sizes,
                 **onchip_options(
                     meta["CASTING_MODE"], weight is not None, atomic, ds2d is not None, tiles.BWD_CHUNK,
-                    tiles.BLOCK_SIZE, warps,
+                    tiles.BLOCK_SIZE, warps, tiles.bwd_prefetch,
                 ),
             )  # fmt: skip
         elif chunked:

@@ -63,6 +63,7 @@ def _rms_norm_backward_onchip_kernel(
     N_CHUNKS: gl.constexpr,
     VECTOR: gl.constexpr,
     WARPS: gl.constexpr,
+    PREFETCH: gl.constexpr,
 ):
     """dx for rows ``pid, pid + GRID, …`` and their dw, the partial dw in shared memory."""
     layout: gl.constexpr = gl.BlockedLayout([VECTOR], [32], [WARPS], [0])
@@ -78,13 +79,24 @@ def _rms_norm_backward_onchip_kernel(
         base = row.to(gl.int64) * row_stride
         rstd = gl.load(RSTD_ptr + row)
 
-        # Walk 1: sum(m * v) over the row; the row stays in L2 for walk 2.
+        # Walk 1: sum(m * v) over the row; the row stays in L2 for walk 2. PREFETCH: chunk k + 1's
+        # loads are issued before chunk k's arithmetic (masked off past the row's end).
         acc = gl.zeros([CHUNK], gl.float32, layout)
+        if PREFETCH:
+            v_next = gl.load(X_ptr + base + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
+            m_next = gl.load(DY_ptr + base + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
         for k in range(N_CHUNKS):
             c = k * CHUNK + cols
             mask = c < n_cols
-            v = gl.load(X_ptr + base + c, mask=mask, other=0.0, eviction_policy="evict_last").to(gl.float32)
-            m = gl.load(DY_ptr + base + c, mask=mask, other=0.0, eviction_policy="evict_last").to(gl.float32)
+            if PREFETCH:
+                v = v_next.to(gl.float32)
+                m = m_next.to(gl.float32)
+                ahead = c + CHUNK
+                v_next = gl.load(X_ptr + base + ahead, mask=ahead < n_cols, other=0.0, eviction_policy="evict_last")
+                m_next = gl.load(DY_ptr + base + ahead, mask=ahead < n_cols, other=0.0, eviction_policy="evict_last")
+            else:
+                v = gl.load(X_ptr + base + c, mask=mask, other=0.0, eviction_policy="evict_last").to(gl.float32)
+                m = gl.load(DY_ptr + base + c, mask=mask, other=0.0, eviction_policy="evict_last").to(gl.float32)
             if HAS_WEIGHT:
                 m = m * (gl.load(W_ptr + c, mask=mask, other=0.0).to(gl.float32) + offset)
             acc += m * v
@@ -145,7 +157,14 @@ def _finish_dw(DW32_ptr, DW_ptr, COUNTER_ptr, n_cols, n_programs, cols, CHUNK: g
 
 
 def onchip_options(
-    casting_mode_code: int, has_weight: bool, dw_atomic: bool, has_ds: bool, chunk: int, block: int, warps: int
+    casting_mode_code: int,
+    has_weight: bool,
+    dw_atomic: bool,
+    has_ds: bool,
+    chunk: int,
+    block: int,
+    warps: int,
+    prefetch: bool,
 ) -> dict:
     """The compile-time keywords of the kernel's launch. A chunk narrower than ``warps`` warps
     (32 threads each) runs on fewer warps, so that no thread holds a copy of another's columns."""
@@ -161,5 +180,6 @@ def onchip_options(
         # vectorised loads and shared-memory accesses.
         "VECTOR": max(1, min(8, chunk // (32 * warps))),
         "WARPS": warps,
+        "PREFETCH": prefetch,
         "num_warps": warps,
     }
