@@ -447,3 +447,21 @@ def test_an_interpreted_launch_patches_triton_language_once_and_leaves_it_as_it_
     assert calls["module_patches"] <= 2 * 2 * calls["launches"], calls
     assert [dict(vars(m)) for m in (tl, tl.core, tl.tensor)] == before
     assert launch._PATCHED_LANGS[0] is None
+
+
+def test_rows_from_32768_walk_the_forward_in_chunks_and_the_fused_rows_stay_whole():
+    """FWD_CHUNK "auto": RMSNorm rows of 32768 or more in chunks of 8192 on 16 warps, one row a
+    program; narrower rows and the fused family's whole; a chunk given at or above the row keeps
+    it whole. A chunked forward skips the tuned table's whole-row tiles, and says so."""
+    from kernels.rms_norm import gpu
+    from kernels.runtime import described_device
+
+    wide = gpu.resolve_tiles(4096, 32768, 132)
+    assert (wide.fwd_chunk, wide.BLOCK_SIZE_M, wide.num_warps) == (8192, 1, 16)
+    assert gpu.resolve_tiles(4096, 16384, 132).fwd_chunk == 0
+    assert gpu.resolve_tiles(4096, 32768, 132, residual=True).fwd_chunk == 0
+    assert gpu.resolve_tiles(4096, 32768, 132, FWD_CHUNK=32768).fwd_chunk == 0
+    assert gpu.resolve_tiles(4096, 32768, 132, FWD_CHUNK=4096, BLOCK_SIZE_M=16).BLOCK_SIZE_M == 16
+    h200 = described_device("cuda", name="NVIDIA H200", num_cores=132, shared_bytes_per_program=232448)
+    tiles = gpu.tiles_for_rows(4096, 32768, h200)
+    assert tiles.fwd_chunk == 8192 and tiles.source.startswith("heuristic (forward in chunks")

@@ -47,7 +47,9 @@ registers (at hidden 32768 the row kernel spills and runs 2x slower than the chu
   H100 sweep measured it at 736 us for 4096 x 32768 bf16: the partial row's read-modify-write
   per row and the re-reads load L2 more than HBM.
 - ``onchip``: the same two walks with the partial ``dw`` in shared memory, a Gluon kernel
-  (:mod:`.onchip`, NVIDIA GPUs only: the interpreter cannot run it).
+  (:mod:`.onchip`, NVIDIA GPUs only: the interpreter cannot run it). Measured slower than
+  ``columns`` at 32768 and than whole rows at 16384 on the H200 (its docstring has the figures),
+  so it is a choice, not a default.
 
 The forward holds whole rows unless ``FWD_CHUNK`` is below the row width: then
 ``_rms_norm_forward_chunked_kernel`` walks each row twice in chunks, the second walk from L2.
@@ -112,9 +114,13 @@ WIDE_BACKWARDS = ("columns", "reread", "onchip")
 BWD_WHOLE_ROW_MAX = 16384
 BWD_CHUNK_DEFAULT = 4096
 # RMSNorm's forward walks rows of FWD_WHOLE_ROW_LIMIT elements or more in chunks of
-# FWD_CHUNK_DEFAULT (the fused family's forward keeps whole rows).
-FWD_WHOLE_ROW_LIMIT = MAX_TILE_ELEMENTS * 2  # not yet measured: every row whole
-FWD_CHUNK_DEFAULT = 4096
+# FWD_CHUNK_DEFAULT, one row per program on 16 warps (the fused family's forward keeps whole
+# rows). From the H200 sweep (benchmarks/norm_backward_sweep.py --forms forward, 4096 rows bf16,
+# kernel time with the L2 flushed, two calls): at hidden 32768 chunks of 8192 took 149.3 us
+# against the whole row's 161.9 (the tuned whole-row tiles, 156.6 in their table); at 16384 and
+# 8192 the chunks came within 1 us of the whole row (70.8 against 71.5; 35.7 against 36.9).
+FWD_WHOLE_ROW_LIMIT = 32768
+FWD_CHUNK_DEFAULT = 8192
 
 
 @dataclass(frozen=True)
@@ -1072,7 +1078,9 @@ def with_tuned_tiles(family: str, dev, n_rows: int, n_cols: int, tiles: dict, **
     key = tuned_tables.device_key(dev)
     found = tuned_tables.choose(family, key, n_cols, tiles, TUNED_TILES)
     result = dataclasses.replace(base, source=found.source)
-    if found.tiles:  # else no entry, or an empty one: the tune kept the rule at this size
+    if found.tiles and base.fwd_chunk:  # the forward's table holds whole rows' tiles
+        result = dataclasses.replace(result, source="heuristic (forward in chunks: the tuned table's rows are whole)")
+    elif found.tiles:  # else no entry, or an empty one: the tune kept the rule at this size
         tuned, why = _with_entry(n_rows, n_cols, dev, fixed, tiles, found.tiles)
         if tuned is None:
             result = dataclasses.replace(result, source=f"heuristic (tuned tiles {found.tiles} do not fit: {why})")

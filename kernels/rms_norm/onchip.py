@@ -25,7 +25,18 @@ per program at the end (added atomically into an fp32 dw, the last program casti
 written to a row of ``[GRID, hidden]`` partials the host sums: ``DW_REDUCE``).
 
 Shared memory holds ``4 * N_CHUNKS * CHUNK`` bytes (128 KB at hidden 32768), so one program runs
-per SM at that width. :func:`check_onchip_tiles` refuses widths whose partial does not fit.
+per SM at that width. ``gpu.check_onchip_tiles`` refuses widths whose partial does not fit.
+
+Measured (H200, 4096 rows bf16, kernel time with the L2 flushed, ``benchmarks/norm_backward_sweep.py
+--forms onchip``, two calls): slower than the defaults at every width tried, so it is not one.
+Hidden 32768: 358.0 us at best (chunks of 8192 on 32 warps, ``BWD_PREFETCH``) against the
+``columns`` form's 327.1; 16384: 163.8 (chunks of 2048, 16 warps, two programs per SM) against
+the whole-row kernel's 138.9, which spills; the fused family at 16384: 206.6 against 193.6. Each
+program reaches 52-60% of the copy bandwidth: with one row's loads at a time in flight per
+program, and one or two programs per SM (the partial fills the shared memory), the loads' latency
+is not hidden; loading the next chunk ahead in registers (``BWD_PREFETCH``) changed 1-3%.
+Staging x and dy through shared memory with asynchronous copies, beside the partial, is the
+next thing to try.
 
 Gluon compiles for NVIDIA GPUs only: the CPU's Triton interpreter cannot run this kernel, so on
 the CPU ``BWD_WIDE="onchip"`` is refused with what to use instead (:mod:`.gpu`'s ``reread``
