@@ -290,3 +290,35 @@ def test_a_process_that_outlives_its_command_names_what_holds_it():
     assert "Timeout" in held.stderr and "holder_of_the_exit" in held.stderr, held.stderr[-2000:]
     prompt = run(0)
     assert prompt.returncode == 2 and "Timeout" not in prompt.stderr, prompt.stderr[-2000:]
+
+
+def test_a_process_that_used_cuda_leaves_after_pythons_teardown_and_before_the_native_one():
+    """workbench.cli.entry where CUDA was used: the non-daemon threads joined and the atexit
+    functions run, then the process leaves with the command's code before the native libraries'
+    exit handlers (here one that aborts: had it run, the exit would be SIGABRT's)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    code = (
+        "import atexit, ctypes, sys, threading, time\n"
+        "import workbench.cli as cli\n"
+        "libc = ctypes.CDLL(None)\n"
+        "libc.__cxa_atexit.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]\n"
+        "libc.__cxa_atexit(ctypes.cast(libc.abort, ctypes.c_void_p), None, None)\n"
+        "atexit.register(lambda: print('atexit ran', flush=True))\n"
+        "threading.Thread(target=lambda: (time.sleep(0.5), print('thread done', flush=True))).start()\n"
+        "cli._used_cuda = lambda: {used}\n"
+        "sys.argv = ['workbench', 'bench', 'nosuchfamily']\n"
+        "cli.entry()\n"
+    )
+    used = subprocess.run(
+        [sys.executable, "-c", code.format(used=True)], capture_output=True, text=True, cwd=root, timeout=120
+    )
+    assert used.returncode == 2 and "unknown kernel family" in used.stderr, used.stderr[-2000:]
+    assert used.stdout.splitlines()[-2:] == ["thread done", "atexit ran"], used.stdout
+    plain = subprocess.run(
+        [sys.executable, "-c", code.format(used=False)], capture_output=True, text=True, cwd=root, timeout=120
+    )
+    assert plain.returncode == -6, (plain.returncode, plain.stderr[-2000:])  # the native handler ran: abort

@@ -82,16 +82,48 @@ def entry() -> None:
 
     Once the command has returned, a watchdog prints every thread's stack to stderr if the process
     is still alive :data:`EXIT_WATCH_S` seconds later (faulthandler's; it does not stop the
-    process), so a library's thread or teardown that holds the exit names itself: GPU suite runs
-    of the norm targets outlived their finished command until their step limit (570 s once, and
-    53 s past the last line at 83dd028, before a 60 s watchdog could speak). A process that ends
-    in time (its compile processes and Inductor's stopped: a few seconds) prints nothing. Not
-    armed by :func:`main` itself, which tests call in their own process."""
+    process), so a thread or an exit function of Python's that holds the exit names itself. A
+    process that ends in time (its compile processes and Inductor's stopped: a few seconds)
+    prints nothing. Not armed by :func:`main` itself, which tests call in their own process.
+
+    Where the process used CUDA, it leaves by :func:`_exit_after_python_teardown`: GPU suite runs
+    of the norm targets outlived their finished command until their step limit (165 s at 83dd028,
+    185 s at bd1262d, 63 s after the last line) with the 15 s watchdog silent, so what held them
+    ran after Python's own teardown, in the native libraries' exit handlers (the profiler's
+    Kineto and CUPTI are loaded there)."""
     code = main()
     import faulthandler
 
     faulthandler.dump_traceback_later(EXIT_WATCH_S, exit=False)
+    if _used_cuda():
+        _exit_after_python_teardown(code)
     raise SystemExit(code)
+
+
+def _used_cuda() -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.cuda.is_initialized()
+
+
+def _exit_after_python_teardown(code: int) -> None:
+    """Python's exit steps in its own order (the non-daemon threads joined, the ``atexit``
+    functions run: the compile processes and Inductor's pool stop there), the streams flushed,
+    then ``os._exit``: the native libraries' exit handlers, which run after Python's teardown
+    where no watchdog can name them, do not run. The driver frees the device at process exit."""
+    import atexit
+    import os
+    import threading
+
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()  # as Python's exit does; the watchdog names one that holds
+    atexit._run_exitfuncs()  # public in effect: the atexit module's documented "run them now" hook
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed or broken stream: nothing left to say there
+            pass
+    os._exit(code)
 
 
 def main(argv=None) -> int:
