@@ -198,22 +198,11 @@ def _rms_norm_forward_kernel(
 
 @triton.jit
 def _rms_norm_forward_chunked_kernel(
-    Y_ptr,
-    X_ptr,
-    W_ptr,
-    RSTD_ptr,
-    row_stride,
-    n_rows,
-    n_cols,
-    eps,
-    offset,
-    CASTING_MODE: tl.constexpr,
-    HAS_WEIGHT: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr,  # the chunk width (FWD_CHUNK), below the row width
-    BLOCK_SIZE_M: tl.constexpr,
-):
-    """The forward of BLOCK_SIZE_M rows walked twice in column chunks: the sums of squares, then
-    y. Walk 1 loads x with ``evict_last`` so the rows stay in L2 for walk 2, which reads them
+    Y_ptr, X_ptr, W_ptr, RSTD_ptr, row_stride, n_rows, n_cols, eps, offset, CASTING_MODE: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_SIZE_M: tl.constexpr,
+):  # fmt: skip
+    """The forward of BLOCK_SIZE_M rows walked twice in column chunks of BLOCK_SIZE (``FWD_CHUNK``,
+    below the row width): the sums of squares, then y. Walk 1 loads x with ``evict_last`` so the rows stay in L2 for walk 2, which reads them
     from there (``evict_first``: done with). HBM sees x once, as in the whole-row kernel, while a
     program holds one chunk instead of a row: more programs per SM keep loads in flight."""
     rows = tl.program_id(0) * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)

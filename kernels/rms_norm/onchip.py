@@ -52,31 +52,13 @@ from triton.experimental.gluon import language as gl
 
 @gluon.jit
 def _rms_norm_backward_onchip_kernel(
-    DX_ptr,
-    DY_ptr,
-    DS_ptr,
-    X_ptr,
-    W_ptr,
-    RSTD_ptr,
-    DW_partial_ptr,
-    DW32_ptr,
-    DW_ptr,
-    COUNTER_ptr,
-    row_stride,
-    n_rows,
-    n_cols,
-    offset,
-    CASTING_MODE: gl.constexpr,  # 0 llama, 1 gemma, 2 none
-    HAS_WEIGHT: gl.constexpr,
-    DW_ATOMIC: gl.constexpr,
-    HAS_DS: gl.constexpr,
-    CHUNK: gl.constexpr,
-    N_CHUNKS: gl.constexpr,
-    VECTOR: gl.constexpr,
-    WARPS: gl.constexpr,
+    DX_ptr, DY_ptr, DS_ptr, X_ptr, W_ptr, RSTD_ptr, DW_partial_ptr, DW32_ptr, DW_ptr, COUNTER_ptr, row_stride, n_rows,
+    n_cols, offset, CASTING_MODE: gl.constexpr, HAS_WEIGHT: gl.constexpr, DW_ATOMIC: gl.constexpr,
+    HAS_DS: gl.constexpr, CHUNK: gl.constexpr, N_CHUNKS: gl.constexpr, VECTOR: gl.constexpr, WARPS: gl.constexpr,
     PREFETCH: gl.constexpr,
-):
-    """dx for rows ``pid, pid + GRID, …`` and their dw, the partial dw in shared memory."""
+):  # fmt: skip
+    """dx for rows ``pid, pid + GRID, …`` and their dw, the partial dw in shared memory
+    (``CASTING_MODE``: 0 llama, 1 gemma, 2 none)."""
     layout: gl.constexpr = gl.BlockedLayout([VECTOR], [32], [WARPS], [0])
     pid = gl.program_id(0)
     n_programs = gl.num_programs(0)
