@@ -202,9 +202,10 @@ def _rms_norm_forward_chunked_kernel(
     HAS_WEIGHT: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_SIZE_M: tl.constexpr,
 ):  # fmt: skip
     """The forward of BLOCK_SIZE_M rows walked twice in column chunks of BLOCK_SIZE (``FWD_CHUNK``,
-    below the row width): the sums of squares, then y. Walk 1 loads x with ``evict_last`` so the rows stay in L2 for walk 2, which reads them
-    from there (``evict_first``: done with). HBM sees x once, as in the whole-row kernel, while a
-    program holds one chunk instead of a row: more programs per SM keep loads in flight."""
+    below the row width): the sums of squares, then y. Walk 1 loads x with ``evict_last`` so the
+    rows stay in L2 for walk 2, which reads them from there (``evict_first``: done with). HBM sees
+    x once, as in the whole-row kernel, while a program holds one chunk instead of a row: more
+    programs per SM keep loads in flight."""
     rows = tl.program_id(0) * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
     row_mask = rows < n_rows
     row_offsets = rows.to(tl.int64)[:, None] * row_stride
@@ -860,26 +861,11 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: GpuT
                 **tile,
             )
         elif onchip:
-            from kernels.rms_norm.onchip import _rms_norm_backward_onchip_kernel, onchip_options
+            from kernels.rms_norm.onchip import rms_norm_backward_onchip  # Gluon: imported where it runs
 
-            if ds2d is not None:
-                ds2d = ds2d.contiguous()
-            launch(
-                _rms_norm_backward_onchip_kernel,
-                x2d,
-                (grid,),
-                dx,
-                dy2d,
-                ds2d if ds2d is not None else dy2d,
-                x2d,
-                w,
-                rstd,
-                *dw_out.pointers,
-                *sizes,
-                **onchip_options(
-                    meta["CASTING_MODE"], weight is not None, atomic, ds2d is not None, tiles.BWD_CHUNK,
-                    tiles.BLOCK_SIZE, warps, tiles.bwd_prefetch,
-                ),
+            rms_norm_backward_onchip(
+                dx, dy2d, ds2d, x2d, w, rstd, dw_out.pointers, sizes, grid,
+                onchip_options_of(tiles, meta["CASTING_MODE"], weight is not None, ds2d is not None),
             )  # fmt: skip
         elif chunked:
             launch(
@@ -946,6 +932,16 @@ def check_staged_tiles(tiles: GpuTiles, x2d, dy2d, ds2d=None, weight=None, devic
             f"{tiles.bwd_block_size_m} x {width} row tiles in shared memory ({need} bytes), over the {limit} bytes "
             f"one program may use on {device.name}; lower BWD_STAGES or BWD_ROWS"
         )
+
+
+def onchip_options_of(tiles: GpuTiles, casting_code: int, has_weight: bool, has_ds: bool) -> dict:
+    """The on-chip backward's compile-time options from the resolved tiles (:mod:`.onchip`)."""
+    from kernels.rms_norm.onchip import onchip_options
+
+    return onchip_options(
+        casting_code, has_weight, tiles.DW_REDUCE == "atomic", has_ds, tiles.BWD_CHUNK, tiles.BLOCK_SIZE,
+        tiles.bwd_num_warps, tiles.bwd_prefetch,
+    )  # fmt: skip
 
 
 def check_onchip_tiles(tiles: GpuTiles, has_weight: bool, device) -> None:

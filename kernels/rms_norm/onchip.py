@@ -49,6 +49,8 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+from kernels.launch import launch
+
 
 @gluon.jit
 def _rms_norm_backward_onchip_kernel(
@@ -176,3 +178,11 @@ def onchip_options(
         "PREFETCH": prefetch,
         "num_warps": warps,
     }
+
+
+def rms_norm_backward_onchip(dx, dy2d, ds2d, x2d, w, rstd, dw_pointers, sizes, grid: int, options: dict) -> None:
+    """Launch the kernel over ``grid`` programs: dx into ``dx``, dw through ``dw_pointers`` (the
+    four of ``gpu.DwOutputs``); ``sizes``: x's row stride, rows, columns and the weight's offset;
+    ``options``: :func:`onchip_options`. ``ds2d``: the fused family's residual gradient, or None."""
+    ds = ds2d.contiguous() if ds2d is not None else dy2d  # unread without HAS_DS
+    launch(_rms_norm_backward_onchip_kernel, x2d, (grid,), dx, dy2d, ds, x2d, w, rstd, *dw_pointers, *sizes, **options)
