@@ -35,6 +35,37 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$RES/gpu.txt"
 cat "$RES/gpu.txt"
 
+# `timeout LIMIT CMD...`, and HANG_DUMP_S seconds before the limit, if the command still runs,
+# the stacks of every process under it (Python's and the native ones, py-spy's `dump --native`;
+# py-spy is carried in .whl) are appended to $RES/hangs.txt: a process that outlives its work
+# names what holds it, even where the hang is below Python (the suite's exit, issue 57).
+HANG_DUMP_S=${HANG_DUMP_S:-10}
+PYSPY=$(command -v py-spy || echo /tmp/site/bin/py-spy)
+descendants() {
+  local child
+  for child in $(pgrep -P "$1"); do echo "$child"; descendants "$child"; done
+}
+dump_stacks() {
+  echo "=== $(date -u +%T) still running at its limit less ${HANG_DUMP_S} s: $*"
+  [ -x "$PYSPY" ] || { echo "(no py-spy at $PYSPY)"; return 0; }
+  local pid
+  for pid in $(descendants "$1"); do
+    echo "--- pid $pid: $(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | cut -c1-200)"
+    timeout 20 "$PYSPY" dump --native --pid "$pid" 2>&1 | head -120
+  done
+}
+bounded() {
+  local limit=$1; shift
+  timeout "$limit" "$@" &
+  local pid=$!
+  ( sleep $((limit > HANG_DUMP_S ? limit - HANG_DUMP_S : 1)) && dump_stacks "$pid" "$@" ) >>"$RES/hangs.txt" 2>&1 &
+  local watcher=$!
+  wait "$pid"
+  local rc=$?
+  pkill -P "$watcher" 2>/dev/null; kill "$watcher" 2>/dev/null; wait "$watcher" 2>/dev/null
+  return $rc
+}
+
 step() {
   local name=$1; shift
   local limit=${name^^}_TIMEOUT
@@ -52,20 +83,20 @@ step() {
            # --maxschedchunk 1: each worker starts with two consecutive tests, and the long ones sit
            # at every other place (tests/conftest.py), so each starts at once on its own worker.
            python3 -c "import xdist" 2>/dev/null && parallel=(-n "${TEST_WORKERS:-8}" --maxschedchunk 1)
-           { WORKBENCH_TEST_LOG=$RES/test_times.txt timeout "$t" python3 -m pytest -m "gpu and not exclusive" \
+           { WORKBENCH_TEST_LOG=$RES/test_times.txt bounded "$t" python3 -m pytest -m "gpu and not exclusive" \
                "${parallel[@]}" "${common[@]}" $modules
-             WORKBENCH_TEST_LOG=$RES/test_times.txt timeout "$t" python3 -m pytest -m "gpu and exclusive" "${common[@]}" $modules
+             WORKBENCH_TEST_LOG=$RES/test_times.txt bounded "$t" python3 -m pytest -m "gpu and exclusive" "${common[@]}" $modules
            } 2>&1 | tee -a "$RES/pytest_gpu.txt" | tail -40
            echo "tests step: $((SECONDS - started)) s" | tee -a "$RES/pytest_gpu.txt" ;;
     suite) local suite=$1; shift
            local dir=${SUITE_OUT:-$RES/$suite}
-           timeout "$t" python3 -m workbench bench --suite "$suite" --device cuda --out "$dir" --resume "$@" 2>&1 \
+           bounded "$t" python3 -m workbench bench --suite "$suite" --device cuda --out "$dir" --resume "$@" 2>&1 \
              | tee -a "$RES/suite_$suite.txt" | tail -${SUITE_TAIL:-60} ;;
-    profile) timeout "$t" python3 benchmarks/profile_calls.py --out "$RES" "$@" 2>&1 | tee -a "$RES/profile.txt" | tail -80 ;;
-    tune) timeout "$t" python3 benchmarks/tune_tiles.py --out "$RES" "$@" 2>&1 | tee -a "$RES/tune.txt" | tail -80 ;;
-    report) timeout "$t" python3 -m workbench report --device cuda --out "${REPORT_OUT:-$RES/notebooks}" "$@" 2>&1 \
+    profile) bounded "$t" python3 benchmarks/profile_calls.py --out "$RES" "$@" 2>&1 | tee -a "$RES/profile.txt" | tail -80 ;;
+    tune) bounded "$t" python3 benchmarks/tune_tiles.py --out "$RES" "$@" 2>&1 | tee -a "$RES/tune.txt" | tail -80 ;;
+    report) bounded "$t" python3 -m workbench report --device cuda --out "${REPORT_OUT:-$RES/notebooks}" "$@" 2>&1 \
               | tee -a "$RES/report.txt" | tail -40 ;;
-    run) timeout "$t" "$@" 2>&1 | tee -a "$RES/run.txt" | tail -80 ;;
+    run) bounded "$t" "$@" 2>&1 | tee -a "$RES/run.txt" | tail -80 ;;
     *) echo "gpu_run.sh: unknown step '$name' (tests, suite, profile, tune, report, run)"; return 2 ;;
   esac
 }
