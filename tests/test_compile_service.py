@@ -404,3 +404,17 @@ def test_a_sessions_edge_checks_are_all_submitted_before_the_first_runs(fake_ser
             )
             assert job.key in keys, c.verdict["edge"]
     assert "gpu_row: edge shapes:" in capsys.readouterr().out
+
+
+def test_a_session_starts_the_compile_processes_when_it_is_made(fake_service, monkeypatch):
+    """A Session on a device that compiles ahead starts the service's processes in its
+    constructor (its first sweep or Explorer launch then finds them ready); where nothing is
+    compiled ahead (``for_kind`` answers None: the CPU) nothing starts."""
+    from widgets import Session
+
+    service, pool = fake_service
+    monkeypatch.setattr(compile_service, "for_kind", lambda kind: service)
+    Session("rms_norm", device="cpu", dtype="fp32", quick=True, headless=True, store=False)
+    assert pool.started_before == 0  # started, before any submission
+    monkeypatch.setattr(compile_service, "for_kind", lambda kind: None)
+    assert compile_service.start("cpu") is False

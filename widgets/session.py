@@ -154,6 +154,11 @@ class Session:
         # A peer's one-off builds (PyJuice's nvcc extensions) start now, in the background, as
         # the suite's do: the notebook's first sweeps overlap them instead of waiting on them.
         self.prebuilding = self.spec.start_prebuilds(self.device.kind)
+        # The compile processes start now on a GPU (their imports take seconds), so the first
+        # sweep, tune or Explorer launch finds them ready; nothing on the CPU or the NPU.
+        from workbench.compiling import service as compile_service
+
+        compile_service.start(self.device.kind)
         if store is False:
             self.store = None
         elif store is None or store is True:

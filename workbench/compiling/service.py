@@ -74,7 +74,8 @@ class CompileService:
 
     def start(self) -> None:
         """Start the compile processes now (they otherwise start with the first submission): for a
-        caller that knows work is coming, the Explorer from its first launch. Once only."""
+        caller that knows work is coming, a notebook's Session when it is made (widgets/session.py)
+        and the Explorer at its first launch. Once only."""
         with self._lock:
             if not self._start_asked:
                 self._start_asked = True
