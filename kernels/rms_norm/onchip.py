@@ -32,7 +32,7 @@ Measured (H200, 4096 rows bf16, kernel time with the L2 flushed, ``benchmarks/no
 Hidden 32768: 358.0 us at best (chunks of 8192 on 32 warps, ``BWD_PREFETCH``) against the
 ``columns`` form's 327.1; 16384: 163.8 (chunks of 2048, 16 warps, two programs per SM) against
 the whole-row kernel's 138.9, which spills; the fused family at 16384: 206.6 against 193.6. Each
-program reaches 52-60% of the copy bandwidth: with one row's loads at a time in flight per
+form of it reached 51-62% of the copy bandwidth: with one row's loads at a time in flight per
 program, and one or two programs per SM (the partial fills the shared memory), the loads' latency
 is not hidden; loading the next chunk ahead in registers (``BWD_PREFETCH``) changed 1-3%.
 Staging x and dy through shared memory with asynchronous copies, beside the partial, is the
@@ -41,7 +41,7 @@ next thing to try.
 Gluon compiles for NVIDIA GPUs only: the CPU's Triton interpreter cannot run this kernel, so on
 the CPU ``BWD_WIDE="onchip"`` is refused with what to use instead (:mod:`.gpu`'s ``reread``
 walks the rows the same way with the partial in global memory). The GPU tests compare it with
-the PyTorch reference, forward and every gradient (``tests/test_rms_norm_gpu.py``).
+the PyTorch reference, forward and every gradient (``tests/test_rms_norm.py``, ``-m gpu``).
 """
 
 from __future__ import annotations
