@@ -22,9 +22,12 @@ def no_shared_executor(shared_ray):
     close_shared()
 
 
-def test_sessions_share_one_ray_executor_whose_actors_start_once(no_shared_executor, tmp_path):
+def test_sessions_share_one_ray_executor_whose_actors_start_once(no_shared_executor, tmp_path, monkeypatch):
     from widgets import Session
+    from workbench.compiling import service as compile_service
 
+    started = []  # the local compile processes: a Ray session's sweeps compile on Ray's workers
+    monkeypatch.setattr(compile_service, "start", started.append)
     options = {"num_cpus": 2}
     first = Session("rms_norm", device="cpu", quick=True, headless=True, out_dir=tmp_path, store=False,
                     executor="ray", executor_options=options)  # fmt: skip
@@ -33,6 +36,7 @@ def test_sessions_share_one_ray_executor_whose_actors_start_once(no_shared_execu
     second = Session("rms_norm", device="cpu", quick=True, headless=True, out_dir=tmp_path, store=False,
                      executor="ray", executor_options=options)  # fmt: skip
     assert second._executor(None, None) is executor
+    assert started == []  # neither session started a local pool for sweeps that run on Ray
 
     runs = []
     for session, hidden in ((first, [64, 100]), (second, [128])):

@@ -155,10 +155,13 @@ class Session:
         # the suite's do: the notebook's first sweeps overlap them instead of waiting on them.
         self.prebuilding = self.spec.start_prebuilds(self.device.kind)
         # The compile processes start now on a GPU (their imports take seconds), so the first
-        # sweep, tune or Explorer launch finds them ready; nothing on the CPU or the NPU.
-        from workbench.compiling import service as compile_service
+        # sweep, tune or Explorer launch finds them ready; nothing on the CPU or the NPU. A Ray
+        # session's sweeps compile on Ray's own workers: its local pool waits for a local
+        # measurement, so as not to take the host's cores while Ray's actors start.
+        if executor != "ray":
+            from workbench.compiling import service as compile_service
 
-        compile_service.start(self.device.kind)
+            compile_service.start(self.device.kind)
         if store is False:
             self.store = None
         elif store is None or store is True:
