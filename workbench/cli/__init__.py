@@ -117,7 +117,7 @@ def _exit_after_python_teardown(code: int) -> None:
     for thread in threading.enumerate():
         if thread is not threading.main_thread() and not thread.daemon:
             thread.join()  # as Python's exit does; the watchdog names one that holds
-    atexit._run_exitfuncs()  # public in effect: the atexit module's documented "run them now" hook
+    atexit._run_exitfuncs()  # private but stable (Python 3.0 on): the registered functions, now
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
