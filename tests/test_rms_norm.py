@@ -449,12 +449,16 @@ def test_an_interpreted_launch_patches_triton_language_once_and_leaves_it_as_it_
     assert launch._PATCHED_LANGS[0] is None
 
 
-def test_rows_from_32768_walk_the_forward_in_chunks_and_the_fused_rows_stay_whole():
+def test_rows_from_32768_walk_the_forward_in_chunks_and_the_fused_rows_stay_whole(tables):
     """FWD_CHUNK "auto": RMSNorm rows of 32768 or more in chunks of 8192 on 16 warps, one row a
     program; narrower rows and the fused family's whole; a chunk given at or above the row keeps
-    it whole. A chunked forward skips the tuned table's whole-row tiles, and says so."""
+    it whole. A chunked forward skips the tuned table's whole-row tiles, and says so; a row the
+    table holds whole takes them."""
+    import json
+
+    from kernels import tuned_tables
     from kernels.rms_norm import gpu
-    from kernels.runtime import described_device
+    from kernels.runtime import device_info
 
     wide = gpu.resolve_tiles(4096, 32768, 132)
     assert (wide.fwd_chunk, wide.BLOCK_SIZE_M, wide.num_warps) == (8192, 1, 16)
@@ -462,6 +466,16 @@ def test_rows_from_32768_walk_the_forward_in_chunks_and_the_fused_rows_stay_whol
     assert gpu.resolve_tiles(4096, 32768, 132, residual=True).fwd_chunk == 0
     assert gpu.resolve_tiles(4096, 32768, 132, FWD_CHUNK=32768).fwd_chunk == 0
     assert gpu.resolve_tiles(4096, 32768, 132, FWD_CHUNK=4096, BLOCK_SIZE_M=16).BLOCK_SIZE_M == 16
-    h200 = described_device("cuda", name="NVIDIA H200", num_cores=132, shared_bytes_per_program=232448)
-    tiles = gpu.tiles_for_rows(4096, 32768, h200)
-    assert tiles.fwd_chunk == 8192 and tiles.source.startswith("heuristic (forward in chunks")
+    cpu = device_info("cpu")
+    key = tuned_tables.device_key(cpu)
+    (tables / "rms_norm").mkdir(parents=True)
+    body = {"schema": tuned_tables.SCHEMA, "family": "rms_norm", "device_key": key, "knob": "hidden"}
+    whole_rows = {"BLOCK_SIZE_M": 1, "num_warps": 32}
+    body["buckets"] = [{"size": 16384, "tiles": whole_rows}, {"size": 32768, "tiles": whole_rows}]
+    (tables / "rms_norm" / tuned_tables.file_name(key)).write_text(json.dumps(body))
+    tuned_tables.reload()
+    chunked = gpu.tiles_for_rows(4096, 32768, cpu)
+    assert (chunked.fwd_chunk, chunked.num_warps) == (8192, 16)
+    assert chunked.source.startswith("heuristic (forward in chunks")
+    whole = gpu.tiles_for_rows(4096, 16384, cpu)
+    assert (whole.fwd_chunk, whole.num_warps) == (0, 32) and whole.source == f"tuned:{key}@16384"
