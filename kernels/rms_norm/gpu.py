@@ -205,7 +205,10 @@ def _rms_norm_forward_chunked_kernel(
     below the row width): the sums of squares, then y. Walk 1 loads x with ``evict_last`` so the
     rows stay in L2 for walk 2, which reads them from there (``evict_first``: done with). HBM sees
     x once, as in the whole-row kernel, while a program holds one chunk instead of a row: more
-    programs per SM keep loads in flight."""
+    programs per SM keep loads in flight. The NPU's two walks (:func:`.tile_math.chunked_forward`)
+    are not reused: they recompute int32 offsets per chunk and take no cache hints (the NPU's
+    rules), where this one computes its int64 row offsets once and hints L2; the H200 sweep
+    measured this form."""
     rows = tl.program_id(0) * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
     row_mask = rows < n_rows
     row_offsets = rows.to(tl.int64)[:, None] * row_stride
@@ -863,10 +866,7 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: GpuT
         elif onchip:
             from kernels.rms_norm.onchip import rms_norm_backward_onchip  # Gluon: imported where it runs
 
-            rms_norm_backward_onchip(
-                dx, dy2d, ds2d, x2d, w, rstd, dw_out.pointers, sizes, grid,
-                onchip_options_of(tiles, meta["CASTING_MODE"], weight is not None, ds2d is not None),
-            )  # fmt: skip
+            rms_norm_backward_onchip(dx, dy2d, ds2d, x2d, w, rstd, dw_out.pointers, sizes, tiles, meta)
         elif chunked:
             launch(
                 _rms_norm_backward_chunked_kernel,
@@ -932,16 +932,6 @@ def check_staged_tiles(tiles: GpuTiles, x2d, dy2d, ds2d=None, weight=None, devic
             f"{tiles.bwd_block_size_m} x {width} row tiles in shared memory ({need} bytes), over the {limit} bytes "
             f"one program may use on {device.name}; lower BWD_STAGES or BWD_ROWS"
         )
-
-
-def onchip_options_of(tiles: GpuTiles, casting_code: int, has_weight: bool, has_ds: bool) -> dict:
-    """The on-chip backward's compile-time options from the resolved tiles (:mod:`.onchip`)."""
-    from kernels.rms_norm.onchip import onchip_options
-
-    return onchip_options(
-        casting_code, has_weight, tiles.DW_REDUCE == "atomic", has_ds, tiles.BWD_CHUNK, tiles.BLOCK_SIZE,
-        tiles.bwd_num_warps, tiles.bwd_prefetch,
-    )  # fmt: skip
 
 
 def check_onchip_tiles(tiles: GpuTiles, has_weight: bool, device) -> None:

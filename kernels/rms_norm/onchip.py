@@ -151,38 +151,39 @@ def _finish_dw(DW32_ptr, DW_ptr, COUNTER_ptr, n_cols, n_programs, cols, CHUNK: g
         gl.store(COUNTER_ptr, 0.0)
 
 
-def onchip_options(
-    casting_mode_code: int,
-    has_weight: bool,
-    dw_atomic: bool,
-    has_ds: bool,
-    chunk: int,
-    block: int,
-    warps: int,
-    prefetch: bool,
-) -> dict:
-    """The compile-time keywords of the kernel's launch. A chunk narrower than ``warps`` warps
-    (32 threads each) runs on fewer warps, so that no thread holds a copy of another's columns."""
-    warps = max(1, min(warps, chunk // 32))
-    return {
-        "CASTING_MODE": casting_mode_code,
-        "HAS_WEIGHT": has_weight,
-        "DW_ATOMIC": dw_atomic,
-        "HAS_DS": has_ds,
+def rms_norm_backward_onchip(dx, dy2d, ds2d, x2d, w, rstd, dw_pointers, sizes, tiles, meta: dict) -> None:
+    """Launch the kernel over ``tiles.GRID`` programs: dx into ``dx``, dw through ``dw_pointers``
+    (the four of ``gpu.DwOutputs``); ``sizes``: x's row stride, rows, columns and the weight's
+    offset; ``meta``: the backward's ``CASTING_MODE``, ``HAS_WEIGHT`` and ``DW_ATOMIC``;
+    ``tiles``: ``gpu.GpuTiles`` (the chunk, the row tile, warps and prefetch). ``ds2d``: the fused
+    family's residual gradient, or None. A chunk narrower than the warps (32 threads each) runs
+    on fewer warps, so that no thread holds a copy of another's columns."""
+    chunk = tiles.BWD_CHUNK
+    warps = max(1, min(tiles.bwd_num_warps, chunk // 32))
+    options = {
+        **meta,
+        "HAS_DS": ds2d is not None,
         "CHUNK": chunk,
-        "N_CHUNKS": block // chunk,
+        "N_CHUNKS": tiles.BLOCK_SIZE // chunk,
         # 16 bytes of bf16 per thread per access where the chunk is wide enough: coalesced,
         # vectorised loads and shared-memory accesses.
         "VECTOR": max(1, min(8, chunk // (32 * warps))),
         "WARPS": warps,
-        "PREFETCH": prefetch,
+        "PREFETCH": tiles.bwd_prefetch,
         "num_warps": warps,
     }
-
-
-def rms_norm_backward_onchip(dx, dy2d, ds2d, x2d, w, rstd, dw_pointers, sizes, grid: int, options: dict) -> None:
-    """Launch the kernel over ``grid`` programs: dx into ``dx``, dw through ``dw_pointers`` (the
-    four of ``gpu.DwOutputs``); ``sizes``: x's row stride, rows, columns and the weight's offset;
-    ``options``: :func:`onchip_options`. ``ds2d``: the fused family's residual gradient, or None."""
     ds = ds2d.contiguous() if ds2d is not None else dy2d  # unread without HAS_DS
-    launch(_rms_norm_backward_onchip_kernel, x2d, (grid,), dx, dy2d, ds, x2d, w, rstd, *dw_pointers, *sizes, **options)
+    launch(
+        _rms_norm_backward_onchip_kernel,
+        x2d,
+        (tiles.GRID,),
+        dx,
+        dy2d,
+        ds,
+        x2d,
+        w,
+        rstd,
+        *dw_pointers,
+        *sizes,
+        **options,
+    )
