@@ -212,4 +212,22 @@ def summary(verdicts: list[dict]) -> str:
     failed = [describe(v) for v in verdicts if v["passed"] is False]
     refused = sum(1 for v in verdicts if v["passed"] is None)
     text = f"edge shapes: {passed} passed, {len(failed)} failed, {refused} refused by the declaration"
+    ran = [v for v in verdicts if v.get("seconds") is not None]
+    if ran:
+        text += f" ({cost(ran)})"
     return text + (": " + "; ".join(failed) if failed else "")
+
+
+def cost(verdicts: list[dict]) -> str:
+    """``"in 12.3 s; compiled ahead 10, here 2; waited 3.1 s"``: what running ``verdicts`` cost
+    (each verdict's ``seconds``, ``compiled`` and ``waited_ms``, from
+    :func:`workbench.measure.run_edges`); the compile part only where something compiled."""
+    text = f"in {sum(v['seconds'] for v in verdicts):.1f} s"
+    ahead = sum(1 for v in verdicts if v.get("compiled") == "ahead")
+    here = sum(1 for v in verdicts if v.get("compiled") == "here")
+    if ahead or here:
+        text += f"; compiled ahead {ahead}, here {here}"
+    waited = sum(v.get("waited_ms") or 0.0 for v in verdicts)
+    if waited:
+        text += f"; waited {waited / 1e3:.1f} s"
+    return text

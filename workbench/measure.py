@@ -425,12 +425,18 @@ def run_edges(spec: KernelSpec, cases: Sequence[edges_module.EdgeCase], device: 
     ``edge``, ``sizes``, ``problem``, ``params``, ``layout``, ``passed`` (None where the
     declaration refuses the case, with ``refused`` saying why), ``err_ratio``, ``checks`` (each
     output's and gradient's verdict, in short), ``failed`` (the checks that failed, whole) and
-    ``error`` (a case the declaration accepts that could not run)."""
+    ``error`` (a case the declaration accepts that could not run); a case that ran also says what
+    it cost: ``seconds`` (its whole run, first call included), ``compile_ms`` (its first call) and
+    ``compiled`` (``"ahead"`` when the compile service had compiled every kernel of its first call,
+    ``"here"`` when the measuring process compiled one, None where nothing compiles), with
+    ``waited_ms`` where it waited for a compile in flight."""
     verdicts = []
     for case in cases:
         verdict = dict(case.verdict)
         if case.config is not None:
+            started = time.perf_counter()
             (rec,) = measure_many(spec, [case.config], device=device, time_it=False, on_error="record")
+            verdict.update(_edge_cost(rec, time.perf_counter() - started, compiles=device.kind != "cpu"))
             if rec.error:
                 verdict.update(passed=False, error=rec.error[:300])
             else:
@@ -442,6 +448,21 @@ def run_edges(spec: KernelSpec, cases: Sequence[edges_module.EdgeCase], device: 
 
 
 _EDGE_CHECK_FIELDS = ("name", "err_ratio", "worst", "judged_by", "within_tolerance", "passed", "note")
+
+
+def _edge_cost(rec: Record, seconds: float, compiles: bool) -> dict:
+    """What an edge case's run cost (:func:`run_edges`), from its record's compile facts;
+    ``compiles``: False on the CPU (the interpreter compiles nothing)."""
+    ahead = (rec.compile_facts or {}).get("compiled_ahead") or {}
+    compiled = None
+    if compiles and ahead.get("first_call_cached") is not None:
+        compiled = "ahead" if ahead["first_call_cached"] else "here"
+    elif compiles and (rec.compile_facts or {}).get("kernels"):
+        compiled = "here"
+    cost = {"seconds": round(seconds, 3), "compile_ms": rec.compile_ms, "compiled": compiled}
+    if ahead.get("waited_ms") is not None:
+        cost["waited_ms"] = ahead["waited_ms"]
+    return cost
 
 
 def prepared_call(
