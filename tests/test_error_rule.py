@@ -172,23 +172,22 @@ def test_edge_shapes_come_from_the_declaration(swiglu):
     assert edges["strided inputs"]["layout"] == "strided"
     assert all(v["passed"] for v in verdicts), [(v["edge"], v.get("error"), v["failed"]) for v in verdicts]
     # each says what it cost; on the CPU nothing compiles, so no case says where it compiled
-    assert all(v["seconds"] > 0 and v["compiled"] is None for v in verdicts)
+    assert all(v["seconds"] > 0 and v["compiled_ahead"] is None for v in verdicts)
 
 
 def test_the_edge_summary_says_what_the_cases_cost():
     from workbench.edges import summary
 
     ran = [
-        {"edge": "one row", "passed": True, "seconds": 2.5, "compiled": "ahead", "waited_ms": 1200.0},
-        {"edge": "odd sizes", "passed": True, "seconds": 4.0, "compiled": "here"},
-        {"edge": "smallest TILE", "passed": True, "seconds": 0.5, "compiled": "ahead"},
+        {"edge": "one row", "passed": True, "seconds": 2.5, "compiled_ahead": True, "waited_ms": 1200.0},
+        {"edge": "odd sizes", "passed": True, "seconds": 4.0, "compiled_ahead": False},
+        {"edge": "smallest TILE", "passed": True, "seconds": 0.5, "compiled_ahead": True},
         {"edge": "largest TILE", "passed": None, "refused": "too wide"},
     ]
     assert summary(ran) == (
-        "edge shapes: 3 passed, 0 failed, 1 refused by the declaration"
-        " (in 7.0 s; compiled ahead 2, here 1; waited 1.2 s)"
+        "edge shapes: 3 passed, 0 failed, 1 refused by the declaration (in 7.0 s; 2 of 3 compiled ahead; waited 1.2 s)"
     )
-    on_cpu = [{"edge": "one row", "passed": True, "seconds": 0.25, "compiled": None}]
+    on_cpu = [{"edge": "one row", "passed": True, "seconds": 0.25, "compiled_ahead": None}]
     assert summary(on_cpu) == "edge shapes: 1 passed, 0 failed, 0 refused by the declaration (in 0.2 s)"
 
 

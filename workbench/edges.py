@@ -27,10 +27,12 @@ is a Triton compile: the rms_norm notebook's ``s.correctness(mode="full", edges=
 them. :func:`plan` resolves every case (refused, or with the configuration that runs it);
 :func:`workbench.measure.check_edges` and :func:`workbench.measure.check_records` hand them all to
 the compile service (:mod:`workbench.compiling.service`) before the first runs, then run them one
-after another in the measuring process, whose first calls find them compiled or wait for the
-compile in flight. What runs, in which order, and every verdict stay as they were
-without it; on the CPU nothing is submitted (the interpreter compiles nothing). :func:`attach`
-stores the verdicts in a record.
+after another in the measuring process, those whose kernels are compiled first, so that a case
+whose compile takes long (a tile that spills registers: 20 s for one warp over a row of 8192 on an
+H200 host) holds up no other. What runs and every verdict stay as they were without it (each
+case's inputs come from its own seed); on the CPU nothing is submitted (the interpreter compiles
+nothing) and the cases run in order. Each verdict says what its case cost (seconds, whether it
+was compiled ahead, any wait: :func:`summary`). :func:`attach` stores the verdicts in a record.
 """
 
 from __future__ import annotations
@@ -219,14 +221,13 @@ def summary(verdicts: list[dict]) -> str:
 
 
 def cost(verdicts: list[dict]) -> str:
-    """``"in 12.3 s; compiled ahead 10, here 2; waited 3.1 s"``: what running ``verdicts`` cost
-    (each verdict's ``seconds``, ``compiled`` and ``waited_ms``, from
-    :func:`workbench.measure.run_edges`); the compile part only where something compiled."""
+    """``"in 12.3 s; 10 of 12 compiled ahead; waited 3.1 s"``: what running ``verdicts`` cost
+    (each verdict's ``seconds``, ``compiled_ahead`` and ``waited_ms``, from
+    :func:`workbench.measure.run_edges`); the compile part only where something compiles."""
     text = f"in {sum(v['seconds'] for v in verdicts):.1f} s"
-    ahead = sum(1 for v in verdicts if v.get("compiled") == "ahead")
-    here = sum(1 for v in verdicts if v.get("compiled") == "here")
-    if ahead or here:
-        text += f"; compiled ahead {ahead}, here {here}"
+    known = [v["compiled_ahead"] for v in verdicts if v.get("compiled_ahead") is not None]
+    if known:
+        text += f"; {sum(known)} of {len(known)} compiled ahead"
     waited = sum(v.get("waited_ms") or 0.0 for v in verdicts)
     if waited:
         text += f"; waited {waited / 1e3:.1f} s"

@@ -408,8 +408,10 @@ def check_records(
         var = spec.variant(variant) if isinstance(variant, str) else variant
         plans.append(edges_module.plan(spec, var, rec.problem, rec.params, dtype=rec.dtype, mode=rec.mode, device=dev,
                                        seed=rec.seed if seed is None else seed))  # fmt: skip
-    _submit_edges(spec, [case for cases in plans for case in cases], dev)
-    return [run_edges(spec, cases, dev) for cases in plans]
+    flat = [case for cases in plans for case in cases]
+    _submit_edges(spec, flat, dev)
+    verdicts = iter(run_edges(spec, flat, dev))
+    return [[next(verdicts) for _ in cases] for cases in plans]
 
 
 def _submit_edges(spec: KernelSpec, cases: Sequence[edges_module.EdgeCase], device: Device) -> None:
@@ -421,29 +423,32 @@ def _submit_edges(spec: KernelSpec, cases: Sequence[edges_module.EdgeCase], devi
 
 
 def run_edges(spec: KernelSpec, cases: Sequence[edges_module.EdgeCase], device: Device) -> list[dict]:
-    """Run planned edge cases one after another, checked and not timed, one verdict each:
+    """Run planned edge cases one after another, checked and not timed, one verdict each, in the
+    cases' order. They run in the order their compiles become ready
+    (:func:`workbench.compiling.service.in_readiness_order`: one whose kernels take long to
+    compile no longer holds up those behind it); each case's inputs come from its own seed, so
+    the order changes no verdict. Each verdict:
     ``edge``, ``sizes``, ``problem``, ``params``, ``layout``, ``passed`` (None where the
     declaration refuses the case, with ``refused`` saying why), ``err_ratio``, ``checks`` (each
     output's and gradient's verdict, in short), ``failed`` (the checks that failed, whole) and
     ``error`` (a case the declaration accepts that could not run); a case that ran also says what
     it cost: ``seconds`` (its whole run, first call included), ``compile_ms`` (its first call) and
-    ``compiled`` (``"ahead"`` when the compile service had compiled every kernel of its first call,
-    ``"here"`` when the measuring process compiled one, None where nothing compiles), with
-    ``waited_ms`` where it waited for a compile in flight."""
-    verdicts = []
-    for case in cases:
-        verdict = dict(case.verdict)
-        if case.config is not None:
-            started = time.perf_counter()
-            (rec,) = measure_many(spec, [case.config], device=device, time_it=False, on_error="record")
-            verdict.update(_edge_cost(rec, time.perf_counter() - started, compiles=device.kind != "cpu"))
-            if rec.error:
-                verdict.update(passed=False, error=rec.error[:300])
-            else:
-                verdict.update(passed=bool(rec.passed), err_ratio=rec.err_ratio)
-                verdict["failed"] = [c for c in rec.checks if not c["passed"]]
-                verdict["checks"] = [{k: c.get(k) for k in _EDGE_CHECK_FIELDS} for c in rec.checks]
-        verdicts.append(verdict)
+    ``compiled_ahead`` (True when the compile service had compiled every kernel of its first call,
+    False when one came from the measuring process or its cache, None where nothing compiles),
+    with ``waited_ms`` where it waited for a compile in flight."""
+    verdicts: list[dict] = [dict(case.verdict) for case in cases]
+    runnable = [i for i, case in enumerate(cases) if case.config is not None]
+    for k in compile_service.in_readiness_order(spec, [cases[i].config for i in runnable]):
+        case, verdict = cases[runnable[k]], verdicts[runnable[k]]
+        started = time.perf_counter()
+        (rec,) = measure_many(spec, [case.config], device=device, time_it=False, on_error="record")
+        verdict.update(_edge_cost(rec, time.perf_counter() - started, compiles=device.kind != "cpu"))
+        if rec.error:
+            verdict.update(passed=False, error=rec.error[:300])
+        else:
+            verdict.update(passed=bool(rec.passed), err_ratio=rec.err_ratio)
+            verdict["failed"] = [c for c in rec.checks if not c["passed"]]
+            verdict["checks"] = [{k: c.get(k) for k in _EDGE_CHECK_FIELDS} for c in rec.checks]
     return verdicts
 
 
@@ -454,12 +459,12 @@ def _edge_cost(rec: Record, seconds: float, compiles: bool) -> dict:
     """What an edge case's run cost (:func:`run_edges`), from its record's compile facts;
     ``compiles``: False on the CPU (the interpreter compiles nothing)."""
     ahead = (rec.compile_facts or {}).get("compiled_ahead") or {}
-    compiled = None
+    compiled_ahead = None
     if compiles and ahead.get("first_call_cached") is not None:
-        compiled = "ahead" if ahead["first_call_cached"] else "here"
+        compiled_ahead = bool(ahead["first_call_cached"])
     elif compiles and (rec.compile_facts or {}).get("kernels"):
-        compiled = "here"
-    cost = {"seconds": round(seconds, 3), "compile_ms": rec.compile_ms, "compiled": compiled}
+        compiled_ahead = False
+    cost = {"seconds": round(seconds, 3), "compile_ms": rec.compile_ms, "compiled_ahead": compiled_ahead}
     if ahead.get("waited_ms") is not None:
         cost["waited_ms"] = ahead["waited_ms"]
     return cost

@@ -56,7 +56,7 @@ import triton.language as tl
 
 from kernels.launch import launch
 from kernels.rms_norm import npu as rms_norm_npu
-from kernels.rms_norm.gpu import CASTING_CODES, default_num_warps
+from kernels.rms_norm.gpu import CASTING_CODES
 from kernels.rms_norm.tile_math import (
     block_rows,
     chunked_forward,
@@ -248,13 +248,6 @@ def tiles_for(x: torch.Tensor, **tiles) -> NpuTiles:
     return resolve_tiles(rows, n_cols, dev.num_cores, x.element_size(), on_npu=dev.kind == "npu", **tiles)
 
 
-def _launch_options(x2d, tiles: NpuTiles) -> dict:
-    """num_warps means nothing to triton-ascend; on CUDA it sizes the tile's threads sensibly."""
-    if x2d.device.type != "cuda":
-        return {}
-    return {"num_warps": default_num_warps(tiles.BLOCK_SIZE_M * tiles.BLOCK_SIZE_N)}
-
-
 def fused_add_rms_norm_forward(x2d, r2d, weight, eps, offset, casting_mode, tiles: NpuTiles):
     """Returns (y, s, rstd) for contiguous 2-D x and r of one shape."""
     n_rows, n_cols = x2d.shape
@@ -281,7 +274,7 @@ def fused_add_rms_norm_forward(x2d, r2d, weight, eps, offset, casting_mode, tile
         BLOCK_SIZE_N=tiles.BLOCK_SIZE_N,
         CHUNKED=tiles.chunked,
         USE_WHERE=tiles.USE_WHERE,
-        **_launch_options(x2d, tiles),
+        **rms_norm_npu.cuda_launch_options(x2d, tiles),
     )
     return y, s, rstd
 
@@ -315,7 +308,7 @@ def fused_add_rms_norm_backward(dy2d, ds2d, s2d, weight, rstd, offset, casting_m
         BLOCK_SIZE_M=tiles.BLOCK_SIZE_M,
         BLOCK_SIZE_N=tiles.BLOCK_SIZE_N,
         CHUNKED=tiles.chunked,
-        **_launch_options(s2d, tiles),
+        **rms_norm_npu.cuda_launch_options(s2d, tiles),
     )
     dw = dw_partial.sum(0).to(weight.dtype) if weight is not None else None
     return dx, dw

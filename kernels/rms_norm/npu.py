@@ -14,6 +14,8 @@ their results are tested; ``workbench npu-check`` compiles them for Ascend910B.
   ``tl.where`` over a tile mask turns into scalar code. ``USE_WHERE=True`` keeps that slow form
   as a switch so the workbench can show its cost.
 - No ``eviction_policy``, no libdevice (``1 / tl.sqrt``), no fp64, int32 offsets.
+- ``num_warps`` means nothing to triton-ascend; on CUDA the launch sizes it to the tile
+  (:func:`cuda_launch_options`), so a tile of 64 x 2048 holds 128 elements a thread, not 1024.
 - Arithmetic in fp32; casting modes only decide where values are rounded to x's dtype.
 
 Backward, with ``xhat = x * rstd`` and ``m = dy * (offset + w)``::
@@ -35,7 +37,7 @@ import triton
 import triton.language as tl
 
 from kernels.launch import launch
-from kernels.rms_norm.gpu import CASTING_CODES
+from kernels.rms_norm.gpu import CASTING_CODES, default_num_warps
 from kernels.rms_norm.tile_math import (
     accumulate,
     backward_tile,
@@ -293,6 +295,16 @@ def tiles_for(x: torch.Tensor, **tiles) -> NpuTiles:
     return resolve_tiles(n_rows, n_cols, dev.num_cores, x.element_size(), on_npu=dev.kind == "npu", **tiles)
 
 
+def cuda_launch_options(x2d, tiles: NpuTiles) -> dict:
+    """The launch's ``num_warps`` on CUDA, sized to the tile (``default_num_warps``); nothing
+    elsewhere (triton-ascend and the interpreter ignore it). Triton's default of 4 warps left a
+    64 x 2048 tile at 1024 fp32 values a thread: on an H200 that kernel took 82 s to compile
+    (the rms_norm notebook's edge shapes at 4097 x 4097)."""
+    if x2d.device.type != "cuda":
+        return {}
+    return {"num_warps": default_num_warps(tiles.BLOCK_SIZE_M * tiles.BLOCK_SIZE_N)}
+
+
 def rms_norm_forward(x2d, weight, eps, offset, casting_mode, tiles: NpuTiles):
     n_rows, n_cols = x2d.shape
     y = torch.empty_like(x2d)
@@ -315,6 +327,7 @@ def rms_norm_forward(x2d, weight, eps, offset, casting_mode, tiles: NpuTiles):
         BLOCK_SIZE_N=tiles.BLOCK_SIZE_N,
         CHUNKED=tiles.chunked,
         USE_WHERE=tiles.USE_WHERE,
+        **cuda_launch_options(x2d, tiles),
     )
     return y, rstd
 
@@ -346,6 +359,7 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, tiles: NpuT
         BLOCK_SIZE_M=tiles.BLOCK_SIZE_M,
         BLOCK_SIZE_N=tiles.BLOCK_SIZE_N,
         CHUNKED=tiles.chunked,
+        **cuda_launch_options(x2d, tiles),
     )
     dw = dw_partial.sum(0).to(weight.dtype) if weight is not None else None
     return dx, dw

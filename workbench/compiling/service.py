@@ -27,6 +27,7 @@ compiles in the measuring process, one after another: ``workbench bench --serial
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import os
 import tempfile
 import threading
@@ -97,6 +98,26 @@ class CompileService:
         """Jobs submitted and not settled yet (queued, compiling, or compiled and not measured)."""
         with self._lock:
             return len(self._futures)
+
+    def state(self, job: CompileJob | None) -> str:
+        """Where ``job`` stands: ``"none"`` (never submitted, or settled already: its first call
+        will not wait), ``"queued"``, ``"compiling"`` or ``"done"`` (compiled, or failed)."""
+        if job is None:
+            return "none"
+        with self._lock:
+            future = self._futures.get(job.key)
+        if future is None:
+            return "none"
+        if future.done():
+            return "done"
+        return "compiling" if future.running() else "queued"
+
+    def wait_any(self, jobs: Iterable[CompileJob | None], limit_s: float = WAIT_LIMIT_S) -> None:
+        """Return once one of ``jobs`` is done (or none is pending, or ``limit_s`` passed)."""
+        with self._lock:
+            futures = [self._futures[j.key] for j in jobs if j is not None and j.key in self._futures]
+        if futures:
+            concurrent.futures.wait(futures, timeout=limit_s, return_when=concurrent.futures.FIRST_COMPLETED)
 
     def settle(self, job: CompileJob | None, limit_s: float = WAIT_LIMIT_S, take_over: bool = True) -> dict | None:
         """Before the first call of ``job``'s configuration: the compile process's result to note
@@ -229,6 +250,35 @@ def submit_configs(spec, configs: Iterable[Mapping[str, Any]], device_kind: str,
         for c in configs
     )
     return service.submit(jobs)
+
+
+def in_readiness_order(spec, configs: list[Mapping[str, Any]]) -> Iterable[int]:
+    """The indices of ``configs`` (as :func:`submit_configs` took them) in the order to
+    run them when the order does not matter (checks, not timings): each time, the first whose
+    compile is done or that has nothing to wait for; else the first still queued (the measuring
+    process compiles it itself, as :meth:`CompileService.settle` would); else, every one left
+    compiling, the first to finish. In the given order where no service was started."""
+    service = _SERVICE
+    left = list(range(len(configs)))
+    if service is None:
+        yield from left
+        return
+    jobs = {
+        i: job_of(spec, c["variant"], dtype=c.get("dtype", "bf16"), mode=c.get("mode", "forward"),
+                  problem=c.get("problem"), params=c.get("params"))
+        for i, c in enumerate(configs)
+    }  # fmt: skip
+    while left:
+        states = {i: service.state(jobs[i]) for i in left}
+        pick = next((i for i in left if states[i] in ("none", "done")), None)
+        if pick is None:
+            pick = next((i for i in left if states[i] == "queued"), None)
+        if pick is None:
+            service.wait_any([jobs[i] for i in left])
+            states = {i: service.state(jobs[i]) for i in left}
+            pick = next((i for i in left if states[i] in ("none", "done")), left[0])
+        left.remove(pick)
+        yield pick
 
 
 def settle(spec, variant, dtype: str, mode: str, problem: dict, params: dict) -> dict | None:
