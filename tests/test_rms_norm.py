@@ -391,6 +391,32 @@ def test_the_onchip_backward_is_refused_in_the_interpreter_with_what_to_use():
         y.sum().backward()
 
 
+def test_warps_too_few_for_the_tile_are_refused_naming_the_warps_that_fit():
+    """The declaration refuses explicit warps that leave a thread over 128 elements of the
+    forward's or the backward's tile (it would spill); the automatic tiles and warps that fit
+    pass, and the edge shapes' smallest warps become the smallest that fit."""
+    from workbench.device import get_device
+    from workbench.edges import edge_cases
+
+    cpu = get_device("cpu")
+    row, multirow = spec.variant("gpu_row"), spec.variant("gpu_multirow")
+    problem = spec.resolve_problem({"rows": 4097, "hidden": 4097})
+    check = lambda var, **tiles: var.check(problem, var.resolve_params(tiles), "bf16", cpu)  # noqa: E731
+    with pytest.raises(
+        ValueError, match=r"num_warps=1 leaves 256 elements of the forward's 1 x 8192 tile .* num_warps >= 2"
+    ):
+        check(row, num_warps=1)
+    with pytest.raises(ValueError, match=r"BWD_WARPS=1 leaves 256 elements of the backward's .* BWD_WARPS >= 2"):
+        check(row, BWD_WARPS=1)
+    with pytest.raises(ValueError, match=r"num_warps=4 leaves 256 .* 4 x 8192 tile .* or fewer rows per program"):
+        check(multirow, BLOCK_SIZE_M=4, num_warps=4)
+    check(row)  # the automatic tiles
+    check(row, num_warps=2, BWD_WARPS=2)
+    edges = {c["edge"]: c for c in edge_cases(spec, row, {**problem, "hidden": 4096}, "bf16", cpu)}  # odd: 4097
+    assert edges["smallest num_warps"]["params"] == {"num_warps": 2}
+    assert edges["smallest BWD_WARPS"]["params"] == {"BWD_WARPS": 2}
+
+
 @pytest.mark.gpu
 def test_gpu_staged_tiles_over_shared_memory_are_a_clear_error():
     x, w = _inputs(64, 4096, torch.bfloat16, "cuda", seed=3)

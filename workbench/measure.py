@@ -432,17 +432,26 @@ def run_edges(spec: KernelSpec, cases: Sequence[edges_module.EdgeCase], device: 
     declaration refuses the case, with ``refused`` saying why), ``err_ratio``, ``checks`` (each
     output's and gradient's verdict, in short), ``failed`` (the checks that failed, whole) and
     ``error`` (a case the declaration accepts that could not run); a case that ran also says what
-    it cost: ``seconds`` (its whole run, first call included), ``compile_ms`` (its first call) and
+    it cost: ``seconds`` (its whole run, first call and any wait for compiles included),
+    ``compile_ms`` (its first call) and
     ``compiled_ahead`` (True when the compile service had compiled every kernel of its first call,
     False when one came from the measuring process or its cache, None where nothing compiles),
-    with ``waited_ms`` where it waited for a compile in flight."""
+    with ``waited_ms`` where it waited for compiles in flight (its own, or before it was picked)."""
     verdicts: list[dict] = [dict(case.verdict) for case in cases]
     runnable = [i for i, case in enumerate(cases) if case.config is not None]
-    for k in compile_service.in_readiness_order(spec, [cases[i].config for i in runnable]):
+    order = compile_service.in_readiness_order(spec, [cases[i].config for i in runnable])
+    while True:
+        asked = time.perf_counter()
+        k = next(order, None)
+        if k is None:
+            break
         case, verdict = cases[runnable[k]], verdicts[runnable[k]]
         started = time.perf_counter()
         (rec,) = measure_many(spec, [case.config], device=device, time_it=False, on_error="record")
         verdict.update(_edge_cost(rec, time.perf_counter() - started, compiles=device.kind != "cpu"))
+        if started - asked > 0.001:  # waited for one of the compiles in flight before this case
+            verdict["waited_ms"] = round((verdict.get("waited_ms") or 0.0) + (started - asked) * 1e3, 1)
+            verdict["seconds"] = round(verdict["seconds"] + started - asked, 3)
         if rec.error:
             verdict.update(passed=False, error=rec.error[:300])
         else:

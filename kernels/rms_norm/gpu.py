@@ -934,6 +934,32 @@ def check_staged_tiles(tiles: GpuTiles, x2d, dy2d, ds2d=None, weight=None, devic
         )
 
 
+# The most elements of a tile one thread may hold. The automatic tiles hold at most 32 (the
+# forward) and 64 (the backward); the tune times none over 128 (MAX_TUNE_ELEMENTS_PER_THREAD in
+# spec.py). Past it a tile spills registers: on an H100 such forwards ran 1.3-70x slower, and on an
+# H200 host one warp over a row of 8192 (256 a thread, the backward too) took 15-25 s to compile.
+MAX_ELEMENTS_PER_THREAD = 128
+
+
+def check_register_tiles(tiles: GpuTiles) -> None:
+    """ValueError where the forward's or the backward's tile leaves more than
+    :data:`MAX_ELEMENTS_PER_THREAD` elements to a thread (explicit warps too few for the tile; the
+    automatic tiles never do), naming the warps that would fit."""
+    parts = (
+        ("num_warps", "forward", tiles.fwd_chunk or tiles.BLOCK_SIZE, tiles.BLOCK_SIZE_M, tiles.num_warps),
+        ("BWD_WARPS", "backward", tiles.BWD_CHUNK or tiles.BLOCK_SIZE, tiles.bwd_block_size_m, tiles.bwd_num_warps),
+    )
+    for name, kernel, width, rows, warps in parts:
+        per_thread = width * rows // (32 * warps)
+        if per_thread > MAX_ELEMENTS_PER_THREAD:
+            fits = next_power_of_2(cdiv(width * rows, 32 * MAX_ELEMENTS_PER_THREAD))
+            raise ValueError(
+                f"{name}={warps} leaves {per_thread} elements of the {kernel}'s {rows} x {width} tile to each thread, "
+                f"over {MAX_ELEMENTS_PER_THREAD}: the kernel would spill registers (many times slower, and tens of "
+                f"seconds to compile); use {name} >= {fits}" + (" or fewer rows per program" if rows > 1 else "")
+            )
+
+
 def check_onchip_tiles(tiles: GpuTiles, has_weight: bool, device) -> None:
     """ValueError where ``BWD_WIDE="onchip"`` cannot run: on a device whose Triton kernels run in
     the interpreter (the kernel is Gluon, which compiles for NVIDIA GPUs only), or where its

@@ -83,6 +83,7 @@ def tile_check(impl, fixed, gpu_module, npu_module, residual=False):
         tiles = chosen_tiles(fixed, params)
         if impl == "gpu":
             t = gpu_module.tiles_for_rows(problem["rows"], problem["hidden"], device, **tiles)
+            gpu.check_register_tiles(t)
             if t.bwd_stages > 1:
                 row = torch.empty(0, dtype=DTYPES[dtype_name(dtype)], device="meta")
                 w = row if problem["weight"] else None
