@@ -87,6 +87,19 @@ def test_constexprs_are_the_tiles_resolved_for_the_target_device(recorded_compil
     assert kwargs["BLOCK_SIZE"] == 1024 and kwargs["BLOCK_SIZE_M"] == 2 and kwargs["num_warps"] == 8
 
 
+@pytest.mark.parametrize("family, rows", [("rms_norm", 64), ("fused_add_rms_norm", 32)])  # fused: at most 65536
+def test_the_npu_kernels_compile_ahead_with_the_warps_a_cuda_launch_takes(recorded_compiles, family, rows):
+    """On CUDA the NPU kernels launch with warps sized to their tile; compiled ahead (meta tensors
+    standing in for CUDA ones) they must take the same, or the measuring process's first call
+    finds nothing compiled (and the compile process spends minutes on a kernel nobody runs)."""
+    task = _task(family, "npu", problem={"rows": 4097, "hidden": 4097}, params={"BLOCK_SIZE_M": rows})
+    result = compile_task(task, H100)
+    assert result["ok"] and result["inputs"] == "meta", result["error"]
+    (name, kwargs), *_ = recorded_compiles
+    assert "npu" in name and kwargs["BLOCK_SIZE_M"] == rows and kwargs["BLOCK_SIZE_N"] == 2048
+    assert kwargs["num_warps"] == 32  # default_num_warps(rows x 2048), as a launch on the GPU
+
+
 def test_compile_only_leaves_no_trace_for_later_cpu_calls(recorded_compiles):
     """Inside compile_only nothing runs; after it, CPU calls run in the interpreter again and
     device_of answers the CPU."""

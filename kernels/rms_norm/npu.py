@@ -299,8 +299,10 @@ def cuda_launch_options(x2d, tiles: NpuTiles) -> dict:
     """The launch's ``num_warps`` on CUDA, sized to the tile (``default_num_warps``); nothing
     elsewhere (triton-ascend and the interpreter ignore it). Triton's default of 4 warps left a
     64 x 2048 tile at 1024 fp32 values a thread: on an H200 that kernel took 82 s to compile
-    (the rms_norm notebook's edge shapes at 4097 x 4097)."""
-    if x2d.device.type != "cuda":
+    (the rms_norm notebook's edge shapes at 4097 x 4097). The device is the one the kernel is
+    for (``device_of``), not the tensor's: a compile-ahead process calls with meta tensors
+    standing in for CUDA ones, and must compile the kernel the measuring process will launch."""
+    if device_of(x2d).kind != "cuda":
         return {}
     return {"num_warps": default_num_warps(tiles.BLOCK_SIZE_M * tiles.BLOCK_SIZE_N)}
 
