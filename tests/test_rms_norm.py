@@ -475,6 +475,36 @@ def test_an_interpreted_launch_patches_triton_language_once_and_leaves_it_as_it_
     assert launch._PATCHED_LANGS[0] is None
 
 
+def test_a_tuned_entry_that_would_spill_at_a_wider_row_falls_back_to_the_rule(tables):
+    """A table entry of one warp, tuned at hidden 4096 (a tile of 4096: 128 a thread), fits 4096;
+    at 4097 the tile is 8192 wide, so the rule's tiles are taken instead, the source says why,
+    and the declaration accepts the automatic tiles."""
+    import json
+
+    from kernels import tuned_tables
+    from kernels.rms_norm import gpu
+    from kernels.runtime import device_info
+
+    cpu = device_info("cpu")
+    key = tuned_tables.device_key(cpu)
+    (tables / "rms_norm").mkdir(parents=True)
+    body = {"schema": tuned_tables.SCHEMA, "family": "rms_norm", "device_key": key, "knob": "hidden"}
+    body["buckets"] = [
+        {"size": 4096, "tiles": {"BLOCK_SIZE_M": 1, "num_warps": 1}},
+        {"size": 8192, "tiles": {"BLOCK_SIZE_M": 1, "num_warps": 8}},
+    ]
+    (tables / "rms_norm" / tuned_tables.file_name(key)).write_text(json.dumps(body))
+    tuned_tables.reload()
+    at_its_size = gpu.tiles_for_rows(257, 4096, cpu)
+    assert (at_its_size.num_warps, at_its_size.source) == (1, f"tuned:{key}@4096")
+    wider = gpu.tiles_for_rows(257, 4097, cpu)
+    assert wider.num_warps == gpu.resolve_tiles(257, 4097, 132).num_warps > 1
+    assert "do not fit: num_warps=1 leaves 256 elements" in wider.source
+    problem = spec.resolve_problem({"rows": 257, "hidden": 4097})
+    var = spec.variant("gpu_multirow")
+    var.check(problem, var.resolve_params({}), "bf16", cpu)
+
+
 def test_rows_from_32768_walk_the_forward_in_chunks_and_the_fused_rows_stay_whole(tables):
     """FWD_CHUNK "auto": RMSNorm rows of 32768 or more in chunks of 8192 on 16 warps, one row a
     program; narrower rows and the fused family's whole; a chunk given at or above the row keeps

@@ -1108,8 +1108,13 @@ _BACKWARD_FIELDS = ("GRID", "bwd_block_size_m", "bwd_num_warps", "bwd_prefetch",
 
 def _with_entry(n_rows: int, n_cols: int, dev, fixed: dict, tiles: dict, entry: dict):
     """:func:`resolve_tiles` with a table's ``entry`` over the call's ``tiles``: ``(tiles, "")``,
-    or ``(None, why)`` where the entry does not fit this row."""
+    or ``(None, why)`` where the entry does not fit this row, among others where it would leave a
+    thread more than :data:`MAX_ELEMENTS_PER_THREAD` elements (:func:`check_register_tiles`): an
+    entry tuned at the nearest size, 4096, holds one warp for a row tile of 4096; at hidden 4097
+    the tile is 8192 wide, and one warp would spill."""
     try:
-        return resolve_tiles(n_rows, n_cols, dev.num_cores, **fixed, **{**tiles, **entry}), ""
+        resolved = resolve_tiles(n_rows, n_cols, dev.num_cores, **fixed, **{**tiles, **entry})
+        check_register_tiles(resolved)
+        return resolved, ""
     except (TypeError, ValueError) as exc:
         return None, str(exc)
