@@ -268,15 +268,18 @@ def in_readiness_order(spec, configs: list[Mapping[str, Any]]) -> Iterable[int]:
                   problem=c.get("problem"), params=c.get("params"))
         for i, c in enumerate(configs)
     }  # fmt: skip
+
+    def first(wanted: tuple[str, ...]) -> int | None:
+        return next((i for i in left if service.state(jobs[i]) in wanted), None)
+
     while left:
-        states = {i: service.state(jobs[i]) for i in left}
-        pick = next((i for i in left if states[i] in ("none", "done")), None)
+        pick = first(("none", "done"))
         if pick is None:
-            pick = next((i for i in left if states[i] == "queued"), None)
+            pick = first(("queued",))
         if pick is None:
             service.wait_any([jobs[i] for i in left])
-            states = {i: service.state(jobs[i]) for i in left}
-            pick = next((i for i in left if states[i] in ("none", "done")), left[0])
+            pick = first(("none", "done"))
+        pick = left[0] if pick is None else pick
         left.remove(pick)
         yield pick
 
