@@ -196,7 +196,8 @@ class Variant:
     (...)"`` with the reason, or ``"explicit"``; a part with a table of its own adds
     ``"; backward: ..."``, :func:`kernels.tuned_tables.joined_sources`); records carry it as
     ``tiles_source``. ``triton_peer``: a peer whose kernels are plain Triton JIT functions, which
-    a compile process can compile ahead (:attr:`compiles_ahead`).
+    a compile process can compile ahead (:attr:`compiles_ahead`). ``imports``: the modules its
+    first call imports (a peer library, Inductor), which a process can import before measuring.
     ``bind(inputs, problem, **params)``, where given, returns the zero-argument call ``run`` would
     make, its arguments looked up once: the call a user writes (``rms_norm(x, w, eps)``),
     which :meth:`call` gives the measuring tool to time, so that host and call times count the
@@ -221,6 +222,9 @@ class Variant:
     # A peer whose kernels are plain Triton JIT functions its own code launches (Liger-Kernel's):
     # a compile process can compile its first call ahead, as it does ours (:attr:`compiles_ahead`).
     triton_peer: bool = False
+    # The modules its first call imports (a peer library, Inductor): a process about to measure
+    # it may import them beforehand, off the measurement (KernelSpec.first_call_imports).
+    imports: tuple[str, ...] = ()
 
     def call(
         self, inputs: Mapping[str, Any], problem: Mapping[str, Any], params: Mapping[str, Any]
@@ -420,6 +424,13 @@ class KernelSpec:
                 var.prebuild()
                 started.append(var.name)
         return started
+
+    def first_call_imports(self, device_kind: str) -> list[str]:
+        """The modules the first calls of the variants that can run on ``device_kind`` import
+        (each variant's ``imports``), each once: what a notebook's kernel started ahead imports
+        before its turn (``workbench/reports/warm_kernels.py``)."""
+        names = [m for var in self.variants if var.unavailable_reason(device_kind) is None for m in var.imports]
+        return list(dict.fromkeys(names))
 
     def knob(self, name: str) -> Knob:
         for k in self.knobs:

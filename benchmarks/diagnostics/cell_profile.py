@@ -19,6 +19,7 @@ import ast
 import cProfile
 import io
 import json
+import linecache
 import pstats
 import sys
 import time
@@ -68,7 +69,10 @@ def main(argv=None) -> int:
         if setup is not None and number not in setup | profiled and "parameters" not in tags:
             continue
         source = "".join(cell["source"])
-        code = compile(source, f"{args.notebook.name}#cell{number}", "exec")
+        filename = f"{args.notebook.name}#cell{number}"
+        # as IPython does: a cell's source where inspect finds it (Triton's @jit reads its function's source)
+        linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+        code = compile(source, filename, "exec")
         profile = cProfile.Profile() if number in profiled else None
         start = time.perf_counter()
         if profile:

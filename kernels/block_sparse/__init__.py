@@ -891,6 +891,7 @@ spec = KernelSpec(
             kernel=_pyjuice_kernel,
             prebuild=peer.prebuild,
             precision=peer.precision,
+            imports=("pyjuice",),
         ),
     ),
 )

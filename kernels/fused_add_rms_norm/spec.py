@@ -8,7 +8,7 @@ import importlib.util
 
 from kernels.fused_add_rms_norm import fused_add_rms_norm, gpu, npu
 from kernels.fused_add_rms_norm.reference import fused_add_rms_norm_reference
-from kernels.peers import compiled
+from kernels.peers import TORCH_COMPILE_IMPORTS, compiled
 from kernels.rms_norm.spec import (
     GPU_BACKWARD_LOOP_PARAMS,
     NORM_KNOBS,
@@ -157,6 +157,7 @@ spec = KernelSpec(
             devices=("cuda", "npu"),
             doc="torch.compile of the unfused eager math",
             bind=_torch_compile_bind,
+            imports=TORCH_COMPILE_IMPORTS,
         ),
         Variant(
             "rms_norm_after_add",
@@ -173,6 +174,7 @@ spec = KernelSpec(
             doc="Liger-Kernel's LigerFusedAddRMSNormFunction",
             bind=_liger_bind,
             triton_peer=True,  # plain Triton kernels: compiled ahead like ours
+            imports=("liger_kernel.ops.fused_add_rms_norm",),  # its package imports transformers: seconds
         ),
     ),
 )

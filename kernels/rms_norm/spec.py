@@ -12,7 +12,7 @@ import inspect
 import torch
 
 from kernels import tuned_tables
-from kernels.peers import compiled, missing
+from kernels.peers import TORCH_COMPILE_IMPORTS, compiled, missing
 from kernels.rms_norm import gpu, npu, rms_norm
 from kernels.rms_norm.reference import CASTING_MODES, rms_norm_reference
 from kernels.runtime import auto_impl
@@ -474,6 +474,7 @@ spec = KernelSpec(
             devices=("cuda", "npu"),
             doc="torch.compile of the eager math",
             bind=_torch_compile_bind,
+            imports=TORCH_COMPILE_IMPORTS,
         ),
         Variant(
             "liger",
@@ -484,6 +485,7 @@ spec = KernelSpec(
             doc="Liger-Kernel RMSNorm",
             bind=_liger_bind,
             triton_peer=True,  # plain Triton kernels: compiled ahead like ours
+            imports=("liger_kernel.ops.rms_norm",),  # its package imports transformers: seconds
         ),
     ),
 )

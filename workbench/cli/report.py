@@ -66,6 +66,12 @@ def build_parser() -> Parser:
     parser.add_argument("--only", default="", help="comma list of notebook names, e.g. rms_norm,index (default: all)")
     parser.add_argument("--timeout", type=int, default=1200, help="seconds a cell may run")
     parser.add_argument("--jobs", type=int, default=1, help="notebooks run at once (default 1: timings undisturbed)")
+    parser.add_argument(
+        "--no-warm-ahead",
+        action="store_true",
+        help="start each notebook's kernel at its turn (default on a GPU or NPU: started, imports made, "
+        "while the notebook before runs)",
+    )
     return parser
 
 
@@ -122,6 +128,7 @@ def main(argv) -> int:
             only=only,
             timeout=args.timeout,
             jobs=args.jobs,
+            warm_ahead=False if args.no_warm_ahead else None,
             show_code=args.show_code,
             log=lambda text: shown.line(text, count=not text.startswith("report:")),  # a line per notebook
             on_start=lambda name: shown.doing(name),

@@ -8,7 +8,9 @@ headline (what was measured, the device, correctness, wall time), a chart of our
 fastest peer per problem, one row per notebook (status, time, its slowest cells, records,
 checks) linking its page, the executed notebook and its records, and the environment; then
 ``summary.md``, ``all_records.csv`` and ``environment.json``. A family whose peers build
-(PyJuice's nvcc extensions) starts them first and runs its notebook last.
+(PyJuice's nvcc extensions) starts them first and runs its notebook last. On a GPU or NPU each
+notebook's kernel is started, and its imports made, while the notebook before it runs
+(:mod:`workbench.reports.warm_kernels`).
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ import os
 import time
 from pathlib import Path
 
+from workbench.device import get_device
 from workbench.phases import process_age_s
 from workbench.reports.environment import environment
 from workbench.reports.html import PLOTLY_FILE, notebook_to_html, write_plotly_js
 from workbench.reports.notebooks import (
+    KERNEL_NAME,
     _scrub_notebook,
     default_notebooks_dir,
     execute_notebook,
@@ -31,6 +35,7 @@ from workbench.reports.notebooks import (
     records_family,
 )
 from workbench.reports.reader import scrub_paths
+from workbench.reports.warm_kernels import WarmKernel, warm_up_modules
 from workbench.store import kept_names, kept_path, open_text, read_records
 
 
@@ -60,12 +65,15 @@ def build_report(
     show_code: bool = False,
     log=print,
     on_start=None,
+    warm_ahead: bool | None = None,
 ) -> dict:
     """Execute the notebooks and write the report; returns {"index", "results", "ok"}.
     ``log(text)`` gets a line per notebook run, ``on_start(name)`` hears a notebook starting.
 
     ``jobs > 1`` runs that many notebooks at once (each in its own kernel): faster, but their
-    timings disturb each other, so keep 1 for reports whose numbers matter."""
+    timings disturb each other, so keep 1 for reports whose numbers matter. ``warm_ahead``
+    (None: on a GPU or NPU, off on the CPU, whose cores the interpreter's measurements need)
+    starts each notebook's kernel and imports while the one before runs."""
     from workbench.store import write_csv
 
     out = Path(out).resolve()
@@ -74,15 +82,20 @@ def build_report(
     paths = find_notebooks(notebooks_dir, only)
     if not paths:
         raise ValueError(f"no notebooks in {notebooks_dir}")
-    paths = _prebuild_first(paths, device, log)
+    kind = get_device(device).kind
+    paths = _prebuild_first(paths, kind, log)
+    warm_ahead = (kind != "cpu") if warm_ahead is None else warm_ahead
     # quick=None lets each notebook choose: small sizes on the CPU interpreter, full sizes on a device.
     params = {"device": device, "quick": True if quick else None, "headless": True, "out_dir": str(out)}
     plotly_src = write_plotly_js(out)
 
-    def run_one(path: Path) -> dict:
+    def run_one(path: Path, warm: WarmKernel | None = None) -> dict:
         if on_start is not None:
             on_start(path.name)
-        return _run_one(path, out, params, timeout, notebooks_dir, log, show_code, plotly_src)
+        return _run_one(path, out, params, timeout, notebooks_dir, log, show_code, plotly_src, warm)
+
+    def warm_kernel(path: Path) -> WarmKernel:
+        return WarmKernel(warm_up_modules(path, records_family(path), kind), notebooks_dir, KERNEL_NAME, kind)
 
     if dtype:
         params["dtype"] = dtype
@@ -93,6 +106,11 @@ def build_report(
 
             with ThreadPoolExecutor(max_workers=jobs) as pool:
                 results = list(pool.map(run_one, paths))
+        elif warm_ahead:
+            results, warm = [], warm_kernel(paths[0])
+            for i, path in enumerate(paths):
+                mine, warm = warm, (warm_kernel(paths[i + 1]) if i + 1 < len(paths) else None)
+                results.append(run_one(path, mine))
         else:
             results = [run_one(p) for p in paths]
     all_rows = []
@@ -117,14 +135,12 @@ def build_report(
     return {"index": index, "results": results, "ok": ok}
 
 
-def _prebuild_first(paths: list[Path], device: str, log) -> list[Path]:
+def _prebuild_first(paths: list[Path], kind: str, log) -> list[Path]:
     """Start the one-off builds of every family with a notebook here (a peer's compiles, in
     background processes: ``KernelSpec.start_prebuilds``) and put those families' notebooks
     last, so the builds run while the other notebooks do; the order is otherwise kept."""
     import kernels
-    from workbench.device import get_device
 
-    kind = get_device(device).kind
     building = set()
     for path in paths:
         family = records_family(path)
@@ -144,15 +160,21 @@ def _run_one(
     log,
     show_code: bool = False,
     plotly_src: str | None = None,
+    warm: WarmKernel | None = None,
 ) -> dict:
-    """Execute one notebook, export its HTML, summarise its records; never raises."""
+    """Execute one notebook (in ``warm``'s kernel where given), export its HTML, summarise its
+    records; never raises. Its seconds count from its turn: the wait for its kernel included."""
     executed = out / path.name
     t0 = time.perf_counter()
     error = None
+    km = warm.take() if warm is not None else None
     try:
-        execute_notebook(path, executed, params, timeout=timeout, cwd=notebooks_dir)
+        execute_notebook(path, executed, params, timeout=timeout, cwd=notebooks_dir, km=km)
     except Exception as exc:  # a failing notebook is reported, the others still run
         error = _error_text(exc)
+    finally:
+        if km is not None and km.has_kernel:
+            km.shutdown_kernel()  # as papermill ends a kernel it started: politely
     seconds = time.perf_counter() - t0
     html_name = None
     if executed.exists():
@@ -166,9 +188,11 @@ def _run_one(
     summary = _records_summary(out / f"{family}_records.json")
     slowest = slowest_cells(executed) if executed.exists() else []
     where = "; ".join(f"{c['seconds']:.0f} s {c['cell']}" for c in slowest)
+    ahead = warm.facts() if warm is not None else None
     log(
         f"{path.name}: {'ok' if error is None else 'FAILED'} in {seconds:.1f} s"
         + (f" (slowest: {where})" if where else "")
+        + (f"; {_ahead_text(ahead)}" if ahead else "")
     )
     return {
         "slowest": slowest,
@@ -176,12 +200,23 @@ def _run_one(
         "ok": error is None,
         "error": error,
         "seconds": round(seconds, 1),
+        "kernel_ahead": ahead,
         "html": html_name,
         "executed": path.name if executed.exists() else None,
         "csv": f"{family}_records.csv" if (out / f"{family}_records.csv").exists() else None,
         "json": f"{family}_records.json" if (out / f"{family}_records.json").exists() else None,
         **summary,
     }
+
+
+def _ahead_text(ahead: dict) -> str:
+    """A warm kernel's line: what it cost beside the notebook before, and what this one waited."""
+    if ahead["error"]:
+        return f"its kernel started ahead failed ({ahead['error']}); it started its own"
+    return (
+        f"its kernel started ahead with {ahead['modules']} imports in {ahead['seconds']} s, "
+        f"{ahead['waited_s']} s of it waited for"
+    )
 
 
 def slowest_cells(executed: Path, n: int = 3) -> list[dict]:

@@ -128,10 +128,12 @@ def execute_notebook(
     *,
     timeout: int | None = 1200,
     cwd: Path | None = None,
+    km=None,
 ) -> None:
     """Run one notebook headless with papermill (call inside :func:`kernel_env`); raises
     ``papermill.PapermillExecutionError`` when a cell fails. The executed notebook is written
-    either way."""
+    either way. ``km``: a started kernel's manager to run it in (the caller shuts it down),
+    else papermill starts and stops one."""
     import papermill as pm
 
     out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -144,6 +146,7 @@ def execute_notebook(
         progress_bar=False,
         log_output=False,
         execution_timeout=timeout,
+        **({"km": km} if km is not None else {}),
     )
 
 
