@@ -5,6 +5,7 @@ which cannot start leaves the notebook to start its own."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import nbformat
@@ -21,6 +22,20 @@ def _notebook(path: Path, *sources: str) -> Path:
     nb.metadata["kernelspec"] = {"name": KERNEL_NAME, "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, str(path))
     return path
+
+
+def _kernel_children() -> list[int]:
+    """This process's child processes that are Jupyter kernels (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == os.getpid() and b"ipykernel_launcher" in cmdline:
+            found.append(int(stat.parent.name))
+    return found
 
 
 def test_notebook_modules_reads_top_level_imports_only(tmp_path):
@@ -84,6 +99,7 @@ def test_a_notebook_runs_in_its_warm_kernel_with_the_imports_made(tmp_path):
     for name in ("a", "b"):
         assert seen(tmp_path / "warm", name) == {"warm": True, "helper_gone": True}
         assert seen(tmp_path / "cold", name) == {"warm": False, "helper_gone": True}
+    assert _kernel_children() == [], "every warm kernel is shut down before the report returns"
     ahead = [r["kernel_ahead"] for r in warm["results"]]
     assert all(a["error"] is None and a["modules"] == 3 and a["seconds"] > 0 for a in ahead)
     assert all(r["kernel_ahead"] is None for r in cold["results"])
@@ -95,3 +111,13 @@ def test_a_kernel_that_cannot_start_hands_over_nothing(tmp_path):
         assert warm.take() is None
     assert warm.error and "no-such-kernel" in warm.error
     assert warm.facts()["error"] == warm.error
+
+
+def test_a_released_kernel_is_shut_down_in_the_background(tmp_path):
+    with kernel_env():
+        warm = WarmKernel(["colorsys"], tmp_path, KERNEL_NAME)
+        km = warm.take()
+        assert km is not None and km.is_alive() and warm.facts()["error"] is None
+        warm.release(km)
+        warm.wait_released()
+        assert not km.is_alive()

@@ -107,10 +107,13 @@ def build_report(
             with ThreadPoolExecutor(max_workers=jobs) as pool:
                 results = list(pool.map(run_one, paths))
         elif warm_ahead:
-            results, warm = [], warm_kernel(paths[0])
+            results, warm, used = [], warm_kernel(paths[0]), []
             for i, path in enumerate(paths):
                 mine, warm = warm, (warm_kernel(paths[i + 1]) if i + 1 < len(paths) else None)
                 results.append(run_one(path, mine))
+                used.append(mine)
+            for kernel in used:  # each shut down beside the next notebook; all gone before the pages
+                kernel.wait_released()
         else:
             results = [run_one(p) for p in paths]
     all_rows = []
@@ -162,8 +165,9 @@ def _run_one(
     plotly_src: str | None = None,
     warm: WarmKernel | None = None,
 ) -> dict:
-    """Execute one notebook (in ``warm``'s kernel where given), export its HTML, summarise its
-    records; never raises. Its seconds count from its turn: the wait for its kernel included."""
+    """Execute one notebook (in ``warm``'s kernel where given, shut down in the background
+    after), export its HTML, summarise its records; never raises. Its seconds count from its
+    turn: the wait for its kernel included, a warm kernel's shutdown not."""
     executed = out / path.name
     t0 = time.perf_counter()
     error = None
@@ -173,8 +177,8 @@ def _run_one(
     except Exception as exc:  # a failing notebook is reported, the others still run
         error = _error_text(exc)
     finally:
-        if km is not None and km.has_kernel:
-            km.shutdown_kernel()  # as papermill ends a kernel it started: politely
+        if warm is not None:
+            warm.release(km)
     seconds = time.perf_counter() - t0
     html_name = None
     if executed.exists():

@@ -94,6 +94,7 @@ class WarmKernel:
         self.waited_s: float | None = None  # how long :meth:`take` waited for it
         self.error: str | None = None
         self._km = None
+        self._release: threading.Thread | None = None
         self._thread = threading.Thread(target=self._start, name="warm-kernel", daemon=True)
         self._thread.start()
 
@@ -136,6 +137,19 @@ class WarmKernel:
             self.error = self.error or f"not ready after {self.waited_s:.0f} s"
             return None
         return self._km
+
+    def release(self, km) -> None:
+        """Shut down ``km`` (the kernel :meth:`take` gave, its notebook done) in the background,
+        as papermill ends a kernel, politely: its process's exit (its compile processes', CUDA's
+        teardown) then runs beside the next notebook instead of before it."""
+        if km is not None and km.has_kernel:
+            self._release = threading.Thread(target=km.shutdown_kernel, name="warm-kernel-shutdown", daemon=True)
+            self._release.start()
+
+    def wait_released(self, timeout: float = 120) -> None:
+        """Wait for :meth:`release`'s shutdown to end."""
+        if self._release is not None:
+            self._release.join(timeout)
 
     def discard(self) -> None:
         """Shut down the kernel (after its start ends) where nobody took it."""
