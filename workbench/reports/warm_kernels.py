@@ -83,7 +83,7 @@ class WarmKernel:
     """One notebook's kernel, started with ``cwd``, importing ``modules`` and starting the compile
     processes for ``device_kind``, in a background thread from construction. :meth:`take` waits for it and hands over its kernel manager (None
     where the start failed: :attr:`error` says why, and the notebook starts a kernel of its own);
-    :meth:`discard` shuts down one that will not be used."""
+    :meth:`release` shuts it down after, in the background."""
 
     def __init__(self, modules: list[str], cwd: Path, kernel_name: str, device_kind: str = "cpu") -> None:
         self.modules = list(modules)
@@ -150,13 +150,6 @@ class WarmKernel:
         """Wait for :meth:`release`'s shutdown to end."""
         if self._release is not None:
             self._release.join(timeout)
-
-    def discard(self) -> None:
-        """Shut down the kernel (after its start ends) where nobody took it."""
-        self._thread.join(WARM_UP_TIMEOUT_S + 90)
-        if self._km is not None and self._km.has_kernel:
-            self._km.shutdown_kernel(now=True)
-        self._km = None
 
     def facts(self) -> dict:
         """What the report keeps of it: seconds, the wait, the modules' count, an error."""
