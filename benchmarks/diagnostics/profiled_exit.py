@@ -93,13 +93,12 @@ def run_case(name: str, body: str, env: dict, limit: float) -> dict:
         }
     except subprocess.TimeoutExpired:
         spy = _py_spy()
-        stacks = (
-            subprocess.run(
+        stacks = "(no py-spy here)"
+        if spy:  # what py-spy says on either stream: a refused ptrace says so on stderr
+            dump = subprocess.run(
                 [spy, "dump", "--native", "--pid", str(child.pid)], capture_output=True, text=True, timeout=30
-            ).stdout
-            if spy
-            else "(no py-spy here)"
-        )
+            )
+            stacks = (dump.stdout + dump.stderr).strip() or f"(py-spy printed nothing, rc {dump.returncode})"
         child.kill()
         child.wait()
         return {"case": name, "exit_s": None, "rc": None, "output": lines, "stacks": stacks, "launch_us": launch}
