@@ -434,46 +434,6 @@ def test_a_sessions_edge_checks_are_all_submitted_before_the_first_runs(fake_ser
     assert "gpu_row: edge shapes:" in capsys.readouterr().out
 
 
-def test_a_sessions_edge_cases_are_submitted_before_its_first_measurement(fake_service, monkeypatch):
-    """s.correctness(edges=True) hands the variants' own configurations to the compile service,
-    then their edge cases, before the first variant is measured, so the edges compile while the
-    variants run; the edges' later submission (check_records) adds nothing new."""
-    from widgets import Session
-    from workbench import measure
-
-    service, pool = fake_service
-    monkeypatch.setattr(compile_service, "for_kind", lambda kind: service)
-    s = Session("rms_norm", device="cpu", dtype="fp32", quick=True, headless=True, store=False)
-    submitted_at_first_measure = []
-    measure_cached = Session.measure_cached
-
-    def counting(self, *args, **kwargs):
-        submitted_at_first_measure.append(len(pool.submitted))
-        return measure_cached(self, *args, **kwargs)
-
-    monkeypatch.setattr(Session, "measure_cached", counting)
-    table = s.correctness(variants=["gpu_row", "gpu_multirow"], mode="forward", edges=True, show=False)
-    assert table["pass"].all()
-    own = [
-        job_of(s.spec, r.variant, dtype="fp32", mode="forward", problem=r.problem, params=r.params).key
-        for r in s.records
-    ]
-    edge_keys = {
-        job_of(s.spec, v, dtype="fp32", mode="forward", problem=c.config["problem"], params=c.config["params"]).key
-        for v, r in ((r.variant, r) for r in s.records)
-        for c in measure.edges_module.plan(
-            s.spec, s.spec.variant(v), r.problem, r.params, dtype="fp32", mode="forward", device=s.device
-        )
-        if c.config is not None
-    }
-    assert edge_keys and len(own) == 2
-    assert [j.key for j in pool.submitted[:2]] == own  # the variants first, then their edges
-    assert edge_keys <= {j.key for j in pool.submitted[2 : submitted_at_first_measure[0]]}
-    assert len(pool.submitted) == submitted_at_first_measure[0]  # nothing new came later
-    monkeypatch.setattr(compile_service, "for_kind", lambda kind: None)  # nothing compiles ahead here
-    assert measure.compile_edges_ahead(s.spec, [], dtype="fp32", mode="forward", device=s.device, seed=0) == 0
-
-
 def test_a_session_starts_the_compile_processes_when_it_is_made(fake_service, monkeypatch):
     """A Session on a device that compiles ahead starts the service's processes in its
     constructor (its first sweep or Explorer launch then finds them ready); where nothing is

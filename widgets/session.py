@@ -279,36 +279,22 @@ class Session:
         return rec, False
 
     def _measure_each(
-        self,
-        variants: Sequence[Variant],
-        problem: Mapping | None,
-        params: Mapping | None,
-        mode: str,
-        dtype: str | None,
-        edges: bool = False,
+        self, variants: Sequence[Variant], problem: Mapping | None, params: Mapping | None, mode: str, dtype: str | None
     ) -> list[Record]:
         """:meth:`_measure` of each variant in turn (memory, correctness), the ones the cache lacks
         handed to the compile service first (a GPU's; nothing elsewhere), so the later variants
-        compile while the first are measured; with ``edges``, our variants' edge cases are handed
-        over next (:func:`workbench.measure.compile_edges_ahead`), to compile while these run."""
+        compile while the first are measured."""
         from workbench.compiling import service as compile_service
-        from workbench.measure import compile_edges_ahead
 
         dt = dtype_name(dtype or self.dtype)
-        ahead, planned = [], []
+        ahead = []
         for var in variants:
             prm = split_params(params, var)
-            prob, resolved, invalid = resolve_config(
-                self.spec, var, {**self.problem, **dict(problem or {})}, prm, False
-            )
+            prob, resolved, _ = resolve_config(self.spec, var, {**self.problem, **dict(problem or {})}, prm, False)
             if self.cache.peek(config_key(var.name, self.device.kind, dt, mode, prob, resolved)) is None:
                 ahead.append(dict(variant=var, dtype=dt, mode=mode, problem=prob, params=prm))
-                if edges and not var.is_peer and invalid is None:
-                    planned.append((var, prob, resolved))
         if ahead:
             compile_service.submit_configs(self.spec, ahead, self.device.kind)
-        if planned:
-            compile_edges_ahead(self.spec, planned, dtype=dt, mode=mode, device=self.device, seed=self.seed)
         return [self.measure_cached(var, problem, split_params(params, var), mode, dtype)[0] for var in variants]
 
     def measure_side_by_side(
@@ -690,7 +676,7 @@ class Session:
 
         self._check_mode(mode)
         chosen = self._variants(variants, mode)
-        pairs = list(zip(self._measure_each(chosen, problem, params, mode, dtype, edges=edges), chosen))
+        pairs = list(zip(self._measure_each(chosen, problem, params, mode, dtype), chosen))
         if edges:
             # every variant's edge cases planned (and compiled ahead on a GPU) before the first runs
             unchecked = [(rec, var) for rec, var in pairs if not var.is_peer and rec.error is None and not rec.edges]

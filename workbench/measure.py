@@ -414,31 +414,6 @@ def check_records(
     return [[next(verdicts) for _ in cases] for cases in plans]
 
 
-def compile_edges_ahead(
-    spec: KernelSpec,
-    planned: Sequence[tuple[Variant, Mapping[str, Any], Mapping[str, Any]]],
-    *,
-    dtype: str,
-    mode: str,
-    device: str | Device,
-    seed: int,
-) -> int:
-    """Hand the edge cases of each (variant, problem, params) to the compile service now, before
-    the records they will check are measured, so they compile while those run; how many cases
-    were planned (0 where nothing compiles ahead: the CPU, an NPU). :func:`check_records` later
-    plans the same cases and submits them again, and the service compiles each once."""
-    dev = get_device(device)
-    if compile_service.for_kind(dev.kind) is None:
-        return 0
-    cases = [
-        case
-        for var, problem, params in planned
-        for case in edges_module.plan(spec, var, problem, params, dtype=dtype, mode=mode, device=dev, seed=seed)
-    ]
-    _submit_edges(spec, cases, dev)
-    return len(cases)
-
-
 def _submit_edges(spec: KernelSpec, cases: Sequence[edges_module.EdgeCase], device: Device) -> None:
     """The cases that run, to the compile service in the order they will run (nothing on a device
     that compiles nothing ahead)."""
