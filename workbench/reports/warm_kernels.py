@@ -81,9 +81,10 @@ def warm_up_modules(path: Path, family: str | None, device_kind: str) -> list[st
 
 class WarmKernel:
     """One notebook's kernel, started with ``cwd``, importing ``modules`` and starting the compile
-    processes for ``device_kind``, in a background thread from construction. :meth:`take` waits for it and hands over its kernel manager (None
-    where the start failed: :attr:`error` says why, and the notebook starts a kernel of its own);
-    :meth:`release` shuts it down after, in the background."""
+    processes for ``device_kind``, in a background thread from construction. :meth:`take` waits
+    for it and hands over its kernel manager (None where the start failed: :attr:`error` says
+    why, and the notebook starts a kernel of its own); :meth:`release` shuts it down after, in
+    the background."""
 
     def __init__(self, modules: list[str], cwd: Path, kernel_name: str, device_kind: str = "cpu") -> None:
         self.modules = list(modules)
