@@ -173,17 +173,5 @@ def rms_norm_backward_onchip(dx, dy2d, ds2d, x2d, w, rstd, dw_pointers, sizes, t
         "num_warps": warps,
     }
     ds = ds2d.contiguous() if ds2d is not None else dy2d  # unread without HAS_DS
-    launch(
-        _rms_norm_backward_onchip_kernel,
-        x2d,
-        (tiles.GRID,),
-        dx,
-        dy2d,
-        ds,
-        x2d,
-        w,
-        rstd,
-        *dw_pointers,
-        *sizes,
-        **options,
-    )
+    args = (dx, dy2d, ds, x2d, w, rstd, *dw_pointers, *sizes)
+    launch(_rms_norm_backward_onchip_kernel, x2d, (tiles.GRID,), *args, **options)
