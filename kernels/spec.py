@@ -196,7 +196,9 @@ class Variant:
     (...)"`` with the reason, or ``"explicit"``; a part with a table of its own adds
     ``"; backward: ..."``, :func:`kernels.tuned_tables.joined_sources`); records carry it as
     ``tiles_source``. ``triton_peer``: a peer whose kernels are plain Triton JIT functions, which
-    a compile process can compile ahead (:attr:`compiles_ahead`). ``imports``: the modules its
+    a compile process can compile ahead (:attr:`compiles_ahead`). ``inductor_peer``: a peer whose
+    first call compiles torch.compile graphs (Inductor), which a process holding the GPU can
+    compile ahead into Inductor's caches without running them. ``imports``: the modules its
     first call imports (a peer library, Inductor), which a process can import before measuring.
     ``bind(inputs, problem, **params)``, where given, returns the zero-argument call ``run`` would
     make, its arguments looked up once: the call a user writes (``rms_norm(x, w, eps)``),
@@ -222,6 +224,9 @@ class Variant:
     # A peer whose kernels are plain Triton JIT functions its own code launches (Liger-Kernel's):
     # a compile process can compile its first call ahead, as it does ours (:attr:`compiles_ahead`).
     triton_peer: bool = False
+    # A peer whose first call compiles torch.compile graphs (kernels.peers.compiled): their
+    # compile can be made ahead in another process, into Inductor's disk caches.
+    inductor_peer: bool = False
     # The modules its first call imports (a peer library, Inductor): a process about to measure
     # it may import them beforehand, off the measurement (KernelSpec.first_call_imports).
     imports: tuple[str, ...] = ()
@@ -431,6 +436,12 @@ class KernelSpec:
         before its turn (``workbench/reports/warm_kernels.py``)."""
         names = [m for var in self.variants if var.unavailable_reason(device_kind) is None for m in var.imports]
         return list(dict.fromkeys(names))
+
+    def has_graph_peers(self, device_kind: str) -> bool:
+        """Whether a variant that can run on ``device_kind`` compiles torch.compile graphs at its
+        first call (``inductor_peer``): a process about to measure the family starts the graph
+        processes that compile them ahead (workbench/compiling/graphs.py)."""
+        return any(var.inductor_peer and var.unavailable_reason(device_kind) is None for var in self.variants)
 
     def knob(self, name: str) -> Knob:
         for k in self.knobs:

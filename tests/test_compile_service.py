@@ -189,14 +189,16 @@ def test_nothing_is_compiled_ahead_on_the_cpu(monkeypatch):
 
 
 def test_jobs_name_what_can_be_compiled_ahead():
-    """Ours and a peer of plain Triton kernels (Liger's); not a torch path (torch.compile keeps its
-    own workers), not a family another process cannot import, not a configuration refused."""
+    """Ours and a peer of plain Triton kernels (Liger's); a torch.compile peer as a graphs job
+    (tests/test_compile_graphs.py); not an eager torch path, not a family another process cannot
+    import, not a configuration refused."""
     spec = kernels.get("rms_norm")
     job = job_of(spec, "gpu_multirow", dtype="bf16", mode="full", problem={"hidden": 1000}, params=None)
     assert job.family_module == "kernels.rms_norm" and job.problem["hidden"] == 1000 and job.tables is True
     assert job.params == spec.variant("gpu_multirow").resolve_params(None)
     assert spec.variant("liger").compiles_ahead and not spec.variant("torch_compile").compiles_ahead
-    assert job_of(spec, "torch_compile", dtype="bf16", mode="forward", problem=None, params=None) is None
+    assert job_of(spec, "torch_compile", dtype="bf16", mode="forward", problem=None, params=None).kind == "graphs"
+    assert job_of(spec, "torch_eager", dtype="bf16", mode="forward", problem=None, params=None) is None
     assert job_of(spec, "gpu_multirow", dtype="bf16", mode="forward", problem={"hidden": -1}, params=None) is None
     from kernels import tuned_tables
 

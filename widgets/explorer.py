@@ -562,7 +562,8 @@ class Explorer:
             var = self.spec.variant(cfg["variant"])
             # Before this process's first profiler session (Kineto wants it on the main thread,
             # after this cell), a first number from graph replay.
-            compile_service.start(sess.device.kind)  # once, beside the first launch: ready for its neighbours
+            # once, beside the first launch: ready for its neighbours (the peers' graphs too)
+            compile_service.start(sess.device.kind, graphs=self.spec.has_graph_peers(sess.device.kind))
             first = sess.device.kind == "cuda" and not timing.profiler_started() and not self._profiler_asked
             with timing.profiler_deferred() if first else contextlib.nullcontext():
                 rec, cached = sess.measure_cached(

@@ -161,7 +161,7 @@ class Session:
         if executor != "ray":
             from workbench.compiling import service as compile_service
 
-            compile_service.start(self.device.kind)
+            compile_service.start(self.device.kind, graphs=self.spec.has_graph_peers(self.device.kind))
         if store is False:
             self.store = None
         elif store is None or store is True:

@@ -58,6 +58,7 @@ from kernels.testing import TensorCheck, compare, judge  # noqa: F401 - compare:
 from workbench import compile_facts, device_state, timing
 from workbench import edges as edges_module
 from workbench.compiling import service as compile_service
+from workbench.compiling.graphs import inductor_cache_counts
 from workbench.compiling.note import noted
 from workbench.device import Device, check_l2, get_device
 from workbench.kept_inputs import forget_inputs, kept, own_copy  # noqa: F401 - forget_inputs: public here too
@@ -799,7 +800,9 @@ def _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, record, shared: _S
         return as_tuple(call())
 
     # First call: compile (or trace) plus one run, timed on the host; its launches give the
-    # compile facts (the backward's first call adds its own).
+    # compile facts (the backward's first call adds its own). A torch.compile peer's graphs are
+    # counted as Inductor found them in its cache (compiled ahead by a graph process) or not.
+    graphs_before = (inductor_cache_counts() or {"hit": 0, "miss": 0}) if var.inductor_peer else None
     with torch.set_grad_enabled(backward_needed), phases("compile"), recording() as launches:
         outputs, first_ms = _sync_call(dev, forward)
     record.compile_ms = first_ms
@@ -820,6 +823,9 @@ def _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, record, shared: _S
         record.compile_ms += bwd_first_ms
         launches += backward_launches
     record.compile_facts = _facts(launches, dev, spec, var, prob, prm, dt)
+    if graphs_before is not None:
+        after = inductor_cache_counts() or graphs_before
+        record.compile_facts["inductor_cache"] = {k: after[k] - graphs_before[k] for k in ("hit", "miss")}
     # What the timed call launches: the backward's launches alone for mode "backward", else all.
     timed_launches = len(backward_launches) if mode == "backward" else len(launches)
     if timed_launches:

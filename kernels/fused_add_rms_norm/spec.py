@@ -158,6 +158,7 @@ spec = KernelSpec(
             doc="torch.compile of the unfused eager math",
             bind=_torch_compile_bind,
             imports=TORCH_COMPILE_IMPORTS,
+            inductor_peer=True,
         ),
         Variant(
             "rms_norm_after_add",

@@ -475,6 +475,7 @@ spec = KernelSpec(
             doc="torch.compile of the eager math",
             bind=_torch_compile_bind,
             imports=TORCH_COMPILE_IMPORTS,
+            inductor_peer=True,
         ),
         Variant(
             "liger",

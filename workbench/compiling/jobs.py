@@ -41,16 +41,19 @@ class CompileJob:
     # True: the tuned tables as installed; False: every table off; a part's name: that part's off
     # (kernels.tuned_tables.disabled): "auto" tiles resolve from them
     tables: bool | str = True
+    # "triton": kernels compiled under compile_only (a compile process); "graphs": torch.compile's
+    # graphs compiled into Inductor's caches (a graph process, workbench.compiling.graphs)
+    kind: str = "triton"
     extra: dict = field(default_factory=dict, compare=False)
 
     @property
     def key(self) -> str:
         """What the measuring process's first call of this configuration looks up."""
-        return json.dumps(
-            [self.family, self.variant, self.dtype, self.mode, sorted(self.problem.items()), sorted(self.params.items()),
-             self.tables],
-            default=str,
-        )  # fmt: skip
+        parts = [self.family, self.variant, self.dtype, self.mode, sorted(self.problem.items()),
+                 sorted(self.params.items()), self.tables]  # fmt: skip
+        if self.kind != "triton":
+            parts.append(self.kind)
+        return json.dumps(parts, default=str)
 
 
 def job_of(
@@ -68,7 +71,8 @@ def job_of(
 ) -> CompileJob | None:
     """The job of a configuration as :func:`workbench.measure.measure_many` runs it (problem and
     tiles resolved against ``spec``; ``resolved``: they already are), or None where none can be
-    compiled ahead: a variant that is not ours and declares nothing to compile ahead, a family
+    compiled ahead: a variant that is not ours and declares nothing to compile ahead (a peer's
+    Triton kernels, ``triton_peer``; torch.compile's graphs, ``inductor_peer``: a "graphs" job), a family
     another process cannot import (defined in a notebook cell), a configuration the spec refuses
     (the measuring process says why). ``tables``: the tables' state (None: as they are now in
     this process, :func:`tables_now`)."""
@@ -76,7 +80,7 @@ def job_of(
 
     try:
         var = spec.variant(variant) if isinstance(variant, str) else variant
-        if not var.compiles_ahead:
+        if not (var.compiles_ahead or var.inductor_peer):
             return None
         module = worker_module(spec)
         if module is None:
@@ -86,8 +90,9 @@ def job_of(
         dt = dtype_name(dtype)
     except (ValueError, KeyError):
         return None
+    kind = "triton" if var.compiles_ahead else "graphs"
     return CompileJob(
-        spec.name, module, var.name, dt, mode, prob, prm, seed, tables_now() if tables is None else tables
+        spec.name, module, var.name, dt, mode, prob, prm, seed, tables_now() if tables is None else tables, kind
     )
 
 

@@ -1,7 +1,8 @@
 """The note a compile-ahead leaves on a measured record: ``compile_facts["compiled_ahead"]``.
 
 - :func:`noted`: a record's compile facts with what was compiled ahead
-  (:func:`workbench.compiling.jobs.compile_job`'s result), and whether every kernel of the first
+  (:func:`workbench.compiling.jobs.compile_job`'s result, or
+  :func:`workbench.compiling.graphs.compile_graphs`'), and whether every kernel of the first
   call was (``first_call_cached``), so the record's ``compile_ms`` reads as the cache load it
   was. :func:`workbench.measure.measure_many` writes it where this process's compile service
   compiled the configuration; :func:`workbench.sweep.tasks.run_task` where a Ray compile worker
@@ -69,6 +70,9 @@ def noted(compile_facts: dict, ahead: dict) -> dict:
         note["how"] = how
     if ahead.get("fetched"):  # copied from the cluster cache into the measuring node's before the first call
         note["fetched"] = ahead["fetched"]
+    if "graphs" in ahead:  # a graph process's (workbench.compiling.graphs): graphs compiled, cache hits there
+        note["graphs"] = ahead["graphs"]
+        note["graph_cache"] = ahead.get("cache")
     if ahead.get("error"):
         note["error"] = ahead["error"]
     if ahead.get("waited_ms") is not None:

@@ -5,7 +5,9 @@ Whatever is about to measure submits what it will measure, in the order it will 
 suite its targets' configurations (:func:`workbench.suites.run.run_suite`), a sweep its tasks
 (:func:`workbench.sweep.engine.run_sweep` for the local and isolate executors; the Ray executor
 has compile workers of its own), a notebook's Session its sweeps and tunes, the Explorer the
-configurations one step away from the one on screen. Then :func:`workbench.measure.measure_many`,
+configurations one step away from the one on screen. A configuration's Triton kernels go to the
+compile processes (:mod:`workbench.compiling.pool`), a torch.compile peer's graphs to the graph
+processes (:mod:`workbench.compiling.graphs`). Then :func:`workbench.measure.measure_many`,
 before a configuration's first call, :func:`settle` s it:
 
 - compiled ahead (or failed to): its first call loads the kernels from Triton's disk cache; the
@@ -16,12 +18,15 @@ before a configuration's first call, :func:`settle` s it:
   the service (the pool is behind: waiting would be slower);
 - never submitted: nothing changes.
 
-It never changes what is measured or in which order, and no compile runs on a GPU: the compile
-processes see none (:mod:`workbench.compiling.pool`). On the CPU it is never started: the
+It never changes what is measured or in which order, and nothing it does runs on a GPU: the
+compile processes see none, and the graph processes, which hold a CUDA context to compile
+Inductor's graphs, launch nothing there. On the CPU it is never started: the
 interpreter compiles nothing. ``WORKBENCH_COMPILE_AHEAD=0`` turns it off (every first call
 compiles in the measuring process, one after another: ``workbench bench --serial-compile``);
 ``WORKBENCH_COMPILE_WORKERS`` sets the number of compile processes
-(:func:`workbench.compiling.pool.default_workers` by default).
+(:func:`workbench.compiling.pool.default_workers` by default), ``WORKBENCH_GRAPH_WORKERS`` that of
+graph processes (:func:`workbench.compiling.graphs.default_graph_workers`; 0: torch.compile's
+graphs are compiled by the measuring process, as before).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from workbench.compiling.jobs import CompileJob, job_of
 
 ENV_SWITCH = "WORKBENCH_COMPILE_AHEAD"
 ENV_WORKERS = "WORKBENCH_COMPILE_WORKERS"
+ENV_GRAPH_WORKERS = "WORKBENCH_GRAPH_WORKERS"
 WAIT_LIMIT_S = 120.0  # the longest a measuring process waits for a compile in flight
 
 
@@ -49,14 +55,29 @@ def enabled() -> bool:
 
 class CompileService:
     """One process's compile-ahead: a :class:`~workbench.compiling.pool.CompilePool` started on the
-    first :meth:`submit`, the jobs submitted (by key) and what became of them."""
+    first :meth:`submit` of a Triton job, a :class:`~workbench.compiling.graphs.GraphPool` on the
+    first of a graphs job (none with ``graph_workers`` 0: those jobs are not taken), the jobs
+    submitted (by key) and what became of them. ``pool_factory(facts, workers, log_path)`` and
+    ``graph_pool_factory(workers, log_path)`` replace the pools (tests)."""
 
-    def __init__(self, facts: dict, workers: int, log_path: str | os.PathLike, pool_factory=None):
+    def __init__(
+        self,
+        facts: dict,
+        workers: int,
+        log_path: str | os.PathLike,
+        pool_factory=None,
+        graph_workers: int = 0,
+        graph_pool_factory=None,
+    ):
         self.facts = dict(facts)
         self.workers = workers
+        self.graph_workers = graph_workers
         self.log_path = Path(log_path)
         self._pool_factory = pool_factory
+        self._graph_pool_factory = graph_pool_factory
         self._pool = None
+        self._graph_pool = None
+        self._graphs_start_asked = False
         self._futures: dict[str, Any] = {}  # key -> the pool's future, until settled
         self._settled: set[str] = set()
         self._start_asked = False  # start() asked the pool to start its processes
@@ -73,23 +94,46 @@ class CompileService:
                 self._pool = CompilePool(self.facts, self.workers, self.log_path)
         return self._pool
 
-    def start(self) -> None:
+    def _started_graph_pool(self):
+        """The graph processes (started now), or None where there are none to start."""
+        if self._graph_pool is None and self.graph_workers > 0:
+            if self._graph_pool_factory is not None:
+                self._graph_pool = self._graph_pool_factory(self.graph_workers, self.log_path)
+            else:
+                import torch
+
+                from workbench.compiling.graphs import GraphPool
+
+                self._graph_pool = GraphPool(torch.cuda.current_device(), self.graph_workers, self.log_path)
+        return self._graph_pool
+
+    def start(self, graphs: bool = False) -> None:
         """Start the compile processes now (they otherwise start with the first submission): for a
         caller that knows work is coming, a notebook's Session when it is made (widgets/session.py)
-        and the Explorer at its first launch. Once only."""
+        and the Explorer at its first launch; with ``graphs``, the graph processes too (a family
+        with a torch.compile peer). Each pool once only."""
         with self._lock:
             if not self._start_asked:
                 self._start_asked = True
                 self._started_pool().start()
+            if graphs and not self._graphs_start_asked:
+                self._graphs_start_asked = True
+                pool = self._started_graph_pool()
+                if pool is not None:
+                    pool.start()
 
     def submit(self, jobs: Iterable[CompileJob | None]) -> int:
-        """Queue ``jobs`` (None entries skipped) in this order, each key once; how many were new."""
+        """Queue ``jobs`` (None entries skipped, and graphs jobs where there are no graph processes)
+        in this order, each key once; how many were new."""
         new = 0
         with self._lock:
             for job in jobs:
                 if job is None or job.key in self._futures or job.key in self._settled:
                     continue
-                self._futures[job.key] = self._started_pool().submit(job)
+                pool = self._started_graph_pool() if job.kind == "graphs" else self._started_pool()
+                if pool is None:
+                    continue
+                self._futures[job.key] = pool.submit(job)
                 new += 1
             self.counts["submitted"] += new
         return new
@@ -168,15 +212,18 @@ class CompileService:
         withdrawn (compiled by the measuring process instead), waited (and ``waited_s``), with the
         compile processes and the log file."""
         with self._lock:
-            return {**self.counts, "workers": self.workers, "log": str(self.log_path)}
+            return {**self.counts, "workers": self.workers, "graph_workers": self.graph_workers,
+                    "log": str(self.log_path)}  # fmt: skip
 
     def close(self) -> None:
-        """Stop the compile processes (jobs not settled are dropped)."""
+        """Stop the compile and graph processes (jobs not settled are dropped)."""
         with self._lock:
-            pool, self._pool = self._pool, None
+            pools = (self._pool, self._graph_pool)
+            self._pool = self._graph_pool = None
             self._futures.clear()
-        if pool is not None:
-            pool.close()
+        for pool in pools:
+            if pool is not None:
+                pool.close()
 
 
 _SERVICE: CompileService | None = None
@@ -192,6 +239,7 @@ def for_kind(kind: str) -> CompileService | None:
         return None
     with _SERVICE_LOCK:
         if _SERVICE is None:
+            from workbench.compiling.graphs import default_graph_workers
             from workbench.compiling.pool import default_workers
             from workbench.compiling.target import visible_device_facts
 
@@ -199,8 +247,10 @@ def for_kind(kind: str) -> CompileService | None:
             if facts is None:
                 return None
             workers = int(os.environ.get(ENV_WORKERS) or default_workers())
+            graph_workers = os.environ.get(ENV_GRAPH_WORKERS, "").strip()
+            graph_workers = int(graph_workers) if graph_workers else default_graph_workers()
             log = Path(tempfile.gettempdir()) / f"workbench-compile-{os.getpid()}.log"
-            _SERVICE = CompileService(facts, workers, log)
+            _SERVICE = CompileService(facts, workers, log, graph_workers=graph_workers)
         return _SERVICE
 
 
@@ -220,13 +270,14 @@ def active() -> CompileService | None:
     return _SERVICE
 
 
-def start(device_kind: str) -> bool:
-    """Start this process's compile processes for ``device_kind`` now, where it compiles ahead;
-    whether a service is there (False on the CPU, or with the switch off)."""
+def start(device_kind: str, graphs: bool = False) -> bool:
+    """Start this process's compile processes for ``device_kind`` now, where it compiles ahead
+    (with ``graphs``, its graph processes too); whether a service is there (False on the CPU, or
+    with the switch off)."""
     service = for_kind(device_kind)
     if service is None:
         return False
-    service.start()
+    service.start(graphs=graphs)
     return True
 
 

@@ -21,6 +21,7 @@ import os
 import time
 from pathlib import Path
 
+import kernels
 from workbench.device import get_device
 from workbench.phases import process_age_s
 from workbench.reports.environment import environment
@@ -95,7 +96,9 @@ def build_report(
         return _run_one(path, out, params, timeout, notebooks_dir, log, show_code, plotly_src, warm)
 
     def warm_kernel(path: Path) -> WarmKernel:
-        return WarmKernel(warm_up_modules(path, records_family(path), kind), notebooks_dir, KERNEL_NAME, kind)
+        family = records_family(path)
+        graphs = family in kernels.families() and kernels.get(family).has_graph_peers(kind)
+        return WarmKernel(warm_up_modules(path, family, kind), notebooks_dir, KERNEL_NAME, kind, graphs)
 
     if dtype:
         params["dtype"] = dtype

@@ -8,9 +8,10 @@ measures, :class:`WarmKernel` starts the next one's kernel in a background threa
 there the modules the notebook will import (:func:`notebook_modules`: its top-level ``import``
 statements, modules only, no name bound in its namespace) and those its family's variants
 import at their first call (``KernelSpec.first_call_imports``), and starts the compile
-processes its Session would start. The notebook then runs in that kernel (papermill's ``km``).
-Nothing in the warm-up launches work on the GPU: it imports, so the notebook measuring meanwhile
-is disturbed no more than by its own compile processes.
+processes its Session would start (and the graph processes, for a family with a torch.compile
+peer). The notebook then runs in that kernel (papermill's ``km``). Nothing in the warm-up
+launches work on the GPU: it imports, so the notebook measuring meanwhile is disturbed no more
+than by its own compile processes.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ from pathlib import Path
 WARM_UP_TIMEOUT_S = 300
 
 # Run in the warm kernel: each module imported by name; a module that fails to import is left
-# for the notebook to meet (and report) itself. Then the compile processes a notebook's Session
-# starts on a GPU (workbench.compiling.service; their own imports take seconds; nothing on the
-# CPU). The helper deletes itself, so the notebook's namespace holds nothing it did not define.
+# for the notebook to meet (and report) itself. Then the compile (and graph) processes a
+# notebook's Session starts on a GPU (workbench.compiling.service; their own imports take
+# seconds; nothing on the CPU). The helper deletes itself, so the notebook's namespace holds
+# nothing it did not define.
 _WARM_UP_CODE = """\
-def _workbench_warm_up(names, device_kind):
+def _workbench_warm_up(names, device_kind, graphs):
     import importlib
     for name in names:
         try:
@@ -37,8 +39,8 @@ def _workbench_warm_up(names, device_kind):
         except Exception:
             pass
     from workbench.compiling import service
-    service.start(device_kind)
-_workbench_warm_up({names!r}, {device_kind!r})
+    service.start(device_kind, graphs=graphs)
+_workbench_warm_up({names!r}, {device_kind!r}, {graphs!r})
 del _workbench_warm_up
 """
 
@@ -86,9 +88,12 @@ class WarmKernel:
     why, and the notebook starts a kernel of its own); :meth:`release` shuts it down after, in
     the background."""
 
-    def __init__(self, modules: list[str], cwd: Path, kernel_name: str, device_kind: str = "cpu") -> None:
+    def __init__(
+        self, modules: list[str], cwd: Path, kernel_name: str, device_kind: str = "cpu", graphs: bool = False
+    ) -> None:
         self.modules = list(modules)
         self.device_kind = device_kind
+        self.graphs = graphs  # start the graph processes too (a family with a torch.compile peer)
         self.cwd = Path(cwd)
         self.kernel_name = kernel_name
         self.seconds: float | None = None  # start + imports, wall
@@ -112,7 +117,7 @@ class WarmKernel:
             try:
                 client.wait_for_ready(timeout=60)
                 reply = client.execute_interactive(
-                    _WARM_UP_CODE.format(names=self.modules, device_kind=self.device_kind),
+                    _WARM_UP_CODE.format(names=self.modules, device_kind=self.device_kind, graphs=self.graphs),
                     store_history=False,
                     timeout=WARM_UP_TIMEOUT_S,
                     output_hook=lambda msg: None,
