@@ -83,6 +83,30 @@ def test_a_torch_compile_peer_is_a_graphs_job_for_the_graph_processes(tmp_path):
     assert service.state(graph_job) == "none" and not graphs.started
 
 
+def test_a_sweep_submits_its_torch_compile_tasks_as_graphs_jobs(tmp_path, monkeypatch):
+    """The local and isolate executors' sweeps (workbench/sweep/compile_ahead.py): a torch.compile
+    task goes to the graph processes under the key its measurement settles with."""
+    import dataclasses
+
+    from testkit import norm_task
+
+    from workbench.sweep.compile_ahead import job_kind, submit_tasks
+
+    service, triton, graphs = _service(tmp_path, graph_workers=1)
+    monkeypatch.setattr(compile_service, "for_kind", lambda kind: service if kind == "cuda" else None)
+    tasks = [
+        dataclasses.replace(norm_task(v, 5, 333, {}), device="cuda")
+        for v in ("torch_compile", "gpu_row", "torch_eager")
+    ]
+    assert [job_kind(t) for t in tasks] == ["graphs", "triton", None]
+    assert submit_tasks(tasks) == 2
+    spec = kernels.get("rms_norm")
+    want = job_of(
+        spec, "torch_compile", dtype="fp32", mode="forward", problem=tasks[0].problem, params={}, resolved=True
+    )
+    assert [j.key for j in graphs.submitted] == [want.key] and len(triton.submitted) == 1
+
+
 def test_graph_workers_come_from_the_environment(monkeypatch):
     monkeypatch.setattr(
         "workbench.compiling.target.visible_device_facts", lambda device: dict(H100_FACTS)
@@ -183,6 +207,9 @@ def test_on_a_gpu_the_graph_processes_compile_what_the_measuring_first_call_then
         problem = {"rows": 257, "hidden": 1031}
         config = dict(variant="torch_compile", dtype="bf16", mode="full", problem=problem)
         assert compile_service.submit_configs(spec, [config], "cuda") == 1
+        job = job_of(spec, "torch_compile", dtype="bf16", mode="full", problem=problem, params=None)
+        service.wait_any([job], limit_s=120)  # the graph processes start first (their imports, a context)
+        assert service.state(job) == "done"
         record = measure("rms_norm", "torch_compile", problem=problem, mode="full", dtype="bf16", device="cuda")
         note = record.compile_facts["compiled_ahead"]
         assert note["ok"], note
@@ -191,3 +218,26 @@ def test_on_a_gpu_the_graph_processes_compile_what_the_measuring_first_call_then
         assert record.passed, record.error
     finally:
         compile_service.install(None)
+
+
+@pytest.mark.skipif(
+    shutil.which("g++") is None and shutil.which("c++") is None, reason="Inductor's CPU code needs a C++ compiler"
+)
+def test_warming_inductor_compiles_a_graph_and_leaves_torch_compile_as_it_was():
+    """What a notebook's kernel started ahead does for a family with a torch.compile peer: the
+    one-op graph is compiled (and stopped), then torch.compile compiles and runs as before."""
+    import torch
+    from torch._inductor import compile_fx as inductor
+
+    from workbench.compiling.graphs import inductor_cache_counts, warm_inductor
+
+    real = inductor.compile_fx
+    assert warm_inductor("cpu") > 0
+    assert inductor.compile_fx is real
+    assert sum(inductor_cache_counts().values()) >= 1  # a graph went through Inductor
+
+    def scaled(x):
+        return x * 3 + 1
+
+    x = torch.arange(5.0)
+    assert torch.equal(torch.compile(scaled, dynamic=False)(x), scaled(x))

@@ -36,7 +36,9 @@ from pathlib import Path
 
 from workbench.compiling.jobs import CompileJob, register_module, worker_info
 
-NICENESS = 10
+# Below the measuring process, above the compile processes (10): a graph job is nearer the
+# critical path (a sweep reaches its torch.compile peer seconds after submitting it).
+NICENESS = 5
 JOB_TIMEOUT_S = 300.0
 
 
@@ -92,6 +94,7 @@ def _start_graph_process(log_path: str, triton_dir: str, inductor_dir: str, devi
         pass
     try:
         compile_graphs_only(device_index)
+        _compile_one_op("cuda")  # Dynamo's and Inductor's first-use costs, before the first job
         print(f"graph process {os.getpid()}: started on cuda:{device_index}", flush=True)
     except Exception as exc:  # noqa: BLE001 - into the log; its jobs fail and are compiled by the measuring process
         print(f"graph process {os.getpid()}: start failed: {type(exc).__name__}: {exc}", flush=True)
@@ -125,6 +128,47 @@ def compile_graphs_only(device_index: int | None = None) -> None:
     if device_index is not None and torch.cuda.is_available():
         torch.cuda.set_device(device_index)
         torch.empty(1, device="cuda")  # the context, made now rather than in the first job
+
+
+def _compile_one_op(device: str) -> None:
+    """Compile a one-op graph on ``device`` with :func:`compile_graphs_only`'s stop in force (it
+    never runs): what torch.compile does once per process (its lazy imports, Inductor's tables,
+    a first Triton compile) is then paid."""
+    import torch
+
+    def one_op(x):
+        return x * 2
+
+    try:
+        torch.compile(one_op, dynamic=False)(torch.empty(64, device=device))
+    except Exception as exc:  # noqa: BLE001 - the stop, or a failure the first real job meets again
+        if not _stopped(exc):
+            raise
+
+
+def warm_inductor(device: str = "cuda") -> float:
+    """Pay torch.compile's first-use costs in this process now, running nothing: a one-op graph
+    compiled and stopped before it runs, with ``compile_fx`` restored after. For a notebook's kernel started ahead of a family with a torch.compile
+    peer (workbench/reports/warm_kernels.py): its first graph then costs what a later one does.
+    Seconds it took."""
+    from torch._inductor import compile_fx as inductor
+
+    started = time.perf_counter()
+    real = inductor.compile_fx
+    if getattr(real, "graphs_only", False):  # a graph process: its stop is in force already
+        _compile_one_op(device)
+        return time.perf_counter() - started
+
+    def compile_and_stop(*args, **kwargs):
+        real(*args, **kwargs)
+        raise GraphsCompiled()
+
+    inductor.compile_fx = compile_and_stop
+    try:
+        _compile_one_op(device)
+    finally:
+        inductor.compile_fx = real
+    return time.perf_counter() - started
 
 
 def compile_graphs(job: CompileJob, device: str = "cuda") -> dict:

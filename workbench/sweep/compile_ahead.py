@@ -23,8 +23,9 @@ from workbench.compiling.jobs import CompileJob, compile_job
 from workbench.sweep.tasks import SweepTask
 
 
-def job_of_task(task: SweepTask) -> CompileJob:
-    """The compile job of a sweep task (its problem and tiles as the task resolved them)."""
+def job_of_task(task: SweepTask, kind: str = "triton") -> CompileJob:
+    """The compile job of a sweep task (its problem and tiles as the task resolved them);
+    ``kind`` "graphs" for a torch.compile peer's (:func:`job_kind`)."""
     return CompileJob(
         task.family,
         task.family_module,
@@ -35,7 +36,23 @@ def job_of_task(task: SweepTask) -> CompileJob:
         dict(task.params),
         task.seed,
         task.tables,
+        kind,
     )
+
+
+def job_kind(task: SweepTask, specs: dict | None = None) -> str | None:
+    """What of ``task`` this process's compile service can compile ahead: "triton" (ours, a
+    Triton peer's), "graphs" (a torch.compile peer's), or None (nothing, or a family no process
+    here knows; ``specs``: the KernelSpecs an executor holds by name)."""
+    from kernels.spec import get
+
+    try:
+        var = ((specs or {}).get(task.family) or get(task.family)).variant(task.variant)
+    except (KeyError, ValueError):
+        return None
+    if var.compiles_ahead:
+        return "triton"
+    return "graphs" if var.inductor_peer else None
 
 
 def submit_tasks(tasks, specs: dict | None = None) -> int:
@@ -43,7 +60,6 @@ def submit_tasks(tasks, specs: dict | None = None) -> int:
     (:func:`workbench.compiling.service.for_kind`), in their order; how many were new. Skipped:
     variants with nothing to compile ahead, families no other process can import (``specs``: the
     KernelSpecs the executor holds by name, for families that are not registered)."""
-    from kernels.spec import get
     from workbench.compiling import service as compile_service
 
     submitted = 0
@@ -55,13 +71,9 @@ def submit_tasks(tasks, specs: dict | None = None) -> int:
         for task in tasks:
             if task.device != kind or not task.family_module:
                 continue
-            try:
-                spec = (specs or {}).get(task.family) or get(task.family)
-                if not spec.variant(task.variant).compiles_ahead:
-                    continue
-            except (KeyError, ValueError):
-                continue
-            jobs.append(job_of_task(task))
+            what = job_kind(task, specs)
+            if what is not None:
+                jobs.append(job_of_task(task, what))
         submitted += service.submit(jobs)
     return submitted
 
@@ -73,7 +85,8 @@ def settle_task(task: SweepTask) -> dict | None:
     from workbench.compiling import service as compile_service
 
     service = compile_service.active()
-    return None if service is None else service.settle(job_of_task(task))
+    what = job_kind(task)
+    return None if service is None or what is None else service.settle(job_of_task(task, what))
 
 
 def compile_task(task: SweepTask, facts: dict) -> dict:
