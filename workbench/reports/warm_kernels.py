@@ -40,7 +40,7 @@ def _workbench_warm_up(names, device_kind, graphs):
         except Exception:
             pass
     from workbench.compiling import service
-    if service.start(device_kind, graphs=graphs) and graphs:
+    if service.start(device_kind, graphs=graphs) and graphs and service.active().graph_workers:
         try:
             from workbench.compiling.graphs import warm_inductor
             warm_inductor()
