@@ -448,3 +448,79 @@ def test_a_session_starts_the_compile_processes_when_it_is_made(fake_service, mo
     assert pool.started_before == 0  # started, before any submission
     monkeypatch.setattr(compile_service, "for_kind", lambda kind: None)
     assert compile_service.start("cpu") is False
+
+
+@pytest.mark.skipif(not HAVE_PTXAS, reason="needs Triton's bundled ptxas")
+def test_an_hmm_chain_is_compiled_ahead_for_an_h100_here(tmp_path, monkeypatch):
+    """A chain job (workbench/suites/chain.py): the same HMM built on the CPU, its forward and
+    backward compiled for an H100 with tiles planned for it, every layer's kernels among them;
+    an equal HMM names the same job, another heuristic another one."""
+    from kernels.block_sparse.hmm import HMM
+    from workbench.compiling.jobs import chain_job, compile_job
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    hmm = HMM(T=3, L=48, V=5, device="cpu", heuristic="small")  # block size 16: three blocks
+    job = chain_job(hmm, 5)
+    assert job.kind == "chain" and job.problem["batch"] == 5 and job.problem["block_size"] == 16
+    assert chain_job(HMM(T=3, L=48, V=5, device="cpu", heuristic="small", seed=9), 5).key == job.key
+    assert chain_job(HMM(T=3, L=48, V=5, device="cpu", heuristic="large"), 5).key != job.key
+    result = compile_job(job, H100_FACTS)
+    assert result["ok"], result["error"]
+    names = {k["name"] for k in result["kernels"]}
+    assert {"_sum_forward_kernel", "_product_forward_kernel", "_product_backward_kernel"} <= names
+    assert names & {"_sum_element_flows_kernel", "_sum_backward_kernel"}
+    for kernel in result["kernels"]:
+        assert (tmp_path / "cache" / cache_folder(kernel["hash"])).is_dir()
+    assert hmm.plan(5).trans_fwd is not None  # the CPU HMM plans for itself again after the block
+
+
+def test_a_chains_first_call_settles_with_its_compile(fake_service, monkeypatch):
+    """The notebook's and the suite's chains: every HMM at every batch submitted before the
+    first is timed; a compiled one is noted on its rows, a queued one withdrawn (compiled by the
+    first call), one never submitted left alone."""
+    from kernels.block_sparse.hmm import HMM
+    from workbench.suites.chain import chain_timings, submit_chains
+
+    service, pool = fake_service
+    monkeypatch.setattr(compile_service, "for_kind", lambda kind: service)
+    hmm = HMM(T=2, L=16, V=3, device="cpu", heuristic="small")
+    assert submit_chains([hmm], [1, 3]) == 2 and [j.problem["batch"] for j in pool.submitted] == [1, 3]
+    pool.futures[0].set_result(_done({}))
+    rows = chain_timings(hmm, 1, rep_ms=1, graphs=False)
+    assert [r["compiled_ahead"] for r in rows] == [True, True] and all(r["first_ms"] > 0 for r in rows)
+    assert [r["compiled_ahead"] for r in chain_timings(hmm, 3, rep_ms=1, graphs=False)] == [None, None]
+    assert pool.futures[1].cancelled()  # still queued: withdrawn
+    assert [r["compiled_ahead"] for r in chain_timings(hmm, 2, rep_ms=1, graphs=False)] == [None, None]
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_chain_compiled_ahead_is_what_its_first_call_launches(tmp_path, monkeypatch):
+    """Every kernel the chain's first forward and backward launch on this GPU was compiled by a
+    compile process beforehand (the same hashes: the CPU stand-in planned the GPU's tiles)."""
+    import torch
+
+    from kernels.block_sparse.hmm import HMM
+    from kernels.launch import recording
+    from workbench.compiling.jobs import chain_job
+    from workbench.compiling.target import visible_device_facts
+    from workbench.suites.chain import settled_chain, submit_chains
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    service = compile_service.install(CompileService(visible_device_facts("cuda"), 2, tmp_path / "log"))
+    try:
+        for heuristic, batch in (("small", 1), ("auto", 16)):
+            hmm = HMM(T=4, L=1024, V=64, device="cuda", heuristic=heuristic)
+            assert submit_chains([hmm], [batch]) == 1
+            service.wait_any([chain_job(hmm, batch)], limit_s=120)
+            ahead = settled_chain(hmm, batch)
+            assert ahead is not None and ahead["ok"], ahead
+            x = hmm.sample(batch)
+            with recording() as launches:
+                hmm.forward_backward(x)
+            torch.cuda.synchronize()
+            launched = {launch.compiled.hash for launch in launches}
+            assert launched and launched <= {k["hash"] for k in ahead["kernels"]}, (heuristic, batch)
+    finally:
+        compile_service.install(None)

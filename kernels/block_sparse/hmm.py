@@ -50,7 +50,7 @@ from kernels.block_sparse import (
 )
 from kernels.block_sparse.chain_replay import ChainReplays
 from kernels.block_sparse.edges import check_edges
-from kernels.runtime import device_info
+from kernels.runtime import device_info, device_of
 from kernels.tuned_tables import device_key
 
 
@@ -117,6 +117,7 @@ class HMM:
         self.precision = precision
         self.tiles = dict(tiles)
         edges_option = check_edges(self.tiles.pop("EDGES", "auto"))
+        self.edges = edges_option
         self._plans: dict[int, ChainPlan] = {}
         self._replays = ChainReplays(enabled=replays)  # the eager chain's launches from addresses, per batch
 
@@ -159,6 +160,22 @@ class HMM:
         self.trans_edges = layer_edges(self.trans_cids, self.trans_pids, bs, edges_option, self.impl)
         self.root_edges = layer_edges(self.root_cids, self.root_pids, 1, edges_option, self.impl)
 
+    def settings(self) -> dict:
+        """The constructor's arguments that decide which kernels the chain launches (all but the
+        device, the seed and ``replays``): ``HMM(device=..., **hmm.settings())`` builds one that
+        launches the same kernels (a compile-ahead's, on another device)."""
+        return {
+            "T": self.T,
+            "L": self.L,
+            "V": self.V,
+            "block_size": self.block_size,
+            "impl": self.impl,
+            "heuristic": self.heuristic,
+            "precision": self.precision,
+            **self.tiles,
+            "EDGES": self.edges,
+        }
+
     # --- data and tiles ------------------------------------------------------------------
     def sample(self, batch: int, seed: int = 0) -> torch.Tensor:
         """Random observation sequences ``x [batch, T]`` (int64 emission ids)."""
@@ -166,12 +183,16 @@ class HMM:
         return torch.randint(0, self.V, (batch, self.T), generator=gen).to(self.device.torch_device)
 
     def plan(self, batch: int) -> ChainPlan:
+        """The tiles of every layer at ``batch``, resolved once, for the device the parameters
+        are on as the layer functions see it (``device_of``: a compile-ahead's stand-in CPU
+        tensors plan for the GPU it compiles for)."""
         if batch < 1:
             raise ValueError(f"batch={batch!r} must be >= 1")
         if batch not in self._plans:
-            cores, L, G, bs = self.device.num_cores, self.L, self.G, self.block_size
+            planned_for = device_of(self.trans_params)
+            cores, L, G, bs = planned_for.num_cores, self.L, self.G, self.block_size
             if self.impl == "gpu":
-                key = device_key(self.device)
+                key = device_key(planned_for)
                 fwd = gpu.resolve_forward_tiles(
                     G, bs, L, batch, cores, heuristic=self.heuristic, **self.tiles, device_key=key,
                     precision=self.precision,

@@ -14,6 +14,11 @@ Every kernel lands in the Triton disk cache as a real launch's would, with its h
 where Triton builds one per signature (3.6). A peer whose variant declares ``compiles_ahead``
 (its kernels are plain Triton JIT functions launched by the peer's own code, Liger-Kernel's) is
 compiled the same way, every Triton launch in the process taken as a compile.
+
+An HMM chain of block-sparse layers (``kernels.block_sparse.hmm.HMM``, measured by
+``workbench/suites/chain.py``) is a job too (:func:`chain_job`, kind "chain"): the compile
+process builds the same HMM on the CPU and runs its forward and backward under ``compile_only``,
+its tiles planned for the measuring device.
 """
 
 from __future__ import annotations
@@ -42,7 +47,8 @@ class CompileJob:
     # (kernels.tuned_tables.disabled): "auto" tiles resolve from them
     tables: bool | str = True
     # "triton": kernels compiled under compile_only (a compile process); "graphs": torch.compile's
-    # graphs compiled into Inductor's caches (a graph process, workbench.compiling.graphs)
+    # graphs compiled into Inductor's caches (a graph process, workbench.compiling.graphs);
+    # "chain": an HMM chain's kernels (a compile process, chain_job)
     kind: str = "triton"
     extra: dict = field(default_factory=dict, compare=False)
 
@@ -96,6 +102,15 @@ def job_of(
     )
 
 
+def chain_job(hmm, batch: int) -> CompileJob:
+    """The job of ``hmm``'s chain at ``batch``, forward and backward (its first calls in
+    ``workbench/suites/chain.py``): the HMM's settings and the batch as its problem."""
+    return CompileJob(
+        "block_sparse", "kernels.block_sparse", "hmm_chain", "fp32", "full", {**hmm.settings(), "batch": batch}, {},
+        kind="chain",
+    )  # fmt: skip
+
+
 def tables_now() -> bool | str:
     """The tuned tables' state in this process now, as a job records it: True (as installed),
     False (every table off) or the one part that is off."""
@@ -138,7 +153,7 @@ def compile_job(job: CompileJob, facts: dict) -> dict:
     started = time.perf_counter()
     result = {"ok": False, "inputs": None, "kernels": [], "ms": 0.0, "error": None, "worker": worker_info()}
     try:
-        result.update(_compile(job, facts))
+        result.update(_compile_chain(job, facts) if job.kind == "chain" else _compile(job, facts))
         result["ok"] = True
     except Exception as exc:  # noqa: BLE001 - best effort: the measuring process compiles it itself
         result["error"] = " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
@@ -180,6 +195,31 @@ def _compile(job: CompileJob, facts: dict) -> dict:
         raise RuntimeError("; ".join(failed))
 
 
+def _compile_chain(job: CompileJob, facts: dict) -> dict:
+    """The chain's forward and backward on the CPU under ``compile_only``: the HMM is built on the
+    CPU first (its parameters and index arrays hold real values, checked as on the GPU), and
+    inside the block its tiles are planned for the device ``facts`` describe (``HMM.plan`` asks
+    the device its tensors stand in for)."""
+    from kernels.block_sparse.hmm import HMM
+    from kernels.launch import compile_only
+    from workbench.compiling.target import compile_target
+
+    target, device = compile_target(facts)
+    settings = dict(job.problem)
+    batch = settings.pop("batch")
+    hmm = HMM(device="cpu", replays=False, **settings)
+    x = hmm.sample(batch)
+    with compile_only(target, device, launchers=True, every_jit=True) as compiled:
+        hmm.forward_backward(x)
+    if not compiled:
+        raise ValueError("the chain launched no Triton kernel here")
+    return {"inputs": "cpu", "kernels": _listed(compiled)}
+
+
+def _listed(compiled) -> list[dict]:
+    return [{"name": c.name, "hash": c.hash, "launcher_ms": c.launcher_ms} for c in compiled]
+
+
 def compile_call(var, problem: dict, params: dict, mode: str, inputs: dict, target, device) -> list[dict]:
     """The variant's call (and its backward where ``mode`` has one) on ``inputs`` under
     :func:`kernels.launch.compile_only` (host launchers built too; a peer's own Triton launches
@@ -204,7 +244,7 @@ def compile_call(var, problem: dict, params: dict, mode: str, inputs: dict, targ
                 torch.autograd.grad(outs, wrt, [torch.ones_like(o) for o in outs], allow_unused=True)
     if not compiled:
         raise ValueError(f"{var.name} launched no Triton kernel here")
-    return [{"name": c.name, "hash": c.hash, "launcher_ms": c.launcher_ms} for c in compiled]
+    return _listed(compiled)
 
 
 def _stand_in(value, where: str):
