@@ -218,26 +218,3 @@ def test_on_a_gpu_the_graph_processes_compile_what_the_measuring_first_call_then
         assert record.passed, record.error
     finally:
         compile_service.install(None)
-
-
-@pytest.mark.skipif(
-    shutil.which("g++") is None and shutil.which("c++") is None, reason="Inductor's CPU code needs a C++ compiler"
-)
-def test_warming_inductor_compiles_a_graph_and_leaves_torch_compile_as_it_was():
-    """What a notebook's kernel started ahead does for a family with a torch.compile peer: the
-    one-op graph is compiled (and stopped), then torch.compile compiles and runs as before."""
-    import torch
-    from torch._inductor import compile_fx as inductor
-
-    from workbench.compiling.graphs import inductor_cache_counts, warm_inductor
-
-    real = inductor.compile_fx
-    assert warm_inductor("cpu") > 0
-    assert inductor.compile_fx is real
-    assert sum(inductor_cache_counts().values()) >= 1  # a graph went through Inductor
-
-    def scaled(x):
-        return x * 3 + 1
-
-    x = torch.arange(5.0)
-    assert torch.equal(torch.compile(scaled, dynamic=False)(x), scaled(x))

@@ -146,31 +146,6 @@ def _compile_one_op(device: str) -> None:
             raise
 
 
-def warm_inductor(device: str = "cuda") -> float:
-    """Pay torch.compile's first-use costs in this process now, running nothing: a one-op graph
-    compiled and stopped before it runs, with ``compile_fx`` restored after. For a notebook's kernel started ahead of a family with a torch.compile
-    peer (workbench/reports/warm_kernels.py): its first graph then costs what a later one does.
-    Seconds it took."""
-    from torch._inductor import compile_fx as inductor
-
-    started = time.perf_counter()
-    real = inductor.compile_fx
-    if getattr(real, "graphs_only", False):  # a graph process: its stop is in force already
-        _compile_one_op(device)
-        return time.perf_counter() - started
-
-    def compile_and_stop(*args, **kwargs):
-        real(*args, **kwargs)
-        raise GraphsCompiled()
-
-    inductor.compile_fx = compile_and_stop
-    try:
-        _compile_one_op(device)
-    finally:
-        inductor.compile_fx = real
-    return time.perf_counter() - started
-
-
 def compile_graphs(job: CompileJob, device: str = "cuda") -> dict:
     """Compile ``job``'s torch.compile graphs for ``device`` into Inductor's caches, running
     nothing (in a graph process: :func:`compile_graphs_only` in force; ``device`` is "cpu" only in

@@ -9,7 +9,7 @@ there the modules the notebook will import (:func:`notebook_modules`: its top-le
 statements, modules only, no name bound in its namespace) and those its family's variants
 import at their first call (``KernelSpec.first_call_imports``), and starts the compile
 processes its Session would start (for a family with a torch.compile peer, the graph processes
-too, and torch.compile's first-use costs paid on a one-op graph that never runs). The notebook then runs in that kernel (papermill's ``km``). Nothing in the warm-up
+too). The notebook then runs in that kernel (papermill's ``km``). Nothing in the warm-up
 launches work on the GPU: it imports, so the notebook measuring meanwhile is disturbed no more
 than by its own compile processes.
 """
@@ -28,9 +28,8 @@ WARM_UP_TIMEOUT_S = 300
 # Run in the warm kernel: each module imported by name; a module that fails to import is left
 # for the notebook to meet (and report) itself. Then the compile (and graph) processes a
 # notebook's Session starts on a GPU (workbench.compiling.service; their own imports take
-# seconds; nothing on the CPU), and with graphs torch.compile's first-use costs are paid
-# (a one-op graph compiled, never run). The helper deletes itself, so the notebook's namespace
-# holds nothing it did not define.
+# seconds; nothing on the CPU). The helper deletes itself, so the notebook's namespace holds
+# nothing it did not define.
 _WARM_UP_CODE = """\
 def _workbench_warm_up(names, device_kind, graphs):
     import importlib
@@ -40,12 +39,7 @@ def _workbench_warm_up(names, device_kind, graphs):
         except Exception:
             pass
     from workbench.compiling import service
-    if service.start(device_kind, graphs=graphs) and graphs and service.active().graph_workers:
-        try:
-            from workbench.compiling.graphs import warm_inductor
-            warm_inductor()
-        except Exception:
-            pass
+    service.start(device_kind, graphs=graphs)
 _workbench_warm_up({names!r}, {device_kind!r}, {graphs!r})
 del _workbench_warm_up
 """
