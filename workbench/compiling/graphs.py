@@ -29,12 +29,11 @@ log, as a compile process does.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import time
-from pathlib import Path
 
 from workbench.compiling.jobs import CompileJob, register_module, worker_info
+from workbench.compiling.pool import HelperPool, into_log_and_lowered
 
 # Below the measuring process, above the compile processes (10): a graph job is nearer the
 # critical path (a sweep reaches its torch.compile peer seconds after submitting it).
@@ -77,21 +76,11 @@ def inductor_cache_counts() -> dict | None:
 def _start_graph_process(log_path: str, triton_dir: str, inductor_dir: str, device_index: int) -> None:
     """A graph process's start (see the module docstring). Never raises: what fails here fails
     the first job, and the measuring process compiles that configuration itself."""
-    try:
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
-    except OSError:
-        pass
+    into_log_and_lowered(log_path, NICENESS)
     # Read by torch when Inductor's config is imported, so set before torch is.
     os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
     os.environ["TRITON_CACHE_DIR"] = triton_dir
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = inductor_dir
-    try:
-        os.nice(NICENESS)
-    except OSError:
-        pass
     try:
         compile_graphs_only(device_index)
         _compile_one_op("cuda")  # Dynamo's and Inductor's first-use costs, before the first job
@@ -222,32 +211,15 @@ def _empty_on(value, device: str):
     return empty.requires_grad_(value.requires_grad)
 
 
-class GraphPool:
+class GraphPool(HelperPool):
     """``workers`` graph processes on CUDA device ``device_index``; :meth:`submit` returns a pebble
     future of :func:`compile_graphs`' result (as :class:`workbench.compiling.pool.CompilePool`)."""
 
     def __init__(self, device_index: int, workers: int, log_path: str | os.PathLike, timeout_s: float = JOB_TIMEOUT_S):
-        from pebble import ProcessPool
-
         from workbench.compiling.cache import pin_triton_cache_dir
 
-        self.workers = workers
-        self.log_path = Path(log_path)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.timeout_s = timeout_s
-        self._pool = ProcessPool(
-            max_workers=workers,
-            initializer=_start_graph_process,
-            initargs=(str(self.log_path), pin_triton_cache_dir(), inductor_cache_dir(), device_index),
-            context=multiprocessing.get_context("spawn"),
-        )
-
-    def start(self):
-        return self._pool.schedule(os.getpid)
+        initargs = (str(log_path), pin_triton_cache_dir(), inductor_cache_dir(), device_index)
+        super().__init__(workers, log_path, timeout_s, _start_graph_process, initargs)
 
     def submit(self, job: CompileJob):
-        return self._pool.schedule(compile_graphs, args=(job,), timeout=self.timeout_s)
-
-    def close(self) -> None:
-        self._pool.stop()
-        self._pool.join(timeout=10)
+        return self._schedule(compile_graphs, job)

@@ -42,9 +42,9 @@ def default_workers(cpus: int | None = None) -> int:
     return max(1, min(16, cpus - 2))
 
 
-def _start_worker(facts: dict, log_path: str, cache_dir: str) -> None:
-    """A compile process's start; see the module docstring. Never raises (a raising initializer
-    would have the pool start it again and again): what fails here is paid in the first job."""
+def into_log_and_lowered(log_path: str, niceness: int) -> None:
+    """This helper process's standard output and error sent to ``log_path`` (a compiler's
+    messages never reach the console) and its priority lowered by ``niceness``; best effort."""
     try:
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(fd, 1)
@@ -52,12 +52,18 @@ def _start_worker(facts: dict, log_path: str, cache_dir: str) -> None:
         os.close(fd)
     except OSError:
         pass
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    os.environ["TRITON_CACHE_DIR"] = cache_dir  # the measuring process's, whatever it held when this started
     try:
-        os.nice(NICENESS)
+        os.nice(niceness)
     except OSError:
         pass
+
+
+def _start_worker(facts: dict, log_path: str, cache_dir: str) -> None:
+    """A compile process's start; see the module docstring. Never raises (a raising initializer
+    would have the pool start it again and again): what fails here is paid in the first job."""
+    into_log_and_lowered(log_path, NICENESS)
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    os.environ["TRITON_CACHE_DIR"] = cache_dir  # the measuring process's, whatever it held when this started
     from workbench.compiling.first_compile import first_compile
     from workbench.compiling.target import build_host_utilities, prepare_compiler
 
@@ -73,41 +79,53 @@ def _start_worker(facts: dict, log_path: str, cache_dir: str) -> None:
     print(f"compile process {os.getpid()}: started", flush=True)
 
 
-class CompilePool:
-    """``workers`` compile processes compiling for the device ``facts`` describe; their output
-    goes to ``log_path``. :meth:`submit` returns a pebble ``ProcessFuture`` of
-    :func:`~workbench.compiling.jobs.compile_job`'s result: ``running()`` once a process took the
-    job, ``cancel()`` drops a queued one (and stops the process of a running one)."""
+class HelperPool:
+    """``workers`` helper processes (spawned: the measuring process holds CUDA and threads), each
+    started by ``initializer(*initargs)``, writing to ``log_path``; jobs past ``timeout_s`` have
+    their process stopped and replaced. What the compile and graph pools share."""
 
-    def __init__(self, facts: dict, workers: int, log_path: str | os.PathLike, timeout_s: float = JOB_TIMEOUT_S):
+    def __init__(self, workers: int, log_path: str | os.PathLike, timeout_s: float, initializer, initargs: tuple):
         from pebble import ProcessPool
 
-        from workbench.compiling.cache import pin_triton_cache_dir
-
-        self.facts = dict(facts)
-        self.cache_dir = pin_triton_cache_dir()  # where the measuring process's first calls look
         self.workers = workers
         self.log_path = Path(log_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.timeout_s = timeout_s
         self._pool = ProcessPool(
             max_workers=workers,
-            initializer=_start_worker,
-            initargs=(self.facts, str(self.log_path), self.cache_dir),
+            initializer=initializer,
+            initargs=initargs,
             context=multiprocessing.get_context("spawn"),
         )
 
     def start(self):
-        """Start the compile processes now rather than with the first job, so their start
-        (imports, Triton's first compile: seconds) is paid before there is work for them. Returns
-        the future of a first, empty task, done once a process has started."""
+        """Start the processes now rather than with the first job, so their start (imports, a
+        first compile: seconds) is paid before there is work for them. Returns the future of a
+        first, empty task, done once a process has started."""
         return self._pool.schedule(os.getpid)
 
-    def submit(self, job: CompileJob):
-        return self._pool.schedule(compile_job, args=(job, self.facts), timeout=self.timeout_s)
+    def _schedule(self, function, *args):
+        return self._pool.schedule(function, args=args, timeout=self.timeout_s)
 
     def close(self) -> None:
-        """Stop every compile process now (what is queued or in flight is dropped; a process
-        stopped in the middle of a compile writes only to the log)."""
+        """Stop every process now (what is queued or in flight is dropped; a process stopped in
+        the middle of a compile writes only to the log)."""
         self._pool.stop()
         self._pool.join(timeout=10)
+
+
+class CompilePool(HelperPool):
+    """``workers`` compile processes compiling for the device ``facts`` describe; their output
+    goes to ``log_path``. :meth:`submit` returns a pebble ``ProcessFuture`` of
+    :func:`~workbench.compiling.jobs.compile_job`'s result: ``running()`` once a process took the
+    job, ``cancel()`` drops a queued one (and stops the process of a running one)."""
+
+    def __init__(self, facts: dict, workers: int, log_path: str | os.PathLike, timeout_s: float = JOB_TIMEOUT_S):
+        from workbench.compiling.cache import pin_triton_cache_dir
+
+        self.facts = dict(facts)
+        self.cache_dir = pin_triton_cache_dir()  # where the measuring process's first calls look
+        super().__init__(workers, log_path, timeout_s, _start_worker, (self.facts, str(log_path), self.cache_dir))
+
+    def submit(self, job: CompileJob):
+        return self._schedule(compile_job, job, self.facts)
