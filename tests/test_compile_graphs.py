@@ -118,6 +118,30 @@ def test_graph_workers_come_from_the_environment(monkeypatch):
     compile_service.install(None)
 
 
+def test_starting_the_graph_processes_leaves_inductor_unimported_here(tmp_path):
+    """The measuring process does not import Inductor to start them (1.3 s here, and a first
+    profiler session that finds Inductor loaded pays for it: tests/test_timing.py)."""
+    code = f"""
+import sys
+import torch
+from workbench.compiling.graphs import GraphPool
+if __name__ == "__main__":
+    pool = GraphPool(0, 1, {str(tmp_path / "log")!r})
+    pool.start().result(timeout=120)
+    pool.close()
+    print(sorted(m for m in sys.modules if m.startswith("torch._inductor")))
+"""
+    script = tmp_path / "start.py"
+    script.write_text(code)
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+    assert "graph process" in (tmp_path / "log").read_text()  # it started, and wrote to its log
+
+
 def test_a_variant_without_graphs_is_refused_in_one_line():
     spec = kernels.get("rms_norm")
     job = job_of(spec, "gpu_row", dtype="fp32", mode="forward", problem={"hidden": 64}, params=None, quick=True)
