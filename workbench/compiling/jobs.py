@@ -86,7 +86,8 @@ def job_of(
 
     try:
         var = spec.variant(variant) if isinstance(variant, str) else variant
-        if not (var.compiles_ahead or var.inductor_peer):
+        kind = kind_of(var)
+        if kind is None:
             return None
         module = worker_module(spec)
         if module is None:
@@ -96,10 +97,17 @@ def job_of(
         dt = dtype_name(dtype)
     except (ValueError, KeyError):
         return None
-    kind = "triton" if var.compiles_ahead else "graphs"
     return CompileJob(
         spec.name, module, var.name, dt, mode, prob, prm, seed, tables_now() if tables is None else tables, kind
     )
+
+
+def kind_of(var) -> str | None:
+    """What of variant ``var``'s first call is compiled ahead: "triton" (ours, a Triton peer's
+    kernels: a compile process), "graphs" (torch.compile's: a graph process), None (nothing)."""
+    if var.compiles_ahead:
+        return "triton"
+    return "graphs" if var.inductor_peer else None
 
 
 def chain_job(hmm, batch: int) -> CompileJob:

@@ -73,39 +73,35 @@ class CompileService:
         self.workers = workers
         self.graph_workers = graph_workers
         self.log_path = Path(log_path)
-        self._pool_factory = pool_factory
-        self._graph_pool_factory = graph_pool_factory
-        self._pool = None
-        self._graph_pool = None
-        self._graphs_start_asked = False
+        self._factories = {"compile": pool_factory, "graphs": graph_pool_factory}
+        self._pools: dict[str, Any] = {}  # "compile" / "graphs" -> its pool, made on first use
+        self._start_asked: set[str] = set()  # the pools start() asked to start their processes
         self._futures: dict[str, Any] = {}  # key -> the pool's future, until settled
         self._settled: set[str] = set()
-        self._start_asked = False  # start() asked the pool to start its processes
         self._lock = threading.Lock()
         self.counts = {"submitted": 0, "compiled": 0, "failed": 0, "withdrawn": 0, "waited": 0, "waited_s": 0.0}
 
-    def _started_pool(self):
-        if self._pool is None:
-            if self._pool_factory is not None:
-                self._pool = self._pool_factory(self.facts, self.workers, self.log_path)
-            else:
+    def _pool(self, name: str):
+        """Pool ``name`` ("compile": the compile processes; "graphs": the graph processes), made
+        now where it is not yet; None for graphs where there are no graph processes."""
+        if name not in self._pools:
+            factory = self._factories[name]
+            if name == "compile":
                 from workbench.compiling.pool import CompilePool
 
-                self._pool = CompilePool(self.facts, self.workers, self.log_path)
-        return self._pool
-
-    def _started_graph_pool(self):
-        """The graph processes (started now), or None where there are none to start."""
-        if self._graph_pool is None and self.graph_workers > 0:
-            if self._graph_pool_factory is not None:
-                self._graph_pool = self._graph_pool_factory(self.graph_workers, self.log_path)
+                made = (factory or CompilePool)(self.facts, self.workers, self.log_path)
+            elif self.graph_workers <= 0:
+                return None
+            elif factory is not None:
+                made = factory(self.graph_workers, self.log_path)
             else:
                 import torch
 
                 from workbench.compiling.graphs import GraphPool
 
-                self._graph_pool = GraphPool(torch.cuda.current_device(), self.graph_workers, self.log_path)
-        return self._graph_pool
+                made = GraphPool(torch.cuda.current_device(), self.graph_workers, self.log_path)
+            self._pools[name] = made
+        return self._pools[name]
 
     def start(self, graphs: bool = False) -> None:
         """Start the compile processes now (they otherwise start with the first submission): for a
@@ -113,14 +109,12 @@ class CompileService:
         and the Explorer at its first launch; with ``graphs``, the graph processes too (a family
         with a torch.compile peer). Each pool once only."""
         with self._lock:
-            if not self._start_asked:
-                self._start_asked = True
-                self._started_pool().start()
-            if graphs and not self._graphs_start_asked:
-                self._graphs_start_asked = True
-                pool = self._started_graph_pool()
-                if pool is not None:
-                    pool.start()
+            for name in ("compile", "graphs") if graphs else ("compile",):
+                if name not in self._start_asked:
+                    self._start_asked.add(name)
+                    pool = self._pool(name)
+                    if pool is not None:
+                        pool.start()
 
     def submit(self, jobs: Iterable[CompileJob | None]) -> int:
         """Queue ``jobs`` (None entries skipped, and graphs jobs where there are no graph processes)
@@ -130,7 +124,7 @@ class CompileService:
             for job in jobs:
                 if job is None or job.key in self._futures or job.key in self._settled:
                     continue
-                pool = self._started_graph_pool() if job.kind == "graphs" else self._started_pool()
+                pool = self._pool("graphs" if job.kind == "graphs" else "compile")
                 if pool is None:
                     continue
                 self._futures[job.key] = pool.submit(job)
@@ -218,12 +212,10 @@ class CompileService:
     def close(self) -> None:
         """Stop the compile and graph processes (jobs not settled are dropped)."""
         with self._lock:
-            pools = (self._pool, self._graph_pool)
-            self._pool = self._graph_pool = None
+            pools, self._pools = list(self._pools.values()), {}
             self._futures.clear()
         for pool in pools:
-            if pool is not None:
-                pool.close()
+            pool.close()
 
 
 _SERVICE: CompileService | None = None

@@ -21,7 +21,6 @@ import os
 import time
 from pathlib import Path
 
-import kernels
 from workbench.device import get_device
 from workbench.phases import process_age_s
 from workbench.reports.environment import environment
@@ -36,7 +35,7 @@ from workbench.reports.notebooks import (
     records_family,
 )
 from workbench.reports.reader import scrub_paths
-from workbench.reports.warm_kernels import WarmKernel, warm_up_modules
+from workbench.reports.warm_kernels import WarmKernel, warm_kernel_for
 from workbench.store import kept_names, kept_path, open_text, read_records
 
 
@@ -96,9 +95,7 @@ def build_report(
         return _run_one(path, out, params, timeout, notebooks_dir, log, show_code, plotly_src, warm)
 
     def warm_kernel(path: Path) -> WarmKernel:
-        family = records_family(path)
-        graphs = family in kernels.families() and kernels.get(family).has_graph_peers(kind)
-        return WarmKernel(warm_up_modules(path, family, kind), notebooks_dir, KERNEL_NAME, kind, graphs)
+        return warm_kernel_for(path, records_family(path), notebooks_dir, KERNEL_NAME, kind)
 
     if dtype:
         params["dtype"] = dtype

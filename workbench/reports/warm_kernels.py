@@ -69,16 +69,27 @@ def notebook_modules(path: Path) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def _spec_of(family: str | None):
+    """``family``'s KernelSpec, or None (no family, or one not registered here)."""
+    import kernels
+
+    return kernels.get(family) if family and family in kernels.families() else None
+
+
 def warm_up_modules(path: Path, family: str | None, device_kind: str) -> list[str]:
     """What the warm kernel of notebook ``path`` imports: the notebook's modules, then the
     first-call imports of ``family``'s variants that can run on ``device_kind``."""
-    names = notebook_modules(path)
-    if family:
-        import kernels
-
-        if family in kernels.families():
-            names += kernels.get(family).first_call_imports(device_kind)
+    spec = _spec_of(family)
+    names = notebook_modules(path) + (spec.first_call_imports(device_kind) if spec else [])
     return list(dict.fromkeys(names))
+
+
+def warm_kernel_for(path: Path, family: str | None, cwd: Path, kernel_name: str, device_kind: str) -> "WarmKernel":
+    """Notebook ``path``'s warm kernel: its :func:`warm_up_modules`, and the graph processes too
+    where ``family`` has a torch.compile peer on ``device_kind``."""
+    spec = _spec_of(family)
+    graphs = spec is not None and spec.has_graph_peers(device_kind)
+    return WarmKernel(warm_up_modules(path, family, device_kind), cwd, kernel_name, device_kind, graphs)
 
 
 class WarmKernel:

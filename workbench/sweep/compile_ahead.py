@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 
 from workbench.compiling.cache import cache_folder, triton_cache_dir
-from workbench.compiling.jobs import CompileJob, compile_job
+from workbench.compiling.jobs import CompileJob, compile_job, kind_of
 from workbench.sweep.tasks import SweepTask
 
 
@@ -50,9 +50,7 @@ def job_kind(task: SweepTask, specs: dict | None = None) -> str | None:
         var = ((specs or {}).get(task.family) or get(task.family)).variant(task.variant)
     except (KeyError, ValueError):
         return None
-    if var.compiles_ahead:
-        return "triton"
-    return "graphs" if var.inductor_peer else None
+    return kind_of(var)
 
 
 def submit_tasks(tasks, specs: dict | None = None) -> int:
