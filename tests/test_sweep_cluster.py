@@ -52,27 +52,27 @@ def two_nodes(tmp_path_factory):
 
 
 def _tasks():
-    """4 interpreter configurations of rms_norm, 2 kernels: two problems whose rows (8 and 24,
-    neither a multiple of 16) give the same kernels, so each kernel serves two configurations, one
-    in each measuring actor's lane (a lane is a contiguous share of the queue: one problem)."""
-    return [norm_task("gpu_multirow", rows, 100, {"BLOCK_SIZE_M": block_m}) for rows in (8, 24) for block_m in (1, 2)]
+    """4 interpreter configurations of rms_norm that share one kernel: four problems whose rows (8,
+    24, 40 and 56, none a multiple of 16) Triton specializes alike, two in each measuring actor's
+    lane (a lane is a contiguous share of the queue). The kernel is compiled on one node and both
+    nodes measure it, so it must cross to the other node whichever node compiles it."""
+    return [norm_task("gpu_multirow", rows, 100, {"BLOCK_SIZE_M": 1}) for rows in (8, 24, 40, 56)]
 
 
 def test_a_two_node_sweep_compiles_each_kernel_once_in_the_cluster(two_nodes, tmp_path):
     """Every configuration is measured once, on both nodes; compile workers on both nodes compile
     into the one cluster cache, and each distinct kernel is compiled once in the cluster (the
     store's count, and the count from the records); every record had its kernels in its own
-    node's cache before the first call, and wherever a node measured a kernel compiled on the
-    other, the kernel reached it through the store.
+    node's cache before the first call, and the node that did not compile the kernel came to hold
+    it through the store.
 
     Why as many compile workers as configurations: the interpreter measures a configuration in
-    less time than Triton compiles an H100 kernel (2.3-2.5 s on a 2-core machine like CI's), so
-    with one worker a node the actors took most configurations before a compile-ahead held them,
-    and whether a kernel crossed nodes was a race (in CI the records compiled ahead found their 3
-    kernels in their own node's cache; in both runs here after it, 2 of 16 records were compiled
-    ahead, each on its own node). With every configuration held by a compile worker from the first
-    feed, an actor waits for the compile of its next one; the two kernels are compiled on one node
-    each and measured on both, so one crosses whichever way the shared queue hands them out."""
+    less time than Triton compiles an H100 kernel (2.3-2.5 s on a 2-core machine), so with one
+    worker a node the actors took most configurations before a compile-ahead held them. Why one
+    kernel: with two (block sizes 1 and 2) an actor that had nothing to start in its lane took a
+    compiled task from the other lane, and in one CI run each node measured only the kernel it had
+    compiled, so nothing crossed; one kernel measured on both nodes crosses whatever the order.
+    """
     from workbench.compiling.note import compiles_per_kernel
     from workbench.sweep.ray_executor import RayExecutor
 
@@ -90,10 +90,11 @@ def test_a_two_node_sweep_compiles_each_kernel_once_in_the_cluster(two_nodes, tm
     summary = executor.compile_ahead
     assert summary["nodes"] == 1 and summary["workers"] == 4, summary  # one shared compile-ahead
     shared = summary["cluster_cache"]
-    assert shared["compiled_more_than_once"] == [] and shared["compiles"] == shared["kernels"] > 1, shared
+    # The warm-up's kernel and the norm's kernel, each compiled once.
+    assert shared["compiled_more_than_once"] == [] and shared["compiles"] == shared["kernels"] >= 2, shared
     counted = compiles_per_kernel(result.records)
     assert counted and all(entry["compiles"] == 1 for entry in counted.values()), counted
-    assert len(counted) < len(tasks), "configurations share kernels (rows 8 and 24)"
+    assert len(counted) == 1, f"the four configurations share one kernel: {counted}"
     measured_on = {r["worker"]["node"] for r in result.records}
     assert len(measured_on) == 2, "both nodes measured"
     notes = [r["compile_facts"].get("compiled_ahead") for r in result.records]
