@@ -456,12 +456,13 @@ def test_an_hmm_chain_is_compiled_ahead_for_an_h100_here(tmp_path, monkeypatch):
     backward compiled for an H100 with tiles planned for it, every layer's kernels among them;
     an equal HMM names the same job, another heuristic another one."""
     from kernels.block_sparse.hmm import HMM
-    from workbench.compiling.jobs import chain_job, compile_job
+    from workbench.compiling.jobs import compile_job
+    from workbench.suites.chain import chain_job
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
     hmm = HMM(T=3, L=48, V=5, device="cpu", heuristic="small")  # block size 16: three blocks
     job = chain_job(hmm, 5)
-    assert job.kind == "chain" and job.problem["batch"] == 5 and job.problem["block_size"] == 16
+    assert job.kind == "call" and job.problem["batch"] == 5 and job.problem["block_size"] == 16
     assert chain_job(HMM(T=3, L=48, V=5, device="cpu", heuristic="small", seed=9), 5).key == job.key
     assert chain_job(HMM(T=3, L=48, V=5, device="cpu", heuristic="large"), 5).key != job.key
     result = compile_job(job, H100_FACTS)
@@ -501,9 +502,8 @@ def test_on_a_gpu_a_chain_compiled_ahead_is_what_its_first_call_launches(tmp_pat
 
     from kernels.block_sparse.hmm import HMM
     from kernels.launch import recording
-    from workbench.compiling.jobs import chain_job
     from workbench.compiling.target import visible_device_facts
-    from workbench.suites.chain import settled_chain, submit_chains
+    from workbench.suites.chain import chain_job, settled_chain, submit_chains
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")

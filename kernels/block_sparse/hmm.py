@@ -384,4 +384,14 @@ class GraphedChain:
         return self.outputs
 
 
-__all__ = ["HMM", "ChainPlan", "GraphedChain"]
+def chain_first_calls(batch: int, **settings) -> None:
+    """The chain's first forward and backward at ``batch``, on an HMM built on the CPU from
+    ``settings`` (:meth:`HMM.settings`): the calls a compile process makes under
+    ``kernels.launch.compile_only`` to compile a chain ahead (the parameters and index arrays hold
+    real values, checked as on the GPU; the tiles are planned for the device the block compiles
+    for)."""
+    hmm = HMM(device="cpu", replays=False, **settings)
+    hmm.forward_backward(hmm.sample(batch))
+
+
+__all__ = ["HMM", "ChainPlan", "GraphedChain", "chain_first_calls"]

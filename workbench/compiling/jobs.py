@@ -15,15 +15,19 @@ where Triton builds one per signature (3.6). A peer whose variant declares ``com
 (its kernels are plain Triton JIT functions launched by the peer's own code, Liger-Kernel's) is
 compiled the same way, every Triton launch in the process taken as a compile.
 
-An HMM chain of block-sparse layers (``kernels.block_sparse.hmm.HMM``, measured by
-``workbench/suites/chain.py``) is a job too (:func:`chain_job`, kind "chain"): the compile
-process builds the same HMM on the CPU and runs its forward and backward under ``compile_only``,
-its tiles planned for the measuring device.
+First calls that are not one variant's call on one problem are a job too (:func:`call_job`,
+kind "call"): a module-level function, named by its module and name so another process imports
+it, builds what it needs on the CPU and makes its calls, which the compile process runs under
+``compile_only`` with every Triton launch taken as a compile. An HMM chain of block-sparse
+layers is one (``kernels.block_sparse.hmm.chain_first_calls``, submitted by
+``workbench/suites/chain.py``): the same HMM built on the CPU, its tiles planned for the
+measuring device.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import time
@@ -48,7 +52,8 @@ class CompileJob:
     tables: bool | str = True
     # "triton": kernels compiled under compile_only (a compile process); "graphs": torch.compile's
     # graphs compiled into Inductor's caches (a graph process, workbench.compiling.graphs);
-    # "chain": an HMM chain's kernels (a compile process, chain_job)
+    # "call": the first calls a named function makes (a compile process, call_job: family_module
+    # and variant name the function, problem holds its keyword arguments)
     kind: str = "triton"
     extra: dict = field(default_factory=dict, compare=False)
 
@@ -110,13 +115,12 @@ def kind_of(var) -> str | None:
     return "graphs" if var.inductor_peer else None
 
 
-def chain_job(hmm, batch: int) -> CompileJob:
-    """The job of ``hmm``'s chain at ``batch``, forward and backward (its first calls in
-    ``workbench/suites/chain.py``): the HMM's settings and the batch as its problem."""
-    return CompileJob(
-        "block_sparse", "kernels.block_sparse", "hmm_chain", "fp32", "full", {**hmm.settings(), "batch": batch}, {},
-        kind="chain",
-    )  # fmt: skip
+def call_job(function, arguments: Mapping[str, Any], *, family: str, dtype: str, mode: str) -> CompileJob:
+    """The job whose first calls are ``function(**arguments)``: ``function`` is a module-level
+    function another process imports by its module and name, which builds what it needs on the
+    CPU and makes the calls whose kernels are to be compiled; ``family``, ``dtype`` and ``mode``
+    name the job in the logs and its key."""
+    return CompileJob(family, function.__module__, function.__name__, dtype, mode, dict(arguments), {}, kind="call")
 
 
 def tables_now() -> bool | str:
@@ -161,7 +165,7 @@ def compile_job(job: CompileJob, facts: dict) -> dict:
     started = time.perf_counter()
     result = {"ok": False, "inputs": None, "kernels": [], "ms": 0.0, "error": None, "worker": worker_info()}
     try:
-        result.update(_compile_chain(job, facts) if job.kind == "chain" else _compile(job, facts))
+        result.update(_COMPILERS[job.kind](job, facts))
         result["ok"] = True
     except Exception as exc:  # noqa: BLE001 - best effort: the measuring process compiles it itself
         result["error"] = " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
@@ -203,29 +207,29 @@ def _compile(job: CompileJob, facts: dict) -> dict:
         raise RuntimeError("; ".join(failed))
 
 
-def _compile_chain(job: CompileJob, facts: dict) -> dict:
-    """The chain's forward and backward on the CPU under ``compile_only``: the HMM is built on the
-    CPU first (its parameters and index arrays hold real values, checked as on the GPU), and
-    inside the block its tiles are planned for the device ``facts`` describe (``HMM.plan`` asks
-    the device its tensors stand in for)."""
-    from kernels.block_sparse.hmm import HMM
+def _compile_named_call(job: CompileJob, facts: dict) -> dict:
+    """A call job: its function imported by name and called with its arguments under
+    ``compile_only``, every Triton launch taken as a compile (inside the block, tiles planned
+    from a tensor's device are planned for the device ``facts`` describe)."""
     from kernels.launch import compile_only
     from workbench.compiling.target import compile_target
 
     target, device = compile_target(facts)
-    settings = dict(job.problem)
-    batch = settings.pop("batch")
-    hmm = HMM(device="cpu", replays=False, **settings)
-    x = hmm.sample(batch)
+    function = getattr(importlib.import_module(job.family_module), job.variant)
     with compile_only(target, device, launchers=True, every_jit=True) as compiled:
-        hmm.forward_backward(x)
+        function(**job.problem)
     if not compiled:
-        raise ValueError("the chain launched no Triton kernel here")
+        raise ValueError(f"{job.variant} launched no Triton kernel here")
     return {"inputs": "cpu", "kernels": _listed(compiled)}
 
 
 def _listed(compiled) -> list[dict]:
     return [{"name": c.name, "hash": c.hash, "launcher_ms": c.launcher_ms} for c in compiled]
+
+
+# How a compile process compiles a job of each kind ("graphs" jobs go to a graph process:
+# workbench/compiling/graphs.py).
+_COMPILERS = {"triton": _compile, "call": _compile_named_call}
 
 
 def compile_call(var, problem: dict, params: dict, mode: str, inputs: dict, target, device) -> list[dict]:

@@ -2,9 +2,9 @@
 chain / per-layer timings the block-sparse benchmark prints.
 
 On a GPU each chain's kernels are compiled ahead: :func:`submit_chains` hands every HMM's chain
-at every batch to the process's compile service (workbench/compiling/jobs.py's ``chain_job``),
-and the first call at a batch settles with it (:func:`settled_chain`), as a measured
-configuration does."""
+at every batch to the process's compile service (:func:`chain_job`: a call job of
+``kernels.block_sparse.hmm.chain_first_calls``), and the first call at a batch settles with it
+(:func:`settled_chain`), as a measured configuration does."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from dataclasses import asdict
 
 import torch
 
-from kernels.block_sparse.hmm import HMM
+from kernels.block_sparse.hmm import HMM, chain_first_calls
 from workbench.compiling import service as compile_service
-from workbench.compiling.jobs import chain_job
+from workbench.compiling.jobs import CompileJob, call_job
 from workbench.device import get_device
 from workbench.measure import compare
 from workbench.suites.context import RunContext, SuiteRun, new_record
@@ -41,6 +41,14 @@ def _chain_checks(hmm, ll, flows, want, want_flows) -> list:
         scale = max(1.0, float(ref.abs().max()))
         out.append(compare(f"flows_{name}", got, ref, atol * scale, rtol))
     return out
+
+
+def chain_job(hmm: HMM, batch: int) -> CompileJob:
+    """The compile job of ``hmm``'s chain at ``batch``, forward and backward: the HMM's settings
+    and the batch as the arguments of its first calls."""
+    return call_job(
+        chain_first_calls, {**hmm.settings(), "batch": batch}, family="block_sparse", dtype="fp32", mode="full"
+    )
 
 
 def submit_chains(hmms, batches) -> int:
