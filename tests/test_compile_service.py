@@ -317,6 +317,61 @@ def test_the_triton_cache_folder_is_pinned_for_the_compile_processes_and_inducto
     assert pin_triton_cache_dir() == str(tmp_path)  # the user's choice stands
 
 
+def test_the_ptxas_is_pinned_for_the_compile_processes_and_inductor(monkeypatch, tmp_path):
+    """Inductor points TRITON_PTXAS_PATH at torch's ptxas where it is unset, and Triton's cache
+    key holds the ptxas version: the service sets the variable first, to the ptxas Triton uses,
+    so a compile process started later keys its kernels as the measuring process does."""
+    from workbench.compiling.cache import pin_triton_environment, triton_ptxas_path
+
+    monkeypatch.delenv("TRITON_PTXAS_PATH", raising=False)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    ours = triton_ptxas_path()
+    if ours is None:
+        pytest.skip("Triton has no NVIDIA ptxas here")
+    pinned = pin_triton_environment()
+    assert pinned == {"TRITON_CACHE_DIR": str(tmp_path), "TRITON_PTXAS_PATH": ours}
+    assert os.environ["TRITON_PTXAS_PATH"] == ours
+    other = tmp_path / "ptxas"
+    monkeypatch.setenv("TRITON_PTXAS_PATH", str(other))
+    assert pin_triton_environment()["TRITON_PTXAS_PATH"] == str(other)  # the user's choice stands
+
+
+def test_withdrawing_a_queued_job_stops_no_process_and_stopping_a_running_one_replaces_it(tmp_path):
+    """Jobs wait in the pool's queue until a process is free: one withdrawn while it waits is
+    dropped and every process lives on (pebble stopped a process for each task cancelled in its
+    pipe); cancelling a running job stops its process, and a new one takes the next job."""
+    import concurrent.futures
+
+    from workbench.compiling.pool import HelperPool
+
+    pool = HelperPool(2, tmp_path / "log", 60, os.getpid, ())
+    try:
+        busy = [pool.schedule(time.sleep, 1.0) for _ in range(2)]
+        queued = [pool.schedule(os.getpid) for _ in range(6)]
+        assert all(f.running() for f in busy) and not any(f.running() for f in queued)
+        assert all(f.cancel() for f in queued[1:5])
+        pids = {f.result(timeout=60) for f in (queued[0], queued[5])}
+        pids |= {pool.schedule(os.getpid).result(timeout=60) for _ in range(6)}
+        assert len(pids) <= 2, f"a process was replaced: {pids}"
+        assert all(f.cancelled() for f in queued[1:5])
+
+        stuck = pool.schedule(time.sleep, 60)
+        deadline = time.monotonic() + 30
+        while not (stuck.handed and stuck.handed.running()) and time.monotonic() < deadline:
+            time.sleep(0.05)  # until a process has taken it
+        assert stuck.cancel()
+        with pytest.raises(concurrent.futures.CancelledError):
+            stuck.result(timeout=30)
+        seen, deadline = set(), time.monotonic() + 30
+        while not seen - pids and time.monotonic() < deadline:  # the new process takes a job in time
+            busy = [pool.schedule(time.sleep, 0.2) for _ in range(2)]
+            seen |= {pool.schedule(os.getpid).result(timeout=60) for _ in range(2)}
+            concurrent.futures.wait(busy, timeout=60)
+        assert seen - pids, f"the stopped process was not replaced: {seen}"
+    finally:
+        pool.close()
+
+
 def test_a_first_number_skips_the_profiler_until_it_has_started(monkeypatch):
     """Inside profiler_deferred, before the process's first profiler session, a CUDA kernel
     timing takes graph replay and says so; once the profiler has run, the profiler again."""

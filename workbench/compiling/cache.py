@@ -56,6 +56,41 @@ def pin_triton_cache_dir() -> str:
     return folder
 
 
+def triton_ptxas_path() -> str | None:
+    """The ``ptxas`` Triton assembles NVIDIA kernels with in this process now (``TRITON_PTXAS_PATH``,
+    else the one Triton bundles); None where Triton has no NVIDIA backend here."""
+    try:
+        from triton import knobs
+
+        return knobs.nvidia.ptxas.path
+    except Exception:  # noqa: BLE001 - no NVIDIA backend, or no ptxas in it
+        return None
+
+
+def pin_triton_environment() -> dict[str, str]:
+    """Fix the Triton settings that torch.compile's Inductor changes in this process's environment
+    where they are unset, and return them (``{variable: value}``) for helper processes to set:
+    the cache folder (:func:`pin_triton_cache_dir`) and ``TRITON_PTXAS_PATH``, set to the
+    ``ptxas`` Triton uses now (left as it is where the variable is set).
+
+    Why the ``ptxas``: Inductor, on the first Triton kernel it compiles in a process, points
+    ``TRITON_PTXAS_PATH`` at torch's own ``ptxas`` where the variable is unset. Triton's cache key
+    holds the ``ptxas`` version, read once per process: a measuring process keeps the version it
+    read first, while a compile process started after that (a replacement for one stopped or
+    timed out) reads torch's, so every kernel it compiled had another key and the measuring
+    process compiled it again (the H200 notebooks at 172ef03: after the forward sweep's
+    torch.compile peer, none of fused_add_rms_norm's 60 compiles made by replacement processes
+    was found by its first call; those made by processes started before it were)."""
+    pinned = {"TRITON_CACHE_DIR": pin_triton_cache_dir()}
+    if not os.environ.get("TRITON_PTXAS_PATH"):
+        path = triton_ptxas_path()
+        if path:
+            os.environ["TRITON_PTXAS_PATH"] = path
+    if os.environ.get("TRITON_PTXAS_PATH"):
+        pinned["TRITON_PTXAS_PATH"] = os.environ["TRITON_PTXAS_PATH"]
+    return pinned
+
+
 def cache_folder(kernel_hash: str) -> str:
     """The Triton cache folder name of a compiled kernel's hash (its cache manager's: base32 of
     the hash's bytes, unpadded)."""

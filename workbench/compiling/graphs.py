@@ -65,7 +65,7 @@ def inductor_cache_counts() -> dict | None:
     return {"hit": int(counts.get("fxgraph_cache_hit", 0)), "miss": int(counts.get("fxgraph_cache_miss", 0))}
 
 
-def _start_graph_process(log_path: str, triton_dir: str, inductor_dir: str | None, device_index: int) -> None:
+def _start_graph_process(log_path: str, triton_environment: dict, inductor_dir: str | None, device_index: int) -> None:
     """A graph process's start (see the module docstring). Never raises: what fails here fails
     the first job, and the measuring process compiles that configuration itself. ``inductor_dir``:
     the measuring process's ``TORCHINDUCTOR_CACHE_DIR`` (None: unset there, and Inductor's default
@@ -73,7 +73,7 @@ def _start_graph_process(log_path: str, triton_dir: str, inductor_dir: str | Non
     into_log_and_lowered(log_path, NICENESS)
     # Read by torch when Inductor's config is imported, so set before torch is.
     os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
-    os.environ["TRITON_CACHE_DIR"] = triton_dir
+    os.environ.update(triton_environment)  # the measuring process's cache folder and ptxas
     if inductor_dir:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = inductor_dir
     try:
@@ -207,16 +207,16 @@ def _empty_on(value, device: str):
 
 
 class GraphPool(HelperPool):
-    """``workers`` graph processes on CUDA device ``device_index``; :meth:`submit` returns a pebble
+    """``workers`` graph processes on CUDA device ``device_index``; :meth:`submit` returns a
     future of :func:`compile_graphs`' result (as :class:`workbench.compiling.pool.CompilePool`)."""
 
     def __init__(self, device_index: int, workers: int, log_path: str | os.PathLike, timeout_s: float = JOB_TIMEOUT_S):
-        from workbench.compiling.cache import pin_triton_cache_dir
+        from workbench.compiling.cache import pin_triton_environment
 
         # Inductor's folder as the environment names it: asking Inductor would import it here (1.3 s)
         inductor_dir = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-        initargs = (str(log_path), pin_triton_cache_dir(), inductor_dir, device_index)
+        initargs = (str(log_path), pin_triton_environment(), inductor_dir, device_index)
         super().__init__(workers, log_path, timeout_s, _start_graph_process, initargs)
 
     def submit(self, job: CompileJob):
-        return self._schedule(compile_graphs, job)
+        return self.schedule(compile_graphs, job)
