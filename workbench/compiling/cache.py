@@ -74,13 +74,14 @@ def pin_triton_environment() -> dict[str, str]:
     ``ptxas`` Triton uses now (left as it is where the variable is set).
 
     Why the ``ptxas``: Inductor, on the first Triton kernel it compiles in a process, points
-    ``TRITON_PTXAS_PATH`` at torch's own ``ptxas`` where the variable is unset. Triton's cache key
-    holds the ``ptxas`` version, read once per process: a measuring process keeps the version it
-    read first, while a compile process started after that (a replacement for one stopped or
-    timed out) reads torch's, so every kernel it compiled had another key and the measuring
-    process compiled it again (the H200 notebooks at 172ef03: after the forward sweep's
-    torch.compile peer, none of fused_add_rms_norm's 60 compiles made by replacement processes
-    was found by its first call; those made by processes started before it were)."""
+    ``TRITON_PTXAS_PATH`` at torch's own ``ptxas`` where the variable is unset (torch 2.11's
+    CUDA build ships one). Triton's cache key holds the ``ptxas`` version (Triton 3.6, below
+    Blackwell), read once per process: a measuring process keeps the version it read first,
+    while a compile process started after that reads torch's, and keys its kernels otherwise.
+    In the H200 notebooks at 172ef03, none of the 56 kernels that replacement compile processes
+    compiled for fused_add_rms_norm after its torch.compile peer's first call was found by the
+    measuring process's first call; the 6 from processes started before it were. (Read from the
+    records and Triton's and torch's code; not yet re-measured with the pin.)"""
     pinned = {"TRITON_CACHE_DIR": pin_triton_cache_dir()}
     if not os.environ.get("TRITON_PTXAS_PATH"):
         path = triton_ptxas_path()
