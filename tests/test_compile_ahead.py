@@ -658,3 +658,25 @@ def test_an_actor_with_nothing_to_start_in_its_lane_takes_a_compiled_task_from_a
     del ahead.calls["r7"]
     queue.lanes[0].clear()  # a's lane empty, nothing compiled left
     assert queue.take("a", ahead).key == tasks[7].key  # the heaviest lane's back that no one compiles
+
+
+def test_the_notebook_reports_count_what_first_calls_found_compiled_ahead():
+    """ahead_counts over records: those with a note, whose first call found every kernel, whose
+    first call missed one, and the processes that compiled them; ahead_text says so in a line."""
+    from workbench.compiling.note import ahead_counts, ahead_text
+
+    def record(hashes_launched, ahead_hashes, pid):
+        body = {"compile_facts": {"kernels": [{"hash": h} for h in hashes_launched]}}
+        kernels = [{"name": "k", "hash": h} for h in ahead_hashes]
+        return note_on_record(body, {"ok": True, "kernels": kernels, "worker": {"host": "h", "pid": pid}})
+
+    records = [
+        record(["a"], ["a"], 1),
+        record(["a", "b"], ["a"], 1),  # b was compiled again by the first call
+        record([], ["c"], 2),  # no hashes read: neither found nor missed
+        {"compile_facts": {"kernels": [{"hash": "d"}]}},  # not compiled ahead
+    ]
+    counts = ahead_counts(records)
+    assert counts == {"ahead": 3, "found": 1, "missed": 1, "processes": 2}
+    assert ahead_text(counts) == "3 by 2 processes: first call found 1, missed 1"
+    assert ahead_text(ahead_counts(records[3:])) == "-"

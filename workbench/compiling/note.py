@@ -10,6 +10,7 @@
   changes nothing else: the measuring process compiles as it always did.
 - :func:`note_on_record`: the same on a record dict.
 - :func:`first_call_cached`: that flag read back from a record (benchmarks/sweep_scaling.py).
+- :func:`ahead_counts`: how a set of records' compile-ahead went (the notebook report's table).
 
 Plain dicts in and out, no imports.
 """
@@ -27,6 +28,30 @@ def note_of(record: dict) -> dict:
 def first_call_cached(record: dict) -> bool:
     """True when the record's first call found every kernel compiled ahead (its note says so)."""
     return bool(note_of(record).get("first_call_cached"))
+
+
+def ahead_counts(records) -> dict:
+    """``{"ahead", "found", "missed", "processes"}``: the records with a compile-ahead note, those
+    whose first call found every kernel compiled ahead, those whose first call launched one that
+    was not (compiled again in the measuring process), and the compile processes that made them."""
+    notes = [note_of(r) for r in records]
+    notes = [n for n in notes if n]
+    return {
+        "ahead": len(notes),
+        "found": sum(1 for n in notes if n.get("first_call_cached") is True),
+        "missed": sum(1 for n in notes if n.get("first_call_cached") is False),
+        "processes": len({n.get("worker") for n in notes}),
+    }
+
+
+def ahead_text(counts: dict) -> str:
+    """:func:`ahead_counts` in a few words (``-`` where nothing was compiled ahead)."""
+    if not counts.get("ahead"):
+        return "-"
+    return (
+        f"{counts['ahead']} by {counts['processes']} processes: first call found {counts['found']}, "
+        f"missed {counts['missed']}"
+    )
 
 
 def note_on_record(body: dict, ahead: dict) -> dict:

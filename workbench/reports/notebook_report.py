@@ -21,6 +21,7 @@ import os
 import time
 from pathlib import Path
 
+from workbench.compiling.note import ahead_counts, ahead_text
 from workbench.device import get_device
 from workbench.phases import process_age_s
 from workbench.reports.environment import environment
@@ -45,6 +46,7 @@ def _records_summary(json_path: Path | None) -> dict:
     rows = read_records(json_path)
     return {
         "records": len(rows),
+        "compiled ahead": ahead_text(ahead_counts(rows)),
         "passed": sum(1 for r in rows if not r.get("error") and r.get("passed")),
         "wrong": sum(1 for r in rows if not r.get("error") and r.get("passed") is False),
         "errors": sum(1 for r in rows if r.get("error")),
@@ -403,6 +405,7 @@ def _index_summary(out: Path, results: list[dict], env: dict) -> Path:
             "passed": r.get("passed", "-"),
             "wrong": r.get("wrong", "-"),
             "could not run": r.get("errors", "-"),
+            "compiled ahead": r.get("compiled ahead", "-"),
             "time": f"{r['seconds']} s",
             "slowest cells": "; ".join(f"{c['cell']} {c['seconds']} s" for c in r.get("slowest") or []) or "-",
             "page": f"[{r['html']}]({r['html']})" if r.get("html") else "-",
@@ -414,7 +417,19 @@ def _index_summary(out: Path, results: list[dict], env: dict) -> Path:
         title="Kernel Workbench report: every family notebook, run headless",
         headline=[f"- {line}" for line in _headline(results, env)],
         table=reader.md_table(
-            rows, ["notebook", "status", "time", "records", "passed", "wrong", "could not run", "slowest cells", "page"]
+            rows,
+            [
+                "notebook",
+                "status",
+                "time",
+                "records",
+                "passed",
+                "wrong",
+                "could not run",
+                "compiled ahead",
+                "slowest cells",
+                "page",
+            ],  # fmt: skip
         ),
         figures=None,
         figures_note="the figures are in each notebook's page",
