@@ -74,13 +74,13 @@ from widgets.controls import (
     param_widget,
     parse_values,
 )
+from widgets.explorer_figures import figure_widget, peer_records, peer_slice, update_figure, variant_slice
 from widgets.session import Session
 from workbench import ncu, timing
 from workbench.compiling import service as compile_service
 from workbench.reports import checks, why
 from workbench.reports import figures as F
 from workbench.reports.text import short_reason
-from workbench.sweep.config import with_axis
 from workbench.sweep.plan import SweepRequest, axis_kind, default_values
 
 __all__ = ["Explorer"]
@@ -163,8 +163,8 @@ class Explorer:
         self.w_remeasure = button("Re-measure", icon="refresh", tooltip="measure again, ignoring the cache")
         self.w_status = W.HTML(value="")
         self.w_error = W.HTML(value="")
-        self.speed_fig = self._figure_widget(go.Figure(layout=dict(height=420, template=F.HOUSE_TEMPLATE)))
-        self.memory_fig = self._figure_widget(go.Figure(layout=dict(height=380, template=F.HOUSE_TEMPLATE)))
+        self.speed_fig = figure_widget(go.Figure(layout=dict(height=420, template=F.HOUSE_TEMPLATE)))
+        self.memory_fig = figure_widget(go.Figure(layout=dict(height=380, template=F.HOUSE_TEMPLATE)))
         self.w_checks = W.HTML(value="")
         # the why panel: compile facts of the configuration on display, Nsight Compute's counters
         # on demand (the button shows only where ncu is installed and the device is CUDA)
@@ -285,12 +285,6 @@ class Explorer:
         ):
             if isinstance(w, W.DOMWidget):
                 w.add_class(cls)
-
-    def _figure_widget(self, fig):
-        try:
-            return go.FigureWidget(fig)
-        except Exception:  # no anywidget: keep a plain figure (still updated, shown statically)
-            return go.Figure(fig)
 
     def _rebuild_params(self, variant: str) -> None:
         var = self.spec.variant(variant)
@@ -681,7 +675,7 @@ class Explorer:
         sess = self._session_for(cfg["device"])
         self._render_status()
         self._render_why()
-        peers = self._peer_records(sess, cfg)
+        peers = peer_records(self.spec, sess, cfg)
         # the caption names the configuration that ran, so the table is never read as another's
         ran = f"{rec.variant} {F.mapping_str(rec.params)}".strip()
         self.w_checks.value = f"<b>correctness</b> of {html.escape(ran)}" + checks.checks_html([rec] + peers)
@@ -692,7 +686,7 @@ class Explorer:
         tiles = F.mapping_str({k: v for k, v in cfg["params"].items() if k != axis and k in used})
         with F.template_held():  # the widgets carry the house template from when they were made
             speed = F.speed_figure(
-                self._slice(sess, cfg, axis) + self._peer_slice(sess, cfg, axis),
+                variant_slice(self.spec, sess, cfg, axis) + peer_slice(self.spec, sess, cfg, axis),
                 axis,
                 self.w_metric.value,
                 order=[v.name for v in self.spec.variants],
@@ -705,8 +699,8 @@ class Explorer:
                 order=[v.name for v in self.spec.variants],
                 title=f"memory ({cfg['mode']})" + F.sub_lines(F.mapping_str(rec.problem)),
             )
-        _update_figure(self.speed_fig, speed)
-        _update_figure(self.memory_fig, memory)
+        update_figure(self.speed_fig, speed)
+        update_figure(self.memory_fig, memory)
 
     def _render_status(self) -> None:
         rec = self.record
@@ -791,57 +785,6 @@ class Explorer:
             value = est(rec.problem, rec.params, rec.dtype)
             return None if value is None else int(value)
         except Exception:
-            return None
-
-    def _matches(self, rec, cfg, axis, variant, params) -> bool:
-        if rec.variant != variant or rec.mode != cfg["mode"] or rec.dtype != cfg["dtype"]:
-            return False
-        if rec.device_kind != cfg["device"]:
-            return False
-        for k, v in cfg["problem"].items():
-            if k != axis and rec.problem.get(k) != v:
-                return False
-        for k, v in params.items():
-            if k != axis and rec.params.get(k) != v:
-                return False
-        return True
-
-    def _slice(self, sess, cfg, axis) -> list:
-        """Cached records of the current variant along ``axis`` (everything else as set)."""
-        kind = axis_kind(self.spec, axis, [self.spec.variant(cfg["variant"])])
-        out = []
-        for rec in sess.cache.records():
-            if self._matches(rec, cfg, axis, cfg["variant"], cfg["params"]):
-                x = rec.problem.get(axis) if kind == "knob" else rec.params.get(axis)
-                out.append(_with_x(rec, axis, x))
-        return out
-
-    def _peer_slice(self, sess, cfg, axis) -> list:
-        out = []
-        kind = axis_kind(self.spec, axis, [self.spec.variant(cfg["variant"])])
-        for rec in sess.cache.records():
-            var = self._variant_or_none(rec.variant)
-            if var is None or not var.is_peer or rec.variant == cfg["variant"]:
-                continue
-            if self._matches(rec, cfg, axis if kind == "knob" else None, rec.variant, {}):
-                x = rec.problem.get(axis) if kind == "knob" else None
-                out.append(_with_x(rec, axis, x))
-        return out
-
-    def _peer_records(self, sess, cfg) -> list:
-        out = []
-        for rec in sess.cache.records():
-            var = self._variant_or_none(rec.variant)
-            if var is None or not var.is_peer or rec.variant == cfg["variant"]:
-                continue
-            if self._matches(rec, cfg, None, rec.variant, {}):
-                out.append(rec)
-        return out
-
-    def _variant_or_none(self, name):
-        try:
-            return self.spec.variant(name)
-        except ValueError:
             return None
 
     @property
@@ -987,11 +930,11 @@ class Explorer:
     def _draw_heatmap(self, fig) -> None:
         """Show ``fig`` in the heatmap slot: the first time as a new widget, then in place."""
         if self.heatmap_fig is None:
-            self.heatmap_fig = self._figure_widget(fig)
+            self.heatmap_fig = figure_widget(fig)
             if isinstance(self.heatmap_fig, W.Widget):
                 self.heatmap_box.children = [self.heatmap_fig]
         else:
-            _update_figure(self.heatmap_fig, fig)
+            update_figure(self.heatmap_fig, fig)
 
     def _start_sweep_from_panel(self) -> None:
         var = self.spec.variant(self.w_variant.value)
@@ -1040,27 +983,6 @@ def _main_thread_loop():
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
-
-
-def _with_x(rec, axis, x):
-
-    return with_axis(rec, axis, x)
-
-
-def _update_figure(target, new: go.Figure) -> None:
-    """Replace the traces and layout of a (FigureWidget) figure in place, in one batch. The target
-    keeps its own template (the house one, from when it was made; build ``new`` inside
-    :func:`workbench.reports.figures.template_held`): assigning a template makes plotly validate
-    all of it again, about 20 ms."""
-    layout = new.layout.to_plotly_json()
-    layout.pop("template", None)
-    stale = set(target.layout.to_plotly_json()) - set(layout) - {"template"}
-    with target.batch_update():
-        target.data = []
-        for key in stale:
-            target.layout[key] = None
-        target.layout.update(layout, overwrite=True)
-        target.add_traces(list(new.data))
 
 
 def _status_html(text: str, busy: bool = False, failed: bool = False) -> str:
