@@ -33,7 +33,8 @@ controls to it.
 
 Why one long module: the Explorer is one object whose controls, relaunch, rendering and sweep
 panel share its widget state and locks; the widgets and their layout are
-:mod:`widgets.explorer_panel`, the figures' records :mod:`widgets.explorer_figures`; what knows no family (the worker, the control builders)
+:mod:`widgets.explorer_panel`, rendering a record :mod:`widgets.explorer_view`, the figures'
+records :mod:`widgets.explorer_figures`; what knows no family (the worker, the control builders)
 is :mod:`widgets.controls`, and sweep planning is :mod:`workbench.sweep.plan`.
 
 Programmatic use (tests, scripts): ``ex.set(BLOCK_SIZE=1024)``, ``ex.wait()``, ``ex.record``,
@@ -62,8 +63,9 @@ from widgets.controls import (
     neighbour_values,
     parse_values,
 )
-from widgets.explorer_figures import figure_widget, peer_records, peer_slice, update_figure, variant_slice
+from widgets.explorer_figures import figure_widget, update_figure
 from widgets.explorer_panel import ExplorerPanel
+from widgets.explorer_view import ExplorerView, status_html
 from widgets.session import Session
 from workbench import ncu, timing
 from workbench.compiling import service as compile_service
@@ -75,7 +77,7 @@ from workbench.sweep.plan import SweepRequest, axis_kind, default_values
 __all__ = ["Explorer"]
 
 
-class Explorer(ExplorerPanel):
+class Explorer(ExplorerPanel, ExplorerView):
     """Live controls and figures for one KernelSpec (see the module docstring).
 
     ``Explorer(family_or_session, variant=None, *, device="auto", dtype="bf16", quick=False,
@@ -277,7 +279,7 @@ class Explorer(ExplorerPanel):
                 if self.w_peers.value:
                     self._worker.request(lambda: self._measure_peers(cfg, token))
                 return
-        self.w_status.value = _status_html(
+        self.w_status.value = status_html(
             f"measuring {cfg['variant']} {F.mapping_str(cfg['params'])} … (the notebook stays usable)", busy=True
         )
         self._worker.request(lambda: self._job(cfg, token, force))
@@ -377,91 +379,7 @@ class Explorer(ExplorerPanel):
     def busy(self) -> bool:
         return self._worker.busy
 
-    # --- rendering ----------------------------------------------------------------------------
-    def _show_record(self, rec, cached: bool) -> None:
-        with self._render_lock:
-            self._show_record_locked(rec, cached)
-
-    def _show_record_locked(self, rec, cached: bool) -> None:
-        self.last_latency_s = None  # before the record: a reader who sees the record waits for it
-        self.record = rec
-        self.last_cached = cached
-        self.relaunches += 1
-        self._render_current()
-        # relaunch latency: from the control change to the figures and tables drawn; the first
-        # of a request kept apart (a first launch's graph-replay number, before its refinement)
-        self.last_latency_s = time.perf_counter() - self._requested_at
-        if self.first_shown_s is None:
-            self.first_shown_s = self.last_latency_s
-        self._render_status()
-
-    def _render_current(self) -> None:
-        with self._render_lock:
-            self._render_locked()
-
-    def _render_locked(self) -> None:
-        rec = self.record
-        if rec is None:
-            return
-        cfg = self.config()
-        sess = self._session_for(cfg["device"])
-        self._render_status()
-        self._render_why()
-        peers = peer_records(self.spec, sess, cfg)
-        # the caption names the configuration that ran, so the table is never read as another's
-        ran = f"{rec.variant} {F.mapping_str(rec.params)}".strip()
-        self.w_checks.value = f"<b>correctness</b> of {html.escape(ran)}" + checks.checks_html([rec] + peers)
-        axis = self.w_xaxis.value or self.spec.axis
-        # a line under the plot (and the line's hover) names the tiles it is drawn at: all the
-        # mode's tiles but the axis
-        used = {p.name for p in self._tile_params(cfg["mode"])}
-        tiles = F.mapping_str({k: v for k, v in cfg["params"].items() if k != axis and k in used})
-        with F.template_held():  # the widgets carry the house template from when they were made
-            speed = F.speed_figure(
-                variant_slice(self.spec, sess, cfg, axis) + peer_slice(self.spec, sess, cfg, axis),
-                axis,
-                self.w_metric.value,
-                order=[v.name for v in self.spec.variants],
-                highlight=cfg["variant"],
-                title=f"{self.spec.title} {cfg['mode']} {cfg['dtype']} on {cfg['device']}: speed vs {axis}",
-                tiles=f"{cfg['variant']} at {tiles}" if tiles else cfg["variant"],
-            )
-            memory = F.memory_figure(
-                [rec] + peers,
-                order=[v.name for v in self.spec.variants],
-                title=f"memory ({cfg['mode']})" + F.sub_lines(F.mapping_str(rec.problem)),
-            )
-        update_figure(self.speed_fig, speed)
-        update_figure(self.memory_fig, memory)
-
-    def _render_status(self) -> None:
-        rec = self.record
-        if rec is None:
-            return
-        if rec.error:
-            self.w_error.value = (
-                '<div class="wb-error" style="color:#b00;font-family:monospace;white-space:pre-wrap">'
-                f"{html.escape(rec.error)}</div>"
-            )
-            self.w_status.value = _status_html(f"{rec.variant}: this configuration cannot run (see below)")
-        else:
-            self.w_error.value = ""
-            text = checks.status_text(
-                rec, cached=bool(self.last_cached), ub_bytes=self._ub(rec), elapsed_s=self.last_latency_s
-            )
-            self.w_status.value = _status_html(text, failed=rec.passed is False)
-
-    def _render_why(self) -> None:
-        self.w_why.value = why.why_html(self.record)
-        can_profile = self._ncu is not None and self.w_device.value == "cuda"
-        self.w_profile.layout.display = "" if can_profile else "none"
-        self.w_profile_status.layout.display = "" if can_profile else "none"
-
-    @property
-    def why_text(self) -> str:
-        """Plain text of the why panel."""
-        return html.unescape(_strip_tags(self.w_why.value))
-
+    # --- profiling ----------------------------------------------------------------------------
     def profile(self, wait: bool = False) -> None:
         """Run Nsight Compute on the configuration on display, in a background thread; its
         counters join the record (``record.counters``) and show in the why panel; an error is one
@@ -483,13 +401,13 @@ class Explorer(ExplorerPanel):
             "quick": self.session.quick,
         }
         self.w_profile.disabled = True
-        self.w_profile_status.value = _status_html("profiling with Nsight Compute …", busy=True)
+        self.w_profile_status.value = status_html("profiling with Nsight Compute …", busy=True)
 
         def job():
             try:
                 kernels = ncu.profile(config, ncu=self._ncu)
                 rec.counters = ncu.as_record_counters(kernels, self._ncu)
-                self.w_profile_status.value = _status_html(f"profiled: {len(kernels)} kernel(s)")
+                self.w_profile_status.value = status_html(f"profiled: {len(kernels)} kernel(s)")
                 with self._render_lock:
                     if self.record is rec:
                         self.w_why.value = why.why_html(rec)
@@ -505,41 +423,6 @@ class Explorer(ExplorerPanel):
         self.profile_thread.start()
         if wait:
             self.profile_thread.join()
-
-    def _ub(self, rec) -> int | None:
-        facts = rec.compile_facts or {}
-        if "ub_bytes" in facts:  # the measurement already modelled it (workbench.compile_facts)
-            return facts["ub_bytes"]
-        est = getattr(self.spec, "ub_estimate", None)
-        if est is None or self.spec.variant(rec.variant).backend != "npu":
-            return None
-        try:
-            value = est(rec.problem, rec.params, rec.dtype)
-            return None if value is None else int(value)
-        except Exception:
-            return None
-
-    @property
-    def error_text(self) -> str:
-        """Plain text of the error line ('' when the configuration ran)."""
-        return html.unescape(_strip_tags(self.w_error.value))
-
-    @property
-    def status_text(self) -> str:
-        return html.unescape(_strip_tags(self.w_status.value))
-
-    def _show_exception(self, exc: BaseException) -> None:
-        self.w_error.value = (
-            '<div class="wb-error" style="color:#b00;font-family:monospace;white-space:pre-wrap">'
-            f"{html.escape(type(exc).__name__)}: {html.escape(short_reason(str(exc), 600))}</div>"
-        )
-
-    def _safe(self, fn: Callable[[], None]) -> None:
-        """Run a callback; any exception becomes error text (nothing raises out of a callback)."""
-        try:
-            fn()
-        except Exception as exc:
-            self._show_exception(exc)
 
     # --- sweeps -------------------------------------------------------------------------------
     def run_sweep(self, x_axis: str, x_values, y_axis: str | None = None, y_values=None, *, wait: bool = False):
@@ -717,15 +600,6 @@ def _main_thread_loop():
         return None
 
 
-def _status_html(text: str, busy: bool = False, failed: bool = False) -> str:
-    color = "#b00" if failed else ("#555" if busy else "#222")
-    # wraps at the window's edge (and inside a long token), so the whole line is always in view
-    return (
-        f'<div class="wb-status" style="font-family:monospace;font-size:12px;color:{color};'
-        f'white-space:normal;overflow-wrap:anywhere">{html.escape(text)}</div>'
-    )
-
-
 def _failures_html(rows: list[dict]) -> str:
     if not rows:
         return ""
@@ -736,12 +610,6 @@ def _failures_html(rows: list[dict]) -> str:
         for r in rows
     )
     return f"<b>{len(rows)} failed configuration(s)</b><table style='font-size:12px'><tr>{head}</tr>{body}</table>"
-
-
-def _strip_tags(text: str) -> str:
-    import re
-
-    return re.sub(r"<[^>]+>", "", text or "")
 
 
 def _execution_count():
