@@ -16,33 +16,35 @@ change relaunches the kernel:
 - an invalid configuration shows its reason in the error line; nothing raises out of a
   callback and the kernel stays alive.
 
-Shown: a status line (compile time, device time, wall per call, launch overhead, GB/s, % of
-copy bandwidth, peak memory, UB estimate where the spec has one), a speed figure (p50 with the
-p20-p80 band along the chosen x axis for the current variant with peers overlaid and the
-copy-bandwidth bound), a memory figure (peak MB per variant beside the bytes the problem must
-move), and a correctness table (every output and gradient). Beside the speed figure, the why
-panel (:mod:`workbench.reports.why`): the configuration's compile facts per kernel (registers, spills,
-shared memory, occupancy and its limit; UB bytes for NPU kernels; "unavailable" in the
-interpreter) with a warning line for spills or an occupancy limit, and, where ncu is installed
-and the device is CUDA, a "Profile this configuration" button that runs Nsight Compute in a
-background thread and adds its counters to the panel. A sweep panel runs 1-D or 2-D sweeps
-on the worker with a progress bar; a 2-D sweep draws a heatmap (each cell's hover carries its
-registers, spills and occupancy) with failed cells marked (naming the device limit they went
-over) and the best config outlined; "Apply best" (or clicking a heatmap cell) sets the
-controls to it.
+After a result is shown, the configurations one notch away on each control go to the compile
+service (:mod:`workbench.compiling.service`), and the peers are measured side by side with the
+variant. On CUDA the first measurement's number comes from graph replay; then the process's
+first profiler session is started on the notebook's event loop (the main thread, where Kineto
+wants it) and the measurement refined. "Profile this configuration" runs Nsight Compute in a
+background thread and adds its counters to the why panel.
 
-Why one long module: the Explorer is one object whose controls, relaunch, rendering and sweep
-panel share its widget state and locks; the widgets and their layout are
-:mod:`widgets.explorer_panel`, rendering a record :mod:`widgets.explorer_view`, the figures'
-records :mod:`widgets.explorer_figures`; what knows no family (the worker, the control builders)
-is :mod:`widgets.controls`, and sweep planning is :mod:`workbench.sweep.plan`.
+The Explorer is one object, :class:`Explorer`, its jobs in one module each: the panel, the view
+and the sweeps are mixins it inherits, working on its state (each module's docstring names what
+it reads and sets; every attribute and lock is the Explorer's own), and the figure bindings are
+free functions:
+
+- this module: construction and the configuration state (``controls``, ``config``, ``set``,
+  ``apply``, ``apply_best``), control changes, the relaunch and its background job, ``wait``,
+  ``busy``, ``profile``, display and ``close``;
+- :mod:`widgets.explorer_panel`: the widgets, their layout and the controls shown for a variant
+  and mode (and the page's CSS hooks);
+- :mod:`widgets.explorer_view`: the live view, rendering a record into the status line, the
+  figures, the correctness table and the why panel;
+- :mod:`widgets.explorer_figures`: which cached records the figures draw, and figure widgets
+  updated in place;
+- :mod:`widgets.explorer_sweep`: the sweep panel, its sweeps and heatmap.
+
+What knows no family (the worker, the control builders) is :mod:`widgets.controls`, and sweep
+planning is :mod:`workbench.sweep.plan`.
 
 Programmatic use (tests, scripts): ``ex.set(BLOCK_SIZE=1024)``, ``ex.wait()``, ``ex.record``,
 ``ex.error_text``, ``ex.status_text``, ``ex.why_text``, ``ex.profile(wait=True)``, ``ex.last_cached``, ``ex.last_latency_s``, ``ex.first_shown_s``,
 ``ex.run_sweep("BLOCK_SIZE", [...], "BLOCK_SIZE_M", [...])``, ``ex.apply_best()``.
-
-In the page (browser tests): the CSS hooks of every control, line, figure and button are listed
-in :mod:`widgets.explorer_panel`, which adds them.
 """
 
 from __future__ import annotations
@@ -55,29 +57,23 @@ import time
 from typing import Any, Callable, Mapping
 
 import ipywidgets as W
-import plotly.graph_objects as go
 
 from kernels.spec import KernelSpec
-from widgets.controls import (
-    Worker,
-    neighbour_values,
-    parse_values,
-)
-from widgets.explorer_figures import figure_widget, update_figure
+from widgets.controls import Worker, neighbour_values
 from widgets.explorer_panel import ExplorerPanel
+from widgets.explorer_sweep import ExplorerSweep
 from widgets.explorer_view import ExplorerView, status_html
 from widgets.session import Session
 from workbench import ncu, timing
 from workbench.compiling import service as compile_service
-from workbench.reports import checks, why
 from workbench.reports import figures as F
+from workbench.reports import why
 from workbench.reports.text import short_reason
-from workbench.sweep.plan import SweepRequest, axis_kind, default_values
 
 __all__ = ["Explorer"]
 
 
-class Explorer(ExplorerPanel, ExplorerView):
+class Explorer(ExplorerPanel, ExplorerView, ExplorerSweep):
     """Live controls and figures for one KernelSpec (see the module docstring).
 
     ``Explorer(family_or_session, variant=None, *, device="auto", dtype="bf16", quick=False,
@@ -424,165 +420,6 @@ class Explorer(ExplorerPanel, ExplorerView):
         if wait:
             self.profile_thread.join()
 
-    # --- sweeps -------------------------------------------------------------------------------
-    def run_sweep(self, x_axis: str, x_values, y_axis: str | None = None, y_values=None, *, wait: bool = False):
-        """Run a 1-D (``y_axis=None``) or 2-D sweep of the current variant at the current settings
-        on the worker, with the progress bar; 2-D draws the heatmap and offers "Apply best"."""
-        self._sweep_cancel.clear()
-        cfg = self.config()
-        x_values, y_values = list(x_values), list(y_values or [])
-        self.w_progress.value = 0
-        self.w_progress.bar_style = ""
-        self.w_sweep_label.value = "queued"
-
-        def progress(i, n, label):
-            self.w_progress.max = max(n, 1)
-            self.w_progress.value = i
-            self.w_progress.description = f"{i}/{n}"
-            self.w_sweep_label.value = html.escape(label)
-
-        def job():
-            try:
-                sess = self._session_for(cfg["device"])
-                var0 = self.spec.variant(cfg["variant"])
-                base_params = {cfg["variant"]: cfg["params"]}
-                metric = self.w_metric.value if self.w_metric.value != "ms" else "gbps"
-                if y_axis:
-                    request = SweepRequest(
-                        x_axis,
-                        x_values,
-                        y_axis,
-                        y_values,
-                        variants=cfg["variant"],
-                        mode=cfg["mode"],
-                        problem={k: v for k, v in cfg["problem"].items() if k not in (x_axis, y_axis)},
-                        params=base_params,
-                        dtype=cfg["dtype"],
-                        executor=self.executor,
-                        executor_options=self.executor_options,
-                    )
-                    swept = sess.run_sweep(
-                        request,
-                        progress=progress,
-                        cancel=self._sweep_cancel,
-                        on_rows=lambda rows: self.partial_heatmap(rows, x_axis, x_values, y_axis, y_values, metric),
-                    )
-                    rows, var = swept.rows, swept.plan.variants[0]
-                    xs, ys = swept.plan.x_values, swept.plan.y_values
-                    fig, best = F.heatmap_figure(
-                        rows,
-                        x_axis,
-                        xs,
-                        y_axis,
-                        ys,
-                        metric,
-                        title=f"{var.name}: {y_axis} x {x_axis}",
-                        at=cfg["problem"],
-                    )
-                    self.best = None
-                    if best is not None:
-                        self.best = {
-                            "variant": var.name,
-                            "params": dict(best["params"]),
-                            "problem": dict(best["problem"]),
-                            "ties": best.get("ties", []),
-                        }
-                    self._draw_heatmap(fig)
-                    self._hook_heatmap_clicks(var.name, x_axis, xs, y_axis, ys)
-                    self.w_apply_best.disabled = self.best is None
-                    self.w_best.value = (
-                        f"best: {html.escape(F.mapping_str(self.best['params']) + F.ties_note(self.best))}"
-                        if self.best
-                        else "no passing cell at the problem set above"
-                    )
-                    failures = checks.failures_table(rows, [x_axis, y_axis])
-                else:
-                    names = [cfg["variant"]]
-                    if self.w_peers.value and axis_kind(self.spec, x_axis, [var0]) == "knob":
-                        names += [
-                            n
-                            for n in sess.runnable(cfg["mode"])
-                            if n != cfg["variant"] and self.spec.variant(n).is_peer
-                        ]
-                    request = SweepRequest(
-                        x_axis,
-                        x_values,
-                        variants=names,
-                        mode=cfg["mode"],
-                        problem={k: v for k, v in cfg["problem"].items() if k != x_axis},
-                        params=base_params,
-                        dtype=cfg["dtype"],
-                        executor=self.executor,
-                        executor_options=self.executor_options,
-                    )
-                    rows = sess.run_sweep(request, progress=progress, cancel=self._sweep_cancel).rows
-                    with self._hold():
-                        if x_axis in self.w_xaxis.options:
-                            self.w_xaxis.value = x_axis
-                    self._render_current()
-                    failures = checks.failures_table(rows, [x_axis])
-                from workbench.store import records_frame
-
-                self.sweep_frame = records_frame(rows)
-                self.w_failures.value = _failures_html(failures)
-                self.w_progress.bar_style = "success" if not self._sweep_cancel.is_set() else "warning"
-            except Exception as exc:
-                self.w_progress.bar_style = "danger"
-                self._show_exception(exc)
-
-        self._worker.submit(job)
-        if wait:
-            self.wait(None)
-        return self
-
-    def partial_heatmap(self, rows, x_axis, x_values, y_axis, y_values, metric="gbps", title="sweep running") -> None:
-        """Draw the heatmap of the cells measured so far (a sweep in progress fills it in; the
-        Session redraws it with the finished grid's ``title`` when its own sweep ends)."""
-        fig, _ = F.heatmap_figure(rows, x_axis, list(x_values), y_axis, list(y_values), metric, title=title)
-        with self._render_lock:
-            self._draw_heatmap(fig)
-
-    def _draw_heatmap(self, fig) -> None:
-        """Show ``fig`` in the heatmap slot: the first time as a new widget, then in place."""
-        if self.heatmap_fig is None:
-            self.heatmap_fig = figure_widget(fig)
-            if isinstance(self.heatmap_fig, W.Widget):
-                self.heatmap_box.children = [self.heatmap_fig]
-        else:
-            update_figure(self.heatmap_fig, fig)
-
-    def _start_sweep_from_panel(self) -> None:
-        var = self.spec.variant(self.w_variant.value)
-        x_axis = self.w_sweep_x.value
-        like_x = default_values(self.spec, x_axis, [var])
-        xs = parse_values(self.w_sweep_xv.value, like_x)
-        y_axis = self.w_sweep_y.value if self.w_sweep_y.value != "(none)" else None
-        ys = parse_values(self.w_sweep_yv.value, default_values(self.spec, y_axis, [var])) if y_axis else None
-        if not xs or (y_axis and not ys):
-            raise ValueError("give the sweep some values (comma separated)")
-        self.run_sweep(x_axis, xs, y_axis, ys)
-
-    def _hook_heatmap_clicks(self, variant, x_axis, x_values, y_axis, y_values) -> None:
-        if not isinstance(self.heatmap_fig, go.FigureWidget) or not self.heatmap_fig.data:
-            return
-        kinds = {a: axis_kind(self.spec, a, [self.spec.variant(variant)]) for a in (x_axis, y_axis)}
-
-        def clicked(trace, points, state):
-            def go_there():
-                if not points.point_inds:
-                    return
-                i = points.point_inds[0]
-                iy, ix = i if isinstance(i, (tuple, list)) else (points.ys[0], points.xs[0])
-                xv, yv = x_values[int(ix)], y_values[int(iy)]
-                config = {"variant": variant, "params": {}, "problem": {}}
-                for a, v in ((x_axis, xv), (y_axis, yv)):
-                    config["params" if kinds[a] == "param" else "problem"][a] = v
-                self.apply(config)
-
-            self._safe(go_there)
-
-        self.heatmap_fig.data[0].on_click(clicked)
-
     # --- lifecycle ----------------------------------------------------------------------------
     def close(self) -> None:
         self._worker.stop()
@@ -598,18 +435,6 @@ def _main_thread_loop():
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
-
-
-def _failures_html(rows: list[dict]) -> str:
-    if not rows:
-        return ""
-    keys = list(rows[0])
-    head = "".join(f"<th style='text-align:left;padding:0 6px'>{html.escape(k)}</th>" for k in keys)
-    body = "".join(
-        "<tr>" + "".join(f"<td style='padding:0 6px'>{html.escape(str(r.get(k)))}</td>" for k in keys) + "</tr>"
-        for r in rows
-    )
-    return f"<b>{len(rows)} failed configuration(s)</b><table style='font-size:12px'><tr>{head}</tr>{body}</table>"
 
 
 def _execution_count():
