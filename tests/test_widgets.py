@@ -352,18 +352,18 @@ def test_refused_values_come_from_the_variants_check():
 def test_a_figure_update_keeps_the_widgets_template_and_drops_what_the_new_layout_lacks():
     import plotly.graph_objects as go
 
-    from widgets.explorer import _update_figure
+    from widgets.explorer_figures import update_figure
     from workbench.reports import figures as F
 
     target = go.Figure(layout=dict(template=F.HOUSE_TEMPLATE, height=420))
     first = go.Figure(go.Scatter(x=[1, 2], y=[3, 4]), layout=dict(title="a", annotations=[dict(text="note", x=1, y=3)]))
-    _update_figure(target, first)
+    update_figure(target, first)
     assert target.layout.annotations and target.layout.title.text == "a"
     with F.template_held():
         second = F.fit(go.Figure(go.Bar(x=["p"], y=[1]), layout=dict(title="b", xaxis=dict(type="log"))))
     assert second.layout.template.layout.plot_bgcolor != "white"  # fit left plotly's default in place
     assert F.fit(go.Figure()).layout.template.layout.plot_bgcolor == "white"  # outside the block: set
-    _update_figure(target, second)
+    update_figure(target, second)
     assert target.layout.title.text.startswith("b") and target.layout.xaxis.type == "log"
     assert not target.layout.annotations  # the first figure's note is gone
     assert [t.type for t in target.data] == ["bar"]

@@ -16,38 +16,35 @@ change relaunches the kernel:
 - an invalid configuration shows its reason in the error line; nothing raises out of a
   callback and the kernel stays alive.
 
-Shown: a status line (compile time, device time, wall per call, launch overhead, GB/s, % of
-copy bandwidth, peak memory, UB estimate where the spec has one), a speed figure (p50 with the
-p20-p80 band along the chosen x axis for the current variant with peers overlaid and the
-copy-bandwidth bound), a memory figure (peak MB per variant beside the bytes the problem must
-move), and a correctness table (every output and gradient). Beside the speed figure, the why
-panel (:mod:`workbench.reports.why`): the configuration's compile facts per kernel (registers, spills,
-shared memory, occupancy and its limit; UB bytes for NPU kernels; "unavailable" in the
-interpreter) with a warning line for spills or an occupancy limit, and, where ncu is installed
-and the device is CUDA, a "Profile this configuration" button that runs Nsight Compute in a
-background thread and adds its counters to the panel. A sweep panel runs 1-D or 2-D sweeps
-on the worker with a progress bar; a 2-D sweep draws a heatmap (each cell's hover carries its
-registers, spills and occupancy) with failed cells marked (naming the device limit they went
-over) and the best config outlined; "Apply best" (or clicking a heatmap cell) sets the
-controls to it.
+After a result is shown, the configurations one notch away on each control go to the compile
+service (:mod:`workbench.compiling.service`), and the peers are measured side by side with the
+variant. On CUDA the first measurement's number comes from graph replay; then the process's
+first profiler session is started on the notebook's event loop (the main thread, where Kineto
+wants it) and the measurement refined. "Profile this configuration" runs Nsight Compute in a
+background thread and adds its counters to the why panel.
 
-Why one long module: the Explorer is one object whose controls, relaunch, rendering and sweep
-panel share its widget state and locks; what knows no family (the worker, the control builders)
-is :mod:`widgets.controls`, and sweep planning is :mod:`workbench.sweep.plan`.
+The Explorer is one object, :class:`Explorer`, its jobs in one module each: the panel, the view
+and the sweeps are mixins it inherits, working on its state (each module's docstring names what
+it reads and sets; every attribute and lock is the Explorer's own), and the figure bindings are
+free functions:
+
+- this module: construction and the configuration state (``controls``, ``config``, ``set``,
+  ``apply``, ``apply_best``), control changes, the relaunch and its background job, ``wait``,
+  ``busy``, ``profile``, display and ``close``;
+- :mod:`widgets.explorer_panel`: the widgets, their layout and the controls shown for a variant
+  and mode (and the page's CSS hooks);
+- :mod:`widgets.explorer_view`: the live view, rendering a record into the status line, the
+  figures, the correctness table and the why panel;
+- :mod:`widgets.explorer_figures`: which cached records the figures draw, and figure widgets
+  updated in place;
+- :mod:`widgets.explorer_sweep`: the sweep panel, its sweeps and heatmap.
+
+What knows no family (the worker, the control builders) is :mod:`widgets.controls`, and sweep
+planning is :mod:`workbench.sweep.plan`.
 
 Programmatic use (tests, scripts): ``ex.set(BLOCK_SIZE=1024)``, ``ex.wait()``, ``ex.record``,
 ``ex.error_text``, ``ex.status_text``, ``ex.why_text``, ``ex.profile(wait=True)``, ``ex.last_cached``, ``ex.last_latency_s``, ``ex.first_shown_s``,
 ``ex.run_sweep("BLOCK_SIZE", [...], "BLOCK_SIZE_M", [...])``, ``ex.apply_best()``.
-
-In the page (browser tests): every control has the CSS class ``wb-control-<name>`` (``wb-control-BLOCK_SIZE``,
-``wb-control-rows`` …) and its name as label; the status line is ``.wb-status`` (inside
-``.wb-status-line``), an error ``.wb-error``, the figures ``.wb-speed``, ``.wb-memory`` and
-``.wb-heatmap``, the correctness table ``table.wb-checks`` (its caption names the configuration
-that ran), the sweep axes ``.wb-sweep-x`` / ``.wb-sweep-y`` and their value boxes
-``.wb-sweep-x-values`` / ``.wb-sweep-y-values``, the sweep button ``.wb-sweep-run``, its progress
-bar ``.wb-progress`` and label ``.wb-sweep-label``, the best-config button ``.wb-apply-best`` and
-its text ``.wb-best``, the why panel ``.wb-why-panel`` (warnings ``.wb-why-warning``, the kernels'
-table ``table.wb-why-kernels``), the profile button ``.wb-profile`` and its line ``.wb-profile-status``.
 """
 
 from __future__ import annotations
@@ -60,33 +57,23 @@ import time
 from typing import Any, Callable, Mapping
 
 import ipywidgets as W
-import plotly.graph_objects as go
 
-from kernels.runtime import kinds_present
 from kernels.spec import KernelSpec
-from widgets.controls import (
-    Worker,
-    button,
-    knob_widget,
-    knobs_help,
-    mark_refused,
-    neighbour_values,
-    param_widget,
-    parse_values,
-)
+from widgets.controls import Worker, neighbour_values
+from widgets.explorer_panel import ExplorerPanel
+from widgets.explorer_sweep import ExplorerSweep
+from widgets.explorer_view import ExplorerView, status_html
 from widgets.session import Session
 from workbench import ncu, timing
 from workbench.compiling import service as compile_service
-from workbench.reports import checks, why
 from workbench.reports import figures as F
+from workbench.reports import why
 from workbench.reports.text import short_reason
-from workbench.sweep.config import with_axis
-from workbench.sweep.plan import SweepRequest, axis_kind, default_values
 
 __all__ = ["Explorer"]
 
 
-class Explorer:
+class Explorer(ExplorerPanel, ExplorerView, ExplorerSweep):
     """Live controls and figures for one KernelSpec (see the module docstring).
 
     ``Explorer(family_or_session, variant=None, *, device="auto", dtype="bf16", quick=False,
@@ -139,269 +126,6 @@ class Explorer:
         self._build(variant, peers, metric)
         if autostart:
             self.relaunch()
-
-    # --- building -----------------------------------------------------------------------------
-    def _build(self, variant, peers, metric) -> None:
-        s = self.session
-        runnable = s.runnable()
-        if variant is None:
-            ours = [n for n in runnable if not self.spec.variant(n).is_peer]
-            variant = (ours or runnable or [self.spec.variants[0].name])[0]
-        style = {"description_width": "initial"}
-        self.w_variant = W.Dropdown(options=runnable, value=variant, description="variant", style=style)
-        self.w_device = W.Dropdown(options=kinds_present(), value=s.device.kind, description="device", style=style)
-        self.w_dtype = W.Dropdown(options=list(self.spec.dtypes), value=s.dtype, description="dtype", style=style)
-        self.w_mode = W.ToggleButtons(options=list(self.spec.modes), value="forward", description="mode", style=style)
-        self.knob_widgets = {k.name: knob_widget(k, s.problem[k.name]) for k in self.spec.knobs}
-        self.param_widgets: dict[str, W.Widget] = {}
-        self.params_box = W.HBox(layout=W.Layout(flex_flow="row wrap"))
-        # under the tile controls: which values the variant's check refuses here, and why
-        self.w_refused = W.HTML(value="")
-        self.w_peers = W.Checkbox(value=peers, description="measure peers too", style=style)
-        self.w_metric = W.Dropdown(options=list(F.METRICS), value=metric, description="metric", style=style)
-        self.w_xaxis = W.Dropdown(description="x axis", style=style)
-        self.w_remeasure = button("Re-measure", icon="refresh", tooltip="measure again, ignoring the cache")
-        self.w_status = W.HTML(value="")
-        self.w_error = W.HTML(value="")
-        self.speed_fig = self._figure_widget(go.Figure(layout=dict(height=420, template=F.HOUSE_TEMPLATE)))
-        self.memory_fig = self._figure_widget(go.Figure(layout=dict(height=380, template=F.HOUSE_TEMPLATE)))
-        self.w_checks = W.HTML(value="")
-        # the why panel: compile facts of the configuration on display, Nsight Compute's counters
-        # on demand (the button shows only where ncu is installed and the device is CUDA)
-        # beside the speed figure where the window is wide enough, below it where not (never cut off)
-        self.w_why = W.HTML(value="", layout=W.Layout(min_width="320px", max_width="100%", overflow="auto"))
-        self._ncu = ncu.find_ncu()
-        self.w_profile = button(
-            "Profile this configuration",
-            icon="tachometer",
-            tooltip="run Nsight Compute on the configuration on display (about 10 s, in the background)",
-        )
-        self.w_profile_status = W.HTML(value="")
-        self.profile_thread: threading.Thread | None = None
-        # sweep panel
-        self.w_sweep_x = W.Dropdown(description="sweep", style=style)
-        self.w_sweep_xv = W.Text(description="values", style=style, layout=W.Layout(width="340px"))
-        self.w_sweep_y = W.Dropdown(description="and", style=style)
-        self.w_sweep_yv = W.Text(description="values", style=style, layout=W.Layout(width="340px"))
-        self.w_sweep_run = button("Run sweep", button_style="primary", icon="play")
-        self.w_sweep_stop = button("Stop", icon="stop")
-        self.w_progress = W.IntProgress(value=0, min=0, max=1, description="0/0", style=style)
-        self.w_sweep_label = W.HTML(value="")
-        self.w_apply_best = button("Apply best", button_style="success", icon="check", disabled=True)
-        self.w_best = W.HTML(value="")
-        self.w_failures = W.HTML(value="")
-        # made on the first 2-D sweep: every FigureWidget ships plotly's widget bundle to the browser
-        self.heatmap_fig = None
-        self.heatmap_box = W.Box([])
-
-        self._rebuild_params(variant)
-        self._refresh_axes()
-        for w in (self.w_variant, self.w_device, self.w_dtype, self.w_mode, *self.knob_widgets.values()):
-            w.observe(self._on_control, names="value")
-        self.w_peers.observe(self._on_control, names="value")
-        self.w_metric.observe(lambda ch: self._safe(self._render_current), names="value")
-        self.w_xaxis.observe(lambda ch: self._safe(self._render_current), names="value")
-        self.w_remeasure.on_click(lambda _: self._safe(lambda: self.relaunch(force=True)))
-        self.w_sweep_x.observe(
-            lambda ch: self._safe(lambda: self._fill_sweep_values(self.w_sweep_x, self.w_sweep_xv)), names="value"
-        )
-        self.w_sweep_y.observe(
-            lambda ch: self._safe(lambda: self._fill_sweep_values(self.w_sweep_y, self.w_sweep_yv)), names="value"
-        )
-        self.w_sweep_run.on_click(lambda _: self._safe(self._start_sweep_from_panel))
-        self.w_sweep_stop.on_click(lambda _: self._sweep_cancel.set())
-        self.w_apply_best.on_click(lambda _: self._safe(self.apply_best))
-        self.w_profile.on_click(lambda _: self._safe(self.profile))
-
-        title = W.HTML(f"<b>{html.escape(self.spec.title)} Explorer</b> — {html.escape(self.spec.doc)}")
-        knobs = W.HBox(list(self.knob_widgets.values()), layout=W.Layout(flex_flow="row wrap"))
-        knob_help = W.HTML(knobs_help(self.spec.knobs))
-        top = W.HBox([self.w_variant, self.w_device, self.w_dtype], layout=W.Layout(flex_flow="row wrap"))
-        opts = W.HBox(
-            [self.w_xaxis, self.w_metric, self.w_peers, self.w_remeasure], layout=W.Layout(flex_flow="row wrap")
-        )
-        sweep = W.VBox(
-            [
-                W.HBox([self.w_sweep_x, self.w_sweep_xv]),
-                W.HBox([self.w_sweep_y, self.w_sweep_yv]),
-                W.HBox([self.w_sweep_run, self.w_sweep_stop, self.w_progress, self.w_sweep_label]),
-                self.heatmap_box,
-                W.HBox([self.w_apply_best, self.w_best]),
-                self.w_failures,
-            ]
-        )
-        why_box = W.VBox([self.w_why, W.HBox([self.w_profile, self.w_profile_status])])
-        speed_row = W.HBox(
-            [w for w in (self.speed_fig, why_box) if isinstance(w, W.Widget)],
-            layout=W.Layout(flex_flow="row wrap", align_items="flex-start", width="100%"),
-        )
-        figs = W.VBox([speed_row] + ([self.memory_fig] if isinstance(self.memory_fig, W.Widget) else []))
-        self.widget = W.VBox(
-            [
-                title,
-                top,
-                self.w_mode,
-                knobs,
-                knob_help,
-                W.HTML("<i>tile parameters of the variant (those the chosen mode's kernels read)</i>"),
-                self.params_box,
-                self.w_refused,
-                opts,
-                self.w_status,
-                self.w_error,
-                figs,
-                self.w_checks,
-                W.HTML("<b>Sweep</b> (runs on the worker; records go to the store as measured)"),
-                sweep,
-            ]
-        )
-        self.widget.add_class("wb-explorer")
-        # stable hooks for browser tests and styling: wb-control-<name>, wb-speed, wb-memory …
-        for name, w in self.controls.items():
-            w.add_class(f"wb-control-{name}")
-        for cls, w in (
-            ("wb-status-line", self.w_status),
-            ("wb-error-line", self.w_error),
-            ("wb-checks", self.w_checks),
-            ("wb-speed", self.speed_fig),
-            ("wb-memory", self.memory_fig),
-            ("wb-sweep-x", self.w_sweep_x),
-            ("wb-sweep-x-values", self.w_sweep_xv),
-            ("wb-sweep-y", self.w_sweep_y),
-            ("wb-sweep-y-values", self.w_sweep_yv),
-            ("wb-sweep-run", self.w_sweep_run),
-            ("wb-sweep-label", self.w_sweep_label),
-            ("wb-best", self.w_best),
-            ("wb-progress", self.w_progress),
-            ("wb-apply-best", self.w_apply_best),
-            ("wb-heatmap", self.heatmap_box),
-            ("wb-failures", self.w_failures),
-            ("wb-why-panel", self.w_why),
-            ("wb-profile", self.w_profile),
-            ("wb-profile-status", self.w_profile_status),
-            ("wb-refused", self.w_refused),
-            ("wb-knob-help", knob_help),
-            ("wb-remeasure", self.w_remeasure),
-        ):
-            if isinstance(w, W.DOMWidget):
-                w.add_class(cls)
-
-    def _figure_widget(self, fig):
-        try:
-            return go.FigureWidget(fig)
-        except Exception:  # no anywidget: keep a plain figure (still updated, shown statically)
-            return go.Figure(fig)
-
-    def _rebuild_params(self, variant: str) -> None:
-        var = self.spec.variant(variant)
-        self._params_variant = variant  # whose tile widgets are on display
-        for w in self.param_widgets.values():
-            w.unobserve(self._on_control, names="value")
-        remembered = self._tile_memory.get(variant, {})
-        self.param_widgets = {}
-        for p in var.params:
-            value = remembered.get(p.name, p.default)
-            w = param_widget(p, value if value in p.values else p.default)
-            w.add_class(f"wb-control-{p.name}")
-            w.observe(self._on_control, names="value")
-            self.param_widgets[p.name] = w
-        modes = list(var.modes or self.spec.modes)
-        if list(self.w_mode.options) != modes:
-            with self._hold():
-                current = self.w_mode.value
-                self.w_mode.options = modes
-                self.w_mode.value = current if current in modes else modes[0]
-        self._refresh_tile_controls()
-
-    def _tile_params(self, mode: str | None = None) -> list:
-        """The shown variant's tiles that a run in ``mode`` (default: the chosen one) reads."""
-        var = self.spec.variant(self._params_variant)
-        return [p for p in var.params if p.used_in(mode or self.w_mode.value)]
-
-    def _refresh_tile_controls(self) -> None:
-        """Show the chosen mode's tile controls only, and mark the values the variant's check
-        refuses at the problem, dtype and device the controls ask for (✗, with the reason below)."""
-        shown = self._tile_params()
-        children = [self.param_widgets[p.name] for p in shown]
-        if not children:
-            children = [W.HTML(f"<i>none in {html.escape(self.w_mode.value)} mode</i>")]
-        if list(self.params_box.children) != children:
-            self.params_box.children = children
-        var = self.spec.variant(self._params_variant)
-        notes = []
-        with self._hold():
-            for p in shown:
-                refused = self._refused(var, p.name)
-                mark_refused(self.param_widgets[p.name], p, refused)
-                if refused:
-                    values = ", ".join(map(str, refused))
-                    reason = short_reason(next(iter(refused.values())), 160)
-                    notes.append(f"<b>{html.escape(p.name)}</b> {html.escape(values)}: {html.escape(reason)}")
-        self.w_refused.value = (
-            '<div style="font-size:12px;color:#8a5a00">✗ refused here, before any launch — '
-            + "; ".join(notes)
-            + "</div>"
-            if notes
-            else ""
-        )
-
-    def _refresh_axes(self) -> None:
-        var = self.spec.variant(self.w_variant.value)
-        numeric_knobs = [
-            k.name
-            for k in self.spec.knobs
-            if k.values is None and isinstance(k.default, (int, float)) and not isinstance(k.default, bool)
-        ]
-        param_names = [p.name for p in var.params]
-        axes = numeric_knobs + param_names
-        with self._hold():
-            keep = self.w_xaxis.value
-            self.w_xaxis.options = axes
-            self.w_xaxis.value = keep if keep in axes else (self.spec.axis if self.spec.axis in axes else axes[0])
-            knob_names = [k.name for k in self.spec.knobs]
-            sweepable = knob_names + param_names
-            keep = self.w_sweep_x.value
-            self.w_sweep_x.options = sweepable
-            self.w_sweep_x.value = keep if keep in sweepable else (param_names[0] if param_names else self.spec.axis)
-            keep = self.w_sweep_y.value
-            self.w_sweep_y.options = ["(none)"] + sweepable
-            self.w_sweep_y.value = keep if keep in sweepable else (param_names[1] if len(param_names) > 1 else "(none)")
-        self._fill_sweep_values(self.w_sweep_x, self.w_sweep_xv)
-        self._fill_sweep_values(self.w_sweep_y, self.w_sweep_yv)
-
-    def _fill_sweep_values(self, axis_w, values_w) -> None:
-        axis = axis_w.value
-        if not axis or axis == "(none)":
-            values_w.value = ""
-            return
-        var = self.spec.variant(self.w_variant.value)
-        vals = default_values(self.spec, axis, [var])
-        if axis_kind(self.spec, axis, [var]) == "param":
-            refused = self._refused(var, axis)  # offer what can run: a sweep of them draws every point
-            vals = [v for v in vals if v not in refused] or vals
-            if self.session.quick:
-                vals = vals[:6]
-        values_w.value = ", ".join(str(v) for v in vals)
-
-    def _refused(self, var, name: str) -> dict:
-        """The values of ``var``'s tile ``name`` its check refuses at the problem, dtype and device
-        the controls ask for ({} where the problem itself is out of range)."""
-        sess = self._session_for(self.w_device.value)
-        try:
-            problem = self.spec.resolve_problem({k: w.value for k, w in self.knob_widgets.items()}, sess.quick)
-        except ValueError:
-            return {}
-        params = {k: w.value for k, w in self.param_widgets.items()}
-        return var.refused_values(name, problem, params, self.w_dtype.value, sess.device)
-
-    @contextlib.contextmanager
-    def _hold(self):
-        """Change controls without relaunching for each change."""
-        self._hold_depth += 1
-        try:
-            yield
-        finally:
-            self._hold_depth -= 1
 
     # --- display ------------------------------------------------------------------------------
     def display(self) -> None:
@@ -551,7 +275,7 @@ class Explorer:
                 if self.w_peers.value:
                     self._worker.request(lambda: self._measure_peers(cfg, token))
                 return
-        self.w_status.value = _status_html(
+        self.w_status.value = status_html(
             f"measuring {cfg['variant']} {F.mapping_str(cfg['params'])} … (the notebook stays usable)", busy=True
         )
         self._worker.request(lambda: self._job(cfg, token, force))
@@ -651,91 +375,7 @@ class Explorer:
     def busy(self) -> bool:
         return self._worker.busy
 
-    # --- rendering ----------------------------------------------------------------------------
-    def _show_record(self, rec, cached: bool) -> None:
-        with self._render_lock:
-            self._show_record_locked(rec, cached)
-
-    def _show_record_locked(self, rec, cached: bool) -> None:
-        self.last_latency_s = None  # before the record: a reader who sees the record waits for it
-        self.record = rec
-        self.last_cached = cached
-        self.relaunches += 1
-        self._render_current()
-        # relaunch latency: from the control change to the figures and tables drawn; the first
-        # of a request kept apart (a first launch's graph-replay number, before its refinement)
-        self.last_latency_s = time.perf_counter() - self._requested_at
-        if self.first_shown_s is None:
-            self.first_shown_s = self.last_latency_s
-        self._render_status()
-
-    def _render_current(self) -> None:
-        with self._render_lock:
-            self._render_locked()
-
-    def _render_locked(self) -> None:
-        rec = self.record
-        if rec is None:
-            return
-        cfg = self.config()
-        sess = self._session_for(cfg["device"])
-        self._render_status()
-        self._render_why()
-        peers = self._peer_records(sess, cfg)
-        # the caption names the configuration that ran, so the table is never read as another's
-        ran = f"{rec.variant} {F.mapping_str(rec.params)}".strip()
-        self.w_checks.value = f"<b>correctness</b> of {html.escape(ran)}" + checks.checks_html([rec] + peers)
-        axis = self.w_xaxis.value or self.spec.axis
-        # a line under the plot (and the line's hover) names the tiles it is drawn at: all the
-        # mode's tiles but the axis
-        used = {p.name for p in self._tile_params(cfg["mode"])}
-        tiles = F.mapping_str({k: v for k, v in cfg["params"].items() if k != axis and k in used})
-        with F.template_held():  # the widgets carry the house template from when they were made
-            speed = F.speed_figure(
-                self._slice(sess, cfg, axis) + self._peer_slice(sess, cfg, axis),
-                axis,
-                self.w_metric.value,
-                order=[v.name for v in self.spec.variants],
-                highlight=cfg["variant"],
-                title=f"{self.spec.title} {cfg['mode']} {cfg['dtype']} on {cfg['device']}: speed vs {axis}",
-                tiles=f"{cfg['variant']} at {tiles}" if tiles else cfg["variant"],
-            )
-            memory = F.memory_figure(
-                [rec] + peers,
-                order=[v.name for v in self.spec.variants],
-                title=f"memory ({cfg['mode']})" + F.sub_lines(F.mapping_str(rec.problem)),
-            )
-        _update_figure(self.speed_fig, speed)
-        _update_figure(self.memory_fig, memory)
-
-    def _render_status(self) -> None:
-        rec = self.record
-        if rec is None:
-            return
-        if rec.error:
-            self.w_error.value = (
-                '<div class="wb-error" style="color:#b00;font-family:monospace;white-space:pre-wrap">'
-                f"{html.escape(rec.error)}</div>"
-            )
-            self.w_status.value = _status_html(f"{rec.variant}: this configuration cannot run (see below)")
-        else:
-            self.w_error.value = ""
-            text = checks.status_text(
-                rec, cached=bool(self.last_cached), ub_bytes=self._ub(rec), elapsed_s=self.last_latency_s
-            )
-            self.w_status.value = _status_html(text, failed=rec.passed is False)
-
-    def _render_why(self) -> None:
-        self.w_why.value = why.why_html(self.record)
-        can_profile = self._ncu is not None and self.w_device.value == "cuda"
-        self.w_profile.layout.display = "" if can_profile else "none"
-        self.w_profile_status.layout.display = "" if can_profile else "none"
-
-    @property
-    def why_text(self) -> str:
-        """Plain text of the why panel."""
-        return html.unescape(_strip_tags(self.w_why.value))
-
+    # --- profiling ----------------------------------------------------------------------------
     def profile(self, wait: bool = False) -> None:
         """Run Nsight Compute on the configuration on display, in a background thread; its
         counters join the record (``record.counters``) and show in the why panel; an error is one
@@ -757,13 +397,13 @@ class Explorer:
             "quick": self.session.quick,
         }
         self.w_profile.disabled = True
-        self.w_profile_status.value = _status_html("profiling with Nsight Compute …", busy=True)
+        self.w_profile_status.value = status_html("profiling with Nsight Compute …", busy=True)
 
         def job():
             try:
                 kernels = ncu.profile(config, ncu=self._ncu)
                 rec.counters = ncu.as_record_counters(kernels, self._ncu)
-                self.w_profile_status.value = _status_html(f"profiled: {len(kernels)} kernel(s)")
+                self.w_profile_status.value = status_html(f"profiled: {len(kernels)} kernel(s)")
                 with self._render_lock:
                     if self.record is rec:
                         self.w_why.value = why.why_html(rec)
@@ -780,251 +420,6 @@ class Explorer:
         if wait:
             self.profile_thread.join()
 
-    def _ub(self, rec) -> int | None:
-        facts = rec.compile_facts or {}
-        if "ub_bytes" in facts:  # the measurement already modelled it (workbench.compile_facts)
-            return facts["ub_bytes"]
-        est = getattr(self.spec, "ub_estimate", None)
-        if est is None or self.spec.variant(rec.variant).backend != "npu":
-            return None
-        try:
-            value = est(rec.problem, rec.params, rec.dtype)
-            return None if value is None else int(value)
-        except Exception:
-            return None
-
-    def _matches(self, rec, cfg, axis, variant, params) -> bool:
-        if rec.variant != variant or rec.mode != cfg["mode"] or rec.dtype != cfg["dtype"]:
-            return False
-        if rec.device_kind != cfg["device"]:
-            return False
-        for k, v in cfg["problem"].items():
-            if k != axis and rec.problem.get(k) != v:
-                return False
-        for k, v in params.items():
-            if k != axis and rec.params.get(k) != v:
-                return False
-        return True
-
-    def _slice(self, sess, cfg, axis) -> list:
-        """Cached records of the current variant along ``axis`` (everything else as set)."""
-        kind = axis_kind(self.spec, axis, [self.spec.variant(cfg["variant"])])
-        out = []
-        for rec in sess.cache.records():
-            if self._matches(rec, cfg, axis, cfg["variant"], cfg["params"]):
-                x = rec.problem.get(axis) if kind == "knob" else rec.params.get(axis)
-                out.append(_with_x(rec, axis, x))
-        return out
-
-    def _peer_slice(self, sess, cfg, axis) -> list:
-        out = []
-        kind = axis_kind(self.spec, axis, [self.spec.variant(cfg["variant"])])
-        for rec in sess.cache.records():
-            var = self._variant_or_none(rec.variant)
-            if var is None or not var.is_peer or rec.variant == cfg["variant"]:
-                continue
-            if self._matches(rec, cfg, axis if kind == "knob" else None, rec.variant, {}):
-                x = rec.problem.get(axis) if kind == "knob" else None
-                out.append(_with_x(rec, axis, x))
-        return out
-
-    def _peer_records(self, sess, cfg) -> list:
-        out = []
-        for rec in sess.cache.records():
-            var = self._variant_or_none(rec.variant)
-            if var is None or not var.is_peer or rec.variant == cfg["variant"]:
-                continue
-            if self._matches(rec, cfg, None, rec.variant, {}):
-                out.append(rec)
-        return out
-
-    def _variant_or_none(self, name):
-        try:
-            return self.spec.variant(name)
-        except ValueError:
-            return None
-
-    @property
-    def error_text(self) -> str:
-        """Plain text of the error line ('' when the configuration ran)."""
-        return html.unescape(_strip_tags(self.w_error.value))
-
-    @property
-    def status_text(self) -> str:
-        return html.unescape(_strip_tags(self.w_status.value))
-
-    def _show_exception(self, exc: BaseException) -> None:
-        self.w_error.value = (
-            '<div class="wb-error" style="color:#b00;font-family:monospace;white-space:pre-wrap">'
-            f"{html.escape(type(exc).__name__)}: {html.escape(short_reason(str(exc), 600))}</div>"
-        )
-
-    def _safe(self, fn: Callable[[], None]) -> None:
-        """Run a callback; any exception becomes error text (nothing raises out of a callback)."""
-        try:
-            fn()
-        except Exception as exc:
-            self._show_exception(exc)
-
-    # --- sweeps -------------------------------------------------------------------------------
-    def run_sweep(self, x_axis: str, x_values, y_axis: str | None = None, y_values=None, *, wait: bool = False):
-        """Run a 1-D (``y_axis=None``) or 2-D sweep of the current variant at the current settings
-        on the worker, with the progress bar; 2-D draws the heatmap and offers "Apply best"."""
-        self._sweep_cancel.clear()
-        cfg = self.config()
-        x_values, y_values = list(x_values), list(y_values or [])
-        self.w_progress.value = 0
-        self.w_progress.bar_style = ""
-        self.w_sweep_label.value = "queued"
-
-        def progress(i, n, label):
-            self.w_progress.max = max(n, 1)
-            self.w_progress.value = i
-            self.w_progress.description = f"{i}/{n}"
-            self.w_sweep_label.value = html.escape(label)
-
-        def job():
-            try:
-                sess = self._session_for(cfg["device"])
-                var0 = self.spec.variant(cfg["variant"])
-                base_params = {cfg["variant"]: cfg["params"]}
-                metric = self.w_metric.value if self.w_metric.value != "ms" else "gbps"
-                if y_axis:
-                    request = SweepRequest(
-                        x_axis,
-                        x_values,
-                        y_axis,
-                        y_values,
-                        variants=cfg["variant"],
-                        mode=cfg["mode"],
-                        problem={k: v for k, v in cfg["problem"].items() if k not in (x_axis, y_axis)},
-                        params=base_params,
-                        dtype=cfg["dtype"],
-                        executor=self.executor,
-                        executor_options=self.executor_options,
-                    )
-                    swept = sess.run_sweep(
-                        request,
-                        progress=progress,
-                        cancel=self._sweep_cancel,
-                        on_rows=lambda rows: self.partial_heatmap(rows, x_axis, x_values, y_axis, y_values, metric),
-                    )
-                    rows, var = swept.rows, swept.plan.variants[0]
-                    xs, ys = swept.plan.x_values, swept.plan.y_values
-                    fig, best = F.heatmap_figure(
-                        rows,
-                        x_axis,
-                        xs,
-                        y_axis,
-                        ys,
-                        metric,
-                        title=f"{var.name}: {y_axis} x {x_axis}",
-                        at=cfg["problem"],
-                    )
-                    self.best = None
-                    if best is not None:
-                        self.best = {
-                            "variant": var.name,
-                            "params": dict(best["params"]),
-                            "problem": dict(best["problem"]),
-                            "ties": best.get("ties", []),
-                        }
-                    self._draw_heatmap(fig)
-                    self._hook_heatmap_clicks(var.name, x_axis, xs, y_axis, ys)
-                    self.w_apply_best.disabled = self.best is None
-                    self.w_best.value = (
-                        f"best: {html.escape(F.mapping_str(self.best['params']) + F.ties_note(self.best))}"
-                        if self.best
-                        else "no passing cell at the problem set above"
-                    )
-                    failures = checks.failures_table(rows, [x_axis, y_axis])
-                else:
-                    names = [cfg["variant"]]
-                    if self.w_peers.value and axis_kind(self.spec, x_axis, [var0]) == "knob":
-                        names += [
-                            n
-                            for n in sess.runnable(cfg["mode"])
-                            if n != cfg["variant"] and self.spec.variant(n).is_peer
-                        ]
-                    request = SweepRequest(
-                        x_axis,
-                        x_values,
-                        variants=names,
-                        mode=cfg["mode"],
-                        problem={k: v for k, v in cfg["problem"].items() if k != x_axis},
-                        params=base_params,
-                        dtype=cfg["dtype"],
-                        executor=self.executor,
-                        executor_options=self.executor_options,
-                    )
-                    rows = sess.run_sweep(request, progress=progress, cancel=self._sweep_cancel).rows
-                    with self._hold():
-                        if x_axis in self.w_xaxis.options:
-                            self.w_xaxis.value = x_axis
-                    self._render_current()
-                    failures = checks.failures_table(rows, [x_axis])
-                from workbench.store import records_frame
-
-                self.sweep_frame = records_frame(rows)
-                self.w_failures.value = _failures_html(failures)
-                self.w_progress.bar_style = "success" if not self._sweep_cancel.is_set() else "warning"
-            except Exception as exc:
-                self.w_progress.bar_style = "danger"
-                self._show_exception(exc)
-
-        self._worker.submit(job)
-        if wait:
-            self.wait(None)
-        return self
-
-    def partial_heatmap(self, rows, x_axis, x_values, y_axis, y_values, metric="gbps", title="sweep running") -> None:
-        """Draw the heatmap of the cells measured so far (a sweep in progress fills it in; the
-        Session redraws it with the finished grid's ``title`` when its own sweep ends)."""
-        fig, _ = F.heatmap_figure(rows, x_axis, list(x_values), y_axis, list(y_values), metric, title=title)
-        with self._render_lock:
-            self._draw_heatmap(fig)
-
-    def _draw_heatmap(self, fig) -> None:
-        """Show ``fig`` in the heatmap slot: the first time as a new widget, then in place."""
-        if self.heatmap_fig is None:
-            self.heatmap_fig = self._figure_widget(fig)
-            if isinstance(self.heatmap_fig, W.Widget):
-                self.heatmap_box.children = [self.heatmap_fig]
-        else:
-            _update_figure(self.heatmap_fig, fig)
-
-    def _start_sweep_from_panel(self) -> None:
-        var = self.spec.variant(self.w_variant.value)
-        x_axis = self.w_sweep_x.value
-        like_x = default_values(self.spec, x_axis, [var])
-        xs = parse_values(self.w_sweep_xv.value, like_x)
-        y_axis = self.w_sweep_y.value if self.w_sweep_y.value != "(none)" else None
-        ys = parse_values(self.w_sweep_yv.value, default_values(self.spec, y_axis, [var])) if y_axis else None
-        if not xs or (y_axis and not ys):
-            raise ValueError("give the sweep some values (comma separated)")
-        self.run_sweep(x_axis, xs, y_axis, ys)
-
-    def _hook_heatmap_clicks(self, variant, x_axis, x_values, y_axis, y_values) -> None:
-        if not isinstance(self.heatmap_fig, go.FigureWidget) or not self.heatmap_fig.data:
-            return
-        kinds = {a: axis_kind(self.spec, a, [self.spec.variant(variant)]) for a in (x_axis, y_axis)}
-
-        def clicked(trace, points, state):
-            def go_there():
-                if not points.point_inds:
-                    return
-                i = points.point_inds[0]
-                iy, ix = i if isinstance(i, (tuple, list)) else (points.ys[0], points.xs[0])
-                xv, yv = x_values[int(ix)], y_values[int(iy)]
-                config = {"variant": variant, "params": {}, "problem": {}}
-                for a, v in ((x_axis, xv), (y_axis, yv)):
-                    config["params" if kinds[a] == "param" else "problem"][a] = v
-                self.apply(config)
-
-            self._safe(go_there)
-
-        self.heatmap_fig.data[0].on_click(clicked)
-
     # --- lifecycle ----------------------------------------------------------------------------
     def close(self) -> None:
         self._worker.stop()
@@ -1040,54 +435,6 @@ def _main_thread_loop():
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
-
-
-def _with_x(rec, axis, x):
-
-    return with_axis(rec, axis, x)
-
-
-def _update_figure(target, new: go.Figure) -> None:
-    """Replace the traces and layout of a (FigureWidget) figure in place, in one batch. The target
-    keeps its own template (the house one, from when it was made; build ``new`` inside
-    :func:`workbench.reports.figures.template_held`): assigning a template makes plotly validate
-    all of it again, about 20 ms."""
-    layout = new.layout.to_plotly_json()
-    layout.pop("template", None)
-    stale = set(target.layout.to_plotly_json()) - set(layout) - {"template"}
-    with target.batch_update():
-        target.data = []
-        for key in stale:
-            target.layout[key] = None
-        target.layout.update(layout, overwrite=True)
-        target.add_traces(list(new.data))
-
-
-def _status_html(text: str, busy: bool = False, failed: bool = False) -> str:
-    color = "#b00" if failed else ("#555" if busy else "#222")
-    # wraps at the window's edge (and inside a long token), so the whole line is always in view
-    return (
-        f'<div class="wb-status" style="font-family:monospace;font-size:12px;color:{color};'
-        f'white-space:normal;overflow-wrap:anywhere">{html.escape(text)}</div>'
-    )
-
-
-def _failures_html(rows: list[dict]) -> str:
-    if not rows:
-        return ""
-    keys = list(rows[0])
-    head = "".join(f"<th style='text-align:left;padding:0 6px'>{html.escape(k)}</th>" for k in keys)
-    body = "".join(
-        "<tr>" + "".join(f"<td style='padding:0 6px'>{html.escape(str(r.get(k)))}</td>" for k in keys) + "</tr>"
-        for r in rows
-    )
-    return f"<b>{len(rows)} failed configuration(s)</b><table style='font-size:12px'><tr>{head}</tr>{body}</table>"
-
-
-def _strip_tags(text: str) -> str:
-    import re
-
-    return re.sub(r"<[^>]+>", "", text or "")
 
 
 def _execution_count():

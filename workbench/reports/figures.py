@@ -112,7 +112,7 @@ _TEMPLATE_HELD = contextvars.ContextVar("template_held", default=False)
 def template_held():
     """Within the block :func:`fit` leaves a figure's template alone: for figures whose layout is
     copied into one that carries the house template already (the Explorer's figure widgets,
-    ``widgets.explorer._update_figure``). Plotly validates the whole template on every assignment,
+    ``widgets.explorer_figures.update_figure``). Plotly validates the whole template on every assignment,
     about 20 ms a figure, which each Explorer relaunch paid for its two figures."""
     token = _TEMPLATE_HELD.set(True)
     try:
