@@ -30,6 +30,16 @@ def python_in_repo(code: str, timeout: float) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=timeout)
 
 
+def git(root: Path, *args: str) -> str:
+    """``git args`` in ``root`` as a committer named t (a test's own repository needs no user
+    config); its stdout, and an assertion with its stderr where git fails."""
+    out = subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=root, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
 def norm_task(variant: str, rows: int, hidden: int, params: dict, rep_ms: float = 1):
     """A sweep task of rms_norm's ``variant`` for the interpreter: fp32 forward, quick, no warm-up."""
     import kernels
