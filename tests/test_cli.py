@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import testkit
 
 from workbench.cli import main
 from workbench.store import Store
@@ -176,10 +177,6 @@ def test_bench_without_a_family_is_one_line_naming_the_families(capsys):
 def test_help_and_a_misspelt_family_do_not_import_torch():
     """What makes `workbench bench --help` and `workbench bench nosuchfamily` answer at once (the
     seconds are measured by benchmarks/diagnostics/cli_latency.py, not here)."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
     code = (
         "import contextlib, io, sys\n"
         "from workbench.cli import main\n"
@@ -188,8 +185,7 @@ def test_help_and_a_misspelt_family_do_not_import_torch():
         "             ['sweep', 'nosuch'], ['tune', 'nosuch'], ['report', '/nonexistent'], ['list', '--bogus'])]\n"
         "print(codes, sorted(m for m in ('torch', 'triton', 'pandas', 'plotly') if m in sys.modules))\n"
     )
-    root = Path(__file__).resolve().parent.parent
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120)
+    out = testkit.python_in_repo(code, timeout=120)
     assert out.stdout.strip() == "[0, 2, 2, 2, 2, 2, 2] []", out.stdout + out.stderr[-2000:]
 
 
@@ -266,11 +262,6 @@ def test_a_process_that_outlives_its_command_names_what_holds_it():
     """The console script's exit watchdog (workbench.cli.entry): a thread still running after the
     command returned keeps the process alive, and its stack reaches stderr once EXIT_WATCH_S has
     passed; the command's exit code stands. A process that ends at once prints no stack."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parent.parent
 
     def run(hold_s: float):
         code = (
@@ -283,7 +274,7 @@ def test_a_process_that_outlives_its_command_names_what_holds_it():
             "sys.argv = ['workbench', 'bench', 'nosuchfamily']\n"
             "cli.entry()\n"
         )
-        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120)
+        return testkit.python_in_repo(code, timeout=120)
 
     held = run(4)
     assert held.returncode == 2 and "unknown kernel family" in held.stderr, held.stderr[-2000:]
@@ -296,11 +287,6 @@ def test_a_process_that_used_cuda_leaves_after_pythons_teardown_and_before_the_n
     """workbench.cli.entry where CUDA was used: the non-daemon threads joined and the atexit
     functions run, then the process leaves with the command's code before the native libraries'
     exit handlers (here one that aborts: had it run, the exit would be SIGABRT's)."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parent.parent
     code = (
         "import atexit, ctypes, sys, threading, time\n"
         "import workbench.cli as cli\n"
@@ -313,12 +299,8 @@ def test_a_process_that_used_cuda_leaves_after_pythons_teardown_and_before_the_n
         "sys.argv = ['workbench', 'bench', 'nosuchfamily']\n"
         "cli.entry()\n"
     )
-    used = subprocess.run(
-        [sys.executable, "-c", code.format(used=True)], capture_output=True, text=True, cwd=root, timeout=120
-    )
+    used = testkit.python_in_repo(code.format(used=True), timeout=120)
     assert used.returncode == 2 and "unknown kernel family" in used.stderr, used.stderr[-2000:]
     assert used.stdout.splitlines()[-2:] == ["thread done", "atexit ran"], used.stdout
-    plain = subprocess.run(
-        [sys.executable, "-c", code.format(used=False)], capture_output=True, text=True, cwd=root, timeout=120
-    )
+    plain = testkit.python_in_repo(code.format(used=False), timeout=120)
     assert plain.returncode == -6, (plain.returncode, plain.stderr[-2000:])  # the native handler ran: abort

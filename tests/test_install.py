@@ -9,10 +9,10 @@ and ``workbench bench`` (the lab's modules made unimportable, as where they are 
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+import testkit
 
 ROOT = Path(__file__).resolve().parent.parent
 LAB = ("plotly", "ipywidgets", "anywidget", "jupyterlab", "ipykernel", "nbformat", "nbconvert", "papermill")
@@ -86,7 +86,7 @@ def test_the_kernels_and_the_command_line_run_without_the_lab(tmp_path):
         "except ModuleNotFoundError:\n"
         "    print('LAB-BLOCKED')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    out = testkit.python_in_repo(code, timeout=300)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
     assert "rms_norm" in out.stdout and "PASS" in out.stdout and "LAB-BLOCKED" in out.stdout
 
@@ -95,6 +95,6 @@ def test_a_lab_command_without_the_lab_says_what_to_install():
     code = (
         BLOCK + "from workbench.cli import main\nraise SystemExit(main(['report', '--device', 'cpu', '--out', 'x']))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    out = testkit.python_in_repo(code, timeout=300)
     assert out.returncode == 2, out.stderr
     assert "kernel-workbench[lab]" in out.stderr and "Traceback" not in out.stderr, out.stderr

@@ -4,9 +4,9 @@ one folder with its parts."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
+
+import testkit
 
 import kernels
 
@@ -22,7 +22,7 @@ def test_importing_the_kernels_pulls_in_no_tool():
         "('workbench', 'widgets', 'plotly', 'pandas', 'sqlite3', 'ipywidgets', 'papermill'))\n"
         "print(','.join(heavy))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    out = testkit.python_in_repo(code, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "", f"importing the kernels loaded: {out.stdout.strip()}"
 

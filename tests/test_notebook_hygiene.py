@@ -31,14 +31,6 @@ ROOT = Path(__file__).resolve().parent.parent
 needs_git = pytest.mark.skipif(shutil.which("git") is None or shutil.which("make") is None, reason="needs git, make")
 
 
-def _git(root: Path, *args: str) -> str:
-    out = subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=root, capture_output=True, text=True
-    )
-    assert out.returncode == 0, out.stderr
-    return out.stdout
-
-
 @pytest.fixture
 def filtered_repo(tmp_path):
     """A git repository with this project's Makefile and .gitattributes and the notebook filter
@@ -47,7 +39,7 @@ def filtered_repo(tmp_path):
     repo.mkdir()
     for name in ("Makefile", ".gitattributes"):
         shutil.copy(ROOT / name, repo / name)
-    _git(repo, "init", "-q")
+    testkit.git(repo, "init", "-q")
     make = subprocess.run(["make", "-s", "notebook-filter", f"PY={sys.executable}"], cwd=repo, capture_output=True)
     assert make.returncode == 0, make.stderr
     return repo
@@ -79,7 +71,7 @@ def _notebook(sources, outputs=False) -> str:
 
 @needs_git
 def test_committed_notebooks_are_already_what_the_filter_makes_them(filtered_repo):
-    keys = _git(filtered_repo, "config", "filter.nbstripout.extrakeys").strip()
+    keys = testkit.git(filtered_repo, "config", "filter.nbstripout.extrakeys").strip()
     assert "metadata.language_info.version" in keys
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         committed = _committed_text(path)  # what git holds: a notebook run and saved here has outputs on disk
@@ -132,20 +124,20 @@ def test_a_save_that_changed_only_outputs_leaves_git_status_clean(filtered_repo)
     (filtered_repo / "notebooks").mkdir()
     nb = filtered_repo / "notebooks" / "n.ipynb"
     nb.write_text(_notebook(["x = 1", "print(x)"]))
-    _git(filtered_repo, "add", "-A")
-    _git(filtered_repo, "commit", "-qm", "notebook")
+    testkit.git(filtered_repo, "add", "-A")
+    testkit.git(filtered_repo, "commit", "-qm", "notebook")
     nb.write_text(_notebook(["x = 1", "print(x)"], outputs=True))  # Run All, then Save
-    assert _git(filtered_repo, "diff", "--stat").strip() == ""  # the filter sees no change ...
-    assert _git(filtered_repo, "status", "--porcelain").strip() == "M notebooks/n.ipynb"  # ... but the size did
+    assert testkit.git(filtered_repo, "diff", "--stat").strip() == ""  # the filter sees no change ...
+    assert testkit.git(filtered_repo, "status", "--porcelain").strip() == "M notebooks/n.ipynb"  # ... but the size did
     notebook_git.refresh_index_after_save(model={"type": "notebook"}, os_path=str(nb))
     assert notebook_git.wait_for_refreshes(timeout=60)  # git runs off the save's path
-    assert _git(filtered_repo, "status", "--porcelain").strip() == ""
-    assert _git(filtered_repo, "diff", "--cached", "--stat").strip() == ""  # nothing was staged
+    assert testkit.git(filtered_repo, "status", "--porcelain").strip() == ""
+    assert testkit.git(filtered_repo, "diff", "--cached", "--stat").strip() == ""  # nothing was staged
 
     nb.write_text(_notebook(["x = 2", "print(x)"], outputs=True))  # an edited cell
     assert notebook_git.refresh_index(nb) is False
-    assert _git(filtered_repo, "status", "--porcelain").strip() == "M notebooks/n.ipynb"
-    assert _git(filtered_repo, "diff", "--cached", "--stat").strip() == ""  # the edit was not staged
+    assert testkit.git(filtered_repo, "status", "--porcelain").strip() == "M notebooks/n.ipynb"
+    assert testkit.git(filtered_repo, "diff", "--cached", "--stat").strip() == ""  # the edit was not staged
 
 
 def _tracked_notebooks(repo: Path, count: int) -> list[Path]:
@@ -154,8 +146,8 @@ def _tracked_notebooks(repo: Path, count: int) -> list[Path]:
     paths = [repo / "notebooks" / f"n{i}.ipynb" for i in range(count)]
     for i, nb in enumerate(paths):
         nb.write_text(_notebook([f"x = {i}", "print(x)"]))
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "notebooks")
+    testkit.git(repo, "add", "-A")
+    testkit.git(repo, "commit", "-qm", "notebooks")
     for i, nb in enumerate(paths):
         nb.write_text(_notebook([f"x = {i}", "print(x)"], outputs=True))
     return paths
@@ -180,7 +172,7 @@ def test_saves_return_at_once_and_a_slow_git_is_never_killed(filtered_repo, slow
     """Several saves at once, with a git that holds its lock longer than the hook's slow-write
     mark: every save returns at once, git finishes each add, no lock is left, status is clean."""
     paths = _tracked_notebooks(filtered_repo, 2)
-    assert len(_git(filtered_repo, "status", "--porcelain").splitlines()) == 2
+    assert len(testkit.git(filtered_repo, "status", "--porcelain").splitlines()) == 2
     returned = []
 
     def save(nb):
@@ -198,7 +190,7 @@ def test_saves_return_at_once_and_a_slow_git_is_never_killed(filtered_repo, slow
             t.join()
         assert max(returned) < 0.5, returned  # the adds take >= 1.5 s each
         assert notebook_git.wait_for_refreshes(timeout=120)
-    assert _git(filtered_repo, "status", "--porcelain").strip() == ""
+    assert testkit.git(filtered_repo, "status", "--porcelain").strip() == ""
     assert not (filtered_repo / ".git" / "index.lock").exists()
     assert "letting it finish" in caplog.text  # the slow add was waited for, not stopped
     assert "WARNING" not in caplog.text
@@ -217,12 +209,12 @@ def test_a_lock_held_by_another_git_is_waited_for_and_never_removed(filtered_rep
         assert notebook_git.wait_for_refreshes(timeout=60)
     assert lock.read_text() == "another git's"  # skipped, and the other process's lock left alone
     assert len(caplog.records) == 1 and "index.lock" in caplog.records[0].getMessage()
-    assert _git(filtered_repo, "status", "--porcelain").strip() == "M notebooks/n0.ipynb"
+    assert testkit.git(filtered_repo, "status", "--porcelain").strip() == "M notebooks/n0.ipynb"
 
     monkeypatch.setattr(notebook_git, "LOCK_WAIT_S", 30.0)
     threading.Timer(0.5, lock.unlink).start()  # the other git finishes while the refresh waits
     assert notebook_git.refresh_index(nb) is True
-    assert _git(filtered_repo, "status", "--porcelain").strip() == ""
+    assert testkit.git(filtered_repo, "status", "--porcelain").strip() == ""
 
 
 @needs_git
@@ -232,8 +224,8 @@ def test_executed_notebooks_in_reports_keep_their_outputs(filtered_repo):
     (filtered_repo / "reports").mkdir()
     nb = filtered_repo / "reports" / "run.ipynb"
     nb.write_text(_notebook(["x = 1"], outputs=True))
-    _git(filtered_repo, "add", "-A")
-    assert '"output_type": "stream"' in _git(filtered_repo, "show", ":reports/run.ipynb")
+    testkit.git(filtered_repo, "add", "-A")
+    assert '"output_type": "stream"' in testkit.git(filtered_repo, "show", ":reports/run.ipynb")
 
 
 def test_the_save_hook_never_fails_a_save(tmp_path):

@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 
 import pytest
+import testkit
 
 from workbench import provenance
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
-
-
-def _git(root, *args):
-    subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=root, check=True, capture_output=True
-    )
 
 
 @pytest.fixture
@@ -25,16 +19,14 @@ def checkout(tmp_path):
     (root / "reports").mkdir()
     (root / "kernels" / "op.py").write_text("X = 1\n")
     (root / "reports" / "r.json").write_text("{}\n")
-    _git(root, "init", "-q")
-    _git(root, "add", "-A")
-    _git(root, "commit", "-qm", "first")
+    testkit.git(root, "init", "-q")
+    testkit.git(root, "add", "-A")
+    testkit.git(root, "commit", "-qm", "first")
     return root
 
 
 def _head(root):
-    return subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
-    ).stdout.strip()
+    return testkit.git(root, "rev-parse", "--short", "HEAD").strip()
 
 
 def test_a_clean_checkout_names_its_commit(checkout):
@@ -98,14 +90,14 @@ def test_a_history_less_copy_names_the_claimed_commit_only_when_its_code_hashes_
     clean checkout names the commit there; a copy whose code differs keeps its dirty mark."""
     first = _head(checkout)
     (checkout / "kernels" / "op.py").write_text("X = 2\n")
-    _git(checkout, "commit", "-qam", "second")
+    testkit.git(checkout, "commit", "-qam", "second")
     claim = provenance.claim(checkout)
     second, claimed_hash = claim.split(":")
     assert second == _head(checkout) != first
     # The copy: the second commit's files over the first commit's history.
     copy = tmp_path / "copy"
     shutil.copytree(checkout, copy)
-    _git(copy, "reset", "-q", "--soft", first)
+    testkit.git(copy, "reset", "-q", "--soft", first)
     assert provenance.version_of(copy, claimed="").startswith(first + "-dirty+")
     assert provenance.version_of(copy, claimed=claim) == second
     # Code that is neither: the claim does not match, the dirty mark stays.
@@ -145,8 +137,8 @@ def test_a_notebook_run_and_saved_is_not_code_that_changed_but_an_edited_cell_is
     (checkout / "notebooks").mkdir()
     path = checkout / "notebooks" / "n.ipynb"
     path.write_text(_notebook(["x = 1", "print(x)"]))
-    _git(checkout, "add", "-A")
-    _git(checkout, "commit", "-qm", "notebook")
+    testkit.git(checkout, "add", "-A")
+    testkit.git(checkout, "commit", "-qm", "notebook")
     head = _head(checkout)
     # Run and saved: outputs, counts and metadata written, the cells' sources as they were.
     ran = _notebook(["x = 1", "print(x)"], outputs=[{"name": "stdout", "output_type": "stream", "text": "1\n"}])

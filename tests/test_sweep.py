@@ -472,6 +472,18 @@ def test_report_groups_by_device_and_stands_alone(tmp_path):
 def test_session_sweep_on_ray_matches_local_and_fills_the_explorer(ray_executor, tmp_path):
     from widgets import Session
 
+    def sweep(session, executor):
+        return session.sweep2d(
+            "BLOCK_SIZE",
+            [64, 128],
+            "BLOCK_SIZE_M",
+            [1, 2],
+            variant="gpu_multirow",
+            executor=executor,
+            problem={"rows": 4, "hidden": 100},
+            show=False,
+        )
+
     def grid(executor):
         s = Session(
             "rms_norm", device="cpu", dtype="fp32", quick=True, headless=True, store=tmp_path / f"{executor}.db"
@@ -483,17 +495,7 @@ def test_session_sweep_on_ray_matches_local_and_fills_the_explorer(ray_executor,
                 partial.append((len(rows), title))
 
         s.attach(View())
-        ex = ray_executor if executor == "ray" else executor
-        df = s.sweep2d(
-            "BLOCK_SIZE",
-            [64, 128],
-            "BLOCK_SIZE_M",
-            [1, 2],
-            variant="gpu_multirow",
-            executor=ex,
-            problem={"rows": 4, "hidden": 100},
-            show=False,
-        )
+        df = sweep(s, ray_executor if executor == "ray" else executor)
         return s, df, partial
 
     s_local, df_local, _ = grid("local")
@@ -505,16 +507,7 @@ def test_session_sweep_on_ray_matches_local_and_fills_the_explorer(ray_executor,
         (4, "gpu_multirow: BLOCK_SIZE_M x BLOCK_SIZE")
     ]
     assert s_ray.measured == 4 and len(s_ray.store) == 4
-    again = s_ray.sweep2d(
-        "BLOCK_SIZE",
-        [64, 128],
-        "BLOCK_SIZE_M",
-        [1, 2],
-        variant="gpu_multirow",
-        executor=ray_executor,
-        problem={"rows": 4, "hidden": 100},
-        show=False,
-    )
+    again = sweep(s_ray, ray_executor)  # the same grid again
     assert s_ray.measured == 4 and len(again) == 4  # cached: nothing ran again
 
 

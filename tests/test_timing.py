@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+import testkit
 import torch
 
 from workbench import timing
@@ -479,9 +480,6 @@ def test_the_first_profiler_session_leaves_inductor_unloaded_and_times_alike():
     a copy's kernel time from it agrees with torch.profiler's, taken here with Inductor loaded."""
     import json
     import statistics
-    import subprocess
-    import sys
-    from pathlib import Path
 
     import torch._inductor  # noqa: F401  (this process: torch.profiler's session)
 
@@ -499,8 +497,7 @@ sys.stdout.flush()
 import os
 os._exit(0)  # a profiled process hangs at its exit now and then (reports/h200-cold-start): not this test's subject
 """
-    root = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=root, timeout=100)
+    done = testkit.python_in_repo(script, timeout=100)
     assert done.returncode == 0, done.stderr[-2000:]
     child = json.loads(done.stdout.strip().splitlines()[-1])
     assert child["inductor"] is False and child["ms"] > 0

@@ -10,11 +10,8 @@ capture are the GPU tests (``@pytest.mark.gpu``).
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+import testkit
 import torch
 
 import kernels.fused_add_rms_norm.ops
@@ -145,8 +142,7 @@ def test_the_ops_register_on_first_compile_not_on_import():
         "y = torch.compile(lambda x: rms_norm(x, None), backend='eager', fullgraph=True)(x)\n"
         "assert torch.equal(y, rms_norm(x, None)) and 'kernels.rms_norm.ops' in sys.modules\n"
     )
-    root = Path(__file__).resolve().parent.parent
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=300)
+    out = testkit.python_in_repo(code, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
 
 

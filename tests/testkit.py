@@ -4,7 +4,11 @@ so ``import conftest`` would name either)."""
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # The device facts a compile-ahead compiles for (workbench.compiling.target.device_facts) of an
 # H100, for tests that compile with Triton's own compiler and no GPU.
@@ -18,6 +22,22 @@ H100_FACTS = {
     "l2_bytes": 50 << 20,
     "shared_bytes_per_program": 232448,
 }
+
+
+def python_in_repo(code: str, timeout: float) -> subprocess.CompletedProcess:
+    """``python -c code`` in a fresh process of this Python, run from the repository's root so
+    that it imports this checkout; its stdout and stderr captured as text."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+
+
+def git(root: Path, *args: str) -> str:
+    """``git args`` in ``root`` as a committer named t (a test's own repository needs no user
+    config); its stdout, and an assertion with its stderr where git fails."""
+    out = subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=root, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
 
 
 def norm_task(variant: str, rows: int, hidden: int, params: dict, rep_ms: float = 1):

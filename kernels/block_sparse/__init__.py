@@ -717,10 +717,23 @@ _GPU_EXTRA = (
 )
 
 _gpu_run, _gpu_bind, _gpu_check, _gpu_source = _ours("gpu")
-_large_run, _large_bind, _large_check, _large_source = _ours("gpu", {"heuristic": "large"})
-_small_run, _small_bind, _small_check, _small_source = _ours("gpu", {"heuristic": "small"})
-_split_run, _split_bind, _split_check, _split_source = _ours("gpu", {"heuristic": "split"})
 _npu_run, _npu_bind, _npu_check, _npu_source = _ours("npu")
+
+
+def _gpu_tiling(heuristic: str, doc: str) -> Variant:
+    """The GPU kernels held to one tiling ``heuristic`` (the ``gpu`` variant lets it be chosen)."""
+    run, bind, check, source = _ours("gpu", {"heuristic": heuristic})
+    return Variant(
+        f"gpu_{heuristic}",
+        "gpu",
+        run,
+        params=_COMMON_PARAMS + _GPU_EXTRA,
+        devices=("cuda", "cpu"),
+        check=check,
+        tiles_source=source,
+        bind=bind,
+        doc=doc,
+    )
 
 
 def _keep_tuned(batch: int, params) -> bool:
@@ -827,38 +840,10 @@ spec = KernelSpec(
             bind=_gpu_bind,
             doc="Triton kernels; heuristic auto = large when its grid fills the SMs, else small",
         ),
-        Variant(
-            "gpu_large",
-            "gpu",
-            _large_run,
-            params=_COMMON_PARAMS + _GPU_EXTRA,
-            devices=("cuda", "cpu"),
-            check=_large_check,
-            tiles_source=_large_source,
-            bind=_large_bind,
-            doc="large-batch tiling: one program walks a whole block of nodes",
-        ),
-        Variant(
-            "gpu_small",
-            "gpu",
-            _small_run,
-            params=_COMMON_PARAMS + _GPU_EXTRA,
-            devices=("cuda", "cpu"),
-            check=_small_check,
-            tiles_source=_small_source,
-            bind=_small_bind,
-            doc="small-batch tiling: TILE_M = 8 node tiles, TILE_K decoupled from batch",
-        ),
-        Variant(
-            "gpu_split",
-            "gpu",
-            _split_run,
-            params=_COMMON_PARAMS + _GPU_EXTRA,
-            devices=("cuda", "cpu"),
-            check=_split_check,
-            tiles_source=_split_source,
-            bind=_split_bind,
-            doc="split-K small-batch forward: SPLITS programs per node tile of TILE_M, online log-sum-exp, combine",
+        _gpu_tiling("large", "large-batch tiling: one program walks a whole block of nodes"),
+        _gpu_tiling("small", "small-batch tiling: TILE_M = 8 node tiles, TILE_K decoupled from batch"),
+        _gpu_tiling(
+            "split", "split-K small-batch forward: SPLITS programs per node tile of TILE_M, online log-sum-exp, combine"
         ),
         Variant(
             "npu",

@@ -27,7 +27,7 @@ import torch
 from kernels.fused_add_rms_norm import gpu, npu
 from kernels.fused_add_rms_norm.reference import fused_add_rms_norm_reference
 from kernels.plans import cached_plan, eager_plans, remember_replay, tile_items, unread_rows
-from kernels.rms_norm import check_norm_inputs, resolve_norm_tiles
+from kernels.rms_norm import check_beside_x, check_norm_inputs, resolve_norm_tiles
 from kernels.torch_ops import encode_tiles
 
 _GPU_TILES = (
@@ -46,10 +46,7 @@ def _validate(x, residual, weight, eps, casting_mode):
         raise ValueError(
             f"residual has shape {tuple(residual.shape)}; it must equal x's shape {tuple(x.shape)} (no broadcasting)"
         )
-    if residual.device != x.device:
-        raise ValueError(f"residual is on {residual.device} but x is on {x.device}; put both on one device")
-    if residual.dtype != x.dtype:
-        raise ValueError(f"residual has dtype {residual.dtype} but x has {x.dtype}; cast residual to x.dtype")
+    check_beside_x("residual", residual, x)
 
 
 _IMPLS = {"gpu": (gpu, _GPU_TILES), "npu": (npu, _NPU_TILES)}

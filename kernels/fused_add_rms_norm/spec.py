@@ -15,10 +15,11 @@ from kernels.rms_norm.spec import (
     norm_backward_tuning,
     norm_compile_s,
     norm_inputs,
+    norm_min_bytes,
     norm_tuning,
     our_variants,
 )
-from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Variant, elem_bytes, run_of
+from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Variant, run_of
 
 
 def _make_inputs(problem, dtype, device, seed):
@@ -47,11 +48,7 @@ def _min_bytes(problem, mode, dtype):
       (the norm writes its ds, then the add accumulates it with the incoming one: ``6 N``).
     - full is their sum, ``8 N + 3 H``.
     """
-    n, h, e = problem["rows"] * problem["hidden"], problem["hidden"], elem_bytes(dtype)
-    w = 1 if problem["weight"] else 0
-    forward = (4 * n + w * h) * e
-    backward = (4 * n + 2 * w * h) * e
-    return {"forward": forward, "backward": backward, "full": forward + backward}[mode]
+    return norm_min_bytes(problem, mode, dtype, forward_rows=4, backward_rows=4)
 
 
 def _eager(inputs, problem):

@@ -55,14 +55,19 @@ def check_norm_inputs(x, weight, eps, casting_mode, op: str = "rms_norm") -> Non
             raise ValueError(
                 f"weight has shape {tuple(weight.shape)}; it must be ({x.shape[-1]},), the hidden size of x"
             )
-        if weight.device != x.device:
-            raise ValueError(f"weight is on {weight.device} but x is on {x.device}; put both on one device")
-        if weight.dtype != x.dtype:
-            raise ValueError(f"weight has dtype {weight.dtype} but x has {x.dtype}; cast weight to x.dtype")
+        check_beside_x("weight", weight, x)
     if casting_mode not in CASTING_MODES:
         raise ValueError(f"casting_mode={casting_mode!r} is not allowed; use one of {', '.join(CASTING_MODES)}")
     if not (eps >= 0):
         raise ValueError(f"eps={eps!r} must be >= 0")
+
+
+def check_beside_x(name: str, t: torch.Tensor, x: torch.Tensor) -> None:
+    """A tensor the kernels read beside x (weight, residual): on x's device, in x's dtype."""
+    if t.device != x.device:
+        raise ValueError(f"{name} is on {t.device} but x is on {x.device}; put both on one device")
+    if t.dtype != x.dtype:
+        raise ValueError(f"{name} has dtype {t.dtype} but x has {x.dtype}; cast {name} to x.dtype")
 
 
 def resolve_norm_tiles(impl: str, x: torch.Tensor, tiles: dict, impls: dict):
@@ -252,4 +257,4 @@ def _registered_ops():
     return ops
 
 
-__all__ = ["check_norm_inputs", "resolve_norm_tiles", "rms_norm", "rms_norm_reference"]
+__all__ = ["check_beside_x", "check_norm_inputs", "resolve_norm_tiles", "rms_norm", "rms_norm_reference"]

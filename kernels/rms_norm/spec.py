@@ -50,6 +50,18 @@ def norm_inputs(problem, dtype, device, seed, names=("x",)) -> dict:
     return inputs
 
 
+def norm_min_bytes(problem, mode, dtype, forward_rows: int, backward_rows: int) -> int:
+    """The fewest bytes a norm family's ``mode`` moves: ``forward_rows`` row tensors read or
+    written by the forward (rows x hidden elements each) and the weight read once where there is
+    one; the backward's ``backward_rows`` and the weight read and its gradient written; full is
+    their sum."""
+    n, h, e = problem["rows"] * problem["hidden"], problem["hidden"], elem_bytes(dtype)
+    w = 1 if problem["weight"] else 0
+    forward = (forward_rows * n + w * h) * e
+    backward = (backward_rows * n + 2 * w * h) * e
+    return {"forward": forward, "backward": backward, "full": forward + backward}[mode]
+
+
 def chosen_tiles(fixed, params, defaults=None) -> dict:
     """The tile keyword arguments a variant passes: its fixed tiles plus every non-auto Param,
     less those equal (value and type) to ``defaults``, the kernel's own (:func:`keyword_defaults`)."""
@@ -385,11 +397,7 @@ def _reference(inputs, problem):
 
 def _min_bytes(problem, mode, dtype):
     """Forward reads x and w and writes y; backward reads dy, x, w and writes dx, dw."""
-    rh, h, e = problem["rows"] * problem["hidden"], problem["hidden"], elem_bytes(dtype)
-    w = 1 if problem["weight"] else 0
-    forward = (2 * rh + w * h) * e
-    backward = (3 * rh + 2 * w * h) * e
-    return {"forward": forward, "backward": backward, "full": forward + backward}[mode]
+    return norm_min_bytes(problem, mode, dtype, forward_rows=2, backward_rows=3)
 
 
 def _eager(inputs, problem):

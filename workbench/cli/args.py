@@ -162,12 +162,7 @@ def checked_dtypes(spec, text: str | None) -> list[str]:
     from kernels.spec import dtype_name
 
     dtypes = [dtype_name(d) for d in split_list(text or default_dtype(spec))]
-    if not dtypes:
-        raise UsageError("--dtype needs at least one value (a comma list)")
-    for d in dtypes:
-        if d not in spec.dtypes:
-            raise UsageError(f"--dtype {d} is not supported by {spec.name}; use one of {', '.join(spec.dtypes)}")
-    return dtypes
+    return _checked_choices("--dtype", dtypes, spec.dtypes, f"is not supported by {spec.name}")
 
 
 def default_dtype(spec) -> str:
@@ -176,13 +171,18 @@ def default_dtype(spec) -> str:
 
 def checked_modes(spec, text: str) -> list[str]:
     """``--mode A,B`` checked against the family's modes."""
-    modes = split_list(text)
-    if not modes:
-        raise UsageError("--mode needs at least one value (a comma list)")
-    for m in modes:
-        if m not in spec.modes:
-            raise UsageError(f"--mode {m} is not a mode of {spec.name}; use one of {', '.join(spec.modes)}")
-    return modes
+    return _checked_choices("--mode", split_list(text), spec.modes, f"is not a mode of {spec.name}")
+
+
+def _checked_choices(option: str, values: list[str], allowed, why_not: str) -> list[str]:
+    """``values`` of a comma-list ``option``, at least one and each in ``allowed``; UsageError
+    ``"<option> <value> <why_not>; use one of ..."`` for the first that is not."""
+    if not values:
+        raise UsageError(f"{option} needs at least one value (a comma list)")
+    for value in values:
+        if value not in allowed:
+            raise UsageError(f"{option} {value} {why_not}; use one of {', '.join(allowed)}")
+    return values
 
 
 def problem_axes(spec, texts) -> dict[str, list]:

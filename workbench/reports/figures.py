@@ -391,30 +391,12 @@ def speed_figure(
         lows = [t[1] for t in trio]
         highs = [t[2] for t in trio]
         if all(v is not None for v in lows + highs):
-            fig.add_trace(
-                go.Scatter(
-                    x=x,
-                    y=highs,
-                    mode="lines",
-                    line=dict(width=0, color=color),
-                    showlegend=False,
-                    legendgroup=name,
-                    hoverinfo="skip",
-                )
+            # The interval as a shaded band: an unseen upper edge, then the lower edge filled up to it.
+            edge = dict(
+                x=x, mode="lines", line=dict(width=0, color=color), showlegend=False, legendgroup=name, hoverinfo="skip"
             )
-            fig.add_trace(
-                go.Scatter(
-                    x=x,
-                    y=lows,
-                    mode="lines",
-                    line=dict(width=0, color=color),
-                    fill="tonexty",
-                    fillcolor=_rgba(color, 0.18),
-                    showlegend=False,
-                    legendgroup=name,
-                    hoverinfo="skip",
-                )
-            )
+            fig.add_trace(go.Scatter(y=highs, **edge))
+            fig.add_trace(go.Scatter(y=lows, fill="tonexty", fillcolor=_rgba(color, 0.18), **edge))
         fig.add_trace(
             go.Scatter(
                 x=x,
