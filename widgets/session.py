@@ -60,7 +60,6 @@ lives in :mod:`workbench.sweep.plan` and measuring in :mod:`workbench.measure`.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -70,12 +69,13 @@ from typing import Any, Callable, Mapping, Sequence
 from kernels import tuned_tables
 from kernels.spec import KernelSpec, Variant, dtype_name, get
 from widgets.core import ResultCache
+from widgets.defaults import default_results_dir, default_store_path, note_broken_families, quick_for
 from workbench.device import Device, get_device
 from workbench.measure import Record, failed_checks, measure, measure_many
 from workbench.reports import checks
 from workbench.reports import figures as F
 from workbench.reports.text import short_reason
-from workbench.store import DEFAULT_PATH, Store, records_frame, write_csv, write_json
+from workbench.store import Store, records_frame, write_csv, write_json
 from workbench.sweep.config import config_key, resolve_config, with_axis
 from workbench.sweep.plan import Measuring, SweepPlan, SweepRequest, has_axis, plan_sweep, split_params
 
@@ -145,7 +145,7 @@ class Session:
                 if self.quick
                 else "CPU: the Triton interpreter at full sizes (quick=False): expect minutes per sweep"
             )
-        _note_broken_families()
+        note_broken_families()
         self.headless = bool(headless)
         self.out_dir = Path(out_dir) if out_dir is not None else default_results_dir()
         self.seed = seed
@@ -940,49 +940,6 @@ def _why_no_best(rows: Sequence[Record], variant: str) -> str:
         f"no configuration of {variant} in the last sweep2d passed ({len(rows)} cells: {wrong} failed their "
         f"check, {failed} could not run; the failures table says why)"
     )
-
-
-_BROKEN_NOTED: set[str] = set()
-
-
-def _note_broken_families() -> None:
-    """Say once per process which registered families cannot load (a stale entry point), each in
-    one line: the others work as usual."""
-    from kernels import broken_families
-
-    for name, reason in broken_families().items():
-        if name not in _BROKEN_NOTED:
-            _BROKEN_NOTED.add(name)
-            print(f"note: kernel family {name!r} cannot load ({reason}); the other families are unaffected")
-
-
-def default_store_path() -> Path:
-    """``$WORKBENCH_STORE``; else ``results/workbench.sqlite`` of the checkout the kernels
-    package lives in (so notebooks opened in notebooks/ share the repository's store); else
-    ``workbench.store.DEFAULT_PATH`` (relative to the working directory)."""
-    env = os.environ.get("WORKBENCH_STORE")
-    if env:
-        return Path(env)
-    import kernels
-
-    root = Path(kernels.__file__).resolve().parent.parent
-    if (root / "pyproject.toml").exists() and os.access(root, os.W_OK):
-        return root / "results" / "workbench.sqlite"
-    return DEFAULT_PATH
-
-
-def quick_for(device: str | Device, quick: bool | None) -> bool:
-    """Whether a notebook runs its small sizes: ``quick`` when given, else on the CPU (the Triton
-    interpreter runs a kernel's programs one by one in Python: full sizes would take hours)."""
-    if quick is not None:
-        return bool(quick)
-    return get_device(device).kind == "cpu"
-
-
-def default_results_dir() -> Path:
-    """Where a notebook's records go when it names no ``out_dir``: the folder of the default
-    store (``results/`` of the checkout, which git ignores), never the notebooks' folder."""
-    return default_store_path().parent
 
 
 def _progress_bar(total: int, label: str):
