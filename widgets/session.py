@@ -70,6 +70,7 @@ from kernels import tuned_tables
 from kernels.spec import KernelSpec, Variant, dtype_name, get
 from widgets.core import ResultCache
 from widgets.defaults import default_results_dir, default_store_path, note_broken_families, quick_for
+from widgets.session_figures import SessionFigures, progress_bar, show_progress
 from workbench.device import Device, get_device
 from workbench.measure import Record, failed_checks, measure, measure_many
 from workbench.reports import checks
@@ -84,7 +85,7 @@ __all__ = ["NoBest", "Session", "quick_for", "default_results_dir"]
 Progress = Callable[[int, int, str], None]
 
 
-class Session:
+class Session(SessionFigures):
     """One family on one device: measure, sweep, plot, check; see the module docstring.
 
     Parameters
@@ -510,8 +511,8 @@ class Session:
         cached = plan.cached  # before the run fills in the rest
         bar, quiet = None, progress is not None  # a caller with its own progress prints its own summary
         if progress is None and not self.headless:
-            bar = _progress_bar(len(plan.items), request.label)
-            progress = lambda done, total, text: _show_progress(bar, done, total)  # noqa: E731
+            bar = progress_bar(len(plan.items), request.label)
+            progress = lambda done, total, text: show_progress(bar, done, total)  # noqa: E731
         t0 = time.perf_counter()
 
         def measured(task, rec) -> None:
@@ -852,46 +853,6 @@ class Session:
         except ValueError:
             return False
 
-    # --- helpers --------------------------------------------------------------------------------
-    def _title(self, head: str, mode: str, dtype: str | None, problem: Mapping | None, exclude=()) -> str:
-        prob = {**self.problem, **dict(problem or {})}
-        shown = ", ".join(f"{k}={v}" for k, v in prob.items() if k not in exclude)
-        return f"{self.spec.title} {head} — {mode}, {dtype_name(dtype or self.dtype)}, {self.device.kind} ({shown})"
-
-    def _show(self, fig) -> None:
-        self.figures.append(fig)
-        F.show(fig)
-
-    def _show_failures(self, failures: list[dict]) -> None:
-        import pandas as pd
-        from IPython.display import display
-
-        print(f"{len(failures)} configuration(s) without a time (cannot run, or failed):")
-        display(pd.DataFrame(failures))
-
-    def _show_best(self, best: dict) -> None:
-        text = f"best: {best['variant']} {F.mapping_str(best['params'])}" + F.ties_note(best)
-        if self.headless:
-            print(text)
-            return
-        import ipywidgets as W
-        from IPython.display import display
-
-        from widgets.controls import button as make_button  # as wide as its label
-
-        button = make_button("Apply best to Explorer", button_style="success", icon="check")
-        label = W.HTML(text)
-
-        def click(_):
-            try:
-                self.apply(best)
-                label.value = text + " — applied"
-            except Exception as exc:  # never raise out of a callback
-                label.value = f"{text} — {exc}"
-
-        button.on_click(click)
-        display(W.HBox([button, label]))
-
     def __repr__(self) -> str:
         return (
             f"Session({self.family!r}, device={self.device.kind!r}, dtype={self.dtype!r}, quick={self.quick}, "
@@ -905,12 +866,6 @@ class Swept:
 
     rows: list[Record]
     plan: SweepPlan
-
-
-def _show_progress(bar, done: int, total: int) -> None:
-    bar.max = max(total, 1)
-    bar.value = done
-    bar.description = f"{done}/{total}"
 
 
 class NoBest:
@@ -940,14 +895,3 @@ def _why_no_best(rows: Sequence[Record], variant: str) -> str:
         f"no configuration of {variant} in the last sweep2d passed ({len(rows)} cells: {wrong} failed their "
         f"check, {failed} could not run; the failures table says why)"
     )
-
-
-def _progress_bar(total: int, label: str):
-    try:
-        import ipywidgets as W
-        from IPython.display import display
-    except ImportError:
-        return None
-    bar = W.IntProgress(value=0, min=0, max=max(total, 1), description=f"0/{total}")
-    display(W.HBox([bar, W.Label(label)]))
-    return bar
