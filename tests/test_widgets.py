@@ -299,7 +299,7 @@ def test_explorer_on_rms_norm_in_the_interpreter(tmp_path):
 
 
 def test_default_store_follows_env_then_checkout(monkeypatch, tmp_path):
-    from widgets.session import default_store_path
+    from widgets.defaults import default_store_path
 
     monkeypatch.setenv("WORKBENCH_STORE", str(tmp_path / "x.sqlite"))
     assert default_store_path() == tmp_path / "x.sqlite"

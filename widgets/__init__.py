@@ -7,8 +7,9 @@ Dependencies run one way: widgets -> workbench -> kernels. Inside widgets the vi
 model; the model learns its view here (``Session.view``), never by importing it.
 """
 
+from widgets.defaults import default_results_dir, quick_for
 from widgets.explorer import Explorer
-from widgets.session import Session, default_results_dir, quick_for
+from widgets.session import Session
 
 Session.view = Explorer
 
