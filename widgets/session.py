@@ -71,7 +71,8 @@ from kernels import tuned_tables
 from kernels.spec import KernelSpec, Variant, dtype_name, get
 from widgets.core import ResultCache
 from workbench.device import Device, get_device
-from workbench.measure import Record, failed_checks, measure, measure_many
+from workbench.measure import measure, measure_many
+from workbench.record import Record, failed_checks
 from workbench.reports import checks
 from workbench.reports import figures as F
 from workbench.reports.text import short_reason
