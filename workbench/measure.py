@@ -23,7 +23,7 @@ The protocol (docs/measuring.md and docs/architecture.md, "The measuring contrac
 4. Peak memory above the baseline during one call; GB/s from the spec's minimum bytes and its
    share of the device's measured copy bandwidth (a 512 MiB copy). With ``same_size_copy``, also
    its share of a device copy of the same bytes in as many launches as the call made, timed
-   the same way right after it (:func:`same_size_copy_fields`): the limit at the cell's own size,
+   the same way right after it (:mod:`workbench.same_size_copy`): the limit at the cell's own size,
    where launch and tail costs weigh as they do on the kernel.
 
 A configuration that cannot run (bad tile, missing peer, unsupported device) raises ValueError
@@ -38,13 +38,10 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import math
 import os
 import sys
 import time
-import traceback
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
@@ -59,9 +56,11 @@ from workbench.compiling.graphs import inductor_cache_counts
 from workbench.compiling.note import noted
 from workbench.correctness import check_outputs
 from workbench.device import Device, check_l2, get_device
+from workbench.errors import short_error
 from workbench.kept_inputs import forget_inputs, kept, own_copy  # noqa: F401 - forget_inputs: public here too
 from workbench.phases import Phases
 from workbench.record import Record, new_record
+from workbench.same_size_copy import measure_same_size_copy
 from workbench.timing import DEFAULT_REL_WIDTH
 
 LAYOUTS = ("contiguous", "strided")
@@ -417,7 +416,7 @@ def _prepare(spec, config, shared: _Shared) -> tuple[Record, _Prepared | None]:
         if record is None:
             name = str(getattr(variant, "name", variant))
             record = new_record(spec, name, "?", mode, str(dtype), str(device), "", dict(problem or {}), params, seed)
-        record.error = _short_error(exc)
+        record.error = short_error(exc)
         record.passed = False
         record.cannot_run = isinstance(exc, ValueError) and not launched
         return record, None
@@ -480,8 +479,8 @@ def _warm_up(prep: _Prepared, warmup_ms: float) -> None:
 def _timing_failed(prep: _Prepared, on_error: str) -> None:
     exc = sys.exc_info()[1]
     if on_error == "raise":
-        raise ValueError(f"timing {prep.record.kernel}/{prep.record.variant} failed: {_short_error(exc)}") from exc
-    prep.record.error = "timing failed: " + _short_error(exc)
+        raise ValueError(f"timing {prep.record.kernel}/{prep.record.variant} failed: {short_error(exc)}") from exc
+    prep.record.error = "timing failed: " + short_error(exc)
     prep.record.passed = False
 
 
@@ -529,74 +528,6 @@ def _peak_memory(prep: _Prepared) -> None:
         prep.step()
         peak = dev.peak_memory_above(baseline)
         prep.record.peak_mb = None if peak is None else peak / 2**20
-
-
-# Why a record carries no same-size copy (Record.same_size_copy_method).
-NO_COPY_ON_CPU = "n/a (CPU): interpreter wall times, which no device copy compares with"
-NO_COPY_LAUNCHES = "not measured: the call's launches are unknown"
-
-
-def measure_same_size_copy(
-    record: Record, device: Device, *, budget_s: float, rel_width: float = DEFAULT_REL_WIDTH, l2: str = "cold"
-) -> None:
-    """Fill ``record``'s same-size copy fields: a device copy of its ``min_bytes`` in its
-    ``launches`` (:meth:`Device.same_size_copy`, kept per device, bytes and launches in the
-    process), or the reason it has none. A record that failed, was not timed, or declares no
-    bytes is left as it is."""
-    if record.error or record.kernel_ms is None or not record.min_bytes:
-        return
-    if device.kind == "cpu":
-        record.same_size_copy_method = NO_COPY_ON_CPU
-        return
-    if not record.launches:
-        record.same_size_copy_method = NO_COPY_LAUNCHES
-        return
-    try:
-        facts = device.same_size_copy(record.min_bytes, record.launches, l2=l2, rel_width=rel_width, budget_s=budget_s)
-    except Exception as exc:  # noqa: BLE001 - a copy that cannot run leaves the cell's own timing as it is
-        record.same_size_copy_method = "not measured: " + _short_error(exc)[:300]
-        return
-    same_size_copy_fields(record, facts)
-
-
-def same_size_copy_fields(record: Record, facts: Mapping[str, Any]) -> None:
-    """Put a same-size copy's facts (:meth:`Device.same_size_copy`) into ``record``: the copy's
-    time, interval, GB/s and method, and the record's share of its GB/s with the interval the
-    two medians' intervals imply (:func:`workbench.timing.ratio_interval`). The method says
-    where the profiler counted other than ``launches`` operations per copy."""
-    record.same_size_copy_ms, record.same_size_copy_n = facts["ms"], facts["n"]
-    record.same_size_copy_lo_ms, record.same_size_copy_hi_ms = facts["lo_ms"], facts["hi_ms"]
-    record.same_size_copy_gbps = facts["gbps"]
-    record.same_size_copy_method = facts["method"]
-    counted = facts.get("counted_launches")
-    if counted is not None and counted != facts["launches"]:
-        record.same_size_copy_method += f"; the profiler counted {counted} operations per copy"
-    if not (record.kernel_ms and facts["ms"] and facts["ms"] > 0):
-        return
-    # (min bytes / kernel time) / (copy bytes / copy time): copy time over kernel time, scaled by
-    # the bytes (equal but for an odd byte count).
-    scale = 100.0 * record.min_bytes / facts["bytes"]
-    copy = _open_estimate(facts["ms"], facts["lo_ms"], facts["hi_ms"])
-    kernel = _open_estimate(record.kernel_ms, record.kernel_lo_ms, record.kernel_hi_ms)
-    share, lo, hi = timing.ratio_interval(copy, kernel)
-    record.pct_same_size_copy = scale * share
-    record.pct_same_size_copy_lo = scale * lo if lo > 0 else None
-    record.pct_same_size_copy_hi = scale * hi if math.isfinite(hi) else None
-
-
-def _open_estimate(median: float, lo: float | None, hi: float | None) -> timing.Estimate:
-    """A median with its interval (an open bound where None) as an Estimate, for ratio maths."""
-    return timing.Estimate.of(median, -math.inf if lo is None else lo, math.inf if hi is None else hi)
-
-
-def _short_error(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}" if not isinstance(exc, ValueError) else str(exc)
-    if not isinstance(exc, ValueError):
-        frames = traceback.extract_tb(exc.__traceback__)
-        if frames:
-            last = frames[-1]
-            text += f" (at {Path(last.filename).name}:{last.lineno})"
-    return text.strip()[:2000]
 
 
 def _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, record, shared: _Shared) -> Callable[[], object]:
