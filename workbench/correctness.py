@@ -7,8 +7,8 @@ seeded incoming gradient, is judged by how far the same reference errs in the me
 with the family's ``error_rule``) inside the dtype's atol / rtol; a variant computing at TF32 is
 judged by its tolerance alone. :func:`check_outputs` fills a record's checks: max abs / max rel
 error, the error ratio against the reference's, NaN/Inf mismatches, pass per tensor and the
-record's verdict. The measuring pipeline (:mod:`workbench.measure`) calls it after a
-configuration's first call; it needs nothing of the pipeline itself.
+record's verdict. :func:`workbench.prepare.prepare` calls it after a configuration's first call;
+it needs nothing of the measuring pipeline itself.
 """
 
 from __future__ import annotations
