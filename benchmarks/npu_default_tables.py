@@ -23,8 +23,8 @@ from kernels.block_sparse import npu as block_sparse_npu
 from kernels.fused_add_rms_norm import npu as fused_npu
 from kernels.rms_norm import npu as rms_npu
 from kernels.scalar_ops import npu as scalar_npu
-from workbench.measure import versions
 from workbench.provenance import code_version
+from workbench.record import versions
 
 KEY = "npu:Ascend910B"
 CORES = 48  # Ascend 910B: 24 AI cores x 2 vector cores

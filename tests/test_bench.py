@@ -100,10 +100,13 @@ def test_a_configuration_writing_into_its_inputs_leaves_the_next_ones_as_made():
     the next configuration's, which equal a fresh make."""
     import kernels
     from workbench import measure as measuring
+    from workbench.device import get_device
+    from workbench.phases import Phases
+    from workbench.prepare import Shared
 
     spec = kernels.get("rms_norm")
-    shared = measuring._Shared("cpu", True, True, "record", measuring.Phases())
-    dev = measuring.get_device("cpu")
+    shared = Shared("cpu", True, True, "record", Phases())
+    dev = get_device("cpu")
     problem = spec.resolve_problem({"rows": 2, "hidden": 5}, quick=True)
     measuring.forget_inputs()
     first = shared.inputs(spec, problem, torch.float32, dev, 0)

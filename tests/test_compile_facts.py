@@ -273,7 +273,7 @@ def test_gpu_facts_are_present_and_plausible_at_default_tiles(family, variant):
 def test_gpu_occupancy_equals_the_cuda_occupancy_api(family, variant):
     """Our resident programs per SM equal cuOccupancyMaxActiveBlocksPerMultiprocessor's for every
     kernel a default configuration launches (forward and backward)."""
-    from workbench.measure import prepared_call
+    from workbench.prepare import prepared_call
 
     spec = kernels.get(family)
     mode = "full" if "full" in (spec.variant(variant).modes or spec.modes) else "forward"

@@ -11,7 +11,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from workbench import device as device_module
 from workbench import timing
 from workbench.device import ChunkedCopy, Device
-from workbench.measure import NO_COPY_LAUNCHES, NO_COPY_ON_CPU, Record, measure, measure_same_size_copy
+from workbench.measure import measure
+from workbench.record import Record
+from workbench.same_size_copy import NO_COPY_LAUNCHES, NO_COPY_ON_CPU, measure_same_size_copy
 
 
 class _CountCopies(TorchDispatchMode):

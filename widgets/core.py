@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from workbench.measure import Record
+from workbench.record import Record
 
 
 class ResultCache:

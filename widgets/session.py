@@ -75,7 +75,8 @@ from widgets.defaults import default_results_dir, default_store_path, note_broke
 from widgets.session_figures import SessionFigures
 from widgets.session_sweeps import NoBest, SessionSweeps
 from workbench.device import Device, get_device
-from workbench.measure import Record, failed_checks, measure, measure_many
+from workbench.measure import measure, measure_many
+from workbench.record import Record, failed_checks
 from workbench.reports import checks
 from workbench.reports import figures as F
 from workbench.reports.text import short_reason

@@ -1,257 +1,63 @@
 """measure(): run one configuration of one variant, check it, time it, and return one record.
 
-The protocol (docs/measuring.md and docs/architecture.md, "The measuring contract"):
+The protocol (docs/measuring.md and docs/architecture.md, "The measuring contract"), run in the
+same order by every caller (CLI, Session, suites, sweeps):
 
-1. Random inputs from the spec (seeded), on the chosen device and dtype: made once per problem
-   in a process and kept (:func:`_made`), each configuration timing its own fresh copy.
-   Before a configuration's first call, what a compile process compiled of it ahead is settled
-   (:func:`workbench.compiling.service.settle`): its first call then loads the kernels.
-2. Correctness first: the variant's outputs, and for backward modes its gradients for a seeded
-   random incoming gradient, against the spec's reference run on the same inputs upcast to
-   float64 (the truth; float32 on a device without float64), judged by how far the same
-   reference errs in the measured dtype (:func:`kernels.testing.judge`, the family's
-   ``error_rule``) inside the dtype's atol / rtol. Max abs / max rel error, the error ratio
-   against the reference's, NaN/Inf mismatches, pass per tensor.
-3. Time: ``Device.timings`` takes the three timings of :mod:`workbench.timing` (kernel: the
-   profiler's device-kernel sum with the L2 flushed; call: device events around one eager call;
-   host: the time to issue it), each a median with its interval, trials of configurations
+1. Prepare each configuration (:mod:`workbench.prepare`): resolve it, settle what a compile
+   process compiled of it ahead (:func:`workbench.compiling.service.settle`), make its seeded
+   random inputs (made once per problem in a process and kept, each configuration timing its
+   own fresh copy), and run it once, which compiles it.
+2. Correctness first (:mod:`workbench.correctness`): the variant's outputs, and for backward
+   modes its gradients for a seeded random incoming gradient, against the spec's reference run
+   on the same inputs upcast to float64 (the truth; float32 on a device without float64),
+   judged by how far the same reference errs in the measured dtype
+   (:func:`kernels.testing.judge`, the family's ``error_rule``) inside the dtype's atol / rtol.
+   Max abs / max rel error, the error ratio against the reference's, NaN/Inf mismatches, pass
+   per tensor.
+3. Time (here): ``Device.timings`` takes the three timings of :mod:`workbench.timing` (kernel:
+   the profiler's device-kernel sum with the L2 flushed; call: device events around one eager
+   call; host: the time to issue it), each a median with its interval, trials of configurations
    measured together interleaved. On the CPU the times are interpreter (or CPU) wall times,
    labelled so, never compared with device numbers. On a device the timings run with the
    Python heap frozen out of the collector's way (``gc.freeze``: the steady state of a training
    loop, whose long-lived objects the collector no longer walks); the record's
-   ``device_state["python_heap"]`` says so, with the number of objects frozen.
+   ``device_state["python_heap"]`` says so.
 4. Peak memory above the baseline during one call; GB/s from the spec's minimum bytes and its
    share of the device's measured copy bandwidth (a 512 MiB copy). With ``same_size_copy``, also
    its share of a device copy of the same bytes in as many launches as the call made, timed
-   the same way right after it (:func:`same_size_copy_fields`): the limit at the cell's own size,
-   where launch and tail costs weigh as they do on the kernel.
+   the same way right after it (:mod:`workbench.same_size_copy`): the limit at the cell's own
+   size, where launch and tail costs weigh as they do on the kernel.
+5. With ``edges``, each configuration of our own kernels also checked, untimed, at the edge
+   shapes derived from its declaration (:mod:`workbench.edges` plans them; :func:`run_edges`
+   runs them). The edge runs live here because each case is measured by :func:`measure_many`,
+   which runs them in turn.
 
 A configuration that cannot run (bad tile, missing peer, unsupported device) raises ValueError
 with ``on_error="raise"``; with ``on_error="record"`` it becomes a record whose ``error`` says why,
-so sweeps keep going and show failed cells.
-
-Why one long module: preparing, checking and timing a configuration is one pipeline that
-every caller (CLI, Session, suites, sweeps) runs in the same order.
+so sweeps keep going and show failed cells. The record itself is :class:`workbench.record.Record`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
-import functools
 import gc
-import math
-import os
-import platform
 import sys
 import time
-import traceback
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-import torch
-
-from kernels.launch import recording
-from kernels.spec import DTYPES, PEER_BACKENDS, KernelSpec, Variant, as_tuple, dtype_name, get
-from kernels.testing import TensorCheck, compare, judge  # noqa: F401 - compare: public here too
-from workbench import compile_facts, device_state, timing
+from kernels.spec import PEER_BACKENDS, KernelSpec, Variant, get
+from kernels.testing import compare  # noqa: F401 - compare: public here too
+from workbench import device_state, timing
 from workbench import edges as edges_module
 from workbench.compiling import service as compile_service
-from workbench.compiling.graphs import inductor_cache_counts
-from workbench.compiling.note import noted
 from workbench.device import Device, check_l2, get_device
-from workbench.kept_inputs import forget_inputs, kept, own_copy  # noqa: F401 - forget_inputs: public here too
+from workbench.errors import short_error
+from workbench.kept_inputs import forget_inputs  # noqa: F401 - forget_inputs: public here too
 from workbench.phases import Phases
-from workbench.provenance import code_version
+from workbench.prepare import Prepared, Shared, prepare
+from workbench.record import Record
+from workbench.same_size_copy import measure_same_size_copy
 from workbench.timing import DEFAULT_REL_WIDTH
-
-
-@dataclass
-class Record:
-    """One tidy row: one variant, one configuration, one mode, on one device."""
-
-    kernel: str
-    variant: str
-    backend: str
-    mode: str
-    dtype: str
-    device_kind: str
-    device_name: str
-    problem: dict
-    params: dict
-    axis: str
-    x_value: Any
-    timing_method: str = ""
-    ms_p50: float | None = None
-    ms_p20: float | None = None
-    ms_p80: float | None = None
-    wall_ms: float | None = None
-    launch_overhead_ms: float | None = None
-    compile_ms: float | None = None
-    # Issue 14's three timings, each a median with its confidence interval and sample count.
-    # kernel: device work only (method says how: cuda-graph, profiler, npu-events, cpu-wall);
-    # call: a user's eager call, host included; host: the time to issue one call from Python.
-    kernel_ms: float | None = None
-    kernel_lo_ms: float | None = None
-    kernel_hi_ms: float | None = None
-    kernel_n: int | None = None
-    kernel_method: str = ""
-    call_ms: float | None = None
-    call_lo_ms: float | None = None
-    call_hi_ms: float | None = None
-    call_n: int | None = None
-    host_ms: float | None = None
-    host_lo_ms: float | None = None
-    host_hi_ms: float | None = None
-    host_n: int | None = None
-    noisy: bool | None = None  # the kernel time's interval did not reach +-rel_width in the budget
-    device_state: dict = field(default_factory=dict)
-    min_bytes: int | None = None
-    gbps: float | None = None
-    pct_copy_bw: float | None = None
-    copy_bw_gbps: float | None = None
-    # The device operations one timed call launched and how that is known: "profiler" (counted
-    # per call by the kernel timing) or "launch path" (the launches kernels.launch recorded in
-    # the first call: our Triton kernels, not torch's own operations).
-    launches: int | None = None
-    launches_source: str = ""
-    # A device copy of min_bytes in as many launches, timed as the kernel time was and in the same
-    # run (Device.same_size_copy; measure_many's same_size_copy): its time with interval, GB/s and
-    # method (or why it was not measured), and this cell's share of it with the interval the two
-    # medians' intervals imply.
-    same_size_copy_ms: float | None = None
-    same_size_copy_lo_ms: float | None = None
-    same_size_copy_hi_ms: float | None = None
-    same_size_copy_n: int | None = None
-    same_size_copy_gbps: float | None = None
-    same_size_copy_method: str = ""
-    pct_same_size_copy: float | None = None
-    pct_same_size_copy_lo: float | None = None
-    pct_same_size_copy_hi: float | None = None
-    peak_mb: float | None = None
-    checks: list[dict] = field(default_factory=list)
-    max_abs_err: float | None = None
-    max_rel_err: float | None = None
-    # The worst output's or gradient's error as a multiple of the reference's own error in this
-    # dtype (kernels.testing.judge; at most the rule's k passes), over the tensors the rule judged
-    # (None where it judged none).
-    err_ratio: float | None = None
-    passed: bool | None = None
-    # The arithmetic the variant used (KernelSpec.precision_of): "ieee" is plain fp32 and the
-    # dtype's own arithmetic; "tf32"/"tf32x3" for TF32 matrix products. Checked at its tolerance.
-    precision: str = "ieee"
-    # Why a tile is fast or slow (workbench.compile_facts): registers, spills, shared memory,
-    # occupancy and its limit per kernel on CUDA; UB bytes on the NPU; marked unavailable in the
-    # interpreter. Read once after the first call.
-    compile_facts: dict = field(default_factory=dict)
-    # Nsight Compute counters per kernel, where `workbench profile` ran (workbench.ncu).
-    counters: dict = field(default_factory=dict)
-    # Where our kernel's tiles came from (Variant.tiles_source): "tuned:<device key>@<bucket>",
-    # "heuristic (<why no table>)" or "explicit", then "; backward: <the same>" for a part with a
-    # table of its own (kernels.tuned_tables.joined_sources); "" for variants without tiles.
-    tiles_source: str = ""
-    # "contiguous", or "strided": floating inputs of two or more axes as views of every row inside
-    # a wider buffer (row stride > row length), as a slice of a fused projection is.
-    layout: str = "contiguous"
-    # The edge shapes checked beside this configuration (workbench.edges): one verdict each; a
-    # failed one makes the record fail, its failing checks listed in ``checks`` under its label.
-    edges: list[dict] = field(default_factory=list)
-    error: str | None = None
-    # True: the configuration was refused before anything launched (the variant's check, a tile
-    # or problem the spec rejects, a dtype or mode it lacks): it cannot run, which is no failure
-    cannot_run: bool = False
-    seed: int = 0
-    versions: dict = field(default_factory=dict)
-    commit: str = ""
-    timestamp: str = ""
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and bool(self.passed)
-
-
-def failed_checks(record: Record | Mapping[str, Any]) -> str:
-    """What failed in a record, in a few words per output or gradient: ``"out: 6.01x the
-    reference's error (scale bias; k=2)"``, a check's note, or its error against the outer bound."""
-    body = record.to_dict() if isinstance(record, Record) else record
-    if body.get("error"):
-        return f"could not run: {body['error'][:200]}"
-    parts = []
-    for c in body.get("checks") or []:
-        if c.get("passed"):
-            continue
-        if c.get("note"):
-            parts.append(f"{c['name']}: {c['note']}")
-        elif not c.get("within_tolerance", True) or c.get("err_ratio") is None:
-            parts.append(f"{c['name']}: max abs err {c.get('max_abs', float('nan')):.3g} "
-                         f"over atol {c.get('atol', 0):.3g} + rtol {c.get('rtol', 0):.3g} x |truth|")  # fmt: skip
-        else:
-            stat = _STAT_NAMES.get(c.get("worst"), c.get("worst"))
-            parts.append(f"{c['name']}: {c['err_ratio']:.3g}x the reference's error ({stat}; k={c.get('k', 0):g})")
-    if not parts and body.get("max_abs_err") is not None:
-        parts.append(f"check failed (max abs err {body['max_abs_err']:.3g})")
-    return "; ".join(parts) or "check failed"
-
-
-_STAT_NAMES = {"max": "max error", "rms": "RMS error", "shift": "mean error", "scale": "mean error away from zero"}
-
-
-@functools.lru_cache(maxsize=1)
-def versions() -> dict:
-    import triton
-
-    return {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "triton": getattr(triton, "__version__", "?"),
-    }
-
-
-LAYOUTS = ("contiguous", "strided")
-ROW_PAD = 8  # elements between one row's end and the next's start in a strided layout
-
-
-def strided_view(value):
-    """A floating tensor of two or more axes as the view of its rows inside a buffer whose rows are
-    ``ROW_PAD`` elements longer (the same values, a row stride longer than a row); others as given."""
-    if not (isinstance(value, torch.Tensor) and value.is_floating_point() and value.dim() >= 2 and value.numel()):
-        return value
-    buffer = value.new_empty(*value.shape[:-1], value.shape[-1] + ROW_PAD)
-    view = buffer[..., : value.shape[-1]]
-    view.copy_(value.detach())
-    return view.detach().requires_grad_(value.requires_grad)
-
-
-def truth_dtype(device: Device) -> torch.dtype:
-    """The dtype the truth is computed in: float64, or float32 on a device without it (an NPU)."""
-    return torch.float32 if device.kind in ("npu", "mps") else torch.float64
-
-
-def _upcast(inputs: Mapping[str, Any], dtype: torch.dtype) -> dict[str, Any]:
-    out = {}
-    for name, value in inputs.items():
-        if isinstance(value, torch.Tensor) and value.is_floating_point():
-            copy = value.detach().to(dtype)
-            out[name] = copy.requires_grad_(value.requires_grad)
-        else:
-            out[name] = value
-    return out
-
-
-def _grad_inputs(inputs: Mapping[str, Any]) -> list[str]:
-    return [n for n, v in inputs.items() if isinstance(v, torch.Tensor) and v.requires_grad]
-
-
-def _sync_call(device: Device, fn) -> tuple[Any, float]:
-    device.synchronize()
-    t0 = time.perf_counter()
-    out = fn()
-    device.synchronize()
-    return out, (time.perf_counter() - t0) * 1e3
 
 
 def measure(
@@ -343,17 +149,17 @@ def measure_many(
     check_l2(l2)
     spec = get(spec) if isinstance(spec, str) else spec
     phases = phases if phases is not None else Phases()
-    shared = _Shared(device, quick, check, on_error, phases)
-    prepared: list[_Prepared] = []
+    shared = Shared(device, quick, check, on_error, phases)
+    prepared: list[Prepared] = []
     records: list[Record] = []
     for config in configs:
-        rec, prep = _prepare(spec, config, shared)
+        rec, prep = prepare(spec, config, shared)
         records.append(rec)
         if prep is not None and time_it:
             prepared.append(prep)
     if time_it and extra:
         dev = get_device(device)
-        prepared += [_Prepared(rec, spec, dev, rec.problem, fn) for rec, fn in extra]
+        prepared += [Prepared(rec, spec, dev, rec.problem, fn) for rec, fn in extra]
     if prepared:
         with phases("timing"):
             _time_together(prepared, warmup_ms, rep_ms, rel_width, on_error, l2)
@@ -479,134 +285,7 @@ def _edge_cost(rec: Record, seconds: float, compiles: bool) -> dict:
     return cost
 
 
-def prepared_call(
-    spec: KernelSpec | str, config: Mapping[str, Any], *, device: str | Device = "auto", quick: bool = False
-) -> tuple[Record, Callable[[], object]]:
-    """One configuration made ready and run once (compiled), unchecked and untimed: its record
-    (compile facts filled) and the call a profiler times. ``config`` as in :func:`measure_many`.
-    A configuration that cannot run raises ValueError."""
-    spec = get(spec) if isinstance(spec, str) else spec
-    record, prep = _prepare(spec, config, _Shared(device, quick, False, "raise", Phases()))
-    return record, prep.step
-
-
-@dataclass
-class _Shared:
-    """What the configurations measured together share: the device and options, the phase
-    clock, and their random inputs and incoming gradients, made once per (problem, dtype, seed)
-    in this process (:func:`_made`) and copied to each configuration."""
-
-    device: Any
-    quick: bool
-    check: bool
-    on_error: str
-    phases: Phases
-
-    def inputs(self, spec: KernelSpec, prob: dict, torch_dtype, dev: Device, seed: int) -> dict:
-        key = ("inputs", spec.name, repr(sorted(prob.items())), torch_dtype, dev.torch_device, seed)
-        made = kept(key, lambda: spec.make_inputs(prob, torch_dtype, dev.torch_device, seed))
-        return {name: own_copy(value) for name, value in made.items()}
-
-    def grad_outputs(self, outputs: list, seed: int) -> list:
-        """Seeded random incoming gradients, one per differentiable output."""
-        key = ("grads", tuple((tuple(o.shape), o.dtype, o.device) for o in outputs), seed)
-
-        def make():
-            gen = torch.Generator(device="cpu").manual_seed(seed + 1)
-            return [torch.randn(o.shape, generator=gen, dtype=torch.float32).to(o.device, o.dtype) for o in outputs]
-
-        return [own_copy(g) for g in kept(key, make)]
-
-
-@dataclass
-class _Prepared:
-    """A configuration that ran and was checked, ready to be timed."""
-
-    record: Record
-    spec: KernelSpec
-    device: Device
-    prob: dict
-    step: Callable[[], object] | None
-
-
-def _new_record(spec, var_name, backend, mode, dtype, dev_kind, dev_name, prob, params, seed) -> Record:
-    return Record(
-        kernel=spec.name,
-        variant=var_name,
-        backend=backend,
-        mode=mode,
-        dtype=dtype,
-        device_kind=dev_kind,
-        device_name=dev_name,
-        problem=prob,
-        params=dict(params or {}),
-        axis=spec.axis,
-        x_value=(prob or {}).get(spec.axis),
-        seed=seed,
-        versions=versions(),
-        commit=code_version(),
-        timestamp=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-    )
-
-
-def _prepare(spec, config, shared: _Shared) -> tuple[Record, _Prepared | None]:
-    """Resolve, run once (compile), check; a failure becomes the record's error (or raises)."""
-    variant, mode = config["variant"], config.get("mode", "forward")
-    dtype, seed = config.get("dtype", "bf16"), config.get("seed", 0)
-    layout = config.get("layout", "contiguous")
-    problem, params = config.get("problem"), config.get("params")
-    device, on_error = shared.device, shared.on_error
-    record, launched = None, False
-    try:
-        dev = get_device(device)
-        dt = dtype_name(dtype)
-        var = spec.variant(variant) if isinstance(variant, str) else variant
-        if mode not in spec.modes or (var.modes is not None and mode not in var.modes):
-            allowed = var.modes or spec.modes
-            raise ValueError(
-                f"mode={mode!r} is not available for {spec.name}/{var.name}; use one of {', '.join(allowed)}"
-            )
-        if dt not in spec.dtypes:
-            raise ValueError(f"dtype={dt!r} is not supported by {spec.name}; use one of {', '.join(spec.dtypes)}")
-        prob = spec.resolve_problem(problem, quick=shared.quick)
-        record = _new_record(spec, var.name, var.backend, mode, dt, dev.kind, dev.name, prob, params, seed)
-        record.precision = spec.precision_of(var, prob)
-        if layout not in LAYOUTS:
-            raise ValueError(f"layout={layout!r}: use one of {', '.join(LAYOUTS)}")
-        record.layout = layout
-        reason = var.unavailable_reason(dev.kind)
-        if reason:
-            raise ValueError(reason)
-        prm = var.resolve_params(params)
-        record.params = prm
-        if var.check is not None:
-            var.check(prob, prm, dt, dev)
-        if var.tiles_source is not None:
-            record.tiles_source = var.tiles_source(prob, prm, dev)
-        launched = True  # from here on a failure is the configuration's own, not a refusal
-        with shared.phases("compile"):  # a compile process may be finishing it (workbench.compiling.service)
-            ahead = compile_service.settle(spec, var, dt, mode, prob, prm)
-        step = _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, record, shared)
-        if ahead is not None:
-            record.compile_facts = noted(record.compile_facts, ahead)
-        moved = spec.min_bytes(prob, mode, dt)
-        record.min_bytes = None if moved is None else int(moved)  # None: the family declares no bytes
-        return record, _Prepared(record, spec, dev, prob, step)
-    except Exception as exc:  # noqa: BLE001 - every failure becomes a readable record or a ValueError
-        if on_error == "raise":
-            if isinstance(exc, (ValueError, AssertionError)):
-                raise
-            raise ValueError(f"{type(exc).__name__}: {exc}") from exc
-        if record is None:
-            name = str(getattr(variant, "name", variant))
-            record = _new_record(spec, name, "?", mode, str(dtype), str(device), "", dict(problem or {}), params, seed)
-        record.error = _short_error(exc)
-        record.passed = False
-        record.cannot_run = isinstance(exc, ValueError) and not launched
-        return record, None
-
-
-def _time_together(prepared: list[_Prepared], warmup_ms, rep_ms, rel_width, on_error, l2="cold") -> None:
+def _time_together(prepared: list[Prepared], warmup_ms, rep_ms, rel_width, on_error, l2="cold") -> None:
     """Time every prepared configuration, interleaved; one that fails is retried alone."""
     dev = prepared[0].device
     for prep in prepared:
@@ -649,7 +328,7 @@ def _frozen_heap(freeze: bool):
         gc.unfreeze()
 
 
-def _warm_up(prep: _Prepared, warmup_ms: float) -> None:
+def _warm_up(prep: Prepared, warmup_ms: float) -> None:
     if prep.device.kind == "cpu":
         return  # the interpreter's first call already ran; its wall time needs no warm clocks
     deadline = time.perf_counter() + warmup_ms / 1e3
@@ -660,15 +339,15 @@ def _warm_up(prep: _Prepared, warmup_ms: float) -> None:
         prep.device.synchronize()
 
 
-def _timing_failed(prep: _Prepared, on_error: str) -> None:
+def _timing_failed(prep: Prepared, on_error: str) -> None:
     exc = sys.exc_info()[1]
     if on_error == "raise":
-        raise ValueError(f"timing {prep.record.kernel}/{prep.record.variant} failed: {_short_error(exc)}") from exc
-    prep.record.error = "timing failed: " + _short_error(exc)
+        raise ValueError(f"timing {prep.record.kernel}/{prep.record.variant} failed: {short_error(exc)}") from exc
+    prep.record.error = "timing failed: " + short_error(exc)
     prep.record.passed = False
 
 
-def _fill_timings(prep: _Prepared, est: dict, state: dict) -> None:
+def _fill_timings(prep: Prepared, est: dict, state: dict) -> None:
     rec, dev = prep.record, prep.device
     for name in ("kernel", "call", "host"):
         if name in est:
@@ -705,246 +384,10 @@ def _fill_timings(prep: _Prepared, est: dict, state: dict) -> None:
             rec.device_state = {**rec.device_state, "copy_bandwidth": where}
 
 
-def _peak_memory(prep: _Prepared) -> None:
+def _peak_memory(prep: Prepared) -> None:
     dev = prep.device
     baseline = dev.reset_peak_memory()
     if baseline is not None:  # no allocator statistics on the CPU: skip the extra call
         prep.step()
         peak = dev.peak_memory_above(baseline)
         prep.record.peak_mb = None if peak is None else peak / 2**20
-
-
-# Why a record carries no same-size copy (Record.same_size_copy_method).
-NO_COPY_ON_CPU = "n/a (CPU): interpreter wall times, which no device copy compares with"
-NO_COPY_LAUNCHES = "not measured: the call's launches are unknown"
-
-
-def measure_same_size_copy(
-    record: Record, device: Device, *, budget_s: float, rel_width: float = DEFAULT_REL_WIDTH, l2: str = "cold"
-) -> None:
-    """Fill ``record``'s same-size copy fields: a device copy of its ``min_bytes`` in its
-    ``launches`` (:meth:`Device.same_size_copy`, kept per device, bytes and launches in the
-    process), or the reason it has none. A record that failed, was not timed, or declares no
-    bytes is left as it is."""
-    if record.error or record.kernel_ms is None or not record.min_bytes:
-        return
-    if device.kind == "cpu":
-        record.same_size_copy_method = NO_COPY_ON_CPU
-        return
-    if not record.launches:
-        record.same_size_copy_method = NO_COPY_LAUNCHES
-        return
-    try:
-        facts = device.same_size_copy(record.min_bytes, record.launches, l2=l2, rel_width=rel_width, budget_s=budget_s)
-    except Exception as exc:  # noqa: BLE001 - a copy that cannot run leaves the cell's own timing as it is
-        record.same_size_copy_method = "not measured: " + _short_error(exc)[:300]
-        return
-    same_size_copy_fields(record, facts)
-
-
-def same_size_copy_fields(record: Record, facts: Mapping[str, Any]) -> None:
-    """Put a same-size copy's facts (:meth:`Device.same_size_copy`) into ``record``: the copy's
-    time, interval, GB/s and method, and the record's share of its GB/s with the interval the
-    two medians' intervals imply (:func:`workbench.timing.ratio_interval`). The method says
-    where the profiler counted other than ``launches`` operations per copy."""
-    record.same_size_copy_ms, record.same_size_copy_n = facts["ms"], facts["n"]
-    record.same_size_copy_lo_ms, record.same_size_copy_hi_ms = facts["lo_ms"], facts["hi_ms"]
-    record.same_size_copy_gbps = facts["gbps"]
-    record.same_size_copy_method = facts["method"]
-    counted = facts.get("counted_launches")
-    if counted is not None and counted != facts["launches"]:
-        record.same_size_copy_method += f"; the profiler counted {counted} operations per copy"
-    if not (record.kernel_ms and facts["ms"] and facts["ms"] > 0):
-        return
-    # (min bytes / kernel time) / (copy bytes / copy time): copy time over kernel time, scaled by
-    # the bytes (equal but for an odd byte count).
-    scale = 100.0 * record.min_bytes / facts["bytes"]
-    copy = _open_estimate(facts["ms"], facts["lo_ms"], facts["hi_ms"])
-    kernel = _open_estimate(record.kernel_ms, record.kernel_lo_ms, record.kernel_hi_ms)
-    share, lo, hi = timing.ratio_interval(copy, kernel)
-    record.pct_same_size_copy = scale * share
-    record.pct_same_size_copy_lo = scale * lo if lo > 0 else None
-    record.pct_same_size_copy_hi = scale * hi if math.isfinite(hi) else None
-
-
-def _open_estimate(median: float, lo: float | None, hi: float | None) -> timing.Estimate:
-    """A median with its interval (an open bound where None) as an Estimate, for ratio maths."""
-    return timing.Estimate.of(median, -math.inf if lo is None else lo, math.inf if hi is None else hi)
-
-
-def _short_error(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}" if not isinstance(exc, ValueError) else str(exc)
-    if not isinstance(exc, ValueError):
-        frames = traceback.extract_tb(exc.__traceback__)
-        if frames:
-            last = frames[-1]
-            text += f" (at {Path(last.filename).name}:{last.lineno})"
-    return text.strip()[:2000]
-
-
-def _run_and_check(spec, var, dev, dt, mode, prob, prm, seed, record, shared: _Shared) -> Callable[[], object]:
-    """Run the configuration once (compiling it), check it, and return the call to time."""
-    phases = shared.phases
-    with phases("setup"):
-        inputs = shared.inputs(spec, prob, DTYPES[dt], dev, seed)
-        if record.layout == "strided":
-            inputs = {name: strided_view(value) for name, value in inputs.items()}
-    grad_names = _grad_inputs(inputs)
-    backward_needed = mode in ("backward", "full")
-    if backward_needed and not grad_names:
-        raise ValueError(f"mode={mode!r} needs inputs that require grad; {spec.name} with {prob} has none")
-
-    call = var.call(inputs, prob, prm)  # the user's call, its arguments looked up once (Variant.call)
-
-    def forward():
-        return as_tuple(call())
-
-    # First call: compile (or trace) plus one run, timed on the host; its launches give the
-    # compile facts (the backward's first call adds its own). A torch.compile peer's graphs are
-    # counted as Inductor found them in its cache (compiled ahead by a graph process) or not.
-    graphs_before = (inductor_cache_counts() or {"hit": 0, "miss": 0}) if var.inductor_peer else None
-    with torch.set_grad_enabled(backward_needed), phases("compile"), recording() as launches:
-        outputs, first_ms = _sync_call(dev, forward)
-    record.compile_ms = first_ms
-    diff_outputs = [o for o in outputs if isinstance(o, torch.Tensor) and o.requires_grad]
-    with phases("setup"):
-        grad_outs = shared.grad_outputs(diff_outputs, seed)
-    grad_tensors = [inputs[n] for n in grad_names]
-
-    def backward():
-        return torch.autograd.grad(diff_outputs, grad_tensors, grad_outs, retain_graph=True)
-
-    grads = None
-    if backward_needed:
-        if not diff_outputs:
-            raise ValueError(f"{spec.name}/{var.name} returned no differentiable output for mode={mode!r}")
-        with phases("compile"), recording() as backward_launches:
-            grads, bwd_first_ms = _sync_call(dev, backward)
-        record.compile_ms += bwd_first_ms
-        launches += backward_launches
-    record.compile_facts = _facts(launches, dev, spec, var, prob, prm, dt)
-    if graphs_before is not None:
-        after = inductor_cache_counts() or graphs_before
-        record.compile_facts["inductor_cache"] = {k: after[k] - graphs_before[k] for k in ("hit", "miss")}
-    # What the timed call launches: the backward's launches alone for mode "backward", else all.
-    timed_launches = len(backward_launches) if mode == "backward" else len(launches)
-    if timed_launches:
-        record.launches, record.launches_source = timed_launches, "launch path"
-    if shared.check:
-        with phases("check"):
-            _check(spec, dev, dt, prob, inputs, outputs, grads, grad_names, grad_outs, record)
-
-    if mode == "forward":
-
-        def step():
-            with torch.no_grad():
-                return forward()
-
-        return step
-    if mode == "backward":
-        return backward
-
-    def step():
-        outs = [o for o in forward() if isinstance(o, torch.Tensor) and o.requires_grad]
-        return torch.autograd.grad(outs, grad_tensors, grad_outs)
-
-    return step
-
-
-def _facts(launches, dev, spec, var, prob, prm, dt) -> dict:
-    """The compile facts of the first call's launches, with the milliseconds reading them took
-    (``collect_ms``); ``WORKBENCH_COMPILE_FACTS=0`` turns reading them off (to measure what they
-    cost: ``benchmarks/diagnostics/explorer_latency.py --facts off``)."""
-    if os.environ.get(compile_facts.ENV_SWITCH, "1").strip().lower() in ("0", "off", "false", "no"):
-        return {"available": False, "reason": f"not read ({compile_facts.ENV_SWITCH}=0)", "kernels": []}
-    started = time.perf_counter()
-    facts = compile_facts.collect(launches, dev, ub_bytes=_ub_estimate(spec, var, prob, prm, dt))
-    facts["collect_ms"] = (time.perf_counter() - started) * 1e3
-    return facts
-
-
-def _ub_estimate(spec, var, prob, prm, dt) -> int | None:
-    """The family's Unified Buffer model for an NPU variant's tiles (None for other variants)."""
-    if var.backend != "npu" or spec.ub_estimate is None:
-        return None
-    try:
-        return spec.ub_estimate(prob, prm, dt)
-    except ValueError:  # tiles that do not resolve for this problem: the run says why
-        return None
-
-
-def _check(spec, dev, dt, prob, inputs, outputs, grads, grad_names, grad_outs, record):
-    """Every output (and gradient) against the truth, judged by the reference's own error in
-    ``dt`` (:func:`kernels.testing.judge`); fills the record's checks, errors and verdict."""
-    truth_dt = truth_dtype(dev)
-    truth_inputs = _upcast(inputs, truth_dt)
-    backward_needed = grads is not None
-    with torch.set_grad_enabled(backward_needed):
-        truth_outputs = as_tuple(spec.reference(truth_inputs, prob))
-    low_inputs, low_outputs, why_not = _low_reference(spec, inputs, prob, backward_needed)
-    atol, rtol = spec.tolerance(dt, record.precision)
-    by_rule = record.precision == "ieee"
-    if not by_rule:
-        why_not = f"computed at {record.precision}: judged by its tolerance"
-
-    def judged(name, got, truth, low, atol_):
-        return judge(name, got, truth, low, atol=atol_, rtol=rtol, rule=spec.error_rule, by_rule=by_rule,
-                     why_not=why_not)  # fmt: skip
-
-    checks: list[TensorCheck] = []
-    names = list(spec.output_names)
-    if len(names) != len(outputs) or len(truth_outputs) != len(outputs):
-        raise AssertionError(
-            f"{spec.name}: variant returned {len(outputs)} outputs, reference {len(truth_outputs)}, names {names}"
-        )
-    lows = list(low_outputs) if low_outputs is not None and len(low_outputs) == len(outputs) else [None] * len(outputs)
-    if record.mode in ("forward", "full"):
-        for name, got, want, low in zip(names, outputs, truth_outputs, lows):
-            if isinstance(got, torch.Tensor):
-                checks.append(judged(name, got, want, low if isinstance(low, torch.Tensor) else None, atol))
-    if backward_needed:
-        truth_grads = _grads(truth_outputs, [truth_inputs[n] for n in grad_names], grad_outs, truth_dt)
-        low_grads = [None] * len(grad_names)
-        if low_outputs is not None:
-            try:
-                low_grads = _grads(low_outputs, [low_inputs[n] for n in grad_names], grad_outs, None)
-            except Exception:  # noqa: BLE001 - no backward in this dtype: the rounding alone judges
-                why_not = why_not or f"the reference's backward does not run in {dt}"
-        for name, got, want, low in zip(grad_names, grads, truth_grads, low_grads):
-            if want is None:
-                want = torch.zeros_like(truth_inputs[name])
-            if got is None:
-                got = torch.zeros_like(inputs[name])
-            # Gradients sum over rows: the outer bound's atol scales with the truth's magnitude.
-            scale = max(1.0, float(want.detach().abs().max())) if want.numel() else 1.0
-            checks.append(judged(f"d{name}", got, want, low, atol * scale))
-    record.checks = [asdict(c) for c in checks]
-    record.max_abs_err = max((c.max_abs for c in checks), default=0.0)
-    record.max_rel_err = max((c.max_rel for c in checks), default=0.0)
-    # The worst ratio of the tensors the rule judged (None where it judged none: a TF32 peer's, a
-    # handful of elements; each check still keeps its own).
-    judged = [c.err_ratio for c in checks if c.err_ratio is not None and c.judged_by.startswith("rule")]
-    record.err_ratio = max(judged) if judged else None
-    record.passed = all(c.passed for c in checks) and not any(math.isnan(c.max_abs) for c in checks)
-
-
-def _low_reference(spec, inputs, prob, backward_needed) -> tuple[dict, tuple | None, str]:
-    """The reference run on the inputs in their own dtype (its rounding is the yardstick): the
-    inputs it ran on, its outputs (None where it cannot run in this dtype) and why not."""
-    low_inputs = {
-        n: v.detach().requires_grad_(v.requires_grad) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
-        for n, v in inputs.items()
-    }
-    try:
-        with torch.set_grad_enabled(backward_needed):
-            return low_inputs, as_tuple(spec.reference(low_inputs, prob)), ""
-    except Exception as exc:  # noqa: BLE001 - an op without this dtype: judged by the rounding alone
-        return low_inputs, None, f"the reference does not run in this dtype ({type(exc).__name__})"
-
-
-def _grads(outputs, tensors, grad_outs, dtype) -> list:
-    """Gradients of ``outputs``' differentiable tensors for ``grad_outs`` (cast to ``dtype``
-    where given, else to each output's), None for an input they do not reach."""
-    diff = [o for o in outputs if isinstance(o, torch.Tensor) and o.requires_grad]
-    cast = [g.to(dtype if dtype is not None else o.dtype) for g, o in zip(grad_outs, diff)]
-    return list(torch.autograd.grad(diff, tensors, cast, allow_unused=True))

@@ -3,7 +3,7 @@
     python -m workbench.profile_child '{"family": "rms_norm", "variant": "gpu_row", "device": "cuda", ...}'
 
 Builds the configuration through the same spec / variant path every measurement takes
-(:func:`workbench.measure.prepared_call`), calls it three times more so compiles and first-touch
+(:func:`workbench.prepare.prepared_call`), calls it three times more so compiles and first-touch
 work stay outside, then makes one call between ``torch.cuda.profiler.start()`` and ``stop()``
 (``ncu --profile-from-start off`` profiles only there). A configuration that cannot run prints
 one line after a mark the parent (:mod:`workbench.ncu`) looks for, and exits 2.
@@ -37,7 +37,7 @@ def main(argv=None) -> int:
 def run(config: dict) -> None:
     import torch
 
-    from workbench.measure import prepared_call
+    from workbench.prepare import prepared_call
 
     family = config["family"]
     call_config = {k: config[k] for k in ("variant", "dtype", "mode", "problem", "params", "seed") if k in config}

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterable
 
 from workbench import compile_facts
-from workbench.measure import Record
+from workbench.record import Record
 
 DEFAULT_PATH = Path(os.environ.get("WORKBENCH_STORE", "results/workbench.sqlite"))
 

@@ -469,7 +469,7 @@ class ProfilerKernelSampler:
     ``flush`` each call is preceded by it (cold L2, as in the graph sampler) and the flush's own
     operation, the first of each call's share, is left out of the sum. ``ops_per_call`` is how
     many device operations a call launched (the count a same-size copy matches:
-    :func:`workbench.measure.same_size_copy_fields`).
+    :func:`workbench.same_size_copy.same_size_copy_fields`).
 
     Each session ends with CUPTI torn down (``TEARDOWN_CUPTI=1`` for Kineto, unless the caller
     set the variable): left attached, as Kineto does by default, it slows every later CUDA call

@@ -11,7 +11,7 @@ F.rms_norm, an empty autograd.Function, and the floors of a Python autograd op t
 launch through kernels/launch.py in its backward, or one in each direction as ours makes, each into
 a fresh tensor, and the latter with a gradient for w too, as ours gives), the fused add+RMSNorm
 forward (ours against F.rms_norm of x + r), the calls the suite times for the forward cells
-(``suite step: ...``: the variant's bound call as ``workbench.measure.prepared_call`` makes it),
+(``suite step: ...``: the variant's bound call as ``workbench.prepare.prepared_call`` makes it),
 the block-sparse sum layer's forward at batch 1 and 16 beside PyJuice's layer call (L = 1024,
 PyJuice where installed), and two bare driver calls, each a median over many calls, in µs
 (``WORKBENCH_FAST_LAUNCH=0`` times ours through Triton's own launch):
@@ -73,7 +73,8 @@ from kernels.launch import launch, replay_of  # noqa: E402
 from kernels.rms_norm import rms_norm  # noqa: E402
 from kernels.spec import as_tuple  # noqa: E402
 from workbench.device import get_device  # noqa: E402
-from workbench.measure import measure_many, prepared_call  # noqa: E402
+from workbench.measure import measure_many  # noqa: E402
+from workbench.prepare import prepared_call  # noqa: E402
 from workbench.timing import HostSampler, ProfilerKernelSampler, run_interleaved  # noqa: E402
 
 
@@ -230,7 +231,7 @@ def front_pieces(x, w) -> dict:
 
     bound = functools.partial(rms_norm, x, w, 1e-6)
 
-    def ours_wrapped():  # workbench.measure's forward step around the variant's bound call
+    def ours_wrapped():  # workbench.prepare's forward step around the variant's bound call
         with torch.no_grad():
             return as_tuple(bound())
 
@@ -249,7 +250,7 @@ def front_pieces(x, w) -> dict:
 
 
 def suite_steps(rows: int, hidden: int) -> dict:
-    """The calls the suite times for its call and host cells (workbench.measure.prepared_call:
+    """The calls the suite times for its call and host cells (workbench.prepare.prepared_call:
     the variant's bound call under ``torch.no_grad``), in this process's state."""
     problem = {"rows": rows, "hidden": hidden}
     steps = {}

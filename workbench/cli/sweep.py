@@ -175,7 +175,7 @@ def main(argv) -> int:
     for r in result.refused[:20]:
         print(f"  cannot run: {r['variant']} {r.get('params')}: {r['error'][:200]}")
     if wrong:
-        from workbench.measure import failed_checks
+        from workbench.record import failed_checks
 
         for r in wrong[:20]:
             print(f"  WRONG {r['variant']} {r.get('dtype')} {r.get('params')} {r.get('problem')}: {failed_checks(r)}")

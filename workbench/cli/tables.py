@@ -13,7 +13,7 @@ def _fmt(v, spec="{:.3f}"):
 
 def format_row(rec) -> str:
     from workbench.edges import summary
-    from workbench.measure import failed_checks
+    from workbench.record import failed_checks
 
     status = "PASS" if rec.passed else ("ERROR" if rec.error else "FAIL")
     tail = f"  {rec.error}" if rec.error else (f"  {failed_checks(rec)}" if rec.passed is False else "")

@@ -8,7 +8,7 @@ import html
 import math
 from typing import Any, Iterable, Sequence
 
-from workbench.measure import failed_checks
+from workbench.record import failed_checks
 from workbench.reports.figures import interval_ms
 from workbench.reports.text import as_dict, short_reason
 

@@ -1,6 +1,6 @@
 """Plotly figures and small HTML pieces built from records; no widget state here.
 
-Every function takes records (``workbench.measure.Record`` or their dicts) and returns a plain
+Every function takes records (``workbench.record.Record`` or their dicts) and returns a plain
 ``plotly.graph_objects.Figure`` (or HTML text). The Explorer wraps figures in
 ``go.FigureWidget`` to update them live; headless notebooks display them statically with
 :func:`show` (JSON for JupyterLab plus HTML that needs only ``window.Plotly``, which the report

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from workbench.measure import failed_checks
+from workbench.record import failed_checks
 from workbench.store import kept_names, kept_path, read_json, read_records
 from workbench.suites.targets import PEER_BACKENDS
 

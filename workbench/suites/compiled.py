@@ -20,7 +20,8 @@ import torch
 from kernels.fused_add_rms_norm import fused_add_rms_norm
 from kernels.fused_add_rms_norm.reference import fused_add_rms_norm_reference
 from kernels.spec import get
-from workbench.measure import judge, measure_many
+from kernels.testing import judge
+from workbench.measure import measure_many
 from workbench.suites.context import RunContext, SuiteRun, new_record
 
 EPS = 1e-6

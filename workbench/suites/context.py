@@ -6,9 +6,9 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from workbench.measure import Record, versions
 from workbench.phases import Phases
 from workbench.provenance import code_version
+from workbench.record import Record, versions
 from workbench.suites.judge import record_dict
 
 

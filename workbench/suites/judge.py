@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from workbench.measure import failed_checks
+from workbench.record import failed_checks
 from workbench.suites.targets import (
     CPU_TIMINGS,
     MET,
@@ -95,7 +95,7 @@ class RatioRow:
 
 
 def record_dict(record: Any) -> dict:
-    """A record (a :class:`~workbench.measure.Record` or its dict) as a dict, with its sweep
+    """A record (a :class:`~workbench.record.Record` or its dict) as a dict, with its sweep
     ``label`` where it has one (the configuration of a :class:`Defaults` sweep)."""
     if hasattr(record, "to_dict"):
         d = record.to_dict()

@@ -15,7 +15,8 @@ import torch
 from kernels.spec import DTYPES, get
 from workbench.compiling import service as compile_service
 from workbench.device import get_device
-from workbench.measure import Record, measure_many
+from workbench.measure import measure_many
+from workbench.record import Record
 from workbench.suites.chain import run_chain
 from workbench.suites.compiled import run_compiled
 from workbench.suites.context import RunContext, SuiteRun, new_record

@@ -106,7 +106,7 @@ class Versus:
     # previous call left it: a layer whose operands stay resident from step to step).
     l2: str = "cold"
     # Each cell also times a device copy of its minimum bytes in as many launches as its call made
-    # (workbench.measure.measure_same_size_copy); the %BW rule is then judged against that copy.
+    # (workbench.same_size_copy.measure_same_size_copy); the %BW rule is then judged against that copy.
     same_size_copy: bool = False
 
     def axis(self) -> str:

@@ -83,7 +83,7 @@ class DeviceWorker:
         cpus = pin_to_slot(placement)
         use_host_triton_cache(cache_root)
         use_cluster_cache(store)
-        import workbench.measure
+        import workbench.measure  # noqa: F401 - the measuring stack imported before the first measurement
         from workbench.compiling.target import device_facts
 
         stamps["imported"] = time.time()
@@ -95,7 +95,7 @@ class DeviceWorker:
             facts = None
         stamps["device"] = time.time()
         try:
-            _warm_up(device, workbench.measure, stamps)
+            _warm_up(device, stamps)
         except Exception:  # noqa: BLE001 - the first measurement does it again, and says what failed
             pass
         stamps["warmed"] = time.time()
@@ -147,15 +147,17 @@ def _check_gpu_binding() -> None:
         )
 
 
-def _warm_up(device: str, measure, stamps: dict) -> None:
+def _warm_up(device: str, stamps: dict) -> None:
     """What a measurement on ``device`` does first, once per process, done ahead of it; when each
     step ended goes into ``stamps`` (``warm_<step>``)."""
+    from workbench.device import get_device
     from workbench.provenance import code_version
+    from workbench.record import versions
 
-    measure.versions()
+    versions()
     code_version()
     stamps["warm_versions"] = time.time()
-    dev = measure.get_device(device)
+    dev = get_device(device)
     if dev.kind != "cpu":
         dev.state()
         stamps["warm_state"] = time.time()

@@ -6,7 +6,7 @@ configuration that raises becomes a record whose ``error`` says why; a configura
 or hangs its worker never returns, and the executor writes :func:`error_record` for it instead.
 
 Every record dict carries ``sweep_key`` (the configuration's key: what resume compares),
-``host`` and ``worker`` (pid, GPUs it was given), besides the :class:`~workbench.measure.Record`
+``host`` and ``worker`` (pid, GPUs it was given), besides the :class:`~workbench.record.Record`
 fields. :func:`as_record` turns such a dict back into a Record.
 
 The family travels by name plus the module that defines it (``kernels.spec.module_path``),
@@ -262,8 +262,8 @@ def _axis_value(body: dict, axis: str):
 def error_record(task: SweepTask, kind: str, message: str, worker: dict | None = None) -> dict:
     """The record of a configuration that gave no record of its own (its worker died, or it ran
     past its timeout): ``error`` is ``"<kind>: <message>"``, ``passed`` False."""
-    from workbench.measure import Record, versions
     from workbench.provenance import code_version
+    from workbench.record import Record, versions
 
     rec = Record(
         kernel=task.family,
@@ -291,9 +291,9 @@ _RECORD_FIELDS: set[str] | None = None
 
 
 def as_record(body: dict):
-    """A :class:`~workbench.measure.Record` from a record dict (extra keys dropped)."""
+    """A :class:`~workbench.record.Record` from a record dict (extra keys dropped)."""
     global _RECORD_FIELDS
-    from workbench.measure import Record
+    from workbench.record import Record
 
     if _RECORD_FIELDS is None:
         _RECORD_FIELDS = {f.name for f in dataclasses.fields(Record)}

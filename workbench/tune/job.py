@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernels import tuned_tables
-from workbench.measure import failed_checks, versions
 from workbench.provenance import code_version
+from workbench.record import failed_checks, versions
 from workbench.store import Store, write_csv, write_json
 from workbench.sweep.engine import STORE_NAME
 from workbench.tune import table
