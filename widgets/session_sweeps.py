@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, Sequence
 from kernels import tuned_tables
 from kernels.spec import Variant, dtype_name
 from widgets.session_figures import progress_bar, show_progress
-from workbench.measure import Record
+from workbench.record import Record
 from workbench.reports import checks
 from workbench.reports import figures as F
 from workbench.store import records_frame
