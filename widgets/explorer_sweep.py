@@ -82,24 +82,7 @@ class ExplorerSweep:
                     )
                     rows, var = swept.rows, swept.plan.variants[0]
                     xs, ys = swept.plan.x_values, swept.plan.y_values
-                    fig, best = F.heatmap_figure(
-                        rows,
-                        x_axis,
-                        xs,
-                        y_axis,
-                        ys,
-                        metric,
-                        title=f"{var.name}: {y_axis} x {x_axis}",
-                        at=cfg["problem"],
-                    )
-                    self.best = None
-                    if best is not None:
-                        self.best = {
-                            "variant": var.name,
-                            "params": dict(best["params"]),
-                            "problem": dict(best["problem"]),
-                            "ties": best.get("ties", []),
-                        }
+                    fig, self.best = swept.heatmap(metric, title=f"{var.name}: {y_axis} x {x_axis}", at=cfg["problem"])
                     self._draw_heatmap(fig)
                     self._hook_heatmap_clicks(var.name, x_axis, xs, y_axis, ys)
                     self.w_apply_best.disabled = self.best is None

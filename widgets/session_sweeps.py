@@ -41,6 +41,20 @@ class Swept:
     rows: list[Record]
     plan: SweepPlan
 
+    def heatmap(self, metric: str, title: str, at: Mapping | None = None) -> tuple:
+        """A 2-D sweep's heatmap of ``metric`` (:func:`workbench.reports.figures.heatmap_figure`) and
+        its best passing cell as a configuration to apply (``{"variant", "params", "problem",
+        "ties"}``; None where no cell passed). What ``Session.sweep2d`` and the Explorer's sweep
+        panel show."""
+        plan, request = self.plan, self.plan.request
+        fig, best = F.heatmap_figure(
+            self.rows, request.axis, plan.x_values, request.y_axis, plan.y_values, metric, title=title, at=at
+        )
+        if best is None:
+            return fig, None
+        config = {"params": dict(best["params"]), "problem": dict(best["problem"]), "ties": best.get("ties", [])}
+        return fig, {"variant": plan.variants[0].name, **config}
+
 
 class NoBest:
     """``s.best`` where no configuration of the last ``sweep2d`` passed (or none ran yet): falsy,
@@ -186,12 +200,7 @@ class SessionSweeps:
         swept = self.run_sweep(request, progress=progress, cancel=cancel, on_rows=on_rows)
         rows, var = swept.rows, swept.plan.variants[0]
         x_values, y_values = swept.plan.x_values, swept.plan.y_values
-        fig, best = F.heatmap_figure(
-            rows,
-            x_axis,
-            x_values,
-            y_axis,
-            y_values,
+        fig, best = swept.heatmap(
             metric,
             title=title
             or self._title(f"{var.name}: {y_axis} x {x_axis}", mode, dtype, problem, exclude=(x_axis, y_axis)),
@@ -201,14 +210,7 @@ class SessionSweeps:
             self._explorer.partial_heatmap(
                 rows, x_axis, x_values, y_axis, y_values, metric, title=f"{var.name}: {y_axis} x {x_axis}"
             )
-        self.best = NoBest(_why_no_best(rows, var.name))
-        if best is not None:
-            self.best = {
-                "variant": var.name,
-                "params": dict(best["params"]),
-                "problem": dict(best["problem"]),
-                "ties": best.get("ties", []),
-            }
+        self.best = best if best is not None else NoBest(_why_no_best(rows, var.name))
         if show:
             self._show(fig)
             failures = checks.failures_table(rows, [x_axis, y_axis])
