@@ -10,11 +10,14 @@ Where the suite's RMSNorm forward trails torch.compile (hidden 32768 and 8192 on
 - the library's forward at its default tiles (``kernels.rms_norm.gpu.rms_norm_forward``);
 - torch.compile's forward of the same reference (the suite's peer), and the configuration its
   autotuner kept, read from Inductor's cache (the kernel's ``.best_config`` and its loop's loads);
-- the form written here, :func:`_forward_accumulated`: the row walked in chunks as the library's
+- the forms written here: :func:`_forward_one_row`, a whole row per program on 1-D tensors as
+  Inductor writes its persistent reductions (no mask where the row fills the tile, int32 or
+  int64 offsets, warps swept); :func:`_forward_accumulated` (``--forms accumulated``): the row walked in chunks as the library's
   chunked kernel walks it, but the squares summed element-wise into a chunk-wide fp32 accumulator
   and reduced across the warps once per row, where the library's kernel reduces each chunk
   (a cross-warp reduction through shared memory and a barrier per chunk). Chunks, rows per
-  program, warps and pipeline stages are swept.
+  program, warps and pipeline stages are swept. ``--rowdot``: the ``columns`` backward's first
+  pass, the library's against the same element-wise accumulation.
 
 Every form's y and rstd are compared with the library's default's. Prints one table per size.
 """
@@ -71,6 +74,44 @@ def _forward_accumulated(
         x = tl.load(X_ptr + row_offsets + cols[None, :], mask=mask, other=0.0, eviction_policy="evict_first")
         y = weighted(normalized(x, rstd, CASTING_MODE), W_ptr, cols, col_mask, offset, True)
         tl.store(Y_ptr + row_offsets + cols[None, :], y.to(Y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _forward_one_row(
+    Y_ptr, X_ptr, W_ptr, RSTD_ptr, row_stride, n_cols, eps, offset,
+    BLOCK_SIZE: tl.constexpr, EVEN: tl.constexpr, INT64: tl.constexpr,
+):  # fmt: skip
+    """One whole row per program on 1-D tensors, as Inductor's persistent reductions are written:
+    no row dimension, no mask where the row fills the tile (``EVEN``), int32 offsets unless
+    ``INT64``; llama casting (x * rstd rounded to x's dtype, then times offset + w)."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_SIZE)
+    base = row.to(tl.int64) * row_stride if INT64 else row * row_stride
+    if EVEN:
+        x = tl.load(X_ptr + base + cols)
+        w = tl.load(W_ptr + cols, eviction_policy="evict_last")
+    else:
+        x = tl.load(X_ptr + base + cols, mask=cols < n_cols, other=0.0)
+        w = tl.load(W_ptr + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
+    xf = x.to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(xf * xf, axis=0) / n_cols + eps)
+    y = (xf * rstd).to(x.dtype).to(tl.float32) * (offset + w.to(tl.float32))
+    tl.store(RSTD_ptr + row, rstd)
+    if EVEN:
+        tl.store(Y_ptr + base + cols, y.to(Y_ptr.dtype.element_ty))
+    else:
+        tl.store(Y_ptr + base + cols, y.to(Y_ptr.dtype.element_ty), mask=cols < n_cols)
+
+
+def forward_one_row(x, w, eps, warps, even, int64):
+    y = torch.empty_like(x)
+    rstd = torch.empty(x.shape[0], device=x.device, dtype=torch.float32)
+    block = triton.next_power_of_2(x.shape[1])
+    _forward_one_row[(x.shape[0],)](
+        y, x, w, rstd, x.stride(0), x.shape[1], eps, 0.0,
+        BLOCK_SIZE=block, EVEN=even and block == x.shape[1], INT64=int64, num_warps=warps,
+    )  # fmt: skip
+    return y, rstd
 
 
 def forward_accumulated(x, w, eps, chunk, rows, warps, stages):
@@ -137,20 +178,31 @@ def inductor_choices(root: Path) -> list[str]:
     loads of each kernel (their eviction hints), newest first."""
     lines = []
     for best in sorted(root.rglob("*.best_config"), key=lambda p: p.stat().st_mtime, reverse=True):
-        source = best.with_suffix(".py")
-        loads = []
-        if source.exists():
-            text = source.read_text()
-            loads = [ln.strip() for ln in text.splitlines() if "tl.load(" in ln or "for r0_offset" in ln]
         lines.append(f"{best.name}: {json.loads(best.read_text())}")
-        lines += [f"    {ln[:160]}" for ln in loads[:8]]
+        for source in best.parent.glob("*.py"):  # the kernel's source beside its kept configuration
+            body = [ln for ln in source.read_text().splitlines() if ln.startswith("    ") or ln.startswith("def ")]
+            lines += [f"    {ln[:170]}" for ln in body[:40]]
     return lines
 
 
-def forms(hidden: int):
+def accumulated_forms(hidden: int):
     for chunk, rows, warps, stages in itertools.product((1024, 2048, 4096, 8192), (1, 2), (4, 8, 16), (1, 2)):
         if chunk < hidden and 8 <= rows * chunk // (32 * warps) <= 64:
             yield {"chunk": chunk, "rows": rows, "warps": warps, "stages": stages}
+
+
+def one_row_forms(hidden: int):
+    for warps, (even, int64) in itertools.product((4, 8, 16, 32), ((True, False), (False, True), (True, True))):
+        if 8 <= hidden // (32 * warps) <= 64:
+            yield {"warps": warps, "even": even, "int64": int64}
+
+
+FORMS = {"one_row": (one_row_forms, forward_one_row), "accumulated": (accumulated_forms, forward_accumulated)}
+
+
+def same(y, rstd, ref_y, ref_rstd) -> bool:
+    """Within one bf16 rounding of the library's y, and rstd to fp32 rounding."""
+    return torch.allclose(y.float(), ref_y.float(), rtol=1e-2, atol=1e-2) and torch.allclose(rstd, ref_rstd, rtol=1e-5)
 
 
 def row_dots(x, w, rstd, tiles, device, bw) -> None:
@@ -172,9 +224,8 @@ def row_dots(x, w, rstd, tiles, device, bw) -> None:
         if not 4 <= rows * chunk // (32 * warps) <= 64:
             continue
         if form != default:
-            found.append(
-                (f"library rowdot {form}", median_us(lambda: row_dot_library(x, dy, w, rstd, **form), device), "")
-            )  # noqa: B023
+            us = median_us(lambda form=form: row_dot_library(x, dy, w, rstd, **form), device)
+            found.append((f"library rowdot {form}", us, ""))
         for stages in (1, 2):
             dot = row_dot_accumulated(x, dy, w, rstd, stages=stages, **form)
             wrong = (dot - ref).abs().max().item() > 1e-3 * ref.abs().max().item()
@@ -188,7 +239,9 @@ def row_dots(x, w, rstd, tiles, device, bw) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hidden", default="8192,32768")
+    parser.add_argument("--hidden", default="2048,4096,8192,16384,32768")
+    parser.add_argument("--forms", default="one_row", help="one_row, accumulated (comma-separated)")
+    parser.add_argument("--rowdot", action="store_true", help="also the columns backward's first pass")
     parser.add_argument("--rows", type=int, default=4096)
     args = parser.parse_args(argv)
     device = get_device("cuda")
@@ -201,23 +254,28 @@ def main(argv=None) -> int:
         tiles = gpu.tiles_for(x)
         ref_y, ref_rstd = gpu.rms_norm_forward(x, w, eps, 0.0, "llama", tiles)
         min_bytes = 2 * x.numel() * x.element_size()
-        rows = [
-            ("library default", median_us(lambda: gpu.rms_norm_forward(x, w, eps, 0.0, "llama", tiles), device), "")
-        ]  # noqa: B023
+        library = lambda x=x, w=w, tiles=tiles: gpu.rms_norm_forward(x, w, eps, 0.0, "llama", tiles)  # noqa: E731
+        rows = [("library default", median_us(library, device), "")]
+        if tiles.fwd_chunk:  # the default walks chunks here: the library's whole row too
+            whole = gpu.tiles_for(x, FWD_CHUNK=triton.next_power_of_2(hidden))
+            call = lambda x=x, w=w, whole=whole: gpu.rms_norm_forward(x, w, eps, 0.0, "llama", whole)  # noqa: E731
+            rows.append((f"library whole row ({whole.num_warps} warps)", median_us(call, device), ""))
         peer = compiled(rms_norm_reference)
         call = lambda: peer(x, w, eps, 0.0, "llama")  # noqa: E731, B023
         wrong = (call().float() - ref_y.float()).abs().max().item()
-        rows.append(("torch.compile", median_us(call, device), f"max |dy| {wrong:.3g}"))
-        for form in forms(hidden):
-            c = lambda: forward_accumulated(x, w, eps, **form)  # noqa: E731, B023
-            y, rstd = c()
-            wrong = max((y.float() - ref_y.float()).abs().max().item(), (rstd - ref_rstd).abs().max().item())
-            rows.append((f"accumulated {form}", median_us(c, device), "WRONG" if wrong > 0.02 else ""))
+        peer_us = median_us(call, device)
+        rows.append(("torch.compile", peer_us, f"max |dy| {wrong:.3g}"))
+        for kind in args.forms.split(","):
+            forms_of, run = FORMS[kind]
+            for form in forms_of(hidden):
+                c = lambda: run(x, w, eps, **form)  # noqa: E731, B023
+                note = "" if same(*c(), ref_y, ref_rstd) else "WRONG"
+                rows.append((f"{kind} {form}", median_us(c, device), note))
         print(f"== RMSNorm forward, {args.rows} x {hidden} bf16 (kernel time, L2 flushed; % of {bw:.0f} GB/s)")
         for name, us, note in sorted(rows, key=lambda r: r[1])[:14]:
             print(f"   {us:8.1f} us {100 * min_bytes / us / 1e3 / bw:5.1f}%  {name} {note}")
-        print(f"   library default {rows[0][1]:.1f} us, torch.compile {rows[1][1]:.1f} us")
-        if tiles.BWD_CHUNK and tiles.BWD_WIDE == "columns":
+        print(f"   library default {rows[0][1]:.1f} us, torch.compile {peer_us:.1f} us")
+        if args.rowdot and tiles.BWD_CHUNK and tiles.BWD_WIDE == "columns":
             row_dots(x, w, ref_rstd, tiles, device, bw)
     cache = Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or f"/tmp/torchinductor_{os.environ.get('USER', 'root')}")
     print("== Inductor's kept configurations")
