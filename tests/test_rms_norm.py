@@ -106,6 +106,9 @@ def test_weight_none_and_offset(device, impl):
         # The forward in column chunks (two walks), beside either backward
         (1, 300, {"FWD_CHUNK": 64}),  # one row: 5 chunks, the last masked
         (9, 300, {"FWD_CHUNK": 128, "BLOCK_SIZE_M": 2, "BWD_CHUNK": 128}),  # an odd row tail
+        # The whole row read twice (FWD_WALKS=2): one masked chunk as wide as the row
+        (1, 300, {"FWD_WALKS": 2}),
+        (7, 123, {"FWD_WALKS": 2, "BLOCK_SIZE_M": 2}),
     ],
 )
 @pytest.mark.parametrize("casting_mode", ["llama", "gemma", "none"])
@@ -210,6 +213,8 @@ def test_in_place_backward_reuses_the_incoming_gradient(device):
         ({"GRID": 0, "impl": "gpu"}, r"GRID=0 must be a positive integer"),
         ({"BWD_CHUNK": 100, "impl": "gpu"}, r"BWD_CHUNK=100 must be a power of two"),
         ({"FWD_CHUNK": 8, "impl": "gpu"}, r"FWD_CHUNK=8 must be a power of two from 16"),
+        ({"FWD_WALKS": 3, "impl": "gpu"}, r"FWD_WALKS=3 is not allowed; use 'auto', 1 or 2"),
+        ({"FWD_WALKS": 1, "FWD_CHUNK": 64, "impl": "gpu"}, r"FWD_WALKS=1 reads each row once, but FWD_CHUNK=64"),
         ({"DW_REDUCE": "tree", "impl": "gpu"}, r"DW_REDUCE='tree' is not allowed"),
         ({"BWD_WIDE": "rows", "impl": "gpu"}, r"BWD_WIDE='rows' is not allowed"),
         ({"BWD_ROWS": 3, "impl": "gpu"}, r"BWD_ROWS=3 must be a power of two"),
@@ -522,6 +527,12 @@ def test_rows_from_32768_walk_the_forward_in_chunks_and_the_fused_rows_stay_whol
     assert gpu.resolve_tiles(4096, 32768, 132, residual=True).fwd_chunk == 0
     assert gpu.resolve_tiles(4096, 32768, 132, FWD_CHUNK=32768).fwd_chunk == 0
     assert gpu.resolve_tiles(4096, 32768, 132, FWD_CHUNK=4096, BLOCK_SIZE_M=16).BLOCK_SIZE_M == 16
+    # FWD_WALKS: 1 keeps even the widest rows whole and read once; 2 reads a whole row twice
+    once = gpu.resolve_tiles(4096, 32768, 132, FWD_WALKS=1)
+    assert (once.fwd_chunk, once.num_warps) == (0, 32)
+    twice = gpu.resolve_tiles(4096, 8192, 132, FWD_WALKS=2)
+    assert (twice.fwd_chunk, twice.BLOCK_SIZE, twice.num_warps) == (8192, 8192, 16)
+    assert gpu.resolve_tiles(4096, 32768, 132, FWD_WALKS=2).fwd_chunk == 8192  # the auto chunk stays
     cpu = device_info("cpu")
     key = tuned_tables.device_key(cpu)
     (tables / "rms_norm").mkdir(parents=True)
@@ -535,3 +546,5 @@ def test_rows_from_32768_walk_the_forward_in_chunks_and_the_fused_rows_stay_whol
     assert chunked.source.startswith("heuristic (forward in chunks")
     whole = gpu.tiles_for_rows(4096, 16384, cpu)
     assert (whole.fwd_chunk, whole.num_warps) == (0, 32) and whole.source == f"tuned:{key}@16384"
+    twice = gpu.tiles_for_rows(4096, 16384, cpu, FWD_WALKS=2)
+    assert twice.fwd_chunk == 16384 and twice.source.startswith("heuristic (forward reading rows twice")

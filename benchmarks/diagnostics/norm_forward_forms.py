@@ -10,6 +10,8 @@ Where the suite's RMSNorm forward trails torch.compile (hidden 32768 and 8192 on
 - the library's forward at its default tiles (``kernels.rms_norm.gpu.rms_norm_forward``);
 - torch.compile's forward of the same reference (the suite's peer), and the configuration its
   autotuner kept, read from Inductor's cache (the kernel's ``.best_config`` and its loop's loads);
+- the library's forward reading each whole row twice (``FWD_WALKS=2``: the row loaded, summed and
+  dropped, then loaded again from L2), one row a program, warps swept;
 - the forms written here: :func:`_forward_one_row`, a whole row per program on 1-D tensors as
   Inductor writes its persistent reductions (no mask where the row fills the tile, int32 or
   int64 offsets, warps swept); :func:`_forward_accumulated` (``--forms accumulated``): the row walked in chunks as the library's
@@ -197,7 +199,24 @@ def one_row_forms(hidden: int):
             yield {"warps": warps, "even": even, "int64": int64}
 
 
-FORMS = {"one_row": (one_row_forms, forward_one_row), "accumulated": (accumulated_forms, forward_accumulated)}
+def two_walk_forms(hidden: int):
+    for warps in (8, 16, 32):
+        if 8 <= hidden // (32 * warps) <= 64:
+            yield {"warps": warps}
+
+
+def forward_two_walks(x, w, eps, warps):
+    """The library's forward reading each whole row twice (``FWD_WALKS=2``), one row a program."""
+    width = triton.next_power_of_2(x.shape[1])
+    tiles = gpu.tiles_for(x, FWD_WALKS=2, FWD_CHUNK=width, BLOCK_SIZE_M=1, num_warps=warps)
+    return gpu.rms_norm_forward(x, w, eps, 0.0, "llama", tiles)
+
+
+FORMS = {
+    "two_walks": (two_walk_forms, forward_two_walks),
+    "one_row": (one_row_forms, forward_one_row),
+    "accumulated": (accumulated_forms, forward_accumulated),
+}
 
 
 def same(y, rstd, ref_y, ref_rstd) -> bool:
@@ -240,7 +259,9 @@ def row_dots(x, w, rstd, tiles, device, bw) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hidden", default="2048,4096,8192,16384,32768")
-    parser.add_argument("--forms", default="one_row", help="one_row, accumulated (comma-separated)")
+    parser.add_argument(
+        "--forms", default="two_walks,one_row", help="two_walks, one_row, accumulated (comma-separated)"
+    )
     parser.add_argument("--rowdot", action="store_true", help="also the columns backward's first pass")
     parser.add_argument("--rows", type=int, default=4096)
     args = parser.parse_args(argv)

@@ -7,7 +7,8 @@
 untiled or chunked), ``impl="auto"`` picks the NPU kernels on an NPU and the GPU kernels
 elsewhere (the CPU runs either in the Triton interpreter). Tile overrides are keyword
 arguments: ``BLOCK_SIZE``, ``BLOCK_SIZE_M``, ``num_warps``, ``GRID``, ``BWD_CHUNK``, ``DW_REDUCE``,
-``BWD_WIDE``, ``BWD_ROWS``, ``BWD_WARPS``, ``BWD_PREFETCH``, ``BWD_RELOAD_W``, ``BWD_STAGES``, ``FWD_CHUNK`` for
+``BWD_WIDE``, ``BWD_ROWS``, ``BWD_WARPS``, ``BWD_PREFETCH``, ``BWD_RELOAD_W``, ``BWD_STAGES``, ``FWD_CHUNK``,
+``FWD_WALKS`` for
 the GPU kernels; ``strategy``, ``CHUNK_THRESHOLD``, ``BLOCK_SIZE_M``, ``BLOCK_SIZE_N``, ``GRID``,
 ``USE_WHERE`` for the NPU kernels. ``in_place=True`` lets the backward write dx over the incoming
 gradient (eager only). Under torch.compile the call is the registered op of :mod:`.ops`.
@@ -33,7 +34,7 @@ from kernels.torch_ops import encode_tiles
 IMPLS = ("gpu", "npu", "auto")
 _GPU_TILES = (
     "BLOCK_SIZE", "BLOCK_SIZE_M", "num_warps", "GRID", "BWD_CHUNK", "DW_REDUCE", "BWD_WIDE", "BWD_ROWS", "BWD_WARPS",
-    "BWD_PREFETCH", "BWD_RELOAD_W", "BWD_STAGES", "FWD_CHUNK",
+    "BWD_PREFETCH", "BWD_RELOAD_W", "BWD_STAGES", "FWD_CHUNK", "FWD_WALKS",
 )  # fmt: skip
 _NPU_TILES = ("strategy", "CHUNK_THRESHOLD", "BLOCK_SIZE_M", "BLOCK_SIZE_N", "GRID", "USE_WHERE")
 _SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)

@@ -53,6 +53,12 @@ registers (at hidden 32768 the row kernel spills and runs 2x slower than the chu
 
 The forward holds whole rows unless ``FWD_CHUNK`` is below the row width: then
 ``_rms_norm_forward_chunked_kernel`` walks each row twice in chunks, the second walk from L2.
+``FWD_WALKS=2`` takes that kernel for a whole row too (one chunk as wide as the row): the row is
+loaded, summed and dropped, then loaded again from L2 for y, so no thread holds it across the
+reduction. That is the form torch.compile's Inductor kept for RMSNorm on the H200 (a looped
+reduction whose one step is the whole row, 32 warps at hidden 32768: 128.0 us against the
+library's 149.2, ``benchmarks/diagnostics/norm_forward_forms.py``); ``FWD_WALKS=1`` keeps the row
+in registers.
 
 Why one long module: the forward, the three backward forms and their tile resolution are one
 op's GPU kernels, read top to bottom as one explanation (Liger's one-file-per-op, Triton's
@@ -121,6 +127,7 @@ BWD_CHUNK_DEFAULT = 4096
 # 8192 the chunks came within 1 us of the whole row (70.8 against 71.5; 35.7 against 36.9).
 FWD_WHOLE_ROW_LIMIT = 32768
 FWD_CHUNK_DEFAULT = 8192
+FWD_WALK_COUNTS = (1, 2)  # FWD_WALKS: the forward's reads of each row (2: again from L2)
 
 
 @dataclass(frozen=True)
@@ -524,7 +531,7 @@ class GpuTiles:
     bwd_prefetch: bool = False  # the whole-row and columns backwards load a tile ahead
     bwd_reload_w: bool = False  # ... and load w per tile instead of holding it in registers
     bwd_stages: int = 1  # ... or stage tiles ahead in shared memory (Triton's pipeline; 1: none)
-    fwd_chunk: int = 0  # 0: the forward holds whole rows; else it walks them in chunks this wide
+    fwd_chunk: int = 0  # 0: the forward reads whole rows once; else it walks them twice in chunks this wide
     source: str = "heuristic"  # where the forward's tiles came from (records' tiles_source)
     bwd_source: str = ""  # ... and the backward's rows, warps and loop ("": no backward table here)
 
@@ -582,6 +589,7 @@ def resolve_tiles(
     BWD_RELOAD_W="auto",
     BWD_STAGES="auto",
     FWD_CHUNK="auto",
+    FWD_WALKS="auto",
     *,
     residual: bool = False,
 ) -> GpuTiles:
@@ -610,14 +618,24 @@ def resolve_tiles(
         BLOCK_SIZE_M = default_block_size_m(n_cols)
     elif not is_power_of_two(BLOCK_SIZE_M):
         raise ValueError(f"BLOCK_SIZE_M={BLOCK_SIZE_M!r} must be a power of two (1, 2, 4, …)")
+    if FWD_WALKS not in ("auto",) + FWD_WALK_COUNTS or isinstance(FWD_WALKS, bool):
+        raise ValueError(f"FWD_WALKS={FWD_WALKS!r} is not allowed; use 'auto', 1 or 2")
     if FWD_CHUNK == "auto":
-        FWD_CHUNK = FWD_CHUNK_DEFAULT if BLOCK_SIZE >= FWD_WHOLE_ROW_LIMIT and not residual else BLOCK_SIZE
+        wide = BLOCK_SIZE >= FWD_WHOLE_ROW_LIMIT and not residual and FWD_WALKS != 1
+        FWD_CHUNK = FWD_CHUNK_DEFAULT if wide else BLOCK_SIZE
     elif not (is_power_of_two(FWD_CHUNK) and 16 <= FWD_CHUNK <= MAX_TILE_ELEMENTS):
         raise ValueError(
             f"FWD_CHUNK={FWD_CHUNK!r} must be a power of two from 16 to {MAX_TILE_ELEMENTS} (the forward's "
             f"column chunk; {BLOCK_SIZE} or more keeps whole rows) or 'auto'"
         )
     fwd_chunk = 0 if FWD_CHUNK >= BLOCK_SIZE else FWD_CHUNK
+    if FWD_WALKS == 1 and fwd_chunk:
+        raise ValueError(
+            f"FWD_WALKS=1 reads each row once, but FWD_CHUNK={fwd_chunk} walks it in chunks, twice; "
+            f"use FWD_WALKS=2 or 'auto', or FWD_CHUNK >= {BLOCK_SIZE}"
+        )
+    if FWD_WALKS == 2 and not fwd_chunk:
+        fwd_chunk = BLOCK_SIZE  # one chunk as wide as the row, read twice (the second from L2)
     width = fwd_chunk or BLOCK_SIZE  # the forward tile's columns
     if width * BLOCK_SIZE_M > MAX_TILE_ELEMENTS:
         name = "FWD_CHUNK" if fwd_chunk else "BLOCK_SIZE"
@@ -1079,8 +1097,9 @@ def with_tuned_tiles(family: str, dev, n_rows: int, n_cols: int, tiles: dict, **
     key = tuned_tables.device_key(dev)
     found = tuned_tables.choose(family, key, n_cols, tiles, TUNED_TILES)
     result = dataclasses.replace(base, source=found.source)
-    if found.tiles and base.fwd_chunk:  # the forward's table holds whole rows' tiles
-        result = dataclasses.replace(result, source="heuristic (forward in chunks: the tuned table's rows are whole)")
+    if found.tiles and base.fwd_chunk:  # the forward's table holds tiles of whole rows read once
+        walk = "in chunks" if base.fwd_chunk < base.BLOCK_SIZE else "reading rows twice"
+        result = dataclasses.replace(result, source=f"heuristic (forward {walk}: the tuned table's rows are whole)")
     elif found.tiles:  # else no entry, or an empty one: the tune kept the rule at this size
         tuned, why = _with_entry(n_rows, n_cols, dev, fixed, tiles, found.tiles)
         if tuned is None:

@@ -358,6 +358,7 @@ GPU_BACKWARD_LOOP_PARAMS = (
 # ... and RMSNorm's column chunks for rows too wide for registers (the fused kernels keep whole rows).
 GPU_BACKWARD_PARAMS = (
     Param("FWD_CHUNK", ("auto",) + POW2, "auto", "forward column chunk (>= hidden: whole rows)"),
+    Param("FWD_WALKS", ("auto",) + gpu.FWD_WALK_COUNTS, "auto", "forward reads of a row: 2 reads it again from L2"),
     Param(
         "BWD_CHUNK",
         ("auto",) + POW2,
