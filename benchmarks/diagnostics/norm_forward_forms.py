@@ -1,6 +1,6 @@
 """RMSNorm's forward in other loop forms, beside the library's kernel and torch.compile's, on a GPU.
 
-    python3 benchmarks/diagnostics/norm_forward_forms.py [--hidden 8192,32768] [--rows 4096]
+    python3 benchmarks/diagnostics/norm_forward_forms.py [--hidden 8192,32768] [--rows 4096] [--forms two_walks,one_row]
     bash benchmarks/gpu_run.sh run python3 benchmarks/diagnostics/norm_forward_forms.py   # GPU machine
 
 Where the suite's RMSNorm forward trails torch.compile (hidden 32768 and 8192 on the H200,
@@ -12,14 +12,13 @@ Where the suite's RMSNorm forward trails torch.compile (hidden 32768 and 8192 on
   autotuner kept, read from Inductor's cache (the kernel's ``.best_config`` and its loop's loads);
 - the library's forward reading each whole row twice (``FWD_WALKS=2``: the row loaded, summed and
   dropped, then loaded again from L2), one row a program, warps swept;
-- the forms written here: :func:`_forward_one_row`, a whole row per program on 1-D tensors as
+- a form written here, :func:`_forward_one_row`: a whole row per program on 1-D tensors as
   Inductor writes its persistent reductions (no mask where the row fills the tile, int32 or
-  int64 offsets, warps swept); :func:`_forward_accumulated` (``--forms accumulated``): the row walked in chunks as the library's
-  chunked kernel walks it, but the squares summed element-wise into a chunk-wide fp32 accumulator
-  and reduced across the warps once per row, where the library's kernel reduces each chunk
-  (a cross-warp reduction through shared memory and a barrier per chunk). Chunks, rows per
-  program, warps and pipeline stages are swept. ``--rowdot``: the ``columns`` backward's first
-  pass, the library's against the same element-wise accumulation.
+  int64 offsets), warps swept.
+
+A form that lost stays in git, not here: the row walked in chunks with the squares summed
+element-wise and reduced once per row, and the same for the ``columns`` backward's first pass
+(at e0d19f4; ``reports/h200-norm-long-rows`` has what they measured).
 
 Every form's y and rstd are compared with the library's default's. Prints one table per size.
 """
@@ -43,39 +42,8 @@ import triton.language as tl  # noqa: E402
 from kernels.peers import compiled  # noqa: E402
 from kernels.rms_norm import gpu  # noqa: E402
 from kernels.rms_norm.reference import rms_norm_reference  # noqa: E402
-from kernels.rms_norm.tile_math import normalized, rstd_from, weighted  # noqa: E402
 from workbench.device import get_device  # noqa: E402
 from workbench.timing import ProfilerKernelSampler  # noqa: E402
-
-
-@triton.jit
-def _forward_accumulated(
-    Y_ptr, X_ptr, W_ptr, RSTD_ptr, row_stride, n_rows, n_cols, eps, offset, CASTING_MODE: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr, BLOCK_SIZE_M: tl.constexpr,
-):  # fmt: skip
-    """y = x * rstd * (offset + w): walk 1 adds x^2 into a [BLOCK_SIZE_M, BLOCK_SIZE] fp32
-    accumulator (loads kept in L2: ``evict_last``), one reduction per row after it; walk 2 reads
-    x again (from L2, ``evict_first``) and writes y."""
-    rows = tl.program_id(0) * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
-    row_mask = rows < n_rows
-    row_offsets = rows.to(tl.int64)[:, None] * row_stride
-    chunk = tl.arange(0, BLOCK_SIZE)
-    squares = tl.zeros([BLOCK_SIZE_M, BLOCK_SIZE], dtype=tl.float32)
-    for start in range(0, n_cols, BLOCK_SIZE):
-        cols = start + chunk
-        mask = row_mask[:, None] & (cols < n_cols)[None, :]
-        x = tl.load(X_ptr + row_offsets + cols[None, :], mask=mask, other=0.0, eviction_policy="evict_last")
-        xf = x.to(tl.float32)
-        squares += xf * xf
-    rstd = rstd_from(tl.sum(squares, axis=1), n_cols, eps, True)
-    tl.store(RSTD_ptr + rows, rstd, mask=row_mask)
-    for start in range(0, n_cols, BLOCK_SIZE):
-        cols = start + chunk
-        col_mask = cols < n_cols
-        mask = row_mask[:, None] & col_mask[None, :]
-        x = tl.load(X_ptr + row_offsets + cols[None, :], mask=mask, other=0.0, eviction_policy="evict_first")
-        y = weighted(normalized(x, rstd, CASTING_MODE), W_ptr, cols, col_mask, offset, True)
-        tl.store(Y_ptr + row_offsets + cols[None, :], y.to(Y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -116,58 +84,6 @@ def forward_one_row(x, w, eps, warps, even, int64):
     return y, rstd
 
 
-def forward_accumulated(x, w, eps, chunk, rows, warps, stages):
-    y = torch.empty_like(x)
-    rstd = torch.empty(x.shape[0], device=x.device, dtype=torch.float32)
-    grid = (triton.cdiv(x.shape[0], rows),)
-    _forward_accumulated[grid](
-        y, x, w, rstd, x.stride(0), x.shape[0], x.shape[1], eps, 0.0, 0,
-        BLOCK_SIZE=chunk, BLOCK_SIZE_M=rows, num_warps=warps, num_stages=stages,
-    )  # fmt: skip
-    return y, rstd
-
-
-@triton.jit
-def _row_dot_accumulated(
-    DOT_ptr, DY_ptr, X_ptr, W_ptr, RSTD_ptr, row_stride, n_rows, n_cols,
-    BLOCK_SIZE: tl.constexpr, BLOCK_SIZE_M: tl.constexpr,
-):  # fmt: skip
-    """The ``columns`` backward's first pass, dot = mean(dy * w * xhat) per row, with the products
-    summed element-wise across the chunks and reduced once per row."""
-    rows = tl.program_id(0) * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
-    row_mask = rows < n_rows
-    row_offsets = rows.to(tl.int64)[:, None] * row_stride
-    rstd = tl.load(RSTD_ptr + rows, mask=row_mask, other=0.0)
-    acc = tl.zeros([BLOCK_SIZE_M, BLOCK_SIZE], dtype=tl.float32)
-    for start in range(0, n_cols, BLOCK_SIZE):
-        cols = start + tl.arange(0, BLOCK_SIZE)
-        col_mask = cols < n_cols
-        mask = row_mask[:, None] & col_mask[None, :]
-        x = tl.load(X_ptr + row_offsets + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        m = tl.load(DY_ptr + row_offsets + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        w = tl.load(W_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
-        acc += m * w[None, :] * x
-    tl.store(DOT_ptr + rows, tl.sum(acc, axis=1) * rstd / n_cols, mask=row_mask)
-
-
-def row_dot_library(x, dy, w, rstd, chunk, rows, warps):
-    dot = torch.empty(x.shape[0], device=x.device, dtype=torch.float32)
-    gpu._rms_norm_backward_rowdot_kernel[(triton.cdiv(x.shape[0], rows),)](
-        dot, dy, x, w, rstd, x.stride(0), x.shape[0], x.shape[1], 0.0,
-        HAS_WEIGHT=True, BLOCK_SIZE=chunk, BLOCK_SIZE_M=rows, num_warps=warps,
-    )  # fmt: skip
-    return dot
-
-
-def row_dot_accumulated(x, dy, w, rstd, chunk, rows, warps, stages=1):
-    dot = torch.empty(x.shape[0], device=x.device, dtype=torch.float32)
-    _row_dot_accumulated[(triton.cdiv(x.shape[0], rows),)](
-        dot, dy, x, w, rstd, x.stride(0), x.shape[0], x.shape[1],
-        BLOCK_SIZE=chunk, BLOCK_SIZE_M=rows, num_warps=warps, num_stages=stages,
-    )  # fmt: skip
-    return dot
-
-
 def median_us(fn, device) -> float:
     """Median device time of one call's kernels (profiler, L2 flushed before each call), 30 calls."""
     fn()
@@ -185,12 +101,6 @@ def inductor_choices(root: Path) -> list[str]:
             body = [ln for ln in source.read_text().splitlines() if ln.startswith("    ") or ln.startswith("def ")]
             lines += [f"    {ln[:170]}" for ln in body[:40]]
     return lines
-
-
-def accumulated_forms(hidden: int):
-    for chunk, rows, warps, stages in itertools.product((1024, 2048, 4096, 8192), (1, 2), (4, 8, 16), (1, 2)):
-        if chunk < hidden and 8 <= rows * chunk // (32 * warps) <= 64:
-            yield {"chunk": chunk, "rows": rows, "warps": warps, "stages": stages}
 
 
 def one_row_forms(hidden: int):
@@ -215,7 +125,6 @@ def forward_two_walks(x, w, eps, warps):
 FORMS = {
     "two_walks": (two_walk_forms, forward_two_walks),
     "one_row": (one_row_forms, forward_one_row),
-    "accumulated": (accumulated_forms, forward_accumulated),
 }
 
 
@@ -224,45 +133,10 @@ def same(y, rstd, ref_y, ref_rstd) -> bool:
     return torch.allclose(y.float(), ref_y.float(), rtol=1e-2, atol=1e-2) and torch.allclose(rstd, ref_rstd, rtol=1e-5)
 
 
-def row_dots(x, w, rstd, tiles, device, bw) -> None:
-    """The ``columns`` backward's first pass: the library's kernel at the default tiles and
-    others, beside the element-wise accumulated one, and the whole backward for scale."""
-    dy = torch.randn_like(x)
-    backward_us = median_us(lambda: gpu.rms_norm_backward(dy, x, w, rstd, 0.0, "llama", tiles), device)
-    default = dict(chunk=tiles.BWD_CHUNK, rows=tiles.bwd_block_size_m, warps=tiles.bwd_num_warps)
-    ref = row_dot_library(x, dy, w, rstd, **default)
-    found = [
-        (
-            f"library rowdot {default} (default)",
-            median_us(lambda: row_dot_library(x, dy, w, rstd, **default), device),
-            "",
-        )
-    ]
-    for chunk, rows, warps in itertools.product((1024, 2048, 4096, 8192), (1, 2), (4, 8, 16)):
-        form = dict(chunk=chunk, rows=rows, warps=warps)
-        if not 4 <= rows * chunk // (32 * warps) <= 64:
-            continue
-        if form != default:
-            us = median_us(lambda form=form: row_dot_library(x, dy, w, rstd, **form), device)
-            found.append((f"library rowdot {form}", us, ""))
-        for stages in (1, 2):
-            dot = row_dot_accumulated(x, dy, w, rstd, stages=stages, **form)
-            wrong = (dot - ref).abs().max().item() > 1e-3 * ref.abs().max().item()
-            us = median_us(lambda: row_dot_accumulated(x, dy, w, rstd, stages=stages, **form), device)  # noqa: B023
-            found.append((f"accumulated rowdot {form} stages {stages}", us, "WRONG" if wrong else ""))
-    read = 2 * x.numel() * x.element_size()
-    print(f"   the backward at its default tiles: {backward_us:.1f} us; its first pass (reads x and dy):")
-    for name, us, note in sorted(found, key=lambda r: r[1])[:10]:
-        print(f"   {us:8.1f} us {100 * read / us / 1e3 / bw:5.1f}%  {name} {note}")
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hidden", default="2048,4096,8192,16384,32768")
-    parser.add_argument(
-        "--forms", default="two_walks,one_row", help="two_walks, one_row, accumulated (comma-separated)"
-    )
-    parser.add_argument("--rowdot", action="store_true", help="also the columns backward's first pass")
+    parser.add_argument("--forms", default="two_walks,one_row", help="two_walks, one_row (comma-separated)")
     parser.add_argument("--rows", type=int, default=4096)
     args = parser.parse_args(argv)
     device = get_device("cuda")
@@ -296,8 +170,6 @@ def main(argv=None) -> int:
         for name, us, note in sorted(rows, key=lambda r: r[1])[:14]:
             print(f"   {us:8.1f} us {100 * min_bytes / us / 1e3 / bw:5.1f}%  {name} {note}")
         print(f"   library default {rows[0][1]:.1f} us, torch.compile {peer_us:.1f} us")
-        if args.rowdot and tiles.BWD_CHUNK and tiles.BWD_WIDE == "columns":
-            row_dots(x, w, ref_rstd, tiles, device, bw)
     cache = Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or f"/tmp/torchinductor_{os.environ.get('USER', 'root')}")
     print("== Inductor's kept configurations")
     for line in inductor_choices(cache):
