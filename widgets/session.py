@@ -231,9 +231,13 @@ class Session(SessionSweeps, SessionFigures):
     # --- measuring --------------------------------------------------------------------------
     def key(self, variant: str, problem=None, params=None, mode="forward", dtype=None) -> tuple:
         """Cache key of a configuration (problem / params resolved like ``measure`` does)."""
-        var = self.spec.variant(variant)
+        return self._resolved(self.spec.variant(variant), problem, params, mode, dtype_name(dtype or self.dtype))[2]
+
+    def _resolved(self, var: Variant, problem: Mapping | None, params: Mapping | None, mode: str, dt: str) -> tuple:
+        """(problem, params, cache key) of a configuration: the call's problem over the session's,
+        both resolved against the family's spec, as every measuring path here keys its cache."""
         prob, prm, _ = resolve_config(self.spec, var, {**self.problem, **dict(problem or {})}, params, False)
-        return config_key(var.name, self.device.kind, dtype_name(dtype or self.dtype), mode, prob, prm)
+        return prob, prm, config_key(var.name, self.device.kind, dt, mode, prob, prm)
 
     def lookup(self, variant: str, problem=None, params=None, mode="forward", dtype=None) -> Record | None:
         """The cached record of a configuration, or None (does not measure, does not count)."""
@@ -252,8 +256,7 @@ class Session(SessionSweeps, SessionFigures):
         to ``records`` (the Explorer shows it, then keeps it itself). Never raises for a
         configuration that cannot run."""
         dt = dtype_name(dtype or self.dtype)
-        prob, prm, _ = resolve_config(self.spec, variant, {**self.problem, **dict(problem or {})}, params, False)
-        key = config_key(variant.name, self.device.kind, dt, mode, prob, prm)
+        prob, prm, key = self._resolved(variant, problem, params, mode, dt)
         if not force:
             hit = self.cache.get(key)
             if hit is not None:
@@ -293,8 +296,8 @@ class Session(SessionSweeps, SessionFigures):
         ahead = []
         for var in variants:
             prm = split_params(params, var)
-            prob, resolved, _ = resolve_config(self.spec, var, {**self.problem, **dict(problem or {})}, prm, False)
-            if self.cache.peek(config_key(var.name, self.device.kind, dt, mode, prob, resolved)) is None:
+            prob, _, key = self._resolved(var, problem, prm, mode, dt)
+            if self.cache.peek(key) is None:
                 ahead.append(dict(variant=var, dtype=dt, mode=mode, problem=prob, params=prm))
         if ahead:
             compile_service.submit_configs(self.spec, ahead, self.device.kind)
@@ -309,9 +312,9 @@ class Session(SessionSweeps, SessionFigures):
         dt = dtype_name(dtype or self.dtype)
         configs, keys = [], []
         for var, params in variants:
-            prob, prm, _ = resolve_config(self.spec, var, {**self.problem, **dict(problem or {})}, params, False)
+            prob, prm, key = self._resolved(var, problem, params, mode, dt)
             configs.append(dict(variant=var, dtype=dt, mode=mode, problem=prob, params=prm, seed=self.seed))
-            keys.append(config_key(var.name, self.device.kind, dt, mode, prob, prm))
+            keys.append(key)
         with self._lock:
             recs = measure_many(
                 self.spec,
