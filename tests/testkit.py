@@ -59,6 +59,26 @@ def norm_task(variant: str, rows: int, hidden: int, params: dict, rep_ms: float 
     )
 
 
+def rms_norm_record(variant: str, hidden: int, ms: float, *, backend: str = "gpu", passed: bool = True, **fields):
+    """A synthetic suite record of RMSNorm's bf16 forward at ``hidden`` (4096 rows), kernel time
+    ``ms``, checked ``passed``; ``fields`` add to it or replace its own."""
+    return {
+        "kernel": "rms_norm",
+        "variant": variant,
+        "backend": backend,
+        "mode": "forward",
+        "dtype": "bf16",
+        "axis": "hidden",
+        "x_value": hidden,
+        "problem": {"rows": 4096, "hidden": hidden},
+        "kernel_ms": ms,
+        "ms_p50": ms,
+        "passed": passed,
+        "error": None,
+        **fields,
+    }
+
+
 def _have_ptxas() -> bool:
     import triton
 
