@@ -40,6 +40,20 @@ def git(root: Path, *args: str) -> str:
     return out.stdout
 
 
+def commit_notebooks(repo: Path, notebooks: dict[str, str]) -> list[Path]:
+    """``notebooks`` (file name -> text) written to a new ``notebooks`` folder of ``repo`` and
+    committed with all else there, in one commit; their paths, in the order given."""
+    (repo / "notebooks").mkdir()
+    paths = []
+    for name, text in notebooks.items():
+        path = repo / "notebooks" / name
+        path.write_text(text)
+        paths.append(path)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "notebooks")
+    return paths
+
+
 def norm_task(variant: str, rows: int, hidden: int, params: dict, rep_ms: float = 1):
     """A sweep task of rms_norm's ``variant`` for the interpreter: fp32 forward, quick, no warm-up."""
     import kernels
