@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from testkit import rms_norm_record
 
 from workbench.cli import main
 from workbench.phases import Phases
@@ -18,28 +19,21 @@ DEVICE = "NVIDIA H100 80GB HBM3"
 
 def rec(variant="gpu_row", ms=0.010, rel=0.01, *, hidden=4096, backend="gpu", passed=True, device=DEVICE, **extra):
     """One synthetic record: kernel time ``ms`` with a +-``rel`` interval."""
-    return {
-        "kernel": "rms_norm",
-        "variant": variant,
-        "backend": backend,
-        "mode": "forward",
-        "dtype": "bf16",
-        "device_kind": "cuda",
-        "device_name": device,
-        "problem": {"rows": 4096, "hidden": hidden},
-        "params": {"BLOCK_SIZE": 1024},
-        "axis": "hidden",
-        "x_value": hidden,
-        "timing_method": "cuda-graph",
-        "kernel_ms": ms,
-        "kernel_lo_ms": ms * (1 - rel),
-        "kernel_hi_ms": ms * (1 + rel),
-        "ms_p50": ms,
-        "passed": passed,
-        "error": None,
-        "max_abs_err": 0.01 if passed else 3.0,
+    return rms_norm_record(
+        variant,
+        hidden,
+        ms,
+        backend=backend,
+        passed=passed,
+        device_kind="cuda",
+        device_name=device,
+        params={"BLOCK_SIZE": 1024},
+        timing_method="cuda-graph",
+        kernel_lo_ms=ms * (1 - rel),
+        kernel_hi_ms=ms * (1 + rel),
+        max_abs_err=0.01 if passed else 3.0,
         **extra,
-    }
+    )
 
 
 def write_run(folder, records, failures=(), suite=True):

@@ -121,11 +121,7 @@ def _committed_text(path: Path) -> str:
 
 @needs_git
 def test_a_save_that_changed_only_outputs_leaves_git_status_clean(filtered_repo):
-    (filtered_repo / "notebooks").mkdir()
-    nb = filtered_repo / "notebooks" / "n.ipynb"
-    nb.write_text(_notebook(["x = 1", "print(x)"]))
-    testkit.git(filtered_repo, "add", "-A")
-    testkit.git(filtered_repo, "commit", "-qm", "notebook")
+    (nb,) = testkit.commit_notebooks(filtered_repo, {"n.ipynb": _notebook(["x = 1", "print(x)"])})
     nb.write_text(_notebook(["x = 1", "print(x)"], outputs=True))  # Run All, then Save
     assert testkit.git(filtered_repo, "diff", "--stat").strip() == ""  # the filter sees no change ...
     assert testkit.git(filtered_repo, "status", "--porcelain").strip() == "M notebooks/n.ipynb"  # ... but the size did
@@ -142,12 +138,7 @@ def test_a_save_that_changed_only_outputs_leaves_git_status_clean(filtered_repo)
 
 def _tracked_notebooks(repo: Path, count: int) -> list[Path]:
     """``count`` committed notebooks, then each saved again with outputs (Run All, then Save)."""
-    (repo / "notebooks").mkdir()
-    paths = [repo / "notebooks" / f"n{i}.ipynb" for i in range(count)]
-    for i, nb in enumerate(paths):
-        nb.write_text(_notebook([f"x = {i}", "print(x)"]))
-    testkit.git(repo, "add", "-A")
-    testkit.git(repo, "commit", "-qm", "notebooks")
+    paths = testkit.commit_notebooks(repo, {f"n{i}.ipynb": _notebook([f"x = {i}", "print(x)"]) for i in range(count)})
     for i, nb in enumerate(paths):
         nb.write_text(_notebook([f"x = {i}", "print(x)"], outputs=True))
     return paths

@@ -134,11 +134,7 @@ def _notebook(cells, outputs=()):
 
 
 def test_a_notebook_run_and_saved_is_not_code_that_changed_but_an_edited_cell_is(checkout):
-    (checkout / "notebooks").mkdir()
-    path = checkout / "notebooks" / "n.ipynb"
-    path.write_text(_notebook(["x = 1", "print(x)"]))
-    testkit.git(checkout, "add", "-A")
-    testkit.git(checkout, "commit", "-qm", "notebook")
+    (path,) = testkit.commit_notebooks(checkout, {"n.ipynb": _notebook(["x = 1", "print(x)"])})
     head = _head(checkout)
     # Run and saved: outputs, counts and metadata written, the cells' sources as they were.
     ran = _notebook(["x = 1", "print(x)"], outputs=[{"name": "stdout", "output_type": "stream", "text": "1\n"}])

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from testkit import rms_norm_record
+
 from workbench.reports import reader
 from workbench.reports import suite as R
 
@@ -14,25 +16,17 @@ COPY_BW = 3000.0
 
 
 def _rec(variant, x, ms, backend="gpu", **extra):
-    return {
-        "kernel": "rms_norm",
-        "variant": variant,
-        "backend": backend,
-        "mode": "forward",
-        "dtype": "bf16",
-        "x_value": x,
-        "axis": "hidden",
-        "problem": {"rows": 4096, "hidden": x},
-        "ms_p50": ms,
-        "kernel_ms": ms,
-        "call_ms": ms * 3,
-        "host_ms": ms,
-        "gbps": 1000.0 / ms / 100,
-        "copy_bw_gbps": COPY_BW,
-        "passed": True,
-        "error": None,
+    return rms_norm_record(
+        variant,
+        x,
+        ms,
+        backend=backend,
+        call_ms=ms * 3,
+        host_ms=ms,
+        gbps=1000.0 / ms / 100,
+        copy_bw_gbps=COPY_BW,
         **extra,
-    }
+    )
 
 
 def _row(x, ratio, lo, hi, status, **extra):

@@ -40,6 +40,20 @@ def git(root: Path, *args: str) -> str:
     return out.stdout
 
 
+def commit_notebooks(repo: Path, notebooks: dict[str, str]) -> list[Path]:
+    """``notebooks`` (file name -> text) written to a new ``notebooks`` folder of ``repo`` and
+    committed with all else there, in one commit; their paths, in the order given."""
+    (repo / "notebooks").mkdir()
+    paths = []
+    for name, text in notebooks.items():
+        path = repo / "notebooks" / name
+        path.write_text(text)
+        paths.append(path)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "notebooks")
+    return paths
+
+
 def norm_task(variant: str, rows: int, hidden: int, params: dict, rep_ms: float = 1):
     """A sweep task of rms_norm's ``variant`` for the interpreter: fp32 forward, quick, no warm-up."""
     import kernels
@@ -57,6 +71,26 @@ def norm_task(variant: str, rows: int, hidden: int, params: dict, rep_ms: float 
         rep_ms=rep_ms,
         warmup_ms=0,
     )
+
+
+def rms_norm_record(variant: str, hidden: int, ms: float, *, backend: str = "gpu", passed: bool = True, **fields):
+    """A synthetic suite record of RMSNorm's bf16 forward at ``hidden`` (4096 rows), kernel time
+    ``ms``, checked ``passed``; ``fields`` add to it or replace its own."""
+    return {
+        "kernel": "rms_norm",
+        "variant": variant,
+        "backend": backend,
+        "mode": "forward",
+        "dtype": "bf16",
+        "axis": "hidden",
+        "x_value": hidden,
+        "problem": {"rows": 4096, "hidden": hidden},
+        "kernel_ms": ms,
+        "ms_p50": ms,
+        "passed": passed,
+        "error": None,
+        **fields,
+    }
 
 
 def _have_ptxas() -> bool:

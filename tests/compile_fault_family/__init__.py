@@ -13,9 +13,10 @@ import time
 import torch
 import triton
 import triton.language as tl
+from fake_families import doubling_family
 
 from kernels.launch import launch
-from kernels.spec import KernelSpec, Knob, Param, Variant
+from kernels.spec import Param
 from kernels.spec import register as register_family
 
 NAME = "compile_faults"
@@ -28,15 +29,6 @@ def _double_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     offsets = tl.arange(0, BLOCK)
     mask = offsets < n
     tl.store(y_ptr + offsets, tl.load(x_ptr + offsets, mask=mask, other=0.0) * 2, mask=mask)
-
-
-def _inputs(problem, dtype, device, seed):
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    return {"x": torch.randn(problem["n"], generator=gen, dtype=torch.float32).to(device, dtype)}
-
-
-def _reference(inputs, problem):
-    return inputs["x"] * 2
 
 
 def _run(inputs, problem, FAULT="none", BLOCK=64):
@@ -52,26 +44,15 @@ def _run(inputs, problem, FAULT="none", BLOCK=64):
     return y
 
 
-spec = KernelSpec(
-    name=NAME,
-    title="Injected compile faults (tests only)",
-    knobs=(Knob("n", 40, low=1, high=128),),
-    make_inputs=_inputs,
-    reference=_reference,
-    output_names=("y",),
-    variants=(
-        Variant(
-            "ours",
-            "gpu",
-            _run,
-            params=(Param("FAULT", FAULTS, "none"), Param("BLOCK", (64, 128), 64)),
-            devices=("cpu", "cuda"),
-        ),
-    ),
-    min_bytes=lambda problem, mode, dtype: 8 * problem["n"],
-    axis="n",
-    modes=("forward",),
-    dtypes=("fp32",),
+spec = doubling_family(
+    NAME,
+    "Injected compile faults (tests only)",
+    n=40,
+    n_high=128,
+    variant="ours",
+    backend="gpu",
+    run=_run,
+    params=(Param("FAULT", FAULTS, "none"), Param("BLOCK", (64, 128), 64)),
 )
 
 

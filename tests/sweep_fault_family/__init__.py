@@ -11,22 +11,13 @@ import os
 import signal
 import time
 
-import torch
+from fake_families import doubling_family
 
-from kernels.spec import KernelSpec, Knob, Param, Variant
+from kernels.spec import Param
 from kernels.spec import register as register_family
 
 NAME = "sweep_faults"
 FAULTS = ("none", "raise", "exit", "signal", "hang")
-
-
-def _inputs(problem, dtype, device, seed):
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    return {"x": torch.randn(problem["n"], generator=gen, dtype=torch.float32).to(device, dtype)}
-
-
-def _reference(inputs, problem):
-    return inputs["x"] * 2
 
 
 def _run(inputs, problem, FAULT="none", SCALE=1):
@@ -42,26 +33,15 @@ def _run(inputs, problem, FAULT="none", SCALE=1):
     return inputs["x"] * 2 * SCALE  # SCALE != 1 gives a wrong result (a failed check)
 
 
-spec = KernelSpec(
-    name=NAME,
-    title="Injected faults (tests only)",
-    knobs=(Knob("n", 64, low=1, high=1 << 16),),
-    make_inputs=_inputs,
-    reference=_reference,
-    output_names=("y",),
-    variants=(
-        Variant(
-            "faulty",
-            "torch",
-            _run,
-            params=(Param("FAULT", FAULTS, "none"), Param("SCALE", (1, 2), 1)),
-            devices=("cpu", "cuda"),
-        ),
-    ),
-    min_bytes=lambda problem, mode, dtype: 8 * problem["n"],
-    axis="n",
-    modes=("forward",),
-    dtypes=("fp32",),
+spec = doubling_family(
+    NAME,
+    "Injected faults (tests only)",
+    n=64,
+    n_high=1 << 16,
+    variant="faulty",
+    backend="torch",
+    run=_run,
+    params=(Param("FAULT", FAULTS, "none"), Param("SCALE", (1, 2), 1)),
 )
 
 
