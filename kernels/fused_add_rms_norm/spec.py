@@ -8,7 +8,7 @@ import importlib.util
 
 from kernels.fused_add_rms_norm import fused_add_rms_norm, gpu, npu
 from kernels.fused_add_rms_norm.reference import fused_add_rms_norm_reference
-from kernels.peers import TORCH_COMPILE_IMPORTS, compiled
+from kernels.peers import compiled, torch_compile_variant
 from kernels.rms_norm.spec import (
     GPU_BACKWARD_LOOP_PARAMS,
     NORM_KNOBS,
@@ -147,16 +147,7 @@ spec = KernelSpec(
     )
     + (
         Variant("torch_eager", "torch", _eager, doc="unfused: s = x + r, then the Llama RMSNorm module math"),
-        Variant(
-            "torch_compile",
-            "torch",
-            run_of(_torch_compile_bind),
-            devices=("cuda", "npu"),
-            doc="torch.compile of the unfused eager math",
-            bind=_torch_compile_bind,
-            imports=TORCH_COMPILE_IMPORTS,
-            inductor_peer=True,
-        ),
+        torch_compile_variant(_torch_compile_bind, "torch.compile of the unfused eager math"),
         Variant(
             "rms_norm_after_add",
             "gpu",  # its norm is our Triton kernel (interpreted on the CPU, and timed as such)

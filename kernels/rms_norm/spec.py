@@ -12,7 +12,7 @@ import inspect
 import torch
 
 from kernels import tuned_tables
-from kernels.peers import TORCH_COMPILE_IMPORTS, compiled, missing
+from kernels.peers import compiled, missing, torch_compile_variant
 from kernels.rms_norm import gpu, npu, rms_norm
 from kernels.rms_norm.reference import CASTING_MODES, rms_norm_reference
 from kernels.runtime import auto_impl
@@ -476,16 +476,7 @@ spec = KernelSpec(
             doc="torch.nn.functional.rms_norm",
             bind=_functional_bind,
         ),
-        Variant(
-            "torch_compile",
-            "torch",
-            run_of(_torch_compile_bind),
-            devices=("cuda", "npu"),
-            doc="torch.compile of the eager math",
-            bind=_torch_compile_bind,
-            imports=TORCH_COMPILE_IMPORTS,
-            inductor_peer=True,
-        ),
+        torch_compile_variant(_torch_compile_bind, "torch.compile of the eager math"),
         Variant(
             "liger",
             "peer",
