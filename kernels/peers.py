@@ -3,7 +3,8 @@
 ``compiled(fn)`` is the one place that configures torch.compile for benchmarking: many shapes
 in one process (raise the recompile limit so a sweep never silently falls back to eager) and
 backward timing with ``retain_graph=True`` (turn off donated buffers, which forbid it).
-``torch_compile_variant(bind, doc)`` is a family's ``torch_compile`` variant of such a call.
+``torch_compile_variant(bind, doc)`` is a family's ``torch_compile`` variant of such a call, and
+``liger_variant(bind, doc, module=..., available=...)`` its ``liger`` variant (Liger-Kernel's function).
 """
 
 from __future__ import annotations
@@ -63,4 +64,24 @@ def torch_compile_variant(bind: Callable[..., Callable[[], Any]], doc: str) -> V
         bind=bind,
         imports=TORCH_COMPILE_IMPORTS,
         inductor_peer=True,
+    )
+
+
+def liger_variant(
+    bind: Callable[..., Callable[[], Any]], doc: str, *, module: str, available: Callable[[], str | None]
+) -> Variant:
+    """A family's ``liger`` variant: ``bind(inputs, problem)`` returns a call of a Liger-Kernel
+    function from ``module``, which the variant lists in its ``imports`` (Liger's package imports
+    transformers: seconds, better spent before measuring). It runs on CUDA only, and its kernels
+    are plain Triton (``triton_peer``): compiled ahead like ours."""
+    return Variant(
+        "liger",
+        "peer",
+        run_of(bind),
+        devices=("cuda",),
+        available=available,
+        doc=doc,
+        bind=bind,
+        triton_peer=True,
+        imports=(module,),
     )

@@ -12,7 +12,7 @@ import inspect
 import torch
 
 from kernels import tuned_tables
-from kernels.peers import compiled, missing, torch_compile_variant
+from kernels.peers import compiled, liger_variant, missing, torch_compile_variant
 from kernels.rms_norm import gpu, npu, rms_norm
 from kernels.rms_norm.reference import CASTING_MODES, rms_norm_reference
 from kernels.runtime import auto_impl
@@ -477,16 +477,8 @@ spec = KernelSpec(
             bind=_functional_bind,
         ),
         torch_compile_variant(_torch_compile_bind, "torch.compile of the eager math"),
-        Variant(
-            "liger",
-            "peer",
-            run_of(_liger_bind),
-            devices=("cuda",),
-            available=_liger_available,
-            doc="Liger-Kernel RMSNorm",
-            bind=_liger_bind,
-            triton_peer=True,  # plain Triton kernels: compiled ahead like ours
-            imports=("liger_kernel.ops.rms_norm",),  # its package imports transformers: seconds
+        liger_variant(
+            _liger_bind, "Liger-Kernel RMSNorm", module="liger_kernel.ops.rms_norm", available=_liger_available
         ),
     ),
 )
