@@ -8,7 +8,7 @@ import importlib.util
 
 from kernels.fused_add_rms_norm import fused_add_rms_norm, gpu, npu
 from kernels.fused_add_rms_norm.reference import fused_add_rms_norm_reference
-from kernels.peers import TORCH_COMPILE_IMPORTS, compiled
+from kernels.peers import compiled, liger_variant, torch_compile_variant
 from kernels.rms_norm.spec import (
     GPU_BACKWARD_LOOP_PARAMS,
     NORM_KNOBS,
@@ -19,7 +19,7 @@ from kernels.rms_norm.spec import (
     norm_tuning,
     our_variants,
 )
-from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Variant, run_of
+from kernels.spec import DEFAULT_TOLERANCES, KernelSpec, Variant
 
 
 def _make_inputs(problem, dtype, device, seed):
@@ -147,32 +147,18 @@ spec = KernelSpec(
     )
     + (
         Variant("torch_eager", "torch", _eager, doc="unfused: s = x + r, then the Llama RMSNorm module math"),
-        Variant(
-            "torch_compile",
-            "torch",
-            run_of(_torch_compile_bind),
-            devices=("cuda", "npu"),
-            doc="torch.compile of the unfused eager math",
-            bind=_torch_compile_bind,
-            imports=TORCH_COMPILE_IMPORTS,
-            inductor_peer=True,
-        ),
+        torch_compile_variant(_torch_compile_bind, "torch.compile of the unfused eager math"),
         Variant(
             "rms_norm_after_add",
             "gpu",  # its norm is our Triton kernel (interpreted on the CPU, and timed as such)
             _rms_norm_after_add,
             doc="unfused: torch add, then our rms_norm kernel (impl auto)",
         ),
-        Variant(
-            "liger",
-            "peer",
-            run_of(_liger_bind),
-            devices=("cuda",),
+        liger_variant(
+            _liger_bind,
+            "Liger-Kernel's LigerFusedAddRMSNormFunction",
+            module="liger_kernel.ops.fused_add_rms_norm",
             available=_liger_available,
-            doc="Liger-Kernel's LigerFusedAddRMSNormFunction",
-            bind=_liger_bind,
-            triton_peer=True,  # plain Triton kernels: compiled ahead like ours
-            imports=("liger_kernel.ops.fused_add_rms_norm",),  # its package imports transformers: seconds
         ),
     ),
 )

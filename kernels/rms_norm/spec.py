@@ -12,7 +12,7 @@ import inspect
 import torch
 
 from kernels import tuned_tables
-from kernels.peers import TORCH_COMPILE_IMPORTS, compiled, missing
+from kernels.peers import compiled, liger_variant, missing, torch_compile_variant
 from kernels.rms_norm import gpu, npu, rms_norm
 from kernels.rms_norm.reference import CASTING_MODES, rms_norm_reference
 from kernels.runtime import auto_impl
@@ -476,26 +476,9 @@ spec = KernelSpec(
             doc="torch.nn.functional.rms_norm",
             bind=_functional_bind,
         ),
-        Variant(
-            "torch_compile",
-            "torch",
-            run_of(_torch_compile_bind),
-            devices=("cuda", "npu"),
-            doc="torch.compile of the eager math",
-            bind=_torch_compile_bind,
-            imports=TORCH_COMPILE_IMPORTS,
-            inductor_peer=True,
-        ),
-        Variant(
-            "liger",
-            "peer",
-            run_of(_liger_bind),
-            devices=("cuda",),
-            available=_liger_available,
-            doc="Liger-Kernel RMSNorm",
-            bind=_liger_bind,
-            triton_peer=True,  # plain Triton kernels: compiled ahead like ours
-            imports=("liger_kernel.ops.rms_norm",),  # its package imports transformers: seconds
+        torch_compile_variant(_torch_compile_bind, "torch.compile of the eager math"),
+        liger_variant(
+            _liger_bind, "Liger-Kernel RMSNorm", module="liger_kernel.ops.rms_norm", available=_liger_available
         ),
     ),
 )

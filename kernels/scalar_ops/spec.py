@@ -56,8 +56,13 @@ def _strategy(strategy, impl=None):
     return run, check, source
 
 
+def _torch_variant(strategy, doc):
+    """The variant of one of :func:`kernels.scalar_ops.scalar_op`'s torch strategies."""
+    run, check, _ = _strategy(strategy)
+    return Variant(strategy, "torch", run, check=check, doc=doc)
+
+
 _GRID_VALUES = ("auto",) + tuple(2**k for k in range(0, 12))
-_runs = {name: _strategy(name) for name in ("materialized", "cached", "python")}
 _triton_gpu_run, _triton_gpu_check, _triton_gpu_source = _strategy("triton", "gpu")
 _triton_npu_run, _triton_npu_check, _triton_npu_source = _strategy("triton", "npu")
 
@@ -92,23 +97,9 @@ spec = KernelSpec(
         quick_params={"BLOCK_SIZE": (1024, 4096), "num_warps": (4, 8)},
     ),
     variants=(
-        Variant(
-            "materialized",
-            "torch",
-            _runs["materialized"][0],
-            check=_runs["materialized"][1],
-            doc="full-shape host tensor of the scalar + host-to-device copy every call",
-        ),
-        Variant(
-            "cached",
-            "torch",
-            _runs["cached"][0],
-            check=_runs["cached"][1],
-            doc="persistent 0-d device tensor per (device, dtype, value), LRU-bounded",
-        ),
-        Variant(
-            "python", "torch", _runs["python"][0], check=_runs["python"][1], doc="torch's operator with a Python number"
-        ),
+        _torch_variant("materialized", "full-shape host tensor of the scalar + host-to-device copy every call"),
+        _torch_variant("cached", "persistent 0-d device tensor per (device, dtype, value), LRU-bounded"),
+        _torch_variant("python", "torch's operator with a Python number"),
         Variant(
             "triton",
             "gpu",
