@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import statistics
 import subprocess
 import sys
 import time
@@ -46,19 +45,12 @@ from kernels.fused_add_rms_norm import gpu as fused_gpu  # noqa: E402
 from kernels.launch import recording  # noqa: E402
 from kernels.rms_norm import gpu  # noqa: E402
 from workbench.device import get_device  # noqa: E402
-from workbench.timing import ProfilerKernelSampler  # noqa: E402
+from workbench.timing import median_kernel_us  # noqa: E402
 
 HIDDEN = {
     "rms_norm": (1024, 2048, 4096, 8192, 16384, 32768),
     "fused_add_rms_norm": (512, 1024, 2048, 4096, 8192, 16384),
 }
-
-
-def median_us(fn, device) -> float:
-    """Median device time of one call's kernels (profiler, L2 flushed before each call), 30 calls."""
-    fn()
-    sampler = ProfilerKernelSampler(fn, calls=10, flush=device.flush_l2)
-    return statistics.median(ms for _ in range(3) for ms in sampler.sample()) * 1e3
 
 
 def compiled_facts(launches) -> str:
@@ -233,7 +225,7 @@ def sweep_size(
     finds what the forward left in the L2), and times and shares are the pair's."""
     problem = Problem(family, hidden, n_rows, device.num_cores)
     x, r, dy, ds, v = problem.x, problem.r, problem.dy, problem.ds, problem.v
-    fwd_us = median_us(problem.forward, device)
+    fwd_us = median_kernel_us(problem.forward, device.flush_l2)
     forward_rows = []
     if r is None and "forward" in forms:
         ref_y = problem.forward()[0]
@@ -241,7 +233,7 @@ def sweep_size(
             tiles = gpu.resolve_tiles(n_rows, hidden, device.num_cores, **cfg)
             call = lambda: gpu.rms_norm_forward(x, problem.w, 1e-6, 0.0, "llama", tiles)  # noqa: E731, B023
             wrong = not torch.allclose(call()[0].float(), ref_y.float(), atol=2e-2, rtol=2e-2)
-            forward_rows.append({"config": cfg, "us": median_us(call, device), "wrong": wrong})
+            forward_rows.append({"config": cfg, "us": median_kernel_us(call, device.flush_l2), "wrong": wrong})
     e = x.element_size()
     fwd_bytes = ((4 if r is not None else 2) * x.numel() + hidden) * e
     bwd_bytes = ((4 if r is not None else 3) * x.numel() + 2 * hidden) * e
@@ -253,7 +245,7 @@ def sweep_size(
         floor = lambda: torch.add(torch.add(v, dy), ds, out=out)  # noqa: E731
     else:
         floor = lambda: torch.add(v, dy, out=out)  # noqa: E731
-    floor_us = median_us(floor, device)
+    floor_us = median_kernel_us(floor, device.flush_l2)
 
     configs = problem.configs(forms, loops)
     rows = []
@@ -279,7 +271,7 @@ def sweep_size(
                 torch.allclose(dx.float(), ref_dx.float(), atol=2e-2, rtol=2e-2)
                 and torch.allclose(dw.float(), ref_dw.float(), atol=0.5, rtol=2e-2)
             )
-            t = median_us(call, device)
+            t = median_kernel_us(call, device.flush_l2)
         except Exception as exc:  # a tile that cannot compile or run is a finding, not a crash
             rows.append({"config": cfg, "error": f"{type(exc).__name__}: {str(exc)[:160]}"})
             continue

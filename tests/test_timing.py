@@ -506,3 +506,24 @@ os._exit(0)  # a profiled process hangs at its exit now and then (reports/h200-c
     sampler = timing.ProfilerKernelSampler(lambda: y.copy_(x), calls=10, flush=get_device("cuda").flush_l2)
     here = statistics.median(v for _ in range(5) for v in sampler.sample())
     assert abs(child["ms"] - here) / here < 0.15, (child, here)
+
+
+def test_median_kernel_us_calls_once_first_then_takes_the_median_of_every_sample(monkeypatch):
+    """The benchmark scripts' one-number kernel time: the function's first call (its compile)
+    before any sample, the flush handed to the sampler, the median over rounds x calls in us."""
+    seen = {}
+
+    class Sampler:
+        def __init__(self, fn, calls, flush):
+            seen.update(calls=calls, flush=flush, first_calls=len(made))
+
+        def sample(self):
+            seen["rounds"] = seen.get("rounds", 0) + 1
+            return [0.001 * (i + 1) for i in range(seen["calls"])]  # 1..calls us
+
+    made = []
+    monkeypatch.setattr(timing, "ProfilerKernelSampler", Sampler)
+    flush = object()
+    us = timing.median_kernel_us(lambda: made.append(1), flush, calls=5, rounds=4)
+    assert seen == {"calls": 5, "flush": flush, "first_calls": 1, "rounds": 4}
+    assert us == pytest.approx(3.0)

@@ -620,6 +620,18 @@ def start_profiler() -> bool:
     return True
 
 
+def median_kernel_us(
+    fn: Callable[[], object], flush: Callable[[], None] | None = None, calls: int = 10, rounds: int = 3
+) -> float:
+    """The median device time of one call of ``fn``, in us: ``fn`` once first (its compile and
+    first launch), then ``rounds`` profiler samples of ``calls`` calls each, ``flush`` (a device's
+    ``flush_l2``) before every call. The benchmark scripts' one-number kernel time; the measuring
+    tool itself times through :func:`kernel_sampler` and reports intervals."""
+    fn()
+    sampler = ProfilerKernelSampler(fn, calls=calls, flush=flush)
+    return float(np.median([ms for _ in range(rounds) for ms in sampler.sample()])) * 1e3
+
+
 def kernel_sampler(fn: Callable[[], object], flush: Callable[[], None] | None = None) -> tuple[Sampler, str]:
     """The CUDA kernel-time sampler for ``fn``, and a note when a fallback was taken ('' if none).
 

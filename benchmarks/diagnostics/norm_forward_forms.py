@@ -29,7 +29,6 @@ import argparse
 import itertools
 import json
 import os
-import statistics
 import sys
 from pathlib import Path
 
@@ -43,7 +42,7 @@ from kernels.peers import compiled  # noqa: E402
 from kernels.rms_norm import gpu  # noqa: E402
 from kernels.rms_norm.reference import rms_norm_reference  # noqa: E402
 from workbench.device import get_device  # noqa: E402
-from workbench.timing import ProfilerKernelSampler  # noqa: E402
+from workbench.timing import median_kernel_us  # noqa: E402
 
 
 @triton.jit
@@ -82,13 +81,6 @@ def forward_one_row(x, w, eps, warps, even, int64):
         BLOCK_SIZE=block, EVEN=even and block == x.shape[1], INT64=int64, num_warps=warps,
     )  # fmt: skip
     return y, rstd
-
-
-def median_us(fn, device) -> float:
-    """Median device time of one call's kernels (profiler, L2 flushed before each call), 30 calls."""
-    fn()
-    sampler = ProfilerKernelSampler(fn, calls=10, flush=device.flush_l2)
-    return statistics.median(ms for _ in range(3) for ms in sampler.sample()) * 1e3
 
 
 def inductor_choices(root: Path) -> list[str]:
@@ -150,22 +142,22 @@ def main(argv=None) -> int:
         ref_y, ref_rstd = gpu.rms_norm_forward(x, w, eps, 0.0, "llama", tiles)
         min_bytes = 2 * x.numel() * x.element_size()
         library = lambda x=x, w=w, tiles=tiles: gpu.rms_norm_forward(x, w, eps, 0.0, "llama", tiles)  # noqa: E731
-        rows = [("library default", median_us(library, device), "")]
+        rows = [("library default", median_kernel_us(library, device.flush_l2), "")]
         if tiles.fwd_chunk:  # the default walks chunks here: the library's whole row too
             whole = gpu.tiles_for(x, FWD_CHUNK=triton.next_power_of_2(hidden))
             call = lambda x=x, w=w, whole=whole: gpu.rms_norm_forward(x, w, eps, 0.0, "llama", whole)  # noqa: E731
-            rows.append((f"library whole row ({whole.num_warps} warps)", median_us(call, device), ""))
+            rows.append((f"library whole row ({whole.num_warps} warps)", median_kernel_us(call, device.flush_l2), ""))
         peer = compiled(rms_norm_reference)
         call = lambda: peer(x, w, eps, 0.0, "llama")  # noqa: E731, B023
         wrong = (call().float() - ref_y.float()).abs().max().item()
-        peer_us = median_us(call, device)
+        peer_us = median_kernel_us(call, device.flush_l2)
         rows.append(("torch.compile", peer_us, f"max |dy| {wrong:.3g}"))
         for kind in args.forms.split(","):
             forms_of, run = FORMS[kind]
             for form in forms_of(hidden):
                 c = lambda: run(x, w, eps, **form)  # noqa: E731, B023
                 note = "" if same(*c(), ref_y, ref_rstd) else "WRONG"
-                rows.append((f"{kind} {form}", median_us(c, device), note))
+                rows.append((f"{kind} {form}", median_kernel_us(c, device.flush_l2), note))
         print(f"== RMSNorm forward, {args.rows} x {hidden} bf16 (kernel time, L2 flushed; % of {bw:.0f} GB/s)")
         for name, us, note in sorted(rows, key=lambda r: r[1])[:14]:
             print(f"   {us:8.1f} us {100 * min_bytes / us / 1e3 / bw:5.1f}%  {name} {note}")

@@ -28,19 +28,12 @@ import torch  # noqa: E402
 
 from kernels.rms_norm import gpu  # noqa: E402
 from workbench.device import get_device  # noqa: E402
-from workbench.timing import ProfilerKernelSampler  # noqa: E402
+from workbench.timing import median_kernel_us  # noqa: E402
 
 ROWS = 4096
 HIDDEN = (16384, 32768)
 CHUNKS = (2048, 4096)
 SLICES = (64, 128, 256, 512)
-
-
-def kernel_us(fn, device) -> float:
-    """Median summed kernel time of one call, µs (profiler, L2 flushed before each call)."""
-    fn()
-    sampler = ProfilerKernelSampler(fn, calls=10, flush=device.flush_l2)
-    return statistics.median(ms for _ in range(3) for ms in sampler.sample()) * 1e3
 
 
 def graph_us(fn, device, reps: int = 30) -> float:
@@ -92,7 +85,7 @@ def main() -> int:
                 label = f"chunk {chunk}, slices of {rows} rows (grid {tiles.GRID})"
                 calls.append((label, backward_over(dy, x, w, rstd, tiles, rows)))
         for label, fn in calls:
-            t = kernel_us(fn, device)
+            t = median_kernel_us(fn, device.flush_l2)
             share = moved / t / 1e3 / bandwidth
             print(
                 f"{hidden} {label}: kernel {t:.1f} us ({share:.0%} of copy bandwidth), graph {graph_us(fn, device):.1f} us"
